@@ -1,0 +1,2 @@
+//! ServiceAccount token issuer (RS256 JWTs, OIDC discovery, JWKS, rotation) and verification
+//! of tokens from external issuers.

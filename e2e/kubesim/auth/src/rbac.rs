@@ -1,0 +1,1 @@
+//! RBAC authorization evaluated from stored Role/ClusterRole/RoleBinding/ClusterRoleBinding.

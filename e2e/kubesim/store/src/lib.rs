@@ -1,0 +1,125 @@
+//! One simulated cluster's API machinery, independent of HTTP: the resource registry
+//! (built-in kinds and CRDs), object storage with a cluster-wide monotonic resourceVersion,
+//! watch history and fan-out, and the verbs with kube-apiserver's semantics.
+//!
+//! The HTTP layer (`kleym-e2e`'s `kubesim` module) maps requests onto [`Cluster`] calls.
+
+pub mod error;
+pub mod registry;
+
+pub use error::ApiError;
+pub use registry::ResourceInfo;
+
+use serde_json::Value;
+
+/// Which subresource a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    /// The main resource.
+    Main,
+    /// `/status`.
+    Status,
+}
+
+/// Patch content types kube-apiserver accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchType {
+    /// `application/merge-patch+json`
+    Merge,
+    /// `application/json-patch+json`
+    Json,
+    /// `application/strategic-merge-patch+json`
+    Strategic,
+    /// `application/apply-patch+yaml` (server-side apply; body already parsed to JSON)
+    Apply,
+}
+
+/// `?fieldValidation=` (kube-apiserver default: `Warn` for most clients; kubectl sends `Strict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Drop unknown fields silently.
+    Ignore,
+    /// Drop unknown fields and return warnings.
+    #[default]
+    Warn,
+    /// Reject unknown or duplicate fields.
+    Strict,
+}
+
+/// Options common to writes.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// `?dryRun=All`: validate and return the result, store nothing.
+    pub dry_run: bool,
+    /// `?fieldManager=`; defaults per kube-apiserver from the user agent when empty.
+    pub field_manager: String,
+    /// `?force=true` (apply only).
+    pub force: bool,
+    /// `?fieldValidation=`.
+    pub field_validation: FieldValidation,
+}
+
+/// The result of a write: the stored (or dry-run) object and warnings for the `Warning` header.
+#[derive(Debug, Clone)]
+pub struct WriteResult {
+    /// The object as stored.
+    pub object: Value,
+    /// `true` when a create happened (201 rather than 200).
+    pub created: bool,
+    /// Warnings (e.g. unknown fields under `fieldValidation=Warn`).
+    pub warnings: Vec<String>,
+}
+
+/// `?labelSelector=`, `?fieldSelector=`, `?limit=`, `?continue=`, `?resourceVersion=`.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    /// Full label selector syntax (`a=b,c!=d,e in (f,g),!h,i`).
+    pub label_selector: Option<String>,
+    /// `metadata.name=x,metadata.namespace!=y` (plus per-kind fields where supported).
+    pub field_selector: Option<String>,
+    /// Page size.
+    pub limit: Option<usize>,
+    /// Continue token from a previous page.
+    pub continue_token: Option<String>,
+    /// `resourceVersion` for list (`""`, `"0"` or an exact/not-older-than version).
+    pub resource_version: Option<String>,
+}
+
+/// `?watch=true` options.
+#[derive(Debug, Clone, Default)]
+pub struct WatchOptions {
+    /// Selectors as for list.
+    pub label_selector: Option<String>,
+    /// Selectors as for list.
+    pub field_selector: Option<String>,
+    /// Start after this resourceVersion (`None`/`"0"`: synthetic ADDED for current state).
+    pub resource_version: Option<String>,
+    /// `allowWatchBookmarks=true`.
+    pub allow_bookmarks: bool,
+    /// `sendInitialEvents=true` (with `resourceVersionMatch=NotOlderThan`).
+    pub send_initial_events: bool,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<u64>,
+}
+
+/// One watch event as kube-apiserver streams it: `{"type": ..., "object": ...}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatchEvent {
+    /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK` or `ERROR`.
+    pub event_type: &'static str,
+    /// The object (a `Status` for `ERROR`).
+    pub object: Value,
+}
+
+/// `DeleteOptions` body / query.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    /// `preconditions.uid`.
+    pub precondition_uid: Option<String>,
+    /// `preconditions.resourceVersion`.
+    pub precondition_resource_version: Option<String>,
+    /// `propagationPolicy`: `Orphan`, `Background` (default) or `Foreground`.
+    pub propagation_policy: Option<String>,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+}

@@ -1,0 +1,1 @@
+//! kubesim: a Kubernetes API simulator (see the crate docs and `kubesim --help`).

@@ -1,0 +1,2 @@
+//! kleym hub: ClusterProfile inventory, KEP-5339 credential plugins, the fleet supervisor,
+//! status aggregation and the fleet report.

@@ -1,0 +1,5 @@
+//! The `kleym` binary.
+
+fn main() {
+    println!("kleym: nothing here yet");
+}

@@ -1,0 +1,2 @@
+//! kleym spoke: the identity compiler (pure, no I/O) that turns `InferenceIdentityBinding`s
+//! into SPIRE `ClusterSPIFFEID`s, and the per-cluster reconciler built on it.
