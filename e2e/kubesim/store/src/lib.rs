@@ -4,11 +4,20 @@
 //!
 //! The HTTP layer (`kleym-e2e`'s `kubesim` module) maps requests onto [`Cluster`] calls.
 
+#![warn(missing_docs)]
+
+pub mod cluster;
 pub mod error;
 pub mod registry;
+pub mod watch;
 
+pub use cluster::Cluster;
 pub use error::ApiError;
-pub use registry::ResourceInfo;
+pub use registry::{ResourceInfo, SubresourceInfo};
+pub use watch::WatchStream;
+
+/// Default number of watch events kept per resource type (see [`Cluster::set_history_limit`]).
+pub const DEFAULT_HISTORY_LIMIT: usize = 10_000;
 
 use serde_json::Value;
 
