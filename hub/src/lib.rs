@@ -1,2 +1,5 @@
 //! kleym hub: ClusterProfile inventory, KEP-5339 credential plugins, the fleet supervisor,
 //! status aggregation and the fleet report.
+
+pub mod access;
+pub mod credentials;

@@ -1,0 +1,15 @@
+//! Access providers (KEP-5339): the hub's provider configuration, the ClusterProfile view it
+//! is matched against, and the pure selection that yields one spoke's [`EffectiveAccess`].
+
+pub mod extensions;
+pub mod profile;
+pub mod provider_config;
+pub mod select;
+pub mod shell_words;
+
+pub use profile::{AccessProfile, ProfileProvider};
+pub use provider_config::{
+    CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion, ExecConfig, ProviderConfig,
+    ProviderConfigError, ProviderSet,
+};
+pub use select::{ClusterAccess, EffectiveAccess, SelectError, SelectOptions, select};

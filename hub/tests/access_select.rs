@@ -1,0 +1,587 @@
+//! Provider selection and extension-policy table tests. The first group mirrors the Go
+//! reference library's `pkg/access/config_test.go`; the second covers kleym's fixes.
+
+use base64::Engine as _;
+use kleym_hub::access::{
+    AccessProfile, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion, ExecConfig,
+    ProfileProvider, ProviderConfig, ProviderSet, SelectError, SelectOptions,
+    provider_config::parse_provider_document, select,
+};
+use serde_json::{Value, json};
+
+const ARGS_EXT: &str = "clusterprofiles.multicluster.x-k8s.io/exec/additional-args";
+const ENVS_EXT: &str = "clusterprofiles.multicluster.x-k8s.io/exec/additional-envs";
+const EXEC_EXT: &str = "client.authentication.k8s.io/exec";
+
+fn provider(name: &str, args: CliArgsPolicy, envs: EnvVarsPolicy) -> ProviderConfig {
+    ProviderConfig {
+        name: name.into(),
+        exec: ExecConfig {
+            api_version: ExecApiVersion::V1,
+            command: format!("/bin/{name}-plugin"),
+            args: vec!["file".into()],
+            env: vec![EnvVar {
+                name: "CLIENT_ID".into(),
+                value: "None".into(),
+            }],
+            provide_cluster_info: true,
+            install_hint: None,
+        },
+        cli_args_policy: args,
+        env_vars_policy: envs,
+    }
+}
+
+fn set(ps: Vec<ProviderConfig>) -> ProviderSet {
+    ProviderSet::new(ps).unwrap()
+}
+
+fn offer(name: &str, cluster: Value) -> ProfileProvider {
+    ProfileProvider {
+        name: name.into(),
+        cluster,
+    }
+}
+
+fn profile(access: Vec<ProfileProvider>, credential: Vec<ProfileProvider>) -> AccessProfile {
+    AccessProfile {
+        namespace: "fleet".into(),
+        name: "spoke-1".into(),
+        access_providers: access,
+        credential_providers: credential,
+    }
+}
+
+fn cluster_with_ext(exts: Value) -> Value {
+    json!({"server": "https://spoke.example:6443", "extensions": exts})
+}
+
+fn policy_profile() -> AccessProfile {
+    profile(
+        vec![offer(
+            "p",
+            cluster_with_ext(json!([
+                {"name": EXEC_EXT, "extension": {"clusterName": "spoke-1"}},
+                {"name": ARGS_EXT, "extension": ["--audience", "audience"]},
+                {"name": ENVS_EXT, "extension": {"CLIENT_ID": "client-id"}}
+            ])),
+        )],
+        vec![],
+    )
+}
+
+const OPTS: SelectOptions = SelectOptions {
+    allow_insecure_skip_tls_verify: false,
+    allow_plain_http: false,
+};
+
+// ---- reference library cases -------------------------------------------------------------
+
+#[test]
+fn first_matching_provider_in_controller_order_wins() {
+    let providers = set(vec![
+        provider("b", CliArgsPolicy::Ignore, EnvVarsPolicy::Ignore),
+        provider("a", CliArgsPolicy::Ignore, EnvVarsPolicy::Ignore),
+    ]);
+    // The profile lists "a" first, but the hub's order (b, a) decides.
+    let p = profile(
+        vec![
+            offer("a", json!({"server": "https://a:6443"})),
+            offer("b", json!({"server": "https://b:6443"})),
+        ],
+        vec![],
+    );
+    let eff = select(&providers, &p, &OPTS).unwrap();
+    assert_eq!(eff.provider, "b");
+    assert_eq!(eff.cluster.server, "https://b:6443");
+    assert_eq!(eff.spoke, "fleet/spoke-1");
+}
+
+#[test]
+fn access_providers_override_credential_providers_by_name() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Ignore,
+        EnvVarsPolicy::Ignore,
+    )]);
+    let p = profile(
+        vec![offer("p", json!({"server": "https://new:6443"}))],
+        vec![offer("p", json!({"server": "https://old:6443"}))],
+    );
+    assert_eq!(
+        select(&providers, &p, &OPTS).unwrap().cluster.server,
+        "https://new:6443"
+    );
+    // Deprecated list alone still works.
+    let p = profile(
+        vec![],
+        vec![offer("p", json!({"server": "https://old:6443"}))],
+    );
+    assert_eq!(
+        select(&providers, &p, &OPTS).unwrap().cluster.server,
+        "https://old:6443"
+    );
+}
+
+#[test]
+fn no_matching_provider_and_empty_profile() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Ignore,
+        EnvVarsPolicy::Ignore,
+    )]);
+    let err = select(
+        &providers,
+        &profile(vec![offer("q", json!({"server": "https://q"}))], vec![]),
+        &OPTS,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("no matching cluster accessor found for cluster profile \"fleet/spoke-1\""),
+        "{err}"
+    );
+    assert!(matches!(
+        select(&providers, &profile(vec![], vec![]), &OPTS),
+        Err(SelectError::NoMatchingProvider { .. })
+    ));
+}
+
+#[test]
+fn without_policies_args_and_env_unchanged_and_exec_extension_passes_through() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Ignore,
+        EnvVarsPolicy::Ignore,
+    )]);
+    let eff = select(&providers, &policy_profile(), &OPTS).unwrap();
+    assert_eq!(eff.exec.args, vec!["file"]);
+    assert_eq!(
+        eff.exec.env,
+        vec![EnvVar {
+            name: "CLIENT_ID".into(),
+            value: "None".into()
+        }]
+    );
+    assert_eq!(
+        eff.cluster.exec_extension.as_deref(),
+        Some(r#"{"clusterName":"spoke-1"}"#)
+    );
+}
+
+#[test]
+fn append_and_replace() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Append,
+        EnvVarsPolicy::Replace,
+    )]);
+    let eff = select(&providers, &policy_profile(), &OPTS).unwrap();
+    assert_eq!(eff.exec.args, vec!["file", "--audience", "audience"]);
+    assert_eq!(
+        eff.exec.env,
+        vec![EnvVar {
+            name: "CLIENT_ID".into(),
+            value: "client-id".into()
+        }]
+    );
+}
+
+#[test]
+fn append_and_append_if_not_exists_keeps_local_value() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Append,
+        EnvVarsPolicy::AppendIfNotExists,
+    )]);
+    let eff = select(&providers, &policy_profile(), &OPTS).unwrap();
+    assert_eq!(eff.exec.args, vec!["file", "--audience", "audience"]);
+    assert_eq!(
+        eff.exec.env,
+        vec![EnvVar {
+            name: "CLIENT_ID".into(),
+            value: "None".into()
+        }]
+    );
+}
+
+#[test]
+fn ignore_policies_ignore_even_malformed_extensions() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Ignore,
+        EnvVarsPolicy::Ignore,
+    )]);
+    let p = profile(
+        vec![offer(
+            "p",
+            cluster_with_ext(
+                json!([{"name": ARGS_EXT, "extension": 42}, {"name": ENVS_EXT, "extension": [1]}]),
+            ),
+        )],
+        vec![],
+    );
+    let eff = select(&providers, &p, &OPTS).unwrap();
+    assert_eq!(eff.exec.args, vec!["file"]);
+}
+
+#[test]
+fn provider_file_loads_like_reference() {
+    let text = r#"{"providers":[{"name":"secretreader","execConfig":{"apiVersion":"client.authentication.k8s.io/v1",
+      "command":"./bin/secretreader-plugin","args":null,"env":[{"name":"K","value":"V"}],"provideClusterInfo":true,
+      "installHint":"","interactiveMode":"Never"},"profileSourcedCLIArgsPolicy":"Append",
+      "profileSourcedEnvVarsPolicy":"AppendIfNotExists"}]}"#;
+    let ps = parse_provider_document(text).unwrap();
+    assert_eq!(ps.len(), 1);
+    assert_eq!(ps[0].exec.command, "./bin/secretreader-plugin");
+    assert_eq!(ps[0].cli_args_policy, CliArgsPolicy::Append);
+    assert_eq!(ps[0].env_vars_policy, EnvVarsPolicy::AppendIfNotExists);
+    assert!(ps[0].exec.provide_cluster_info);
+    assert!(parse_provider_document("{}").unwrap().is_empty());
+    assert!(
+        parse_provider_document("{not json")
+            .unwrap_err()
+            .to_string()
+            .contains("failed to unmarshal access providers")
+    );
+}
+
+// ---- kleym fixes -------------------------------------------------------------------------
+
+#[test]
+fn selection_never_mutates_shared_config_and_is_repeatable() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Append,
+        EnvVarsPolicy::Replace,
+    )]);
+    let before = providers.clone();
+    let first = select(&providers, &policy_profile(), &OPTS).unwrap();
+    for _ in 0..3 {
+        assert_eq!(select(&providers, &policy_profile(), &OPTS).unwrap(), first);
+    }
+    assert_eq!(providers, before);
+    // A second profile using the same provider sees none of the first profile's values.
+    let other = profile(
+        vec![offer("p", json!({"server": "https://other:6443"}))],
+        vec![],
+    );
+    let eff = select(&providers, &other, &OPTS).unwrap();
+    assert_eq!(eff.exec.args, vec!["file"]);
+    assert_eq!(eff.exec.env[0].value, "None");
+}
+
+#[test]
+fn env_order_is_deterministic() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Ignore,
+        EnvVarsPolicy::Replace,
+    )]);
+    let p = profile(
+        vec![offer(
+            "p",
+            cluster_with_ext(
+                json!([{"name": ENVS_EXT, "extension": {"Z": "1", "A": "2", "M": "3", "CLIENT_ID": "x"}}]),
+            ),
+        )],
+        vec![],
+    );
+    let names: Vec<String> = select(&providers, &p, &OPTS)
+        .unwrap()
+        .exec
+        .env
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(names, vec!["CLIENT_ID", "A", "M", "Z"]);
+}
+
+#[test]
+fn loader_variables_are_refused() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Ignore,
+        EnvVarsPolicy::Replace,
+    )]);
+    for var in [
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "DYLD_INSERT_LIBRARIES",
+        "PATH",
+    ] {
+        let p = profile(
+            vec![offer(
+                "p",
+                cluster_with_ext(json!([{"name": ENVS_EXT, "extension": {var: "/tmp/x.so"}}])),
+            )],
+            vec![],
+        );
+        let err = select(&providers, &p, &OPTS).unwrap_err();
+        assert!(
+            matches!(&err, SelectError::Extension { .. }),
+            "{var}: {err}"
+        );
+        assert!(err.to_string().contains(var), "{err}");
+    }
+}
+
+#[test]
+fn additional_args_object_payload_is_accepted() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Append,
+        EnvVarsPolicy::Ignore,
+    )]);
+    let p = profile(
+        vec![offer(
+            "p",
+            cluster_with_ext(
+                json!([{"name": ARGS_EXT, "extension": {"args": ["-audience", "https://x"]}}]),
+            ),
+        )],
+        vec![],
+    );
+    assert_eq!(
+        select(&providers, &p, &OPTS).unwrap().exec.args,
+        vec!["file", "-audience", "https://x"]
+    );
+    let p = profile(
+        vec![offer(
+            "p",
+            cluster_with_ext(json!([{"name": ARGS_EXT, "extension": {"nope": 1}}])),
+        )],
+        vec![],
+    );
+    assert!(matches!(
+        select(&providers, &p, &OPTS),
+        Err(SelectError::Extension { .. })
+    ));
+}
+
+#[test]
+fn duplicate_extension_names_are_refused() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Ignore,
+        EnvVarsPolicy::Ignore,
+    )]);
+    let p = profile(
+        vec![offer(
+            "p",
+            cluster_with_ext(
+                json!([{"name": EXEC_EXT, "extension": {}}, {"name": EXEC_EXT, "extension": {}}]),
+            ),
+        )],
+        vec![],
+    );
+    let err = select(&providers, &p, &OPTS).unwrap_err();
+    assert!(
+        err.to_string().contains("duplicate extension name"),
+        "{err}"
+    );
+}
+
+fn test_ca_pem() -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(vec!["ca.test".to_string()]).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.self_signed(&key).unwrap().pem()
+}
+
+#[test]
+fn tls_fields_are_honoured_and_validated() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Ignore,
+        EnvVarsPolicy::Ignore,
+    )]);
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let ca = test_ca_pem();
+    let cluster = json!({
+        "server": "https://10.0.0.1:6443/prefix",
+        "certificate-authority-data": b64(&ca),
+        "tls-server-name": "api.spoke.test",
+        "proxy-url": "http://proxy.local:3128",
+        "disable-compression": true
+    });
+    let eff = select(
+        &providers,
+        &profile(vec![offer("p", cluster)], vec![]),
+        &OPTS,
+    )
+    .unwrap();
+    assert_eq!(
+        eff.cluster.certificate_authority_pem.as_deref(),
+        Some(ca.as_bytes())
+    );
+    assert_eq!(
+        eff.cluster.tls_server_name.as_deref(),
+        Some("api.spoke.test")
+    );
+    assert_eq!(
+        eff.cluster.proxy_url.as_deref(),
+        Some("http://proxy.local:3128")
+    );
+    assert!(eff.cluster.disable_compression);
+
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            json!({"server": "https://x", "certificate-authority-data": "%%%"}),
+            "certificate-authority-data",
+        ),
+        (
+            json!({"server": "https://x", "certificate-authority-data": b64("hello")}),
+            "certificate-authority-data",
+        ),
+        (
+            json!({"server": "https://x", "certificate-authority-data": b64("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")}),
+            "certificate-authority-data",
+        ),
+        (
+            json!({"server": "https://x", "insecure-skip-tls-verify": true}),
+            "insecure-skip-tls-verify",
+        ),
+        (json!({"server": "not a url"}), "server"),
+        (json!({"server": "ftp://x"}), "server"),
+        (json!({"server": "http://x"}), "server"),
+        (json!({"server": "https://"}), "server"),
+        (json!({}), "server"),
+        (
+            json!({"server": "https://x", "proxy-url": "socks5://p:1080"}),
+            "proxy-url",
+        ),
+        (
+            json!({"server": "https://x", "disable-compression": "yes"}),
+            "disable-compression",
+        ),
+    ];
+    for (cluster, field) in cases {
+        let err = select(
+            &providers,
+            &profile(vec![offer("p", cluster.clone())], vec![]),
+            &OPTS,
+        )
+        .unwrap_err();
+        match &err {
+            SelectError::InvalidCluster { field: f, .. } => {
+                assert_eq!(*f, field, "{cluster}: {err}")
+            }
+            other => panic!("{cluster}: unexpected {other}"),
+        }
+    }
+    // insecure allowed by the hub.
+    let opts = SelectOptions {
+        allow_insecure_skip_tls_verify: true,
+        allow_plain_http: false,
+    };
+    let eff = select(
+        &providers,
+        &profile(
+            vec![offer(
+                "p",
+                json!({"server": "https://x", "insecure-skip-tls-verify": true}),
+            )],
+            vec![],
+        ),
+        &opts,
+    )
+    .unwrap();
+    assert!(eff.cluster.insecure_skip_tls_verify);
+}
+
+#[test]
+fn fingerprint_tracks_effective_changes_only() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Ignore,
+        EnvVarsPolicy::Ignore,
+    )]);
+    let a = select(&providers, &policy_profile(), &OPTS).unwrap();
+    // A change to an ignored extension is not an effective change.
+    let mut changed = policy_profile();
+    changed.access_providers[0].cluster["extensions"][1]["extension"] = json!(["--other"]);
+    let b = select(&providers, &changed, &OPTS).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.fingerprint(), b.fingerprint());
+    changed.access_providers[0].cluster["server"] = json!("https://moved:6443");
+    let c = select(&providers, &changed, &OPTS).unwrap();
+    assert_ne!(a.fingerprint(), c.fingerprint());
+    let mut hs = std::collections::HashSet::new();
+    hs.insert(a);
+    assert!(hs.contains(&b));
+}
+
+#[test]
+fn provider_config_validation_names_provider_and_field() {
+    let cases = [
+        (
+            r#"{"providers":[{"name":"a","execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"x"}},{"name":"a","execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"y"}}]}"#,
+            "duplicate access provider \"a\"",
+        ),
+        (
+            r#"{"providers":[{"name":"a","execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":""}}]}"#,
+            "\"a\": field execConfig.command: empty command",
+        ),
+        (
+            r#"{"providers":[{"name":"a","execConfig":{"apiVersion":"client.authentication.k8s.io/v2","command":"x"}}]}"#,
+            "field execConfig.apiVersion: unknown apiVersion",
+        ),
+        (
+            r#"{"providers":[{"name":"a","execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"x"},"profileSourcedCLIArgsPolicy":"Maybe"}]}"#,
+            "field profileSourcedCLIArgsPolicy",
+        ),
+        (
+            r#"{"providers":[{"name":"a","execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"x"},"profileSourcedEnvVarsPolicy":"Append"}]}"#,
+            "field profileSourcedEnvVarsPolicy",
+        ),
+        (
+            r#"{"providers":[{"name":"a"}]}"#,
+            "field execConfig: missing",
+        ),
+        (
+            r#"{"providers":[{"execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"x"}}]}"#,
+            "\"providers[0]\": field name",
+        ),
+    ];
+    for (doc, want) in cases {
+        let err = parse_provider_document(doc).unwrap_err().to_string();
+        assert!(err.contains(want), "{doc}\n got: {err}\nwant: {want}");
+    }
+}
+
+#[test]
+fn yaml_file_and_flag_precedence() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("providers.yaml");
+    std::fs::write(
+        &path,
+        "providers:\n- name: a\n  execConfig:\n    apiVersion: client.authentication.k8s.io/v1beta1\n    command: /bin/a\n- name: b\n  execConfig:\n    apiVersion: client.authentication.k8s.io/v1\n    command: /bin/b\n",
+    )
+    .unwrap();
+    let set = ProviderSet::load(
+        Some(&path),
+        &[
+            "a=/usr/bin/new-a --x 'y z'".to_string(),
+            "c=/bin/c".to_string(),
+        ],
+    )
+    .unwrap();
+    let names: Vec<&str> = set.providers().iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, vec!["a", "b", "c"]);
+    assert_eq!(set.get("a").unwrap().exec.command, "/usr/bin/new-a");
+    assert_eq!(set.get("a").unwrap().exec.args, vec!["--x", "y z"]);
+    assert_eq!(set.get("b").unwrap().exec.api_version, ExecApiVersion::V1);
+    let err = ProviderSet::load(None, &["a=/x".into(), "a=/y".into()]).unwrap_err();
+    assert!(
+        err.to_string().contains("duplicate access provider \"a\""),
+        "{err}"
+    );
+    let err = ProviderSet::load(Some(&dir.path().join("missing.json")), &[]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("failed to read access config file"),
+        "{err}"
+    );
+}
