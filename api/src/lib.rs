@@ -1,3 +1,40 @@
 //! kleym API types: our CRDs (group `kleym.io`, version `v1alpha1`) and the external
 //! types kleym reads (ClusterProfile, InferencePool, InferenceObjective, InferenceModel)
 //! or writes (ClusterSPIFFEID).
+//!
+//! - [`binding`]: `InferenceIdentityBinding`, the namespaced identity intent.
+//! - [`conditions`]: the condition types every binding status carries.
+//! - [`external`]: upstream kinds, modelled field-for-field from their CRDs.
+//! - [`crds`]: the CustomResourceDefinitions kleym installs (`kleym crds`).
+#![warn(missing_docs)]
+
+pub mod binding;
+pub mod conditions;
+pub mod crds;
+pub mod external;
+mod go_duration;
+mod schema;
+
+pub use binding::{
+    ComputedSpiffeId, ConflictPeer, ContainerDiscriminator, DiscriminatorType, IdentityMode,
+    IdentityWarning, InferenceIdentityBinding, InferenceIdentityBindingSpec,
+    InferenceIdentityBindingStatus, OwnedClusterSpiffeId, SelectorSource, SpireStats, SvidOptions,
+    TargetKind, TargetRef,
+};
+
+/// Our API group.
+pub const GROUP: &str = "kleym.io";
+/// Our API version.
+pub const VERSION: &str = "v1alpha1";
+
+/// Label keys kleym puts on every object it creates.
+pub mod labels {
+    /// `kleym.io/managed-by`; value [`MANAGED_BY_VALUE`].
+    pub const MANAGED_BY: &str = "kleym.io/managed-by";
+    /// The value of [`MANAGED_BY`].
+    pub const MANAGED_BY_VALUE: &str = "kleym";
+    /// Namespace of the binding that produced the object.
+    pub const BINDING_NAMESPACE: &str = "kleym.io/binding-namespace";
+    /// Name of the binding that produced the object.
+    pub const BINDING_NAME: &str = "kleym.io/binding-name";
+}
