@@ -7,9 +7,16 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod crd;
+mod delete;
 pub mod error;
+pub mod kinds;
+pub mod meta;
 pub mod registry;
+pub mod selector;
+mod state;
 pub mod watch;
+mod write;
 
 pub use cluster::Cluster;
 pub use error::ApiError;

@@ -1,0 +1,325 @@
+//! The cluster's state behind its lock: objects indexed per resource type, the
+//! resourceVersion counter, per-type watch history and watchers, and the ownership indexes
+//! garbage collection uses.
+
+use crate::ResourceInfo;
+use crate::crd::CrdDef;
+use crate::selector::{FieldSelector, LabelSelector};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// `(type key, namespace or "", name)`.
+pub(crate) type ObjKey = (String, String, String);
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One entry of a type's watch history.
+#[derive(Debug, Clone)]
+pub(crate) struct HistEvent {
+    pub rv: u64,
+    pub kind: EventKind,
+    /// The object after the event (for `Deleted`: its last state, with the deletion's RV).
+    pub obj: Arc<Value>,
+    /// The object before the event (`Modified`), for selector transitions.
+    pub prev: Option<Arc<Value>>,
+}
+
+/// A message to one watch stream.
+#[derive(Debug, Clone)]
+pub(crate) struct WatchMsg {
+    pub event_type: &'static str,
+    pub object: Arc<Value>,
+}
+
+/// What a watch filters on.
+#[derive(Debug, Clone)]
+pub(crate) struct WatchFilter {
+    pub ns: Option<String>,
+    pub label: Option<LabelSelector>,
+    pub field: Option<FieldSelector>,
+}
+
+impl WatchFilter {
+    pub fn matches(&self, obj: &Value) -> bool {
+        let meta = obj.get("metadata");
+        if let Some(ns) = &self.ns
+            && meta
+                .and_then(|m| m.get("namespace"))
+                .and_then(Value::as_str)
+                != Some(ns)
+        {
+            return false;
+        }
+        if let Some(l) = &self.label
+            && !l.matches(meta.and_then(|m| m.get("labels")))
+        {
+            return false;
+        }
+        if let Some(f) = &self.field
+            && !f.matches(obj)
+        {
+            return false;
+        }
+        true
+    }
+
+    /// The event a watcher with this filter sees, as kube-apiserver's cacher computes it:
+    /// an object that starts matching is `ADDED`, one that stops matching is `DELETED`
+    /// (its previous state at the event's resourceVersion).
+    pub fn translate(&self, ev: &HistEvent) -> Option<WatchMsg> {
+        let now = self.matches(&ev.obj);
+        match ev.kind {
+            EventKind::Added => now.then(|| msg("ADDED", &ev.obj)),
+            EventKind::Deleted => now.then(|| msg("DELETED", &ev.obj)),
+            EventKind::Modified => {
+                let before = ev.prev.as_ref().is_some_and(|p| self.matches(p));
+                match (before, now) {
+                    (true, true) => Some(msg("MODIFIED", &ev.obj)),
+                    (false, true) => Some(msg("ADDED", &ev.obj)),
+                    (true, false) => {
+                        let mut old = ev.prev.as_deref().cloned().unwrap_or(Value::Null);
+                        if old.get("metadata").is_some_and(Value::is_object) {
+                            old["metadata"]["resourceVersion"] = Value::from(ev.rv.to_string());
+                        }
+                        Some(WatchMsg {
+                            event_type: "DELETED",
+                            object: Arc::new(old),
+                        })
+                    }
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+}
+
+fn msg(event_type: &'static str, obj: &Arc<Value>) -> WatchMsg {
+    WatchMsg {
+        event_type,
+        object: Arc::clone(obj),
+    }
+}
+
+/// An open watch of one type.
+#[derive(Debug)]
+pub(crate) struct Watcher {
+    pub filter: WatchFilter,
+    pub tx: mpsc::UnboundedSender<WatchMsg>,
+}
+
+/// One stored object: its `(namespace, name)` key and value.
+pub(crate) type Entry<'a> = (&'a (String, String), &'a Arc<Value>);
+
+/// All objects of one resource type (a group + plural), plus its history and watchers.
+#[derive(Debug, Default)]
+pub(crate) struct TypeStore {
+    pub objects: BTreeMap<(String, String), Arc<Value>>,
+    pub history: VecDeque<HistEvent>,
+    /// Every event with a resourceVersion above `floor` is in `history`.
+    pub floor: u64,
+    pub watchers: Vec<Watcher>,
+}
+
+impl TypeStore {
+    pub fn new(floor: u64) -> Self {
+        Self {
+            floor,
+            ..Self::default()
+        }
+    }
+
+    /// Fan the event out to this type's watchers (dropping closed ones) and keep it in the
+    /// bounded history.
+    pub fn record(&mut self, ev: HistEvent, limit: usize) {
+        self.watchers.retain(|w| match w.filter.translate(&ev) {
+            Some(m) => w.tx.send(m).is_ok(),
+            None => !w.tx.is_closed(),
+        });
+        self.history.push_back(ev);
+        self.trim(limit);
+    }
+
+    pub fn trim(&mut self, limit: usize) {
+        while self.history.len() > limit {
+            if let Some(e) = self.history.pop_front() {
+                self.floor = e.rv;
+            }
+        }
+    }
+
+    /// Objects of namespace `ns` (all when `None`), in namespace/name order.
+    pub fn range<'a>(
+        &'a self,
+        ns: Option<&str>,
+    ) -> Box<dyn Iterator<Item = Entry<'a>> + 'a> {
+        match ns {
+            None => Box::new(self.objects.iter()),
+            Some(ns) => {
+                let ns = ns.to_string();
+                Box::new(
+                    self.objects
+                        .range((ns.clone(), String::new())..)
+                        .take_while(move |((n, _), _)| *n == ns),
+                )
+            }
+        }
+    }
+}
+
+/// Everything behind the cluster's lock.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub rv: u64,
+    /// Served resources by `(group, version, plural)`.
+    pub resources: BTreeMap<(String, String, String), ResourceInfo>,
+    /// Objects per type key (`plural` or `plural.group`).
+    pub types: HashMap<String, TypeStore>,
+    /// Established CRDs by type key.
+    pub crds: HashMap<String, CrdDef>,
+    /// Where each live object's UID is stored.
+    pub uids: HashMap<String, ObjKey>,
+    /// Owner UID → objects whose ownerReferences name it.
+    pub dependents: HashMap<String, BTreeSet<ObjKey>>,
+    pub history_limit: usize,
+}
+
+/// The owner UIDs in `metadata.ownerReferences`.
+pub(crate) fn owner_uids(obj: &Value) -> Vec<String> {
+    obj.get("metadata")
+        .and_then(|m| m.get("ownerReferences"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|o| o.get("uid").and_then(Value::as_str).map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Inner {
+    pub fn new(history_limit: usize) -> Self {
+        Self {
+            rv: 0,
+            resources: BTreeMap::new(),
+            types: HashMap::new(),
+            crds: HashMap::new(),
+            uids: HashMap::new(),
+            dependents: HashMap::new(),
+            history_limit,
+        }
+    }
+
+    pub fn register(&mut self, r: ResourceInfo) {
+        let key = r.resource_group();
+        if !r.virtual_only {
+            let floor = self.rv;
+            self.types
+                .entry(key)
+                .or_insert_with(|| TypeStore::new(floor));
+        }
+        self.resources
+            .insert((r.group.clone(), r.version.clone(), r.plural.clone()), r);
+    }
+
+    pub fn get(&self, key: &str, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.types
+            .get(key)?
+            .objects
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn index(&mut self, key: &ObjKey, prev: Option<&Value>, obj: Option<&Value>) {
+        if let Some(p) = prev {
+            for o in owner_uids(p) {
+                if let Some(set) = self.dependents.get_mut(&o) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.dependents.remove(&o);
+                    }
+                }
+            }
+            if let Some(uid) = crate::meta::meta_str(p, "uid") {
+                self.uids.remove(uid);
+            }
+        }
+        if let Some(n) = obj {
+            for o in owner_uids(n) {
+                self.dependents.entry(o).or_default().insert(key.clone());
+            }
+            if let Some(uid) = crate::meta::meta_str(n, "uid") {
+                self.uids.insert(uid.to_string(), key.clone());
+            }
+        }
+    }
+
+    /// Store `obj` under a new resourceVersion and emit ADDED/MODIFIED.
+    pub fn put(&mut self, key: &str, ns: &str, name: &str, mut obj: Value) -> Arc<Value> {
+        self.rv += 1;
+        let rv = self.rv;
+        if obj.get("metadata").is_some_and(Value::is_object) {
+            obj["metadata"]["resourceVersion"] = Value::from(rv.to_string());
+        }
+        let obj = Arc::new(obj);
+        let limit = self.history_limit;
+        let okey: ObjKey = (key.to_string(), ns.to_string(), name.to_string());
+        let prev = self.types.get_mut(key).and_then(|t| {
+            t.objects
+                .insert((ns.to_string(), name.to_string()), Arc::clone(&obj))
+        });
+        self.index(&okey, prev.as_deref(), Some(&obj));
+        if let Some(t) = self.types.get_mut(key) {
+            t.record(
+                HistEvent {
+                    rv,
+                    kind: if prev.is_some() {
+                        EventKind::Modified
+                    } else {
+                        EventKind::Added
+                    },
+                    obj: Arc::clone(&obj),
+                    prev,
+                },
+                limit,
+            );
+        }
+        obj
+    }
+
+    /// Remove an object under a new resourceVersion and emit DELETED; returns its last state
+    /// (carrying the deletion's resourceVersion, as watch events do).
+    pub fn remove(&mut self, key: &str, ns: &str, name: &str) -> Option<Arc<Value>> {
+        let t = self.types.get_mut(key)?;
+        let old = t.objects.remove(&(ns.to_string(), name.to_string()))?;
+        self.rv += 1;
+        let rv = self.rv;
+        let mut last = (*old).clone();
+        if last.get("metadata").is_some_and(Value::is_object) {
+            last["metadata"]["resourceVersion"] = Value::from(rv.to_string());
+        }
+        let last = Arc::new(last);
+        let limit = self.history_limit;
+        if let Some(t) = self.types.get_mut(key) {
+            t.record(
+                HistEvent {
+                    rv,
+                    kind: EventKind::Deleted,
+                    obj: Arc::clone(&last),
+                    prev: None,
+                },
+                limit,
+            );
+        }
+        let okey: ObjKey = (key.to_string(), ns.to_string(), name.to_string());
+        self.index(&okey, Some(&old), None);
+        Some(last)
+    }
+}

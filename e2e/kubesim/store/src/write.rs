@@ -1,0 +1,778 @@
+//! The write pipeline shared by create, update, patch and apply: type checks, scoping,
+//! server-set metadata, schema handling for custom resources, managedFields, generation,
+//! no-op detection, and the store.
+
+use crate::kinds::{self, CRDS, NAMESPACES};
+use crate::meta::{self, Cause, ensure_metadata, meta_str};
+use crate::state::Inner;
+use crate::{ApiError, FieldValidation, ResourceInfo, Subresource, WriteOptions, WriteResult};
+use kubesim_apply::TypeInfo;
+use kubesim_schema::{CompiledSchema, FieldErrorKind};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// How often `generateName` is retried on a name clash.
+const GENERATE_NAME_ATTEMPTS: usize = 8;
+
+/// A resolved resource type for one request.
+#[derive(Debug, Clone)]
+pub(crate) struct TypeCtx {
+    /// The served resource (requested version).
+    pub res: ResourceInfo,
+    /// Storage key of the type.
+    pub key: String,
+    /// Schema of the requested version (custom resources).
+    pub schema: Option<Arc<CompiledSchema>>,
+    /// Merge semantics for apply.
+    pub type_info: Arc<TypeInfo>,
+    /// `apiVersion` objects are stored under.
+    pub storage_api_version: String,
+    /// Field selector fields besides `metadata.name`/`metadata.namespace`.
+    pub selectable: Vec<String>,
+}
+
+impl TypeCtx {
+    /// The stored object as served in the requested version.
+    pub fn out(&self, stored: &Value) -> Value {
+        let mut v = stored.clone();
+        if self.res.custom && v.is_object() {
+            v["apiVersion"] = Value::from(self.res.api_version());
+        }
+        v
+    }
+
+    fn tracks_generation(&self) -> bool {
+        kinds::tracks_generation(&self.key, self.res.custom)
+    }
+}
+
+/// How managedFields are maintained for a write.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Mode<'a> {
+    /// Non-apply write: `record_update` by this manager.
+    Update(&'a str),
+    /// Server-side apply: managedFields already computed by `server_side_apply`.
+    Apply,
+}
+
+pub(crate) fn bad_request(msg: impl Into<String>) -> ApiError {
+    ApiError::new(400, "BadRequest", msg)
+}
+
+fn conflict(res: &ResourceInfo, name: &str, why: &str) -> ApiError {
+    meta::with_details(
+        ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                res.resource_group()
+            ),
+        ),
+        &res.group,
+        &res.plural,
+        name,
+    )
+}
+
+/// 409 for a stale `metadata.resourceVersion`.
+pub(crate) fn stale(res: &ResourceInfo, name: &str) -> ApiError {
+    conflict(
+        res,
+        name,
+        "the object has been modified; please apply your changes to the latest version and try again",
+    )
+}
+
+/// 409 for a failed delete/update precondition.
+pub(crate) fn precondition_failed(res: &ResourceInfo, name: &str, why: &str) -> ApiError {
+    conflict(res, name, &format!("Precondition failed: {why}"))
+}
+
+/// 404 for an object of `res`.
+pub(crate) fn not_found(res: &ResourceInfo, name: &str) -> ApiError {
+    meta::with_details(
+        ApiError::not_found(&res.resource_group(), name),
+        &res.group,
+        &res.plural,
+        name,
+    )
+}
+
+fn field_reason(k: &FieldErrorKind) -> String {
+    // `FieldValue<Kind>` is apimachinery's CauseType naming; the fallback keeps this
+    // working when the schema crate adds kinds.
+    match k {
+        FieldErrorKind::InternalError => "InternalError".to_string(),
+        other => format!("FieldValue{other:?}"),
+    }
+}
+
+fn check_type_meta(obj: &Value, res: &ResourceInfo) -> Result<(), ApiError> {
+    if let Some(av) = obj.get("apiVersion").and_then(Value::as_str)
+        && !av.is_empty()
+        && av != res.api_version()
+    {
+        return Err(bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({})",
+            res.api_version()
+        )));
+    }
+    if let Some(k) = obj.get("kind").and_then(Value::as_str)
+        && !k.is_empty()
+        && k != res.kind
+    {
+        return Err(bad_request(format!(
+            "the kind in the data ({k}) does not match the expected kind ({})",
+            res.kind
+        )));
+    }
+    Ok(())
+}
+
+fn sanitize_body(obj: &mut Value, res: &ResourceInfo) -> Result<(), ApiError> {
+    if !ensure_metadata(obj) {
+        return Err(bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: the body must be a JSON object with an object metadata",
+            res.kind, res.version, res.kind
+        )));
+    }
+    check_type_meta(obj, res)?;
+    obj["apiVersion"] = Value::from(res.api_version());
+    obj["kind"] = Value::from(res.kind.clone());
+    Ok(())
+}
+
+fn remove_meta(obj: &mut Value, fields: &[&str]) {
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        for f in fields {
+            m.remove(*f);
+        }
+    }
+}
+
+fn copy_meta(obj: &mut Value, from: &Value, fields: &[&str]) {
+    for f in fields {
+        match from.get("metadata").and_then(|m| m.get(*f)) {
+            Some(v) => obj["metadata"][*f] = v.clone(),
+            None => remove_meta(obj, &[f]),
+        }
+    }
+}
+
+/// The object without what may differ in a no-op write: resourceVersion and managedFields
+/// timestamps.
+fn normalized(v: &Value) -> Value {
+    let mut n = v.clone();
+    remove_meta(&mut n, &["resourceVersion"]);
+    if let Some(Value::Array(entries)) = n
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("managedFields"))
+    {
+        for e in entries.iter_mut() {
+            if let Some(m) = e.as_object_mut() {
+                m.remove("time");
+            }
+        }
+    }
+    n
+}
+
+/// Everything but `metadata` (and `status` when it is a subresource): what bumps generation.
+fn generation_relevant(v: &Value, has_status: bool) -> Value {
+    let mut n = v.clone();
+    if let Some(m) = n.as_object_mut() {
+        m.remove("metadata");
+        m.remove("apiVersion");
+        if has_status {
+            m.remove("status");
+        }
+    }
+    n
+}
+
+fn name_causes(key: &str, name: &str) -> Vec<Cause> {
+    let ok = if kinds::name_is_label(key) {
+        meta::is_dns_label(name)
+    } else {
+        meta::is_dns_subdomain(name)
+    };
+    if ok {
+        return Vec::new();
+    }
+    let msg = if kinds::name_is_label(key) {
+        meta::DNS_LABEL_MSG
+    } else {
+        meta::DNS_SUBDOMAIN_MSG
+    };
+    vec![Cause {
+        reason: "FieldValueInvalid".into(),
+        field: "metadata.name".into(),
+        detail: format!("Invalid value: \"{name}\": {msg}"),
+    }]
+}
+
+impl Inner {
+    /// Defaults → unknown fields per `fieldValidation` → prune → validate, for custom
+    /// resources; built-in validation for the kinds kubesim checks.
+    fn admit(
+        &self,
+        ctx: &TypeCtx,
+        obj: &mut Value,
+        old: Option<&Value>,
+        fv: FieldValidation,
+        warnings: &mut Vec<String>,
+        mut causes: Vec<Cause>,
+    ) -> Result<(), ApiError> {
+        let name = meta_str(obj, "name").unwrap_or_default().to_string();
+        if let Some(schema) = &ctx.schema {
+            schema.apply_defaults(obj);
+            let unknown = schema.unknown_fields(obj);
+            if !unknown.is_empty() {
+                match fv {
+                    FieldValidation::Strict => {
+                        let list: Vec<String> = unknown
+                            .iter()
+                            .map(|u| format!("unknown field \"{u}\""))
+                            .collect();
+                        return Err(bad_request(format!(
+                            "{kind} in version \"{v}\" cannot be handled as a {kind}: strict decoding error: {}",
+                            list.join(", "),
+                            kind = ctx.res.kind,
+                            v = ctx.res.version,
+                        )));
+                    }
+                    FieldValidation::Warn => {
+                        warnings.extend(unknown.iter().map(|u| format!("unknown field \"{u}\"")));
+                    }
+                    FieldValidation::Ignore => {}
+                }
+            }
+            schema.prune(obj);
+            for e in schema.validate(obj, old) {
+                let detail = e
+                    .detail
+                    .strip_prefix(&format!("{}: ", e.path))
+                    .unwrap_or(&e.detail)
+                    .to_string();
+                causes.push(Cause {
+                    reason: field_reason(&e.kind),
+                    field: e.path.clone(),
+                    detail,
+                });
+            }
+        }
+        if ctx.key == CRDS {
+            match crate::crd::parse_crd(obj) {
+                Ok(def) => {
+                    if let Some(old) = old
+                        && let Ok(old_def) = crate::crd::parse_crd(old)
+                    {
+                        for (field, a, b) in [
+                            ("spec.group", &old_def.group, &def.group),
+                            ("spec.names.plural", &old_def.plural, &def.plural),
+                        ] {
+                            if a != b {
+                                causes.push(Cause {
+                                    reason: "FieldValueInvalid".into(),
+                                    field: field.into(),
+                                    detail: format!("Invalid value: \"{b}\": field is immutable"),
+                                });
+                            }
+                        }
+                        if old_def.namespaced != def.namespaced {
+                            causes.push(Cause {
+                                reason: "FieldValueInvalid".into(),
+                                field: "spec.scope".into(),
+                                detail: "Invalid value: \"\": field is immutable".into(),
+                            });
+                        }
+                    }
+                }
+                Err(errs) => causes.extend(errs),
+            }
+        }
+        if let (Some(old), Some(true)) = (
+            old,
+            old.map(|o| {
+                o.get("metadata")
+                    .and_then(|m| m.get("deletionTimestamp"))
+                    .is_some()
+            }),
+        ) {
+            let before = meta::finalizers(old);
+            if meta::finalizers(obj).iter().any(|f| !before.contains(f)) {
+                causes.push(Cause {
+                    reason: "FieldValueForbidden".into(),
+                    field: "metadata.finalizers".into(),
+                    detail:
+                        "Forbidden: no new finalizers can be added if the object is being deleted"
+                            .into(),
+                });
+            }
+        }
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(meta::invalid(&ctx.res.group, &ctx.res.kind, &name, &causes))
+        }
+    }
+
+    fn check_namespace_open(
+        &self,
+        ns: &str,
+        res: &ResourceInfo,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        let Some(nsobj) = self.get(NAMESPACES, "", ns) else {
+            return Err(meta::with_details(
+                ApiError::not_found("namespaces", ns),
+                "",
+                "namespaces",
+                ns,
+            ));
+        };
+        let terminating = nsobj
+            .get("metadata")
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some()
+            || nsobj
+                .get("status")
+                .and_then(|s| s.get("phase"))
+                .and_then(Value::as_str)
+                == Some("Terminating");
+        if terminating {
+            let mut e = ApiError::new(
+                403,
+                "Forbidden",
+                format!(
+                    "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    res.resource_group()
+                ),
+            );
+            e.details = Some(json!({
+                "name": name, "group": res.group, "kind": res.plural,
+                "causes": [{
+                    "reason": "NamespaceTerminating",
+                    "message": format!("namespace {ns} is being terminated"),
+                    "field": "metadata.namespace",
+                }],
+            }));
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Scope the object: the request's namespace for namespaced kinds (a different
+    /// `metadata.namespace` is a 400), none for cluster-scoped ones. Returns the storage
+    /// namespace (`""` when cluster-scoped).
+    fn scope(&self, ctx: &TypeCtx, ns: Option<&str>, obj: &mut Value) -> Result<String, ApiError> {
+        if ctx.res.namespaced {
+            let Some(ns) = ns.filter(|n| !n.is_empty()) else {
+                return Err(bad_request(
+                    "the namespace of the object must be set in the request URL",
+                ));
+            };
+            if let Some(body_ns) = meta_str(obj, "namespace")
+                && !body_ns.is_empty()
+                && body_ns != ns
+            {
+                return Err(bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            obj["metadata"]["namespace"] = Value::from(ns);
+            Ok(ns.to_string())
+        } else {
+            remove_meta(obj, &["namespace"]);
+            Ok(String::new())
+        }
+    }
+
+    /// Create `obj`. `url_name` is set when the create comes from an update or apply to a
+    /// named URL.
+    pub(crate) fn create_obj(
+        &mut self,
+        ctx: &TypeCtx,
+        ns: Option<&str>,
+        mut obj: Value,
+        opts: &WriteOptions,
+        mode: Mode<'_>,
+        url_name: Option<&str>,
+    ) -> Result<WriteResult, ApiError> {
+        sanitize_body(&mut obj, &ctx.res)?;
+        let ns = self.scope(ctx, ns, &mut obj)?;
+        if let Some(n) = url_name {
+            match meta_str(&obj, "name") {
+                Some(b) if !b.is_empty() && b != n => {
+                    return Err(bad_request(format!(
+                        "the name of the object ({b}) does not match the name on the URL ({n})"
+                    )));
+                }
+                _ => obj["metadata"]["name"] = Value::from(n),
+            }
+        }
+        if matches!(mode, Mode::Update(_))
+            && url_name.is_none()
+            && meta_str(&obj, "resourceVersion").is_some_and(|s| !s.is_empty())
+        {
+            return Err(bad_request(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
+        remove_meta(
+            &mut obj,
+            &[
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "resourceVersion",
+                "generation",
+                "selfLink",
+            ],
+        );
+        let given_name = meta_str(&obj, "name").unwrap_or_default().to_string();
+        let generate = meta_str(&obj, "generateName")
+            .unwrap_or_default()
+            .to_string();
+        if given_name.is_empty() && generate.is_empty() {
+            return Err(meta::invalid(
+                &ctx.res.group,
+                &ctx.res.kind,
+                "",
+                &[Cause {
+                    reason: "FieldValueRequired".into(),
+                    field: "metadata.name".into(),
+                    detail: "Required value: name or generateName is required".into(),
+                }],
+            ));
+        }
+        let mut name = if given_name.is_empty() {
+            format!("{generate}{}", meta::random_suffix())
+        } else {
+            given_name.clone()
+        };
+        obj["metadata"]["name"] = Value::from(name.clone());
+        if ctx.res.namespaced {
+            self.check_namespace_open(&ns, &ctx.res, &name)?;
+        }
+        if ctx.key == "secrets" {
+            kinds::normalize_secret(&mut obj, true)?;
+        }
+        kinds::prepare_create(
+            &ctx.key,
+            ctx.res.has_status,
+            ctx.res.custom,
+            &mut obj,
+            &name,
+        );
+        let mut warnings = Vec::new();
+        let causes = name_causes(&ctx.key, &name);
+        self.admit(
+            ctx,
+            &mut obj,
+            None,
+            opts.field_validation,
+            &mut warnings,
+            causes,
+        )?;
+        let now = meta::now_rfc3339();
+        obj["metadata"]["uid"] = Value::from(meta::new_uid());
+        obj["metadata"]["creationTimestamp"] = Value::from(now.clone());
+        if ctx.tracks_generation() {
+            obj["metadata"]["generation"] = Value::from(1);
+        }
+        if let Mode::Update(manager) = mode {
+            kubesim_apply::record_update(None, &mut obj, &ctx.type_info, manager, None, &now);
+        }
+        // generateName: retry on a clash, as kube-apiserver's name generator does
+        let mut attempts = 0;
+        while self.get(&ctx.key, &ns, &name).is_some() {
+            attempts += 1;
+            if given_name.is_empty() && attempts < GENERATE_NAME_ATTEMPTS {
+                name = format!("{generate}{}", meta::random_suffix());
+                obj["metadata"]["name"] = Value::from(name.clone());
+                continue;
+            }
+            return Err(meta::with_details(
+                ApiError::new(
+                    409,
+                    "AlreadyExists",
+                    format!("{} \"{name}\" already exists", ctx.res.resource_group()),
+                ),
+                &ctx.res.group,
+                &ctx.res.plural,
+                &name,
+            ));
+        }
+        if opts.dry_run {
+            return Ok(WriteResult {
+                object: obj,
+                created: true,
+                warnings,
+            });
+        }
+        if ctx.res.custom {
+            obj["apiVersion"] = Value::from(ctx.storage_api_version.clone());
+        }
+        let stored = self.put(&ctx.key, &ns, &name, obj);
+        let object = ctx.out(&stored);
+        self.after_write(&ctx.key, &ns, &name, true);
+        Ok(WriteResult {
+            object,
+            created: true,
+            warnings,
+        })
+    }
+
+    /// Update an existing object with the full `candidate` (the request body, or the
+    /// result of a patch/apply on the stored object). Creates when allowed and missing.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn update_obj(
+        &mut self,
+        ctx: &TypeCtx,
+        ns: Option<&str>,
+        name: &str,
+        mut candidate: Value,
+        sub: Subresource,
+        opts: &WriteOptions,
+        mode: Mode<'_>,
+    ) -> Result<WriteResult, ApiError> {
+        sanitize_body(&mut candidate, &ctx.res)?;
+        if let Some(b) = meta_str(&candidate, "name")
+            && !b.is_empty()
+            && b != name
+        {
+            return Err(bad_request(format!(
+                "the name of the object ({b}) does not match the name on the URL ({name})"
+            )));
+        }
+        let store_ns = if ctx.res.namespaced {
+            ns.unwrap_or_default().to_string()
+        } else {
+            String::new()
+        };
+        let Some(old_stored) = self.get(&ctx.key, &store_ns, name) else {
+            let creatable = sub == Subresource::Main
+                && (matches!(mode, Mode::Apply)
+                    || crate::registry::allows_create_on_update(&ctx.res.group, &ctx.res.plural));
+            if creatable {
+                return self.create_obj(ctx, ns, candidate, opts, mode, Some(name));
+            }
+            return Err(not_found(&ctx.res, name));
+        };
+        let ns_scoped = self.scope(ctx, ns, &mut candidate)?;
+        let old = ctx.out(&old_stored);
+        if let Some(rv) = meta_str(&candidate, "resourceVersion")
+            && !rv.is_empty()
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(stale(&ctx.res, name));
+        }
+        if let Some(uid) = meta_str(&candidate, "uid")
+            && !uid.is_empty()
+            && Some(uid) != meta_str(&old, "uid")
+        {
+            return Err(precondition_failed(
+                &ctx.res,
+                name,
+                &format!(
+                    "UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(&old, "uid").unwrap_or_default()
+                ),
+            ));
+        }
+        let mut new = match sub {
+            Subresource::Status => {
+                let mut n = old.clone();
+                match candidate.get("status") {
+                    Some(s) => n["status"] = s.clone(),
+                    None => {
+                        if let Some(m) = n.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+                if matches!(mode, Mode::Apply) {
+                    copy_meta(&mut n, &candidate, &["managedFields"]);
+                }
+                n
+            }
+            Subresource::Main => {
+                let mut n = candidate;
+                if ctx.res.has_status {
+                    match old.get("status") {
+                        Some(s) => n["status"] = s.clone(),
+                        None => {
+                            if let Some(m) = n.as_object_mut() {
+                                m.remove("status");
+                            }
+                        }
+                    }
+                }
+                if n.get("metadata")
+                    .and_then(|m| m.get("managedFields"))
+                    .is_none()
+                {
+                    copy_meta(&mut n, &old, &["managedFields"]);
+                }
+                copy_meta(
+                    &mut n,
+                    &old,
+                    &[
+                        "uid",
+                        "creationTimestamp",
+                        "deletionTimestamp",
+                        "deletionGracePeriodSeconds",
+                        "generation",
+                    ],
+                );
+                if ctx.key == "secrets" {
+                    kinds::normalize_secret(&mut n, false)?;
+                }
+                kinds::prepare_update(&ctx.key, &mut n, &old, name);
+                n
+            }
+        };
+        remove_meta(&mut new, &["resourceVersion", "selfLink"]);
+        if ctx.res.namespaced {
+            new["metadata"]["namespace"] = Value::from(ns_scoped.clone());
+        }
+        let mut warnings = Vec::new();
+        self.admit(
+            ctx,
+            &mut new,
+            Some(&old),
+            opts.field_validation,
+            &mut warnings,
+            Vec::new(),
+        )?;
+        let now = meta::now_rfc3339();
+        if let Mode::Update(manager) = mode {
+            let subname = (sub == Subresource::Status).then_some("status");
+            kubesim_apply::record_update(
+                Some(&old),
+                &mut new,
+                &ctx.type_info,
+                manager,
+                subname,
+                &now,
+            );
+        }
+        if ctx.tracks_generation()
+            && generation_relevant(&new, ctx.res.has_status)
+                != generation_relevant(&old, ctx.res.has_status)
+        {
+            let g = old
+                .get("metadata")
+                .and_then(|m| m.get("generation"))
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            new["metadata"]["generation"] = Value::from(g + 1);
+        }
+        if let Some(rv) = meta_str(&old, "resourceVersion") {
+            new["metadata"]["resourceVersion"] = Value::from(rv.to_string());
+        }
+        if normalized(&new) == normalized(&old) {
+            return Ok(WriteResult {
+                object: old,
+                created: false,
+                warnings,
+            });
+        }
+        if opts.dry_run {
+            return Ok(WriteResult {
+                object: new,
+                created: false,
+                warnings,
+            });
+        }
+        if ctx.res.custom {
+            new["apiVersion"] = Value::from(ctx.storage_api_version.clone());
+        }
+        let deleting = new
+            .get("metadata")
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some();
+        if deleting && meta::finalizers(&new).is_empty() && ctx.key != NAMESPACES {
+            // the last finalizer is gone: the object goes away now
+            self.put(&ctx.key, &store_ns, name, new);
+            let last = self
+                .remove(&ctx.key, &store_ns, name)
+                .map(|l| ctx.out(&l))
+                .unwrap_or(Value::Null);
+            self.after_removal(&ctx.key, &store_ns, &last);
+            return Ok(WriteResult {
+                object: last,
+                created: false,
+                warnings,
+            });
+        }
+        let stored = self.put(&ctx.key, &store_ns, name, new);
+        let object = ctx.out(&stored);
+        if ctx.key == NAMESPACES && deleting {
+            self.try_finalize_namespace(name);
+        }
+        if sub == Subresource::Main {
+            self.after_write(&ctx.key, &store_ns, name, false);
+        }
+        Ok(WriteResult {
+            object,
+            created: false,
+            warnings,
+        })
+    }
+
+    /// Controller-like reactions to a stored write: a namespace gets its `default`
+    /// ServiceAccount, a CRD gets served and established.
+    fn after_write(&mut self, key: &str, _ns: &str, name: &str, created: bool) {
+        match key {
+            NAMESPACES if created => self.ensure_default_sa(name),
+            CRDS => self.sync_crd(name),
+            _ => {}
+        }
+    }
+
+    fn ensure_default_sa(&mut self, ns: &str) {
+        if self.get(kinds::SERVICEACCOUNTS, ns, "default").is_some() {
+            return;
+        }
+        let sa = json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {
+                "name": "default",
+                "namespace": ns,
+                "uid": meta::new_uid(),
+                "creationTimestamp": meta::now_rfc3339(),
+            },
+        });
+        self.put(kinds::SERVICEACCOUNTS, ns, "default", sa);
+    }
+
+    /// Serve the CRD's versions and set the status the apiextensions controllers would
+    /// (`NamesAccepted`, `Established`, `acceptedNames`, `storedVersions`).
+    pub(crate) fn sync_crd(&mut self, name: &str) {
+        let Some(stored) = self.get(CRDS, "", name) else {
+            return;
+        };
+        let Ok(def) = crate::crd::parse_crd(&stored) else {
+            return;
+        };
+        let key = def.type_key();
+        self.resources
+            .retain(|_, r| !(r.custom && r.resource_group() == key));
+        for r in def.resources() {
+            self.register(r);
+        }
+        let status =
+            crate::crd::established_status(&def, stored.get("status"), &meta::now_rfc3339());
+        self.crds.insert(key, def);
+        if stored.get("status") != Some(&status) {
+            let mut next = (*stored).clone();
+            next["status"] = status;
+            self.put(CRDS, "", name, next);
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Shared test helpers.
+#![allow(dead_code)]
+
+use futures::StreamExt;
+use kubesim_store::{Cluster, ResourceInfo, WatchEvent, WatchStream, WriteOptions};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub fn cluster() -> Arc<Cluster> {
+    Cluster::new("test")
+}
+
+pub fn res(c: &Cluster, group: &str, version: &str, plural: &str) -> ResourceInfo {
+    c.resolve(group, version, plural)
+        .unwrap_or_else(|| panic!("{group}/{version}/{plural} not served"))
+}
+
+pub fn opts(manager: &str) -> WriteOptions {
+    WriteOptions {
+        field_manager: manager.to_string(),
+        ..WriteOptions::default()
+    }
+}
+
+pub fn rv(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Load every document of a YAML file as JSON.
+pub fn yaml_docs(path: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    let text = std::fs::read_to_string(path).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+pub const UPSTREAM_CRDS: &str = "/work/shared/crds/upstream";
+
+pub fn install_crd(c: &Cluster, file: &str) -> Value {
+    let crd_res = res(c, "apiextensions.k8s.io", "v1", "customresourcedefinitions");
+    let doc = yaml_docs(&format!("{UPSTREAM_CRDS}/{file}")).remove(0);
+    c.create(&crd_res, None, doc, &opts("test"))
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+        .object
+}
+
+/// The next event, or `None` if the stream ended; panics if nothing arrives in 5 s (a
+/// hang guard, not a timing assertion).
+pub async fn next(s: &mut WatchStream) -> Option<WatchEvent> {
+    tokio::time::timeout(Duration::from_secs(5), s.next())
+        .await
+        .expect("watch stream stalled")
+}
+
+/// Whether the stream has nothing ready right now (after letting queued work run).
+pub async fn idle(s: &mut WatchStream) -> bool {
+    tokio::time::timeout(Duration::from_millis(50), s.next())
+        .await
+        .is_err()
+}
+
+pub fn name_of(ev: &WatchEvent) -> String {
+    ev.object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
