@@ -7,8 +7,28 @@
 //! - [`CompiledSchema::new`] compiles a schema once per CRD version (CEL parsed up front).
 //! - [`CompiledSchema::apply_defaults`], [`CompiledSchema::prune`], [`CompiledSchema::validate`].
 //! - [`FieldError`] renders like kube-apiserver's `field.Error` (`spec.x: Required value`).
+//! - [`invalid_message`] and [`causes`] build the `Invalid` status from field errors.
+//!
+//! See `README.md` beside this crate for what is supported and how it differs from
+//! kube-apiserver.
+
+#![warn(missing_docs)]
+
+mod cel_lib;
+mod cel_rules;
+mod defaults;
+mod errors;
+mod formats;
+mod node;
+mod prune;
+mod validate;
+
+use std::sync::Arc;
 
 use serde_json::Value;
+
+pub use errors::{causes, invalid_message};
+use node::Node;
 
 /// Why a schema could not be compiled (a CRD with such a schema is rejected).
 #[derive(Debug, thiserror::Error)]
@@ -32,8 +52,12 @@ pub enum FieldErrorKind {
     Invalid,
     /// `Unsupported value` (enum)
     NotSupported,
-    /// `Too long` / `Too many`
+    /// `Too long` (strings over `maxLength`)
     TooLong,
+    /// `Too many` (lists over `maxItems`, objects over `maxProperties`)
+    TooMany,
+    /// `Invalid value` for a value of the wrong type or format (`FieldValueTypeInvalid`)
+    TypeInvalid,
     /// `Duplicate value`
     Duplicate,
     /// `Forbidden`
@@ -63,14 +87,23 @@ impl std::fmt::Display for FieldError {
 #[derive(Debug, Clone)]
 pub struct CompiledSchema {
     schema: Value,
+    root: Arc<Node>,
 }
 
+/// The error kube-apiserver appends instead of running CEL rules when the schema checks
+/// already found a type, required, enum or size error.
+const CEL_SKIPPED: &str = "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation";
+
 impl CompiledSchema {
-    /// Compile `openAPIV3Schema`. CEL rules are parsed here; a rule that cannot be compiled
-    /// is an error (kube-apiserver rejects such CRDs).
+    /// Compile `openAPIV3Schema`. CEL rules are parsed here. A schema kube-apiserver would
+    /// reject (unknown type, bad pattern, malformed rule entry) is an error; a rule that
+    /// cel-rust cannot parse or that calls a function kubesim lacks is kept and listed by
+    /// [`CompiledSchema::unevaluable_rules`] (and fails validation as an internal error).
     pub fn new(open_api_v3_schema: &Value) -> Result<Self, SchemaError> {
+        let root = Node::compile(open_api_v3_schema, "")?;
         Ok(Self {
             schema: open_api_v3_schema.clone(),
+            root: Arc::new(root),
         })
     }
 
@@ -80,26 +113,68 @@ impl CompiledSchema {
     }
 
     /// Apply `default`s in place (as kube-apiserver does on create, update and read).
-    pub fn apply_defaults(&self, _obj: &mut Value) {}
+    pub fn apply_defaults(&self, obj: &mut Value) {
+        defaults::apply(&self.root, obj);
+    }
 
     /// Drop fields unknown to the schema unless `x-kubernetes-preserve-unknown-fields`.
-    /// `apiVersion`, `kind` and `metadata` at the root are always kept.
-    pub fn prune(&self, _obj: &mut Value) {}
+    /// `apiVersion`, `kind` and `metadata` at the root are always kept. Also drops `null`
+    /// in non-nullable fields that have no default, as kube-apiserver does.
+    pub fn prune(&self, obj: &mut Value) {
+        prune::prune(Some(&self.root), obj, true);
+    }
 
-    /// Fields `prune` would drop (for `fieldValidation=Strict|Warn`), as paths.
-    pub fn unknown_fields(&self, _obj: &Value) -> Vec<String> {
-        Vec::new()
+    /// Fields `prune` would drop (for `fieldValidation=Strict|Warn`), as paths
+    /// (`spec.foo`, `spec.items[0].bar`).
+    pub fn unknown_fields(&self, obj: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        prune::unknown(Some(&self.root), obj, true, false, "", &mut out);
+        out
     }
 
     /// Validate `obj` (already defaulted and pruned); `old` is the stored object on
-    /// update, used by CEL transition rules (`oldSelf`).
-    pub fn validate(&self, _obj: &Value, _old: Option<&Value>) -> Vec<FieldError> {
-        Vec::new()
+    /// update, used by CEL transition rules (`oldSelf`) and for ratcheting (unchanged
+    /// values are not re-validated). Errors come in kube-apiserver's order: OpenAPI
+    /// schema, list-type uniqueness, then CEL rules (skipped, with kube-apiserver's
+    /// notice, when a blocking schema error exists).
+    pub fn validate(&self, obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        validate::validate(&self.root, obj, old, "", &mut errs);
+        validate::list_types(&self.root, obj, old, "", &mut errs);
+        for e in &mut errs {
+            if e.path.is_empty() {
+                e.path = "<nil>".to_string();
+            }
+        }
+        let blocking = errs.iter().any(|e| {
+            matches!(
+                e.kind,
+                FieldErrorKind::NotSupported
+                    | FieldErrorKind::Required
+                    | FieldErrorKind::TooLong
+                    | FieldErrorKind::TooMany
+                    | FieldErrorKind::TypeInvalid
+            )
+        });
+        if self.root.has_rules {
+            if blocking {
+                errs.push(FieldError::invalid("<nil>", &Value::Null, CEL_SKIPPED));
+            } else {
+                cel_rules::validate(&self.root, obj, old, "", true, &mut errs);
+            }
+        }
+        errs
     }
 
     /// CEL rules this implementation cannot evaluate (documented, never silently passed:
     /// `validate` reports them as errors).
     pub fn unevaluable_rules(&self) -> Vec<String> {
-        Vec::new()
+        let mut rules = Vec::new();
+        self.root.collect_rules(&mut rules);
+        rules
+            .into_iter()
+            .filter(|r| r.unsupported.is_some())
+            .map(|r| r.rule.clone())
+            .collect()
     }
 }

@@ -1,0 +1,413 @@
+//! The CEL environment: cel-rust's standard library and its strings/lists/math extensions,
+//! plus the Kubernetes library functions kubesim implements (`isURL`, `url(...).getX()`,
+//! list `isSorted/sum/min/max/indexOf/lastIndexOf`, regex `find/findAll`).
+
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use cel::common::types::{DYN_TYPE, LIST_TYPE, STRING_TYPE};
+use cel::common::value::{CowVal, Val};
+use cel::{Context, Env, ExecutionError, Value};
+
+/// The shared environment (built once; compiling and evaluating only read it).
+pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(build_env()));
+
+/// Operators and macros the interpreter evaluates itself (not declared in the `Env`).
+const BUILTIN: &[&str] = &[
+    "_==_",
+    "_!=_",
+    "_&&_",
+    "_||_",
+    "_?_:_",
+    "!_",
+    "-_",
+    "@in",
+    "_<_",
+    "_<=_",
+    "_>_",
+    "_>=_",
+    "_+_",
+    "_-_",
+    "_*_",
+    "_/_",
+    "_%_",
+    "_[_]",
+    "_[?_]",
+    "_?._",
+    "has",
+    "all",
+    "exists",
+    "exists_one",
+    "map",
+    "filter",
+    "@not_strictly_false",
+    "cel.bind",
+    "bind",
+    "sortBy",
+    "transformList",
+    "transformMap",
+];
+
+fn build_env() -> Env {
+    let mut env = Env::stdlib();
+    // Registration of fixed, distinct overloads cannot fail; an error here would be a
+    // programming error caught by the unit tests (which assert the functions work).
+    let _ = env.add_extension(cel::extensions::strings);
+    let _ = env.add_extension(cel::extensions::lists);
+    let _ = env.add_extension(cel::extensions::math);
+    let _ = env.add_extension(cel::extensions::encoders);
+    let _ = add_kubernetes_library(&mut env);
+    env
+}
+
+fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    env.add_overload("isURL", "isURL_string", vec![STRING_TYPE], is_url)?;
+    env.add_overload("url", "string_to_url", vec![STRING_TYPE], url)?;
+    let getters: [(&str, cel::common::functions::Function); 5] = [
+        ("getScheme", get_scheme),
+        ("getHost", get_host),
+        ("getHostname", get_hostname),
+        ("getPort", get_port),
+        ("getEscapedPath", get_escaped_path),
+    ];
+    for (name, f) in getters {
+        env.add_member_overload(name, &format!("url_{name}"), STRING_TYPE, vec![], f)?;
+    }
+    env.add_member_overload("isSorted", "list_isSorted", LIST_TYPE, vec![], is_sorted)?;
+    env.add_member_overload("sum", "list_sum", LIST_TYPE, vec![], sum)?;
+    env.add_member_overload("min", "list_min", LIST_TYPE, vec![], list_min)?;
+    env.add_member_overload("max", "list_max", LIST_TYPE, vec![], list_max)?;
+    env.add_member_overload(
+        "indexOf",
+        "list_indexOf",
+        LIST_TYPE,
+        vec![DYN_TYPE],
+        list_index_of,
+    )?;
+    env.add_member_overload(
+        "lastIndexOf",
+        "list_lastIndexOf",
+        LIST_TYPE,
+        vec![DYN_TYPE],
+        list_last_index_of,
+    )?;
+    env.add_member_overload("find", "string_find", STRING_TYPE, vec![STRING_TYPE], find)?;
+    env.add_member_overload(
+        "findAll",
+        "string_findAll",
+        STRING_TYPE,
+        vec![STRING_TYPE],
+        find_all,
+    )?;
+    Ok(())
+}
+
+/// Names already probed: declared in the environment or not.
+static DECLARED: LazyLock<Mutex<HashSet<(String, bool)>>> =
+    LazyLock::new(|| Mutex::new(HashSet::new()));
+
+/// Whether a function name that a compiled rule calls can be evaluated here.
+pub(crate) fn is_supported(name: &str) -> bool {
+    if BUILTIN.contains(&name) {
+        return true;
+    }
+    if let Ok(cache) = DECLARED.lock()
+        && let Some(hit) = cache.iter().find(|(n, _)| n == name)
+    {
+        return hit.1;
+    }
+    // `Context::add_function` refuses a name the Env declares: the only public probe.
+    let mut ctx = Context::with_env(ENV.clone());
+    let declared = ctx.add_function(name, |a: i64| a).is_err()
+        || ["optional.", "math.", "lists.", "strings.", "base64."]
+            .iter()
+            .any(|ns| {
+                ctx.add_function(&format!("{ns}{name}"), |a: i64| a)
+                    .is_err()
+            });
+    if let Ok(mut cache) = DECLARED.lock() {
+        cache.insert((name.to_string(), declared));
+    }
+    declared
+}
+
+fn values(args: &[CowVal<'_, '_>]) -> Result<Vec<Value>, ExecutionError> {
+    args.iter().map(|a| Value::try_from(&**a)).collect()
+}
+
+fn ret<'b, 'v>(v: Value) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let b: Box<dyn Val> = v.try_into()?;
+    Ok(CowVal::Owned(b))
+}
+
+fn string_arg(v: &Value, function: &str) -> Result<String, ExecutionError> {
+    match v {
+        Value::String(s) => Ok(s.to_string()),
+        other => Err(ExecutionError::function_error(
+            function,
+            format!("expected string, got {}", other.type_of()),
+        )),
+    }
+}
+
+fn list_arg(v: &Value, function: &str) -> Result<Arc<Vec<Value>>, ExecutionError> {
+    match v {
+        Value::List(l) => Ok(l.clone()),
+        other => Err(ExecutionError::function_error(
+            function,
+            format!("expected list, got {}", other.type_of()),
+        )),
+    }
+}
+
+/// The parts of an absolute URL as Go's `url.Parse` splits it (enough for the getters).
+struct UrlParts {
+    scheme: String,
+    host: String,
+    path: String,
+}
+
+fn parse_url(s: &str) -> Option<UrlParts> {
+    // Kubernetes' isURL/url accept absolute URLs and absolute paths (`/a/b`).
+    if s.starts_with('/') {
+        return Some(UrlParts {
+            scheme: String::new(),
+            host: String::new(),
+            path: s.split(['?', '#']).next().unwrap_or("").to_string(),
+        });
+    }
+    if !crate::formats::is_uri(s) {
+        return None;
+    }
+    let (scheme, rest) = s.split_once(':')?;
+    let rest = rest.split('#').next().unwrap_or("");
+    let rest = rest.split('?').next().unwrap_or("");
+    let (host, path) = match rest.strip_prefix("//") {
+        Some(authority_and_path) => {
+            let (auth, path) = match authority_and_path.find('/') {
+                Some(i) => (&authority_and_path[..i], &authority_and_path[i..]),
+                None => (authority_and_path, ""),
+            };
+            let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
+            (host.to_string(), path.to_string())
+        }
+        None => (String::new(), rest.to_string()),
+    };
+    Some(UrlParts {
+        scheme: scheme.to_string(),
+        host,
+        path,
+    })
+}
+
+fn is_url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let s = string_arg(a.first().unwrap_or(&Value::Null), "isURL")?;
+    ret(Value::Bool(parse_url(&s).is_some()))
+}
+
+fn url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let s = string_arg(a.first().unwrap_or(&Value::Null), "url")?;
+    if parse_url(&s).is_none() {
+        return Err(ExecutionError::function_error(
+            "url",
+            format!("URL parse error during conversion from string: {s}"),
+        ));
+    }
+    ret(Value::String(Arc::new(s)))
+}
+
+fn url_part<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+    name: &str,
+    part: fn(&UrlParts) -> Value,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let s = string_arg(a.first().unwrap_or(&Value::Null), name)?;
+    let parts = parse_url(&s)
+        .ok_or_else(|| ExecutionError::function_error(name, format!("not a URL: {s}")))?;
+    ret(part(&parts))
+}
+
+fn split_host_port(host: &str) -> (String, String) {
+    if let Some(rest) = host.strip_prefix('[') {
+        // [ipv6]:port
+        if let Some((h, p)) = rest.split_once(']') {
+            return (h.to_string(), p.trim_start_matches(':').to_string());
+        }
+    }
+    match host.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => (h.to_string(), p.to_string()),
+        _ => (host.to_string(), String::new()),
+    }
+}
+
+fn get_scheme<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    url_part(args, "getScheme", |p| {
+        Value::String(Arc::new(p.scheme.clone()))
+    })
+}
+
+fn get_host<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    url_part(args, "getHost", |p| Value::String(Arc::new(p.host.clone())))
+}
+
+fn get_hostname<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    url_part(args, "getHostname", |p| {
+        Value::String(Arc::new(split_host_port(&p.host).0))
+    })
+}
+
+fn get_port<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    url_part(args, "getPort", |p| {
+        Value::String(Arc::new(split_host_port(&p.host).1))
+    })
+}
+
+fn get_escaped_path<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    url_part(args, "getEscapedPath", |p| {
+        Value::String(Arc::new(p.path.clone()))
+    })
+}
+
+fn compare(a: &Value, b: &Value, function: &str) -> Result<std::cmp::Ordering, ExecutionError> {
+    let ord = match (a, b) {
+        (Value::Int(x), Value::Int(y)) => x.partial_cmp(y),
+        (Value::UInt(x), Value::UInt(y)) => x.partial_cmp(y),
+        (Value::Float(x), Value::Float(y)) => x.partial_cmp(y),
+        (Value::String(x), Value::String(y)) => x.partial_cmp(y),
+        (Value::Bool(x), Value::Bool(y)) => x.partial_cmp(y),
+        (Value::Timestamp(x), Value::Timestamp(y)) => x.partial_cmp(y),
+        (Value::Duration(x), Value::Duration(y)) => x.partial_cmp(y),
+        _ => None,
+    };
+    ord.ok_or_else(|| {
+        ExecutionError::function_error(
+            function,
+            format!("cannot compare {} and {}", a.type_of(), b.type_of()),
+        )
+    })
+}
+
+fn is_sorted<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let list = list_arg(a.first().unwrap_or(&Value::Null), "isSorted")?;
+    for w in list.windows(2) {
+        if compare(&w[0], &w[1], "isSorted")? == std::cmp::Ordering::Greater {
+            return ret(Value::Bool(false));
+        }
+    }
+    ret(Value::Bool(true))
+}
+
+fn sum<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let list = list_arg(a.first().unwrap_or(&Value::Null), "sum")?;
+    let mut acc = Value::Int(0);
+    for (i, x) in list.iter().enumerate() {
+        acc = match (&acc, x) {
+            (_, x) if i == 0 => x.clone(),
+            (Value::Int(s), Value::Int(y)) => Value::Int(
+                s.checked_add(*y)
+                    .ok_or_else(|| ExecutionError::function_error("sum", "integer overflow"))?,
+            ),
+            (Value::UInt(s), Value::UInt(y)) => Value::UInt(
+                s.checked_add(*y)
+                    .ok_or_else(|| ExecutionError::function_error("sum", "integer overflow"))?,
+            ),
+            (Value::Float(s), Value::Float(y)) => Value::Float(s + y),
+            (Value::Duration(s), Value::Duration(y)) => Value::Duration(*s + *y),
+            _ => {
+                return Err(ExecutionError::function_error(
+                    "sum",
+                    format!("cannot add {}", x.type_of()),
+                ));
+            }
+        };
+    }
+    ret(acc)
+}
+
+fn extreme<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+    function: &str,
+    want: std::cmp::Ordering,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let list = list_arg(a.first().unwrap_or(&Value::Null), function)?;
+    let mut best: Option<&Value> = None;
+    for x in list.iter() {
+        best = match best {
+            Some(b) if compare(x, b, function)? != want => Some(b),
+            _ => Some(x),
+        };
+    }
+    match best {
+        Some(b) => ret(b.clone()),
+        None => Err(ExecutionError::function_error(
+            function,
+            format!("{function} called on empty list"),
+        )),
+    }
+}
+
+fn list_min<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    extreme(args, "min", std::cmp::Ordering::Less)
+}
+
+fn list_max<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    extreme(args, "max", std::cmp::Ordering::Greater)
+}
+
+fn position<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+    function: &str,
+    last: bool,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let list = list_arg(a.first().unwrap_or(&Value::Null), function)?;
+    let needle = a.get(1).unwrap_or(&Value::Null);
+    let found = if last {
+        list.iter().rposition(|x| x == needle)
+    } else {
+        list.iter().position(|x| x == needle)
+    };
+    ret(Value::Int(found.map_or(-1, |i| i as i64)))
+}
+
+fn list_index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    position(args, "indexOf", false)
+}
+
+fn list_last_index_of<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    position(args, "lastIndexOf", true)
+}
+
+fn regex_args(
+    args: &[CowVal<'_, '_>],
+    function: &str,
+) -> Result<(String, regex::Regex), ExecutionError> {
+    let a = values(args)?;
+    let s = string_arg(a.first().unwrap_or(&Value::Null), function)?;
+    let re = string_arg(a.get(1).unwrap_or(&Value::Null), function)?;
+    let re = regex::Regex::new(&re).map_err(|e| ExecutionError::function_error(function, e))?;
+    Ok((s, re))
+}
+
+fn find<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (s, re) = regex_args(&args, "find")?;
+    let m = re
+        .find(&s)
+        .map_or(String::new(), |m| m.as_str().to_string());
+    ret(Value::String(Arc::new(m)))
+}
+
+fn find_all<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (s, re) = regex_args(&args, "findAll")?;
+    let all: Vec<Value> = re
+        .find_iter(&s)
+        .map(|m| Value::String(Arc::new(m.as_str().to_string())))
+        .collect();
+    ret(Value::List(Arc::new(all)))
+}

@@ -1,0 +1,472 @@
+//! `x-kubernetes-validations`: rules compiled once with cel-rust, evaluated per schema node
+//! with `self` (and `oldSelf` for transition rules), reported like apiextensions' CEL
+//! validator (`<path>: Invalid value: "object": <message>`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cel::common::types::CelOptional;
+use cel::common::value::Val;
+use cel::objects::{Key, Map as CelMap};
+use cel::{Context, ExecutionError, Program, Value as CelValue};
+use serde_json::Value;
+
+use crate::cel_lib::{ENV, is_supported};
+use crate::node::Node;
+use crate::validate::{correlate_items, json_eq};
+use crate::{FieldError, SchemaError, formats};
+
+/// One compiled `x-kubernetes-validations` entry.
+#[derive(Debug, Clone)]
+pub(crate) struct CelRule {
+    pub rule: String,
+    message: Option<String>,
+    message_expression: Option<Arc<Program>>,
+    /// `fieldPath` in `field.Path` notation (`.a.b`, `[key]`).
+    field_path: String,
+    reason: Option<String>,
+    optional_old_self: bool,
+    uses_old_self: bool,
+    program: Option<Arc<Program>>,
+    /// Why this rule cannot be evaluated here (parse error, unknown function).
+    pub unsupported: Option<String>,
+}
+
+fn invalid(path: &str, message: String) -> SchemaError {
+    SchemaError::Invalid {
+        path: format!("openAPIV3Schema{path}"),
+        message,
+    }
+}
+
+impl CelRule {
+    pub(crate) fn compile(raw: &Value, path: &str) -> Result<CelRule, SchemaError> {
+        let obj = raw
+            .as_object()
+            .ok_or_else(|| invalid(path, "a validation rule must be an object".into()))?;
+        let text = |k: &str| -> Result<Option<String>, SchemaError> {
+            match obj.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(invalid(path, format!("{k} must be a string"))),
+            }
+        };
+        let rule = text("rule")?
+            .filter(|r| !r.trim().is_empty())
+            .ok_or_else(|| invalid(path, "rule: Required value".into()))?;
+        let message = text("message")?;
+        if message.as_deref().is_some_and(|m| m.contains('\n')) {
+            return Err(invalid(
+                path,
+                "message: Invalid value: message must not contain line breaks".into(),
+            ));
+        }
+        let reason = text("reason")?;
+        if let Some(r) = &reason {
+            let ok = [
+                "FieldValueInvalid",
+                "FieldValueForbidden",
+                "FieldValueRequired",
+                "FieldValueDuplicate",
+            ];
+            if !ok.contains(&r.as_str()) {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "reason: Unsupported value: {r:?}: supported values: \"FieldValueDuplicate\", \"FieldValueForbidden\", \"FieldValueInvalid\", \"FieldValueRequired\""
+                    ),
+                ));
+            }
+        }
+        let field_path = match text("fieldPath")? {
+            None => String::new(),
+            Some(fp) => parse_field_path(&fp).ok_or_else(|| {
+                invalid(
+                    path,
+                    format!("fieldPath: Invalid value: {fp:?}: fieldPath must be a valid path"),
+                )
+            })?,
+        };
+        let optional_old_self = matches!(obj.get("optionalOldSelf"), Some(Value::Bool(true)));
+
+        let mut unsupported = None;
+        let mut uses_old_self = false;
+        let program = match ENV.compile(&rule) {
+            Ok(p) => {
+                let refs = p.references();
+                uses_old_self = refs.has_variable("oldSelf");
+                let mut missing: Vec<&str> = refs
+                    .functions()
+                    .into_iter()
+                    .filter(|f| !is_supported(f))
+                    .collect();
+                missing.sort_unstable();
+                if !missing.is_empty() {
+                    unsupported = Some(format!(
+                        "kubesim cannot evaluate this rule: unsupported function(s): {}",
+                        missing.join(", ")
+                    ));
+                }
+                Some(Arc::new(p))
+            }
+            Err(e) => {
+                unsupported = Some(format!("kubesim cannot compile this rule: {e}"));
+                None
+            }
+        };
+        let message_expression = match text("messageExpression")? {
+            None => None,
+            // A messageExpression we cannot compile falls back to the message, as a failing
+            // one does in kube-apiserver.
+            Some(src) => ENV.compile(&src).ok().map(Arc::new),
+        };
+        Ok(CelRule {
+            rule,
+            message,
+            message_expression,
+            field_path,
+            reason,
+            optional_old_self,
+            uses_old_self,
+            program,
+            unsupported,
+        })
+    }
+
+    fn default_message(&self) -> String {
+        match &self.message {
+            Some(m) if !m.trim().is_empty() => m.trim().to_string(),
+            _ => format!("failed rule: {}", self.rule.trim()),
+        }
+    }
+}
+
+/// `.a.b['c.d']` → `.a.b[c.d]` (kube's `field.Path` renders map keys unquoted).
+fn parse_field_path(fp: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut rest = fp;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            if end == 0 {
+                return None;
+            }
+            out.push('.');
+            out.push_str(&r[..end]);
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix("['") {
+            let end = r.find("']")?;
+            out.push('[');
+            out.push_str(&r[..end]);
+            out.push(']');
+            rest = &r[end + 2..];
+        } else {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+/// CEL keywords that kube-apiserver escapes as `__{kw}__` when used as property names.
+const RESERVED: &[&str] = &[
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+];
+
+/// Property name as CEL sees it (`x-y` → `x__dash__y`, `if` → `__if__`, ...).
+fn escape(name: &str) -> String {
+    if RESERVED.contains(&name) {
+        return format!("__{name}__");
+    }
+    if !name.contains(['_', '.', '-', '/']) {
+        return name.to_string();
+    }
+    name.replace("__", "__underscores__")
+        .replace('.', "__dot__")
+        .replace('-', "__dash__")
+        .replace('/', "__slash__")
+}
+
+fn key(s: &str) -> Key {
+    Key::String(Arc::new(s.to_string()))
+}
+
+/// A JSON value as CEL sees it under the schema node (`number` is double, `integer` int,
+/// `date-time` a timestamp, `duration` a duration, properties escaped, root and embedded
+/// `metadata` reduced to `name` and `generateName`).
+pub(crate) fn to_cel(node: Option<&Node>, v: &Value, is_root: bool) -> CelValue {
+    match v {
+        Value::Null => CelValue::Null,
+        Value::Bool(b) => CelValue::Bool(*b),
+        Value::Number(n) => {
+            let is_number = node.is_some_and(|n| n.ty.as_deref() == Some("number"));
+            if is_number {
+                CelValue::Float(n.as_f64().unwrap_or(f64::NAN))
+            } else if let Some(i) = n.as_i64() {
+                CelValue::Int(i)
+            } else if let Some(u) = n.as_u64() {
+                CelValue::UInt(u)
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                let is_int = node.is_some_and(|n| n.ty.as_deref() == Some("integer"));
+                if is_int && f.fract() == 0.0 && f.abs() < 9.2e18 {
+                    CelValue::Int(f as i64)
+                } else {
+                    CelValue::Float(f)
+                }
+            }
+        }
+        Value::String(s) => string_to_cel(node, s),
+        Value::Array(items) => {
+            let item = node.and_then(|n| n.items.as_deref());
+            CelValue::List(Arc::new(
+                items.iter().map(|x| to_cel(item, x, false)).collect(),
+            ))
+        }
+        Value::Object(map) => {
+            let mut out: HashMap<Key, CelValue> = HashMap::with_capacity(map.len());
+            let embedded = node.is_some_and(|n| n.embedded);
+            for (k, x) in map {
+                if (is_root || embedded) && k == "metadata" {
+                    out.insert(key(k), reduced_metadata(x));
+                    continue;
+                }
+                let (cel_key, sub) = match node {
+                    Some(n) => match n.properties.get(k) {
+                        Some(p) => (escape(k), Some(p)),
+                        None => (k.clone(), n.additional_schema()),
+                    },
+                    None => (k.clone(), None),
+                };
+                out.insert(key(&cel_key), to_cel(sub, x, false));
+            }
+            CelValue::Map(CelMap { map: Arc::new(out) })
+        }
+    }
+}
+
+fn string_to_cel(node: Option<&Node>, s: &str) -> CelValue {
+    let format = node.and_then(|n| n.format.as_deref());
+    match format {
+        Some("date-time") | Some("datetime") => {
+            if let Some(t) = formats::parse_date_time(s) {
+                return CelValue::Timestamp(t);
+            }
+        }
+        Some("date") => {
+            if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                && let Some(t) = d.and_hms_opt(0, 0, 0)
+            {
+                return CelValue::Timestamp(t.and_utc().fixed_offset());
+            }
+        }
+        Some("duration") => {
+            if let Some(ns) = formats::parse_duration(s)
+                && let Ok(ns) = i64::try_from(ns)
+            {
+                return CelValue::Duration(chrono::Duration::nanoseconds(ns));
+            }
+        }
+        _ => {}
+    }
+    CelValue::String(Arc::new(s.to_string()))
+}
+
+fn reduced_metadata(v: &Value) -> CelValue {
+    let mut out: HashMap<Key, CelValue> = HashMap::new();
+    if let Some(m) = v.as_object() {
+        for k in ["name", "generateName"] {
+            if let Some(Value::String(s)) = m.get(k) {
+                out.insert(key(k), CelValue::String(Arc::new(s.clone())));
+            }
+        }
+    }
+    CelValue::Map(CelMap { map: Arc::new(out) })
+}
+
+/// Evaluates every rule in the tree; `path` uses kube-apiserver's `field.Path` notation.
+pub(crate) fn validate(
+    node: &Node,
+    v: &Value,
+    old: Option<&Value>,
+    path: &str,
+    is_root: bool,
+    errs: &mut Vec<FieldError>,
+) {
+    if !node.has_rules || v.is_null() {
+        return;
+    }
+    if old.is_some_and(|o| json_eq(o, v)) {
+        return; // ratcheting: an unchanged value is not re-checked
+    }
+    if !node.rules.is_empty() {
+        eval_rules(node, v, old, path, is_root, errs);
+    }
+    match v {
+        Value::Object(map) => {
+            let old_map = old.and_then(Value::as_object);
+            for (k, x) in map {
+                let o = old_map.and_then(|m| m.get(k));
+                if let Some(prop) = node.properties.get(k) {
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    validate(prop, x, o, &p, false, errs);
+                } else if let Some(ap) = node.additional_schema() {
+                    validate(ap, x, o, &format!("{path}[{k}]"), false, errs);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item) = node.items.as_deref() {
+                let old_items = correlate_items(node, items, old);
+                for (i, x) in items.iter().enumerate() {
+                    let o = old_items.as_ref().and_then(|m| m[i]);
+                    validate(item, x, o, &format!("{path}[{i}]"), false, errs);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn eval_rules(
+    node: &Node,
+    v: &Value,
+    old: Option<&Value>,
+    path: &str,
+    is_root: bool,
+    errs: &mut Vec<FieldError>,
+) {
+    let type_name = node.ty.clone().unwrap_or_default();
+    let self_val = to_cel(Some(node), v, is_root);
+    let old_val = old.map(|o| to_cel(Some(node), o, is_root));
+    for rule in &node.rules {
+        if rule.uses_old_self && old_val.is_none() && !rule.optional_old_self {
+            continue; // transition rule without an old value
+        }
+        let at = error_path(path, &rule.field_path);
+        if let Some(why) = &rule.unsupported {
+            errs.push(FieldError::internal(
+                &at,
+                &format!("{why}: {}", rule.rule.trim()),
+            ));
+            continue;
+        }
+        let Some(program) = &rule.program else {
+            continue; // unreachable: a rule without a program is `unsupported`
+        };
+        let mut ctx = Context::with_env(ENV.clone());
+        ctx.add_variable_from_value("self", self_val.clone());
+        if rule.optional_old_self {
+            let opt = match &old_val {
+                Some(o) => match Box::<dyn Val>::try_from(o.clone()) {
+                    Ok(b) => CelOptional::of(b),
+                    Err(_) => CelOptional::none(),
+                },
+                None => CelOptional::none(),
+            };
+            ctx.add_variable_as_val("oldSelf", Box::new(opt));
+        } else if let Some(o) = &old_val {
+            ctx.add_variable_from_value("oldSelf", o.clone());
+        }
+        match program.execute(&ctx) {
+            Ok(CelValue::Bool(true)) => {}
+            Ok(CelValue::Bool(false)) => {
+                let detail = rule
+                    .message_expression
+                    .as_ref()
+                    .and_then(|m| match m.execute(&ctx) {
+                        Ok(CelValue::String(s)) if !s.trim().is_empty() && !s.contains('\n') => {
+                            Some(s.trim().to_string())
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| rule.default_message());
+                errs.push(failure(&at, &type_name, &detail, rule.reason.as_deref()));
+            }
+            Ok(other) => errs.push(FieldError::internal(
+                &at,
+                &format!(
+                    "rule did not evaluate to a bool ({}): {}",
+                    other.type_of(),
+                    rule.rule.trim()
+                ),
+            )),
+            Err(e) => errs.push(eval_error(&at, &type_name, &e, rule)),
+        }
+    }
+}
+
+fn error_path(path: &str, suffix: &str) -> String {
+    let joined = format!("{path}{suffix}");
+    let joined = joined.strip_prefix('.').unwrap_or(&joined).to_string();
+    if joined.is_empty() {
+        "<nil>".to_string()
+    } else {
+        joined
+    }
+}
+
+/// `fieldErrorForReason`.
+fn failure(path: &str, type_name: &str, detail: &str, reason: Option<&str>) -> FieldError {
+    let value = Value::String(type_name.to_string());
+    match reason {
+        Some("FieldValueForbidden") => FieldError::forbidden(path, detail),
+        Some("FieldValueRequired") => FieldError::required(path, detail),
+        Some("FieldValueDuplicate") => FieldError::duplicate(path, &value),
+        _ => FieldError::invalid(path, &value, detail),
+    }
+}
+
+/// Runtime errors caused by the data (a missing key, an index out of range, ...) are
+/// reported as kube-apiserver does; errors that come from this library's gaps are
+/// internal errors, never a pass.
+fn eval_error(path: &str, type_name: &str, e: &ExecutionError, rule: &CelRule) -> FieldError {
+    let rule_text = rule.rule.trim();
+    let data_error = match e {
+        ExecutionError::NoSuchKey(k) => Some(format!("no such key: {k}")),
+        ExecutionError::IndexOutOfBounds(i) => Some(match i {
+            CelValue::Int(n) => format!("index out of bounds: {n}"),
+            CelValue::UInt(n) => format!("index out of bounds: {n}"),
+            other => format!("index out of bounds: {other:?}"),
+        }),
+        ExecutionError::DivisionByZero(_) => Some("division by zero".to_string()),
+        ExecutionError::RemainderByZero(_) => Some("modulus by zero".to_string()),
+        ExecutionError::Overflow(..) => Some("integer overflow".to_string()),
+        ExecutionError::FunctionError { message, .. } => Some(message.clone()),
+        _ => None,
+    };
+    match data_error {
+        Some(msg) => FieldError::invalid(
+            path,
+            &Value::String(type_name.to_string()),
+            &format!("{msg} evaluating rule: {rule_text}"),
+        ),
+        None => FieldError::internal(
+            path,
+            &format!("kubesim could not evaluate rule ({e}): {rule_text}"),
+        ),
+    }
+}
