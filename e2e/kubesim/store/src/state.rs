@@ -156,10 +156,7 @@ impl TypeStore {
     }
 
     /// Objects of namespace `ns` (all when `None`), in namespace/name order.
-    pub fn range<'a>(
-        &'a self,
-        ns: Option<&str>,
-    ) -> Box<dyn Iterator<Item = Entry<'a>> + 'a> {
+    pub fn range<'a>(&'a self, ns: Option<&str>) -> Box<dyn Iterator<Item = Entry<'a>> + 'a> {
         match ns {
             None => Box::new(self.objects.iter()),
             Some(ns) => {
