@@ -1,2 +1,4 @@
 //! kleym spoke: the identity compiler (pure, no I/O) that turns `InferenceIdentityBinding`s
 //! into SPIRE `ClusterSPIFFEID`s, and the per-cluster reconciler built on it.
+
+pub mod reconciler;

@@ -1,0 +1,255 @@
+//! In-memory caches of the objects the reconciler reads, fed by watches.
+//!
+//! A small reflector of our own rather than kube-runtime's `Store`, because the watch
+//! handlers need the *previous* version of an object (to notice that only a status or a
+//! label changed) and the objects a relist removed, and because a cache can be switched
+//! off and on while running (a CRD that disappears and comes back).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kleym_api::InferenceIdentityBinding;
+use kleym_api::external::model::InferenceModel;
+use kleym_api::external::objective::{gaie, llmd};
+use kleym_api::external::pool::{v1, v1alpha2};
+use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kube::ResourceExt;
+use kube::runtime::watcher;
+
+/// `(namespace, name)`; namespace is empty for cluster-scoped objects.
+pub type CacheKey = (String, String);
+
+/// One change the cache applied.
+#[derive(Debug, Clone)]
+pub enum Change<K> {
+    /// Added or modified: previous version (if any) and the new one.
+    Upsert {
+        /// The version before the change.
+        old: Option<Arc<K>>,
+        /// The version after the change.
+        new: Arc<K>,
+    },
+    /// Removed (deleted, or missing from a relist).
+    Removed(Arc<K>),
+}
+
+#[derive(Debug)]
+struct Inner<K> {
+    objects: HashMap<CacheKey, Arc<K>>,
+    relist: Option<HashMap<CacheKey, Arc<K>>>,
+}
+
+/// A cache of one kind.
+#[derive(Debug)]
+pub struct Cache<K> {
+    inner: RwLock<Inner<K>>,
+    ready: AtomicBool,
+    active: AtomicBool,
+}
+
+impl<K> Default for Cache<K> {
+    fn default() -> Self {
+        Self {
+            inner: RwLock::new(Inner {
+                objects: HashMap::new(),
+                relist: None,
+            }),
+            ready: AtomicBool::new(false),
+            active: AtomicBool::new(false),
+        }
+    }
+}
+
+fn key_of<K: kube::Resource>(obj: &K) -> CacheKey {
+    (obj.namespace().unwrap_or_default(), obj.name_any())
+}
+
+impl<K: kube::Resource + Clone> Cache<K> {
+    /// Reads one object.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        inner
+            .objects
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Every cached object.
+    pub fn list(&self) -> Vec<Arc<K>> {
+        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        inner.objects.values().cloned().collect()
+    }
+
+    /// Number of cached objects.
+    pub fn len(&self) -> usize {
+        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        inner.objects.len()
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True once the first full list has been applied since the watch (re)started.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// True while a watch feeds this cache (the API is served).
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    /// Marks the cache as fed by a (new) watch; it becomes ready after its first list.
+    pub fn activate(&self) {
+        self.active.store(true, Ordering::Release);
+    }
+
+    /// Stops using the cache (API no longer served): empties it and returns what it held.
+    pub fn deactivate(&self) -> Vec<Arc<K>> {
+        self.active.store(false, Ordering::Release);
+        self.ready.store(false, Ordering::Release);
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        inner.relist = None;
+        inner.objects.drain().map(|(_, v)| v).collect()
+    }
+
+    /// Applies one watcher event and returns the resulting changes.
+    pub fn apply(&self, event: watcher::Event<K>) -> Vec<Change<K>> {
+        let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        match event {
+            watcher::Event::Apply(obj) => {
+                let new = Arc::new(obj);
+                let old = inner.objects.insert(key_of(new.as_ref()), new.clone());
+                vec![Change::Upsert { old, new }]
+            }
+            watcher::Event::Delete(obj) => {
+                let key = key_of(&obj);
+                let old = inner.objects.remove(&key);
+                vec![Change::Removed(old.unwrap_or_else(|| Arc::new(obj)))]
+            }
+            watcher::Event::Init => {
+                inner.relist = Some(HashMap::new());
+                Vec::new()
+            }
+            watcher::Event::InitApply(obj) => {
+                let obj = Arc::new(obj);
+                inner
+                    .relist
+                    .get_or_insert_with(HashMap::new)
+                    .insert(key_of(obj.as_ref()), obj);
+                Vec::new()
+            }
+            watcher::Event::InitDone => {
+                let fresh = inner.relist.take().unwrap_or_default();
+                let old = std::mem::replace(&mut inner.objects, fresh);
+                let mut changes = Vec::new();
+                for (k, new) in &inner.objects {
+                    changes.push(Change::Upsert {
+                        old: old.get(k).cloned(),
+                        new: new.clone(),
+                    });
+                }
+                for (k, gone) in old {
+                    if !inner.objects.contains_key(&k) {
+                        changes.push(Change::Removed(gone));
+                    }
+                }
+                drop(inner);
+                self.ready.store(true, Ordering::Release);
+                changes
+            }
+        }
+    }
+}
+
+/// All caches of one spoke.
+#[derive(Debug, Default)]
+pub struct Caches {
+    /// `InferenceIdentityBinding`s.
+    pub bindings: Cache<InferenceIdentityBinding>,
+    /// `llm-d.ai` objectives.
+    pub objectives_llmd: Cache<llmd::InferenceObjective>,
+    /// `inference.networking.x-k8s.io` objectives.
+    pub objectives_gaie: Cache<gaie::InferenceObjective>,
+    /// Legacy InferenceModels.
+    pub models: Cache<InferenceModel>,
+    /// v1 InferencePools.
+    pub pools_v1: Cache<v1::InferencePool>,
+    /// Legacy InferencePools.
+    pub pools_legacy: Cache<v1alpha2::InferencePool>,
+    /// Every ClusterSPIFFEID (ours are told apart by UID, not by label).
+    pub cluster_spiffe_ids: Cache<ClusterSPIFFEID>,
+    /// Namespaces (labels, for overlap analysis of other ClusterSPIFFEIDs).
+    pub namespaces: Cache<Namespace>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm(name: &str, v: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.resource_version = Some(v.into());
+        c
+    }
+
+    #[test]
+    fn relist_reports_updates_and_removals_and_swaps_atomically() {
+        let cache: Cache<ConfigMap> = Cache::default();
+        cache.activate();
+        cache.apply(watcher::Event::Init);
+        cache.apply(watcher::Event::InitApply(cm("a", "1")));
+        cache.apply(watcher::Event::InitApply(cm("b", "1")));
+        assert!(cache.is_empty(), "a partial list is not visible");
+        assert!(!cache.is_ready());
+        cache.apply(watcher::Event::InitDone);
+        assert!(cache.is_ready());
+        assert_eq!(cache.len(), 2);
+
+        cache.apply(watcher::Event::Init);
+        cache.apply(watcher::Event::InitApply(cm("a", "2")));
+        assert!(
+            cache.get("ns", "b").is_some(),
+            "old state stays until the list completes"
+        );
+        let changes = cache.apply(watcher::Event::InitDone);
+        let removed: Vec<_> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Removed(o) => Some(o.name_any()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(removed, vec!["b".to_string()]);
+        let upserted_old_rv: Vec<_> = changes
+            .iter()
+            .filter_map(|c| match c {
+                Change::Upsert { old, .. } => old.as_ref().and_then(|o| o.resource_version()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(upserted_old_rv, vec!["1".to_string()]);
+    }
+
+    #[test]
+    fn apply_and_delete_return_previous_versions() {
+        let cache: Cache<ConfigMap> = Cache::default();
+        cache.apply(watcher::Event::Apply(cm("a", "1")));
+        let ch = cache.apply(watcher::Event::Apply(cm("a", "2")));
+        assert!(
+            matches!(&ch[0], Change::Upsert { old: Some(o), .. } if o.resource_version().as_deref() == Some("1"))
+        );
+        cache.apply(watcher::Event::Delete(cm("a", "3")));
+        assert!(cache.get("ns", "a").is_none());
+        cache.apply(watcher::Event::Apply(cm("z", "1")));
+        assert_eq!(cache.deactivate().len(), 1);
+        assert!(cache.is_empty() && !cache.is_active());
+    }
+}

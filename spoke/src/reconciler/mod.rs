@@ -1,0 +1,34 @@
+//! The per-cluster reconciler: watches bindings and their inputs through caches, compiles
+//! each binding with the pure [`crate::compiler`], applies the ClusterSPIFFEID and writes
+//! the binding status, writing nothing when nothing changed.
+//!
+//! Pipeline of one reconcile (see [`reconcile`]): dereference (read the binding, its
+//! target, pool and namespace peers from the caches) → compile (pure) → plan (compare the
+//! desired output and status with the cache) → apply (only what differs) → status.
+//!
+//! One instance per cluster, no process-global state: see [`run::Spoke`].
+
+pub mod api_availability;
+pub mod apply;
+pub mod caches;
+pub mod compile;
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod finalizer;
+pub mod index;
+pub mod metrics;
+pub mod overlay;
+pub mod plan;
+pub mod queue;
+pub mod reconcile;
+pub mod run;
+pub mod status;
+pub mod watches;
+
+pub use context::{Readiness, SpokeConfig};
+pub use error::Error;
+pub use metrics::SpokeMetrics;
+pub use run::{Spoke, run};
+/// Cancellation of a running reconciler (re-exported so callers need no tokio-util).
+pub use tokio_util::sync::CancellationToken;

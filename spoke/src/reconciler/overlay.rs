@@ -1,0 +1,139 @@
+//! Read-your-writes over the watch caches.
+//!
+//! A reconcile that wrote the status or the ClusterSPIFFEID can be followed by another
+//! reconcile of the same binding before the watch delivered those writes; reading the
+//! stale cache then would send the same write again. The overlay remembers the objects our
+//! writes returned, and a read takes whichever of cache and overlay is newer (numeric
+//! resourceVersions, as kube-apiserver and kubesim issue them; with opaque versions the
+//! cache wins).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use kube::ResourceExt;
+
+/// Objects written by us, until the cache catches up.
+#[derive(Debug)]
+pub struct Overlay<K> {
+    written: Mutex<HashMap<(String, String), Arc<K>>>,
+    deleted_uids: Mutex<HashSet<String>>,
+}
+
+impl<K> Default for Overlay<K> {
+    fn default() -> Self {
+        Self {
+            written: Mutex::new(HashMap::new()),
+            deleted_uids: Mutex::new(HashSet::new()),
+        }
+    }
+}
+
+fn rv_number(rv: Option<String>) -> Option<u64> {
+    rv.and_then(|s| s.parse().ok())
+}
+
+impl<K: kube::Resource + Clone> Overlay<K> {
+    /// Remembers an object a write returned.
+    pub fn record(&self, obj: K) {
+        let key = (obj.namespace().unwrap_or_default(), obj.name_any());
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, Arc::new(obj));
+    }
+
+    /// Remembers that we deleted the incarnation `uid`.
+    pub fn record_deleted(&self, uid: &str) {
+        self.deleted_uids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.to_string());
+    }
+
+    /// The cache saw `uid` removed: forget it.
+    pub fn forget_deleted(&self, uid: &str) {
+        self.deleted_uids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+
+    /// Forgets everything about `namespace/name`.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// The newest known version of `namespace/name`, given the cached one.
+    pub fn resolve(&self, namespace: &str, name: &str, cached: Option<Arc<K>>) -> Option<Arc<K>> {
+        let cached = cached.filter(|c| {
+            c.uid().is_none_or(|u| {
+                !self
+                    .deleted_uids
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(&u)
+            })
+        });
+        let key = (namespace.to_string(), name.to_string());
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(mine) = written.get(&key).cloned() else {
+            return cached;
+        };
+        let mine_rv = rv_number(mine.resource_version());
+        let cached_rv = cached
+            .as_ref()
+            .and_then(|c| rv_number(c.resource_version()));
+        match (mine_rv, cached_rv) {
+            (Some(m), Some(c)) if c < m => Some(mine),
+            (Some(_), None) if cached.is_none() => Some(mine),
+            _ => {
+                // The cache caught up (or versions are not comparable): drop the overlay.
+                written.remove(&key);
+                cached
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn cm(rv: &str, uid: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some("a".into());
+        c.metadata.namespace = Some("ns".into());
+        c.metadata.resource_version = Some(rv.into());
+        c.metadata.uid = Some(uid.into());
+        c
+    }
+
+    #[test]
+    fn newer_write_wins_until_the_cache_catches_up() {
+        let o: Overlay<ConfigMap> = Overlay::default();
+        o.record(cm("7", "u"));
+        let got = o.resolve("ns", "a", Some(Arc::new(cm("5", "u")))).unwrap();
+        assert_eq!(got.resource_version().as_deref(), Some("7"));
+        let got = o.resolve("ns", "a", None).unwrap();
+        assert_eq!(got.resource_version().as_deref(), Some("7"));
+        let got = o.resolve("ns", "a", Some(Arc::new(cm("9", "u")))).unwrap();
+        assert_eq!(got.resource_version().as_deref(), Some("9"));
+        // Dropped once caught up.
+        let got = o.resolve("ns", "a", Some(Arc::new(cm("8", "u")))).unwrap();
+        assert_eq!(got.resource_version().as_deref(), Some("8"));
+    }
+
+    #[test]
+    fn deleted_incarnation_reads_as_absent() {
+        let o: Overlay<ConfigMap> = Overlay::default();
+        o.record_deleted("u");
+        assert!(o.resolve("ns", "a", Some(Arc::new(cm("5", "u")))).is_none());
+        assert!(o.resolve("ns", "a", Some(Arc::new(cm("6", "v")))).is_some());
+        o.forget_deleted("u");
+        assert!(o.resolve("ns", "a", Some(Arc::new(cm("5", "u")))).is_some());
+    }
+}

@@ -1,0 +1,328 @@
+//! One binding's reconcile: dereference → compile → plan → apply → status.
+//!
+//! Writes happen only when the plan says the cluster differs from what the binding wants:
+//! a resync, a restart or an event that changes nothing sends no request at all.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kleym_api::conditions::{CONFLICT, RENDER_FAILURE};
+use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kleym_api::{InferenceIdentityBinding, OwnedClusterSpiffeId, SpireStats};
+use kube::{Resource, ResourceExt};
+
+use super::api_availability::ApiKind;
+use super::apply;
+use super::compile::{self, Verdict};
+use super::context::Context;
+use super::error::Error;
+use super::events;
+use super::finalizer;
+use super::plan::{self, OutputAction};
+use super::queue::ObjectKey;
+use super::status::{self, Refusal, StatusInputs};
+
+/// Reason: the ClusterSPIFFEID CRD is not served.
+pub const REASON_CSID_CRD_MISSING: &str = "ClusterSPIFFEIDCRDMissing";
+/// Reason: an object we did not create holds the output's name.
+pub const REASON_NAME_TAKEN: &str = "ClusterSPIFFEIDNameTaken";
+/// Reason: writing the ClusterSPIFFEID failed.
+pub const REASON_APPLY_FAILED: &str = "ClusterSPIFFEIDApplyFailed";
+
+/// The binding as we last know it (cache, or our own newer write).
+pub fn current_binding(ctx: &Context, key: &ObjectKey) -> Option<Arc<InferenceIdentityBinding>> {
+    let cached = ctx.caches.bindings.get(&key.namespace, &key.name);
+    ctx.binding_overlay
+        .resolve(&key.namespace, &key.name, cached)
+}
+
+/// The ClusterSPIFFEID `name` as we last know it.
+pub fn current_cluster_spiffe_id(ctx: &Context, name: &str) -> Option<Arc<ClusterSPIFFEID>> {
+    let cached = ctx.caches.cluster_spiffe_ids.get("", name);
+    ctx.csid_overlay.resolve("", name, cached)
+}
+
+/// Reconciles the binding `key`.
+pub async fn reconcile(ctx: &Context, key: &ObjectKey) -> Result<(), Error> {
+    let Some(binding) = current_binding(ctx, key) else {
+        release_claims(ctx, key);
+        return Ok(());
+    };
+    if finalizer::is_deleting(&binding) {
+        return cleanup(ctx, key, &binding).await;
+    }
+    let served = ctx.served();
+    let verdicts = compile::evaluate_namespace(ctx, &key.namespace, &served)?;
+    let Some(verdict) = verdicts.get(&key.name).cloned() else {
+        return Ok(()); // vanished between the index read and now
+    };
+    enqueue_changed_peers(ctx, key, &verdicts);
+    apply_verdict(ctx, key, &binding, verdict).await
+}
+
+async fn apply_verdict(
+    ctx: &Context,
+    key: &ObjectKey,
+    binding: &Arc<InferenceIdentityBinding>,
+    verdict: Verdict,
+) -> Result<(), Error> {
+    let mut binding = binding.clone();
+    let binding_uid = binding.uid();
+    let recorded = binding
+        .status
+        .as_ref()
+        .and_then(|s| s.cluster_spiffe_id.clone());
+    let mut refusal = verdict.refusal.clone();
+    let mut desired = verdict.output.clone();
+    let csid_served = ctx.served().serves(ApiKind::ClusterSpiffeIds);
+
+    if let Some(d) = &desired {
+        claim_name(ctx, &d.name, key);
+    }
+    if !csid_served {
+        if desired.is_some() {
+            refusal = Some(Refusal {
+                condition: RENDER_FAILURE,
+                reason: REASON_CSID_CRD_MISSING.into(),
+                message: format!(
+                    "the ClusterSPIFFEID CRD ({}) is not served by this cluster; install SPIRE Controller Manager",
+                    ApiKind::ClusterSpiffeIds.crd_name()
+                ),
+            });
+        }
+        desired = None;
+    } else if !ctx.caches.cluster_spiffe_ids.is_ready() {
+        return Err(Error::CacheNotReady("clusterspiffeids"));
+    }
+
+    let mut owned: Option<OwnedClusterSpiffeId> = None;
+    let mut apply_error: Option<Error> = None;
+    if csid_served {
+        let lookups: Vec<(String, Option<Arc<ClusterSPIFFEID>>)> = desired
+            .iter()
+            .map(|d| d.name.clone())
+            .chain(recorded.iter().map(|r| r.name.clone()))
+            .map(|n| {
+                let obj = current_cluster_spiffe_id(ctx, &n);
+                (n, obj)
+            })
+            .collect();
+        let lookup = |n: &str| {
+            lookups
+                .iter()
+                .find(|(k, _)| k == n)
+                .and_then(|(_, o)| o.as_deref())
+        };
+        let plan = plan::plan_output(
+            desired.as_ref(),
+            recorded.as_ref(),
+            binding_uid.as_deref(),
+            lookup,
+        );
+        owned = plan.owned_after.clone();
+        for gone in &plan.delete {
+            apply::delete_cluster_spiffe_id(ctx, &gone.name, &gone.uid).await?;
+            ctx.csid_overlay.record_deleted(&gone.uid);
+            ctx.csid_overlay.forget("", &gone.name);
+        }
+        match (&plan.action, &desired) {
+            (OutputAction::Foreign, Some(d)) => {
+                refusal = Some(name_taken(d));
+                owned = None;
+            }
+            (OutputAction::Apply { uid }, Some(d)) => {
+                if !finalizer::has_finalizer(&binding) {
+                    let updated =
+                        apply::set_finalizers(ctx, &binding, finalizer::with_finalizer(&binding))
+                            .await?;
+                    ctx.binding_overlay.record(updated.clone());
+                    binding = Arc::new(updated);
+                }
+                let obj = plan::apply_object(d, binding_uid.as_deref(), uid.as_deref());
+                match apply::apply_cluster_spiffe_id(ctx, &obj, uid.is_some()).await {
+                    Ok(applied) => {
+                        owned = Some(OwnedClusterSpiffeId {
+                            name: applied.name_any(),
+                            uid: applied.uid().unwrap_or_default(),
+                        });
+                        ctx.csid_overlay.record(applied);
+                    }
+                    // Creating without force conflicted: someone else's object holds the name.
+                    Err(e) if uid.is_none() && e.status_code() == Some(409) => {
+                        refusal = Some(name_taken(d));
+                        owned = None;
+                    }
+                    Err(e) => {
+                        refusal = Some(Refusal {
+                            condition: RENDER_FAILURE,
+                            reason: REASON_APPLY_FAILED.into(),
+                            message: format!("could not write ClusterSPIFFEID {}: {e}", d.name),
+                        });
+                        owned = recorded.clone().filter(|r| r.name == d.name);
+                        apply_error = Some(e);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    let spire_stats = owned
+        .as_ref()
+        .and_then(|o| current_cluster_spiffe_id(ctx, &o.name))
+        .and_then(|o| o.status.as_ref().and_then(|s| s.stats))
+        .map(|s| SpireStats {
+            pods_selected: s.pods_selected,
+            entries_to_set: s.entries_to_set,
+            entries_masked: s.entries_masked,
+            pod_entry_render_failures: s.pod_entry_render_failures,
+        });
+    let ready_message = owned
+        .as_ref()
+        .map(|o| {
+            format!(
+                "ClusterSPIFFEID {} registers {}",
+                o.name,
+                verdict.spiffe_id_summary()
+            )
+        })
+        .unwrap_or_default();
+    let inputs = StatusInputs {
+        generation: binding.metadata.generation,
+        refusal,
+        ready_message,
+        computed_spiffe_ids: verdict.computed_spiffe_ids.clone(),
+        rendered_selectors: verdict.rendered_selectors.clone(),
+        owned: owned.clone(),
+        conflict_peers: verdict.conflict_peers.clone(),
+        warnings: verdict.warnings.clone(),
+        spire_stats,
+    };
+    let now = Time(
+        k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
+    );
+    let previous = binding.status.as_ref();
+    let desired_status = status::build_status(&inputs, previous, &now);
+    let transition = events::transition(
+        status::recorded_refusal(previous),
+        inputs
+            .refusal
+            .as_ref()
+            .map(|r| (r.condition, r.reason.as_str(), r.message.as_str())),
+    );
+    if status::status_differs(&desired_status, previous) {
+        let updated = apply::apply_status(ctx, &binding, &desired_status).await?;
+        ctx.binding_overlay.record(updated.clone());
+        binding = Arc::new(updated);
+    }
+    // Output withdrawn for good: the finalizer has nothing left to protect.
+    if owned.is_none() && apply_error.is_none() && finalizer::has_finalizer(&binding) {
+        let updated =
+            apply::set_finalizers(ctx, &binding, finalizer::without_finalizer(&binding)).await?;
+        ctx.binding_overlay.record(updated);
+    }
+    ctx.metrics
+        .observe_outcome(key, inputs.holding_condition(), inputs.holding_reason());
+    if transition != events::Transition::None {
+        ctx.events
+            .publish(&binding.object_ref(&()), &transition)
+            .await;
+    }
+    match apply_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+fn name_taken(d: &plan::DesiredOutput) -> Refusal {
+    Refusal {
+        condition: RENDER_FAILURE,
+        reason: REASON_NAME_TAKEN.into(),
+        message: format!(
+            "ClusterSPIFFEID {} already exists and was not created by this binding (its UID is not the one recorded in status.clusterSPIFFEID); kleym never modifies or deletes it: remove or rename it",
+            d.name
+        ),
+    }
+}
+
+/// Deletion: remove our output (UID precondition), then our finalizer.
+async fn cleanup(
+    ctx: &Context,
+    key: &ObjectKey,
+    binding: &Arc<InferenceIdentityBinding>,
+) -> Result<(), Error> {
+    if !finalizer::has_finalizer(binding) {
+        return Ok(());
+    }
+    if let Some(rec) = binding
+        .status
+        .as_ref()
+        .and_then(|s| s.cluster_spiffe_id.as_ref())
+        && ctx.served().serves(ApiKind::ClusterSpiffeIds)
+    {
+        apply::delete_cluster_spiffe_id(ctx, &rec.name, &rec.uid).await?;
+        ctx.csid_overlay.record_deleted(&rec.uid);
+        ctx.csid_overlay.forget("", &rec.name);
+    }
+    apply::set_finalizers(ctx, binding, finalizer::without_finalizer(binding)).await?;
+    release_claims(ctx, key);
+    ctx.metrics.forget(key);
+    // Peers that collided with this binding may be free now.
+    let analysis = compile::evaluate_namespace(ctx, &key.namespace, &ctx.served())?;
+    enqueue_changed_peers(ctx, key, &analysis);
+    Ok(())
+}
+
+fn claim_name(ctx: &Context, name: &str, key: &ObjectKey) {
+    let mut claims = ctx.name_claims.lock().unwrap_or_else(|p| p.into_inner());
+    claims.retain(|n, k| k != key || n == name);
+    claims.insert(name.to_string(), key.clone());
+}
+
+fn release_claims(ctx: &Context, key: &ObjectKey) {
+    ctx.name_claims
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|_, k| k != key);
+}
+
+/// Enqueues the namespace peers whose conflict verdict in `verdicts` differs from what
+/// their status records (collisions appear on, and resolve for, every member).
+pub fn enqueue_changed_peers(
+    ctx: &Context,
+    key: &ObjectKey,
+    verdicts: &std::collections::BTreeMap<String, Verdict>,
+) {
+    for (name, v) in verdicts {
+        if *name == key.name {
+            continue;
+        }
+        let peer_key = ObjectKey::new(key.namespace.clone(), name.clone());
+        let Some(peer) = current_binding(ctx, &peer_key) else {
+            continue;
+        };
+        if conflict_view_differs(&peer, v) {
+            ctx.queue.enqueue(peer_key);
+        }
+    }
+}
+
+/// Does the peer's recorded conflict state differ from the verdict's?
+pub fn conflict_view_differs(peer: &InferenceIdentityBinding, v: &Verdict) -> bool {
+    let recorded_conflict = peer.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == CONFLICT && c.status == "True")
+    });
+    let recorded_peers: BTreeSet<&str> = peer
+        .status
+        .iter()
+        .flat_map(|s| s.conflict_peers.iter().map(|p| p.name.as_str()))
+        .collect();
+    let new_conflict = v.refusal.as_ref().is_some_and(|r| r.condition == CONFLICT);
+    let new_peers: BTreeSet<&str> = v.conflict_peers.iter().map(|p| p.name.as_str()).collect();
+    recorded_conflict != new_conflict || recorded_peers != new_peers
+}

@@ -1,0 +1,254 @@
+//! The binding status the reconciler wants, built deterministically so that comparing it
+//! with the cached status decides whether a status write is needed at all.
+//!
+//! `lastTransitionTime` is carried over from the current status whenever a condition's
+//! status did not change, so an unchanged verdict produces a byte-identical status and
+//! therefore no write.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kleym_api::conditions::{self, READY};
+use kleym_api::{
+    ComputedSpiffeId, ConflictPeer, IdentityWarning, InferenceIdentityBindingStatus,
+    OwnedClusterSpiffeId, SpireStats,
+};
+
+/// Reason of `Ready=True` and of every False refusal condition.
+pub const REASON_RECONCILED: &str = "Reconciled";
+/// Reason of a refusal condition that does not hold.
+pub const REASON_RESOLVED: &str = "Resolved";
+
+/// A refusal: the condition type that holds, a stable reason and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// `Conflict`, `InvalidRef`, `UnsafeSelector` or `RenderFailure`.
+    pub condition: &'static str,
+    /// Stable reason (e.g. `IdentityCollision`).
+    pub reason: String,
+    /// Message naming the object and field concerned.
+    pub message: String,
+}
+
+/// Everything the status describes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StatusInputs {
+    /// `metadata.generation` of the binding.
+    pub generation: Option<i64>,
+    /// `None` when Ready; the refusal otherwise.
+    pub refusal: Option<Refusal>,
+    /// Message of `Ready=True` (names the ClusterSPIFFEID).
+    pub ready_message: String,
+    /// Computed SPIFFE IDs.
+    pub computed_spiffe_ids: Vec<ComputedSpiffeId>,
+    /// Rendered selectors.
+    pub rendered_selectors: Vec<String>,
+    /// The owned ClusterSPIFFEID, if any.
+    pub owned: Option<OwnedClusterSpiffeId>,
+    /// Conflict peers.
+    pub conflict_peers: Vec<ConflictPeer>,
+    /// Warnings.
+    pub warnings: Vec<IdentityWarning>,
+    /// SPIRE stats read back from the owned ClusterSPIFFEID.
+    pub spire_stats: Option<SpireStats>,
+}
+
+impl StatusInputs {
+    /// The condition type that holds: `Ready` or the refusal's.
+    pub fn holding_condition(&self) -> &'static str {
+        self.refusal.as_ref().map(|r| r.condition).unwrap_or(READY)
+    }
+
+    /// The reason of the holding condition.
+    pub fn holding_reason(&self) -> &str {
+        self.refusal
+            .as_ref()
+            .map(|r| r.reason.as_str())
+            .unwrap_or(REASON_RECONCILED)
+    }
+}
+
+/// Builds the desired status; `previous` supplies unchanged transition times, `now` new ones.
+pub fn build_status(
+    inputs: &StatusInputs,
+    previous: Option<&InferenceIdentityBindingStatus>,
+    now: &Time,
+) -> InferenceIdentityBindingStatus {
+    let mut conds = Vec::with_capacity(conditions::ALL.len());
+    for ty in conditions::ALL {
+        let (status, reason, message) = if ty == READY {
+            match &inputs.refusal {
+                None => (
+                    "True",
+                    REASON_RECONCILED.to_string(),
+                    inputs.ready_message.clone(),
+                ),
+                Some(r) => ("False", r.reason.clone(), r.message.clone()),
+            }
+        } else {
+            match &inputs.refusal {
+                Some(r) if r.condition == ty => ("True", r.reason.clone(), r.message.clone()),
+                _ => ("False", REASON_RESOLVED.to_string(), String::new()),
+            }
+        };
+        let last_transition_time = previous
+            .and_then(|p| p.conditions.iter().find(|c| c.type_ == ty))
+            .filter(|c| c.status == status)
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| now.clone());
+        conds.push(Condition {
+            type_: ty.to_string(),
+            status: status.to_string(),
+            reason,
+            message,
+            observed_generation: inputs.generation,
+            last_transition_time,
+        });
+    }
+    let mut peers = inputs.conflict_peers.clone();
+    peers.sort();
+    peers.dedup();
+    let mut warnings = inputs.warnings.clone();
+    warnings.sort();
+    warnings.dedup();
+    InferenceIdentityBindingStatus {
+        conditions: conds,
+        computed_spiffe_ids: inputs.computed_spiffe_ids.clone(),
+        rendered_selectors: inputs.rendered_selectors.clone(),
+        cluster_spiffe_id: inputs.owned.clone(),
+        conflict_peers: peers,
+        warnings,
+        spire_stats: inputs.spire_stats,
+        observed_generation: inputs.generation,
+    }
+}
+
+/// True when writing `desired` would change the stored status.
+pub fn status_differs(
+    desired: &InferenceIdentityBindingStatus,
+    current: Option<&InferenceIdentityBindingStatus>,
+) -> bool {
+    match current {
+        None => true,
+        Some(cur) => normalized(cur) != normalized(desired),
+    }
+}
+
+/// Compare conditions by type regardless of stored order.
+fn normalized(s: &InferenceIdentityBindingStatus) -> InferenceIdentityBindingStatus {
+    let mut s = s.clone();
+    s.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
+    s
+}
+
+/// The refusal currently recorded in a status (`Conflict`, … that is True), if any.
+pub fn recorded_refusal(
+    status: Option<&InferenceIdentityBindingStatus>,
+) -> Option<(String, String)> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ != READY && c.status == "True")
+        .map(|c| (c.type_.clone(), c.reason.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kleym_api::IdentityMode;
+
+    fn t(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
+    }
+
+    fn ready_inputs() -> StatusInputs {
+        StatusInputs {
+            generation: Some(3),
+            refusal: None,
+            ready_message: "ClusterSPIFFEID \"x\" is applied".into(),
+            computed_spiffe_ids: vec![ComputedSpiffeId {
+                mode: IdentityMode::PerObjective,
+                spiffe_id: "spiffe://td/ns/a/objective/o".into(),
+            }],
+            rendered_selectors: vec!["k8s:ns:a".into(), "k8s:sa:s".into()],
+            owned: Some(OwnedClusterSpiffeId {
+                name: "x".into(),
+                uid: "u".into(),
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn collision() -> Refusal {
+        Refusal {
+            condition: conditions::CONFLICT,
+            reason: "IdentityCollision".into(),
+            message: "collides with b".into(),
+        }
+    }
+
+    #[test]
+    fn all_five_conditions_with_observed_generation() {
+        let s = build_status(&ready_inputs(), None, &t(10));
+        assert_eq!(s.conditions.len(), 5);
+        assert!(
+            s.conditions
+                .iter()
+                .all(|c| c.observed_generation == Some(3))
+        );
+        let ready = s.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("True", "Reconciled")
+        );
+    }
+
+    #[test]
+    fn unchanged_verdict_needs_no_write_even_later() {
+        let first = build_status(&ready_inputs(), None, &t(10));
+        let again = build_status(&ready_inputs(), Some(&first), &t(99));
+        assert!(!status_differs(&again, Some(&first)));
+    }
+
+    #[test]
+    fn changed_verdict_needs_a_write_and_moves_only_changed_transition_times() {
+        let first = build_status(&ready_inputs(), None, &t(10));
+        let mut refused = ready_inputs();
+        refused.refusal = Some(collision());
+        refused.owned = None;
+        let second = build_status(&refused, Some(&first), &t(20));
+        assert!(status_differs(&second, Some(&first)));
+        let by = |ty: &str| {
+            second
+                .conditions
+                .iter()
+                .find(|c| c.type_ == ty)
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(by(READY).status, "False");
+        assert_eq!(by(READY).reason, "IdentityCollision");
+        assert_eq!(by(READY).last_transition_time, t(20));
+        assert_eq!(by(conditions::CONFLICT).status, "True");
+        assert_eq!(by(conditions::INVALID_REF).last_transition_time, t(10));
+        assert_eq!(
+            recorded_refusal(Some(&second)),
+            Some(("Conflict".to_string(), "IdentityCollision".to_string()))
+        );
+    }
+
+    #[test]
+    fn generation_bump_alone_needs_a_write() {
+        let first = build_status(&ready_inputs(), None, &t(10));
+        let mut next = ready_inputs();
+        next.generation = Some(4);
+        assert!(status_differs(
+            &build_status(&next, Some(&first), &t(11)),
+            Some(&first)
+        ));
+    }
+
+    #[test]
+    fn missing_status_needs_a_write() {
+        let s = build_status(&ready_inputs(), None, &t(1));
+        assert!(status_differs(&s, None));
+    }
+}

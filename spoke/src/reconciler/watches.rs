@@ -1,0 +1,369 @@
+//! Watches feeding the caches, and the handlers that turn each change into the (few)
+//! bindings it affects.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kleym_api::external::model::{self, InferenceModel};
+use kleym_api::external::objective::{self, gaie, llmd};
+use kleym_api::external::pool::{v1, v1alpha2};
+use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kleym_api::{InferenceIdentityBinding, TargetKind, labels};
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+use super::api_availability::ApiKind;
+use super::caches::{Cache, Change};
+use super::context::Context;
+use super::error::kube_category;
+use super::index::{SourceKey, TargetKey};
+use super::queue::ObjectKey;
+
+/// Starts the watch for `kind`; it runs until `token` is cancelled.
+pub fn spawn_watch(ctx: &Arc<Context>, kind: ApiKind, token: CancellationToken) {
+    let client = ctx.client.clone();
+    match kind {
+        ApiKind::Bindings => spawn::<InferenceIdentityBinding>(
+            ctx,
+            Api::all(client),
+            |c| &c.caches.bindings,
+            on_binding,
+            token,
+        ),
+        ApiKind::ObjectivesLlmd => spawn::<llmd::InferenceObjective>(
+            ctx,
+            Api::all(client),
+            |c| &c.caches.objectives_llmd,
+            |ctx, ch| {
+                on_target(
+                    ctx,
+                    ch,
+                    objective::GROUP_LLMD,
+                    TargetKind::InferenceObjective,
+                    |o| o.spec.pool_ref.name.clone(),
+                )
+            },
+            token,
+        ),
+        ApiKind::ObjectivesGaie => spawn::<gaie::InferenceObjective>(
+            ctx,
+            Api::all(client),
+            |c| &c.caches.objectives_gaie,
+            |ctx, ch| {
+                on_target(
+                    ctx,
+                    ch,
+                    objective::GROUP_GAIE,
+                    TargetKind::InferenceObjective,
+                    |o| o.spec.pool_ref.name.clone(),
+                )
+            },
+            token,
+        ),
+        ApiKind::Models => spawn::<InferenceModel>(
+            ctx,
+            Api::all(client),
+            |c| &c.caches.models,
+            |ctx, ch| {
+                on_target(ctx, ch, model::GROUP, TargetKind::InferenceModel, |o| {
+                    o.spec.pool_ref.name.clone()
+                })
+            },
+            token,
+        ),
+        ApiKind::PoolsV1 => spawn::<v1::InferencePool>(
+            ctx,
+            Api::all(client),
+            |c| &c.caches.pools_v1,
+            on_pool,
+            token,
+        ),
+        ApiKind::PoolsLegacy => spawn::<v1alpha2::InferencePool>(
+            ctx,
+            Api::all(client),
+            |c| &c.caches.pools_legacy,
+            on_pool,
+            token,
+        ),
+        ApiKind::ClusterSpiffeIds => spawn::<ClusterSPIFFEID>(
+            ctx,
+            Api::all(client),
+            |c| &c.caches.cluster_spiffe_ids,
+            on_cluster_spiffe_id,
+            token,
+        ),
+    }
+}
+
+/// Starts the namespace watch (core API, always served).
+pub fn spawn_namespace_watch(ctx: &Arc<Context>, token: CancellationToken) {
+    spawn::<Namespace>(
+        ctx,
+        Api::all(ctx.client.clone()),
+        |c| &c.caches.namespaces,
+        on_namespace,
+        token,
+    );
+}
+
+fn spawn<K>(
+    ctx: &Arc<Context>,
+    api: Api<K>,
+    cache: fn(&Context) -> &Cache<K>,
+    handler: fn(&Context, Change<K>),
+    token: CancellationToken,
+) where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Default,
+{
+    let ctx = ctx.clone();
+    cache(&ctx).activate();
+    let plural = K::plural(&K::DynamicType::default()).to_string();
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        loop {
+            let next = tokio::select! {
+                _ = token.cancelled() => break,
+                next = stream.next() => next,
+            };
+            match next {
+                None => break,
+                Some(Ok(event)) => {
+                    for change in cache(&ctx).apply(event) {
+                        handler(&ctx, change);
+                    }
+                }
+                Some(Err(err)) => {
+                    // The watcher retries with backoff; make RBAC problems loud.
+                    let category = match &err {
+                        watcher::Error::InitialListFailed(e)
+                        | watcher::Error::WatchStartFailed(e)
+                        | watcher::Error::WatchFailed(e) => kube_category(e),
+                        _ => "WatchError",
+                    };
+                    tracing::warn!(resource = %plural, category, error = %err, "watch failed; retrying");
+                }
+            }
+        }
+        tracing::debug!(resource = %plural, "watch stopped");
+    });
+}
+
+fn object_key<K: Resource>(o: &K) -> ObjectKey {
+    ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any())
+}
+
+/// The target a binding names.
+pub fn binding_target(b: &InferenceIdentityBinding) -> TargetKey {
+    TargetKey {
+        namespace: b.namespace().unwrap_or_default(),
+        kind: b.spec.target_ref.kind,
+        name: b.spec.target_ref.name.clone(),
+    }
+}
+
+fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>) {
+    match change {
+        Change::Upsert { old, new } => {
+            let key = object_key(new.as_ref());
+            ctx.index
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .upsert_binding(&key, binding_target(&new));
+            // Our own status writes come back as events: only spec, metadata (deletion,
+            // finalizers) or a first sight need a reconcile.
+            let relevant = old.as_ref().is_none_or(|o| {
+                o.metadata.generation != new.metadata.generation
+                    || o.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+                    || o.metadata.finalizers != new.metadata.finalizers
+                    || o.metadata.uid != new.metadata.uid
+                    || o.status.is_none() != new.status.is_none()
+            });
+            if relevant {
+                ctx.queue.enqueue(key);
+            }
+        }
+        Change::Removed(gone) => {
+            let key = object_key(gone.as_ref());
+            ctx.binding_overlay.forget(&key.namespace, &key.name);
+            ctx.index
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove_binding(&key);
+            ctx.metrics.forget(&key);
+            // Peers whose verdict depended on this binding (collisions) must be re-evaluated.
+            let peers = peers_to_revisit(ctx, &key, gone.as_ref());
+            ctx.queue.enqueue_all(peers);
+        }
+    }
+}
+
+/// Bindings in the namespace that recorded `gone` as a conflict peer, or that `gone`
+/// recorded as one.
+fn peers_to_revisit(
+    ctx: &Context,
+    key: &ObjectKey,
+    gone: &InferenceIdentityBinding,
+) -> Vec<ObjectKey> {
+    let mut out: Vec<ObjectKey> = gone
+        .status
+        .iter()
+        .flat_map(|s| s.conflict_peers.iter())
+        .map(|p| ObjectKey::new(key.namespace.clone(), p.name.clone()))
+        .collect();
+    let names = ctx
+        .index
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .bindings_in_namespace(&key.namespace);
+    for k in names {
+        if let Some(b) = ctx.caches.bindings.get(&k.namespace, &k.name)
+            && b.status
+                .as_ref()
+                .is_some_and(|s| s.conflict_peers.iter().any(|p| p.name == key.name))
+        {
+            out.push(k);
+        }
+    }
+    out
+}
+
+fn on_target<K: Resource>(
+    ctx: &Context,
+    change: Change<K>,
+    group: &str,
+    kind: TargetKind,
+    pool_name: fn(&K) -> String,
+) {
+    let (obj, alive) = match &change {
+        Change::Upsert { new, .. } => (new.clone(), true),
+        Change::Removed(gone) => (gone.clone(), false),
+    };
+    let source = SourceKey {
+        group: group.to_string(),
+        target: TargetKey {
+            namespace: obj.namespace().unwrap_or_default(),
+            kind,
+            name: obj.name_any(),
+        },
+    };
+    let affected = {
+        let mut ix = ctx.index.write().unwrap_or_else(|p| p.into_inner());
+        if alive {
+            ix.upsert_source(source.clone(), pool_name(&obj));
+        } else {
+            ix.remove_source(&source);
+        }
+        ix.bindings_for_target(&source.target)
+    };
+    // Status-only updates of objectives do not change any identity.
+    if let Change::Upsert {
+        old: Some(old),
+        new,
+    } = &change
+        && old.meta().generation == new.meta().generation
+        && old.meta().generation.is_some()
+    {
+        return;
+    }
+    ctx.queue.enqueue_all(affected);
+}
+
+fn on_pool<K: Resource>(ctx: &Context, change: Change<K>) {
+    let obj = match &change {
+        Change::Upsert {
+            old: Some(old),
+            new,
+        } => {
+            if old.meta().generation == new.meta().generation && old.meta().generation.is_some() {
+                return; // status only (GAIE controllers write pool status often)
+            }
+            new.clone()
+        }
+        Change::Upsert { old: None, new } => new.clone(),
+        Change::Removed(gone) => gone.clone(),
+    };
+    let affected = ctx
+        .index
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .bindings_for_pool(&obj.namespace().unwrap_or_default(), &obj.name_any());
+    ctx.queue.enqueue_all(affected);
+}
+
+fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID>) {
+    let (obj, old) = match &change {
+        Change::Upsert { old, new } => (new.clone(), old.clone()),
+        Change::Removed(gone) => (gone.clone(), None),
+    };
+    let name = obj.name_any();
+    if let Change::Removed(gone) = &change {
+        ctx.csid_overlay.forget("", &name);
+        if let Some(uid) = gone.uid() {
+            ctx.csid_overlay.forget_deleted(&uid);
+        }
+    }
+    let mut affected = Vec::new();
+    // The binding that (wants to) own this name: ours changed, was deleted, or a foreign
+    // holder of our name appeared or went away.
+    if let Some(k) = ctx
+        .name_claims
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&name)
+    {
+        affected.push(k.clone());
+    }
+    let obj_labels = obj.labels();
+    let ours =
+        obj_labels.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGED_BY_VALUE);
+    if ours {
+        if let (Some(ns), Some(n)) = (
+            obj_labels.get(labels::BINDING_NAMESPACE),
+            obj_labels.get(labels::BINDING_NAME),
+        ) {
+            affected.push(ObjectKey::new(ns.clone(), n.clone()));
+        }
+    } else {
+        // Another ClusterSPIFFEID: its selection can overlap any binding's pods (overlap
+        // warnings). Only spec changes matter, not SPIRE's frequent status writes.
+        let spec_changed = old
+            .as_ref()
+            .is_none_or(|o| o.metadata.generation != obj.metadata.generation);
+        if spec_changed {
+            affected.extend(
+                ctx.index
+                    .read()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .all_bindings(),
+            );
+        }
+    }
+    ctx.queue.enqueue_all(affected);
+}
+
+fn on_namespace(ctx: &Context, change: Change<Namespace>) {
+    // Namespace labels feed the overlap analysis of other ClusterSPIFFEIDs'
+    // namespaceSelectors; only label changes matter.
+    let (ns, changed) = match &change {
+        Change::Upsert { old, new } => (
+            new.name_any(),
+            old.as_ref()
+                .is_none_or(|o| o.metadata.labels != new.metadata.labels),
+        ),
+        Change::Removed(gone) => (gone.name_any(), true),
+    };
+    if changed {
+        let affected = ctx
+            .index
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .bindings_in_namespace(&ns);
+        ctx.queue.enqueue_all(affected);
+    }
+}
