@@ -20,7 +20,7 @@ fn item_element(item: &Value, i: usize, kind: &ListKind, ty: Ty<'_>) -> Result<S
             for name in keys {
                 let v = obj
                     .get(name)
-                    .or_else(|| ty.key_default(name))
+                    .or_else(|| ty.field_default(name))
                     .ok_or_else(|| {
                         format!(
                             "element {i}: associative list with keys has an element that omits key \

@@ -131,11 +131,10 @@ impl<'a> Ty<'a> {
         self.ext("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
     }
 
-    /// The schema default of key field `key` of this list's items, used when an item of a
+    /// The schema default of field `key` of this object type, used when an item of a
     /// map-list omits a key (e.g. `protocol: TCP` of container ports).
-    pub(crate) fn key_default(&self, key: &str) -> Option<&'a Value> {
-        self.items()
-            .schema
+    pub(crate) fn field_default(&self, key: &str) -> Option<&'a Value> {
+        self.schema
             .and_then(|s| s.get("properties"))
             .and_then(|p| p.get(key))
             .and_then(|k| k.get("default"))
