@@ -1,0 +1,252 @@
+//! Building a `kube::Client` for a spoke from its [`EffectiveAccess`] and credential cache.
+//!
+//! kube-rs's own exec auth is not used (it blocks, has no timeout and ignores 401). Instead:
+//! - the transport (server URL, CA roots, `tls-server-name`, `insecure-skip-tls-verify` when
+//!   the hub allowed it, `proxy-url` — else `HTTPS_PROXY`/`NO_PROXY` from the environment —,
+//!   `disable-compression`, connect/read/write timeouts) is kube's own stack, built from an
+//!   in-memory kubeconfig;
+//! - an outer service asks the cache for a credential on *every* request, sets
+//!   `Authorization: Bearer`, and on a 401 reports the credential's generation to the cache,
+//!   gets a new credential (one re-exec, shared by concurrent requests) and retries the request
+//!   once. Request bodies built by kube are buffered bytes, so they can be replayed; a
+//!   streaming body is not retried (the 401 is returned).
+//!
+//! Client certificates: with rustls the TLS identity is fixed when the connector is built.
+//! A spoke whose plugin returns a certificate gets a client built with that identity; when the
+//! cache later holds a different certificate (refresh before expiry, or re-exec after a 401),
+//! [`SpokeClient::needs_rebuild`] turns true and the owner (the fleet supervisor) must build a
+//! new client, which opens new connections with the new identity — the equivalent of
+//! client-go closing all connections on rotation.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use base64::Engine as _;
+use http::{HeaderValue, Request, Response, StatusCode};
+use kube::client::{Body, ClientBuilder};
+use thiserror::Error;
+use tower::{BoxError, Service};
+
+use super::cache::{CredentialError, SpokeCredentials};
+use super::secret::short_hash;
+
+/// Transport timeouts for spoke clients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// TCP+TLS connect timeout.
+    pub connect_timeout: Option<Duration>,
+    /// Per-read timeout (keep above the watch timeout used by reflectors).
+    pub read_timeout: Option<Duration>,
+    /// Per-write timeout.
+    pub write_timeout: Option<Duration>,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Some(Duration::from_secs(10)),
+            read_timeout: Some(Duration::from_secs(295)),
+            write_timeout: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+/// Why no client could be built.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// The first credential could not be obtained.
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
+    /// kube refused the configuration.
+    #[error("spoke {spoke}: invalid client configuration: {detail}")]
+    Config {
+        /// Spoke name.
+        spoke: String,
+        /// kube's message.
+        detail: String,
+    },
+}
+
+/// A spoke's client plus what is needed to know when to rebuild it.
+#[derive(Clone)]
+pub struct SpokeClient {
+    /// The client; every request carries the cache's current bearer token.
+    pub client: kube::Client,
+    credentials: Arc<SpokeCredentials>,
+    // Hash of the client certificate baked into the TLS connector, if any.
+    certificate_hash: Option<String>,
+}
+
+impl std::fmt::Debug for SpokeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpokeClient")
+            .field("spoke", &self.credentials.access().spoke)
+            .field("certificate", &self.certificate_hash)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SpokeClient {
+    /// Whether the TLS client certificate in the cache differs from the one this client was
+    /// built with (always false for token-only credentials). Checking execs the plugin when
+    /// the cached credential is due for refresh.
+    pub async fn needs_rebuild(&self) -> bool {
+        let Some(built) = &self.certificate_hash else {
+            return false;
+        };
+        match self.credentials.get().await {
+            Ok(c) => {
+                c.credential
+                    .client_certificate
+                    .as_ref()
+                    .map(|cc| short_hash(cc.certificate_pem.as_bytes()))
+                    .as_ref()
+                    != Some(built)
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The credential cache behind this client.
+    pub fn credentials(&self) -> &Arc<SpokeCredentials> {
+        &self.credentials
+    }
+}
+
+/// Builds a client for the spoke of `credentials.access()`. Execs the plugin once (through the
+/// cache) to learn whether the credential is a token or a client certificate.
+pub async fn build_spoke_client(
+    credentials: Arc<SpokeCredentials>,
+    opts: &ClientOptions,
+) -> Result<SpokeClient, ClientError> {
+    let access = credentials.access().clone();
+    let first = credentials.get().await?;
+    let config_err = |detail: String| ClientError::Config {
+        spoke: access.spoke.clone(),
+        detail,
+    };
+
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let mut cluster = serde_json::json!({ "server": access.cluster.server });
+    if let Some(ca) = &access.cluster.certificate_authority_pem {
+        cluster["certificate-authority-data"] = b64(ca).into();
+    }
+    if let Some(name) = &access.cluster.tls_server_name {
+        cluster["tls-server-name"] = name.clone().into();
+    }
+    if access.cluster.insecure_skip_tls_verify {
+        cluster["insecure-skip-tls-verify"] = true.into();
+    }
+    if let Some(proxy) = &access.cluster.proxy_url {
+        cluster["proxy-url"] = proxy.clone().into();
+    }
+    if access.cluster.disable_compression {
+        cluster["disable-compression"] = true.into();
+    }
+    let mut user = serde_json::json!({});
+    let certificate_hash = first.credential.client_certificate.as_ref().map(|cc| {
+        user["client-certificate-data"] = b64(cc.certificate_pem.as_bytes()).into();
+        user["client-key-data"] = b64(cc.key_pem.expose().as_bytes()).into();
+        short_hash(cc.certificate_pem.as_bytes())
+    });
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "spoke", "cluster": cluster}],
+        "users": [{"name": "hub", "user": user}],
+        "contexts": [{"name": "spoke", "context": {"cluster": "spoke", "user": "hub"}}],
+        "current-context": "spoke",
+    });
+    let kubeconfig: kube::config::Kubeconfig =
+        serde_json::from_value(kubeconfig).map_err(|e| config_err(e.to_string()))?;
+    let mut config = kube::Config::try_from(kubeconfig).map_err(|e| config_err(e.to_string()))?;
+    config.connect_timeout = opts.connect_timeout;
+    config.read_timeout = opts.read_timeout;
+    config.write_timeout = opts.write_timeout;
+    let default_ns = config.default_namespace.clone();
+    let inner = ClientBuilder::try_from(config)
+        .map_err(|e| config_err(e.to_string()))?
+        .build();
+    let service = AuthRetry {
+        inner,
+        credentials: credentials.clone(),
+    };
+    Ok(SpokeClient {
+        client: kube::Client::new(service, default_ns),
+        credentials,
+        certificate_hash,
+    })
+}
+
+/// Injects the cached bearer token and retries once after a 401 with a re-exec'ed credential.
+#[derive(Clone)]
+struct AuthRetry {
+    inner: kube::Client,
+    credentials: Arc<SpokeCredentials>,
+}
+
+fn with_auth(mut req: Request<Body>, token: Option<&str>) -> Result<Request<Body>, BoxError> {
+    if let Some(token) = token {
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            BoxError::from("credential plugin returned a token that is not a valid header value")
+        })?;
+        value.set_sensitive(true);
+        req.headers_mut().insert(http::header::AUTHORIZATION, value);
+    }
+    Ok(req)
+}
+
+fn try_clone(req: &Request<Body>) -> Option<Request<Body>> {
+    let body = req.body().try_clone()?;
+    let mut clone = Request::new(body);
+    *clone.method_mut() = req.method().clone();
+    *clone.uri_mut() = req.uri().clone();
+    *clone.version_mut() = req.version();
+    *clone.headers_mut() = req.headers().clone();
+    clone.extensions_mut().clone_from(req.extensions());
+    Some(clone)
+}
+
+impl Service<Request<Body>> for AuthRetry {
+    type Response = Response<Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // `kube::Client::send` buffers internally.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let inner = self.inner.clone();
+        let credentials = self.credentials.clone();
+        Box::pin(async move {
+            let cred = credentials.get().await.map_err(BoxError::from)?;
+            let replay = try_clone(&req);
+            let req = with_auth(req, cred.credential.token.as_ref().map(|t| t.expose()))?;
+            let resp = inner.send(req).await.map_err(BoxError::from)?;
+            if resp.status() != StatusCode::UNAUTHORIZED {
+                return Ok(resp);
+            }
+            credentials.invalidate_after_401(cred.generation);
+            let Some(replay) = replay else {
+                return Ok(resp);
+            };
+            let fresh = match credentials.get().await {
+                Ok(fresh) if fresh.generation != cred.generation => fresh,
+                // No new credential: hand the caller the original 401.
+                _ => return Ok(resp),
+            };
+            drop(resp);
+            tracing::debug!(
+                spoke = %credentials.access().spoke,
+                generation = fresh.generation,
+                "retrying request once after 401 with a fresh credential"
+            );
+            let replay = with_auth(replay, fresh.credential.token.as_ref().map(|t| t.expose()))?;
+            inner.send(replay).await.map_err(BoxError::from)
+        })
+    }
+}

@@ -1,0 +1,326 @@
+//! The async exec runtime: runs one credential plugin the way client-go does, with the
+//! safety client-go lacks (a timeout that kills the plugin's whole process group, bounded
+//! stdout and stderr, token-free errors).
+//!
+//! Protocol: the plugin inherits the hub's environment, then the configured env on top, then
+//! `KUBERNETES_EXEC_INFO` (`{"apiVersion", "kind": "ExecCredential", "spec": {"cluster"?,
+//! "interactive": false}}`); stdin is closed; stdout must hold one ExecCredential.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+use thiserror::Error;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use super::credential::Credential;
+use super::exec_output::{OutputError, parse_exec_output};
+use super::secret::redact_token_like;
+use crate::access::EffectiveAccess;
+
+/// Limits for one plugin run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecOptions {
+    /// Wall-clock limit; on expiry the plugin's process group is killed.
+    pub timeout: Duration,
+    /// Maximum stdout size; larger output is an error.
+    pub max_stdout_bytes: usize,
+    /// How much stderr is kept for error messages (the rest is drained and dropped).
+    pub max_stderr_bytes: usize,
+}
+
+impl Default for ExecOptions {
+    fn default() -> Self {
+        Self {
+            timeout: Duration::from_secs(30),
+            max_stdout_bytes: 1 << 20,
+            max_stderr_bytes: 4096,
+        }
+    }
+}
+
+/// Why a plugin run produced no credential.
+#[derive(Debug, Error)]
+pub enum ExecError {
+    /// The command does not exist.
+    #[error("exec: executable {command} not found{hint}")]
+    NotFound {
+        /// The command.
+        command: String,
+        /// `\n<installHint>` when configured.
+        hint: String,
+    },
+    /// The command exists but could not be started.
+    #[error("exec: failed to start {command}: {source}")]
+    Spawn {
+        /// The command.
+        command: String,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// Reading the plugin's output or waiting for it failed.
+    #[error("exec: I/O error talking to {command}: {source}")]
+    Io {
+        /// The command.
+        command: String,
+        /// OS error.
+        source: std::io::Error,
+    },
+    /// The plugin did not finish in time and was killed.
+    #[error("exec: executable {command} timed out after {timeout:?} and was killed")]
+    Timeout {
+        /// The command.
+        command: String,
+        /// The limit.
+        timeout: Duration,
+    },
+    /// The plugin wrote more than the stdout limit.
+    #[error("exec: executable {command} wrote more than {limit} bytes to stdout")]
+    StdoutTooLarge {
+        /// The command.
+        command: String,
+        /// The limit.
+        limit: usize,
+    },
+    /// The plugin exited unsuccessfully.
+    #[error("exec: executable {command} failed with {status}; stderr: {stderr:?}")]
+    Failed {
+        /// The command.
+        command: String,
+        /// `exit code N` or `signal N`.
+        status: String,
+        /// Bounded stderr excerpt with token-like strings redacted.
+        stderr: String,
+    },
+    /// The output broke an ExecCredential rule.
+    #[error("exec: executable {command} returned an invalid credential: {source}")]
+    InvalidOutput {
+        /// The command.
+        command: String,
+        /// The rule.
+        source: OutputError,
+    },
+}
+
+impl ExecError {
+    /// A short label for metrics (`result` label).
+    pub fn result_label(&self) -> &'static str {
+        match self {
+            ExecError::NotFound { .. } | ExecError::Spawn { .. } => "spawn_error",
+            ExecError::Io { .. } => "io_error",
+            ExecError::Timeout { .. } => "timeout",
+            ExecError::StdoutTooLarge { .. } => "output_too_large",
+            ExecError::Failed { .. } => "exit_error",
+            ExecError::InvalidOutput { .. } => "invalid_output",
+        }
+    }
+}
+
+/// The `KUBERNETES_EXEC_INFO` document for this access configuration.
+pub fn exec_info(access: &EffectiveAccess) -> Value {
+    let mut spec = Map::new();
+    if access.exec.provide_cluster_info {
+        let c = &access.cluster;
+        let mut cluster = Map::new();
+        cluster.insert("server".into(), json!(c.server));
+        if let Some(name) = &c.tls_server_name {
+            cluster.insert("tls-server-name".into(), json!(name));
+        }
+        if c.insecure_skip_tls_verify {
+            cluster.insert("insecure-skip-tls-verify".into(), json!(true));
+        }
+        if let Some(ca) = &c.certificate_authority_pem {
+            cluster.insert(
+                "certificate-authority-data".into(),
+                json!(base64::engine::general_purpose::STANDARD.encode(ca)),
+            );
+        }
+        if let Some(proxy) = &c.proxy_url {
+            cluster.insert("proxy-url".into(), json!(proxy));
+        }
+        if c.disable_compression {
+            cluster.insert("disable-compression".into(), json!(true));
+        }
+        if let Some(config) = &c.exec_extension {
+            // Canonical JSON produced by selection; parse so it is embedded, not quoted.
+            if let Ok(v) = serde_json::from_str::<Value>(config) {
+                cluster.insert("config".into(), v);
+            }
+        }
+        spec.insert("cluster".into(), Value::Object(cluster));
+    }
+    spec.insert("interactive".into(), json!(false));
+    json!({
+        "apiVersion": access.exec.api_version.as_str(),
+        "kind": "ExecCredential",
+        "spec": Value::Object(spec),
+    })
+}
+
+/// Runs the plugin of `access` once and returns its validated credential.
+pub async fn run_plugin(
+    access: &EffectiveAccess,
+    opts: &ExecOptions,
+) -> Result<Credential, ExecError> {
+    let command = access.exec.command.clone();
+    let info = exec_info(access).to_string();
+    let mut cmd = Command::new(&access.exec.command);
+    cmd.args(&access.exec.args)
+        .envs(
+            access
+                .exec
+                .env
+                .iter()
+                .map(|e| (e.name.as_str(), e.value.as_str())),
+        )
+        .env("KUBERNETES_EXEC_INFO", info)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // Own process group, so a timeout also kills whatever the plugin started.
+    #[cfg(unix)]
+    cmd.process_group(0);
+    let mut child = cmd.spawn().map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            ExecError::NotFound {
+                command: command.clone(),
+                hint: access
+                    .exec
+                    .install_hint
+                    .as_ref()
+                    .map(|h| format!("\n{h}"))
+                    .unwrap_or_default(),
+            }
+        } else {
+            ExecError::Spawn {
+                command: command.clone(),
+                source,
+            }
+        }
+    })?;
+    let pid = child.id();
+    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        kill_group(pid);
+        return Err(ExecError::Io {
+            command,
+            source: std::io::Error::other("missing stdio pipes"),
+        });
+    };
+
+    let work = async {
+        let out = async {
+            let r = read_bounded(stdout, opts.max_stdout_bytes).await;
+            if !matches!(r, Ok(Some(_))) {
+                kill_group(pid);
+            }
+            r
+        };
+        let (out, err) = tokio::join!(out, read_capped(stderr, opts.max_stderr_bytes));
+        let status = child.wait().await;
+        (out, err, status)
+    };
+    let finished = tokio::time::timeout(opts.timeout, work).await;
+    let (out, err, status) = match finished {
+        Ok(done) => done,
+        Err(_) => {
+            kill_group(pid);
+            let _ = child.kill().await;
+            return Err(ExecError::Timeout {
+                command,
+                timeout: opts.timeout,
+            });
+        }
+    };
+    let io = |source| ExecError::Io {
+        command: command.clone(),
+        source,
+    };
+    let stdout = out.map_err(io)?;
+    let status = status.map_err(io)?;
+    let stderr = err.unwrap_or_default();
+    let Some(stdout) = stdout else {
+        return Err(ExecError::StdoutTooLarge {
+            command,
+            limit: opts.max_stdout_bytes,
+        });
+    };
+    if !status.success() {
+        return Err(ExecError::Failed {
+            command,
+            status: describe_status(&status),
+            stderr: stderr_excerpt(&stderr),
+        });
+    }
+    parse_exec_output(&stdout, access.exec.api_version)
+        .map_err(|source| ExecError::InvalidOutput { command, source })
+}
+
+fn describe_status(status: &std::process::ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exit code {code}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return format!("signal {sig}");
+        }
+    }
+    "unknown status".into()
+}
+
+fn stderr_excerpt(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    redact_token_like(text.trim())
+}
+
+/// Reads all of `r`; `Ok(None)` when it holds more than `limit` bytes (reading stops there).
+async fn read_bounded<R: AsyncRead + Unpin>(
+    mut r: R,
+    limit: usize,
+) -> std::io::Result<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = r.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(Some(buf));
+        }
+        if buf.len() + n > limit {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Keeps the first `cap` bytes of `r` and drains the rest, so the plugin never blocks on a
+/// full stderr pipe.
+async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = r.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(buf);
+        }
+        let room = cap.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..n.min(room)]);
+    }
+}
+
+/// SIGKILLs the plugin's process group (the plugin was started as its leader).
+fn kill_group(pid: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()).filter(|p| *p > 0) {
+        // SAFETY: kill(2) has no memory-safety preconditions; a negative pid addresses the
+        // process group we created with `process_group(0)`.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = pid;
+}

@@ -1,0 +1,1 @@
+//! Bundled credential plugins (`kleym credential …`).

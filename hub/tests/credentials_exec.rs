@@ -1,0 +1,332 @@
+//! The exec runtime against test plugin scripts.
+
+#[path = "fixtures/support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use kleym_hub::access::ExecApiVersion;
+use kleym_hub::credentials::exec_output::OutputError;
+use kleym_hub::credentials::{ExecError, ExecOptions, run_plugin};
+use serde_json::Value;
+use support::*;
+
+const V1: &str = "client.authentication.k8s.io/v1";
+const V1B: &str = "client.authentication.k8s.io/v1beta1";
+
+fn opts() -> ExecOptions {
+    ExecOptions {
+        timeout: Duration::from_secs(20),
+        ..ExecOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn v1_token_with_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        &print_token(V1, "tok-v1", Some("2030-01-02T03:04:05Z")),
+    );
+    let c = run_plugin(
+        &access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        &opts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.token.unwrap().expose(), "tok-v1");
+    assert_eq!(
+        c.expires_at.unwrap().to_rfc3339(),
+        "2030-01-02T03:04:05+00:00"
+    );
+    assert!(c.client_certificate.is_none());
+}
+
+#[tokio::test]
+async fn v1beta1_token_without_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(dir.path(), "p.sh", &print_token(V1B, "tok-beta", None));
+    let c = run_plugin(
+        &access_for(&s, ExecApiVersion::V1Beta1, "https://spoke:6443"),
+        &opts(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(c.token.unwrap().expose(), "tok-beta");
+    assert!(c.expires_at.is_none());
+}
+
+#[tokio::test]
+async fn client_certificate_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["hub".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let doc = serde_json::json!({
+        "apiVersion": V1, "kind": "ExecCredential",
+        "status": {"clientCertificateData": cert.pem(), "clientKeyData": key.serialize_pem(), "expirationTimestamp": "2030-01-01T00:00:00Z"}
+    });
+    std::fs::write(dir.path().join("cred.json"), doc.to_string()).unwrap();
+    let s = write_script(dir.path(), "p.sh", r#"cat "$KLEYM_TEST_DIR/cred.json""#);
+    let c = run_plugin(
+        &access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        &opts(),
+    )
+    .await
+    .unwrap();
+    let cc = c.client_certificate.unwrap();
+    assert_eq!(cc.certificate_pem, cert.pem());
+    assert_eq!(cc.key_pem.expose(), key.serialize_pem());
+    assert!(c.token.is_none());
+}
+
+#[tokio::test]
+async fn exec_info_env_args_and_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        &format!(
+            r#"printf '%s' "$KUBERNETES_EXEC_INFO" > "$KLEYM_TEST_DIR/info.json"
+printf '%s|%s|%s' "$EXTRA" "$1" "$2" > "$KLEYM_TEST_DIR/args.txt"
+cat > "$KLEYM_TEST_DIR/stdin.txt"
+{}"#,
+            print_token(V1, "t", None)
+        ),
+    );
+    let mut access = access_for(&s, ExecApiVersion::V1, "https://spoke.example:6443");
+    access
+        .exec
+        .args
+        .extend(["--audience".to_string(), "a b".to_string()]);
+    access.exec.env.push(kleym_hub::access::EnvVar {
+        name: "EXTRA".into(),
+        value: "from-config".into(),
+    });
+    access.cluster.exec_extension = Some(r#"{"clusterName":"spoke-1"}"#.into());
+    access.cluster.certificate_authority_pem = Some(b"PEM".to_vec());
+    access.cluster.tls_server_name = Some("api.spoke".into());
+    access.cluster.proxy_url = Some("http://proxy:3128".into());
+    access.cluster.disable_compression = true;
+    run_plugin(&access, &opts()).await.unwrap();
+
+    let info: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("info.json")).unwrap())
+            .unwrap();
+    assert_eq!(info["apiVersion"], V1);
+    assert_eq!(info["kind"], "ExecCredential");
+    assert_eq!(info["spec"]["interactive"], false);
+    let cluster = &info["spec"]["cluster"];
+    assert_eq!(cluster["server"], "https://spoke.example:6443");
+    assert_eq!(cluster["config"]["clusterName"], "spoke-1");
+    assert_eq!(cluster["certificate-authority-data"], "UEVN");
+    assert_eq!(cluster["tls-server-name"], "api.spoke");
+    assert_eq!(cluster["proxy-url"], "http://proxy:3128");
+    assert_eq!(cluster["disable-compression"], true);
+    assert!(cluster.get("insecure-skip-tls-verify").is_none());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("args.txt")).unwrap(),
+        "from-config|--audience|a b"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("stdin.txt")).unwrap(),
+        ""
+    );
+
+    // Without provideClusterInfo, no spec.cluster.
+    access.exec.provide_cluster_info = false;
+    run_plugin(&access, &opts()).await.unwrap();
+    let info: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("info.json")).unwrap())
+            .unwrap();
+    assert!(info["spec"].get("cluster").is_none(), "{info}");
+    assert_eq!(info["spec"]["interactive"], false);
+}
+
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // A zombie awaiting its reaper is dead too.
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test]
+async fn hung_plugin_and_its_children_are_killed_at_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        r#"echo $$ > "$KLEYM_TEST_DIR/self.pid"; sleep 300 & echo $! > "$KLEYM_TEST_DIR/child.pid"; wait"#,
+    );
+    let o = ExecOptions {
+        timeout: Duration::from_millis(1500),
+        ..ExecOptions::default()
+    };
+    let err = run_plugin(
+        &access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        &o,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ExecError::Timeout { .. }), "{err}");
+    assert!(err.to_string().contains("timed out"));
+    for f in ["child.pid", "self.pid"] {
+        let pid: u32 = std::fs::read_to_string(dir.path().join(f))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let mut gone = false;
+        for _ in 0..100 {
+            if process_gone(pid) {
+                gone = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(gone, "{f} ({pid}) still running after the timeout");
+    }
+}
+
+async fn output_error(body: &str, api: ExecApiVersion) -> ExecError {
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(dir.path(), "p.sh", body);
+    run_plugin(&access_for(&s, api, "https://spoke:6443"), &opts())
+        .await
+        .unwrap_err()
+}
+
+#[tokio::test]
+async fn invalid_outputs_are_rejected_with_the_rule_that_failed() {
+    let garbage = output_error("echo 'this is not json {'", ExecApiVersion::V1).await;
+    assert!(
+        matches!(
+            garbage,
+            ExecError::InvalidOutput {
+                source: OutputError::NotADocument(_),
+                ..
+            }
+        ),
+        "{garbage}"
+    );
+
+    let wrong = output_error(&print_token(V1B, "t", None), ExecApiVersion::V1).await;
+    assert!(
+        matches!(
+            wrong,
+            ExecError::InvalidOutput {
+                source: OutputError::ApiVersionMismatch { .. },
+                ..
+            }
+        ),
+        "{wrong}"
+    );
+    assert!(
+        wrong
+            .to_string()
+            .contains("configured to use API version client.authentication.k8s.io/v1"),
+        "{wrong}"
+    );
+
+    let no_status = output_error(
+        &format!(r#"echo '{{"apiVersion":"{V1}","kind":"ExecCredential"}}'"#),
+        ExecApiVersion::V1,
+    )
+    .await;
+    assert!(
+        matches!(
+            no_status,
+            ExecError::InvalidOutput {
+                source: OutputError::MissingStatus,
+                ..
+            }
+        ),
+        "{no_status}"
+    );
+
+    let bad_ts = output_error(
+        &print_token(V1, "t", Some("next tuesday")),
+        ExecApiVersion::V1,
+    )
+    .await;
+    assert!(
+        matches!(
+            bad_ts,
+            ExecError::InvalidOutput {
+                source: OutputError::BadExpiry(_),
+                ..
+            }
+        ),
+        "{bad_ts}"
+    );
+
+    let no_key = output_error(&format!(r#"echo '{{"apiVersion":"{V1}","kind":"ExecCredential","status":{{"clientCertificateData":"x"}}}}'"#), ExecApiVersion::V1).await;
+    assert!(
+        matches!(
+            no_key,
+            ExecError::InvalidOutput {
+                source: OutputError::IncompletePair,
+                ..
+            }
+        ),
+        "{no_key}"
+    );
+}
+
+#[tokio::test]
+async fn oversized_output_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(dir.path(), "p.sh", "head -c 200000 /dev/zero; sleep 300");
+    let o = ExecOptions {
+        max_stdout_bytes: 64 * 1024,
+        timeout: Duration::from_secs(20),
+        ..ExecOptions::default()
+    };
+    let err = run_plugin(
+        &access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        &o,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, ExecError::StdoutTooLarge { limit: 65536, .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn non_zero_exit_reports_code_and_redacted_stderr() {
+    let token = long_token(1);
+    let err = output_error(
+        &format!("echo 'cannot reach issuer; last token {token}' >&2; exit 3"),
+        ExecApiVersion::V1,
+    )
+    .await;
+    let msg = err.to_string();
+    assert!(matches!(err, ExecError::Failed { .. }), "{msg}");
+    assert!(msg.contains("exit code 3"), "{msg}");
+    assert!(msg.contains("cannot reach issuer"), "{msg}");
+    assert!(!msg.contains(&token), "{msg}");
+}
+
+#[tokio::test]
+async fn missing_binary_is_reported_with_install_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut access = access_for(
+        &dir.path().join("x"),
+        ExecApiVersion::V1,
+        "https://spoke:6443",
+    );
+    access.exec.command = dir.path().join("no-such-plugin").display().to_string();
+    access.exec.install_hint = Some("install it with apt".into());
+    let err = run_plugin(&access, &opts()).await.unwrap_err();
+    assert!(matches!(err, ExecError::NotFound { .. }), "{err}");
+    assert!(err.to_string().contains("install it with apt"), "{err}");
+}
