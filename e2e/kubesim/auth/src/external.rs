@@ -94,9 +94,11 @@ pub struct ExternalIssuer {
     tls: std::sync::Arc<rustls::ClientConfig>,
     min_refetch_interval: Duration,
     fetch_timeout: Duration,
-    // An async mutex: concurrent verifications wait for one in-flight fetch instead of
-    // each fetching.
-    cache: tokio::sync::Mutex<JwksCache>,
+    /// Held only briefly, never across I/O: verifications with known keys never wait.
+    cache: std::sync::Mutex<JwksCache>,
+    /// Single flight: tokens with unknown keys wait for one in-flight fetch instead of each
+    /// fetching.
+    fetch_lock: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for ExternalIssuer {
@@ -139,7 +141,8 @@ impl ExternalIssuer {
             tls,
             min_refetch_interval: DEFAULT_MIN_REFETCH_INTERVAL,
             fetch_timeout: DEFAULT_FETCH_TIMEOUT,
-            cache: tokio::sync::Mutex::new(JwksCache::default()),
+            cache: std::sync::Mutex::new(JwksCache::default()),
+            fetch_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -166,8 +169,13 @@ impl ExternalIssuer {
     }
 
     /// How many JWKS fetches were attempted so far (for tests and metrics).
-    pub async fn fetch_count(&self) -> u64 {
-        self.cache.lock().await.fetch_count
+    pub fn fetch_count(&self) -> u64 {
+        self.lock_cache().fetch_count
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, JwksCache> {
+        // Every update is a plain assignment, so a poisoned cache is still consistent.
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether `token` claims to come from this issuer (unverified `iss`); for routing.
@@ -199,32 +207,50 @@ impl ExternalIssuer {
     /// The cached keys, fetching first if the cache is empty or does not know `kid` (and the
     /// rate limit allows).
     async fn keys_for(&self, kid: Option<&str>) -> Result<VerificationKeys> {
-        let mut cache = self.cache.lock().await;
         let known = |c: &JwksCache| match kid {
             Some(kid) => c.keys.iter().any(|(k, _, _)| k.as_deref() == Some(kid)),
             None => !c.keys.is_empty(),
         };
-        if !known(&cache) {
-            let may_fetch = cache
+        {
+            let cache = self.lock_cache();
+            if known(&cache) {
+                return Ok(cache.keys.clone());
+            }
+        }
+        let _single_flight = self.fetch_lock.lock().await;
+        let may_fetch = {
+            let mut cache = self.lock_cache();
+            // Another task may have fetched while we waited.
+            if known(&cache) {
+                return Ok(cache.keys.clone());
+            }
+            let may = cache
                 .last_fetch
                 .is_none_or(|t| t.elapsed() >= self.min_refetch_interval);
-            if may_fetch {
+            if may {
                 cache.last_fetch = Some(Instant::now());
                 cache.fetch_count += 1;
-                match self.fetch().await {
-                    Ok(keys) => cache.keys = keys,
-                    // With nothing cached we cannot verify anything: say why.
-                    Err(e) if cache.keys.is_empty() => return Err(e),
-                    Err(e) => {
-                        tracing::warn!(issuer = %self.config.issuer, error = %e, "JWKS refetch failed; keeping cached keys");
-                    }
-                }
-            } else if cache.keys.is_empty() {
-                return Err(AuthError::Jwks(format!(
-                    "no keys for issuer {:?} (last fetch failed; retry after {:?})",
-                    self.config.issuer, self.min_refetch_interval
-                )));
             }
+            may
+        };
+        if may_fetch {
+            let fetched = self.fetch().await;
+            let mut cache = self.lock_cache();
+            match fetched {
+                Ok(keys) => cache.keys = keys,
+                // With nothing cached we cannot verify anything: say why.
+                Err(e) if cache.keys.is_empty() => return Err(e),
+                Err(e) => {
+                    tracing::warn!(issuer = %self.config.issuer, error = %e, "JWKS refetch failed; keeping cached keys");
+                }
+            }
+        }
+        let cache = self.lock_cache();
+        if cache.keys.is_empty() {
+            return Err(AuthError::Jwks(format!(
+                "no keys for issuer {:?} (last fetch failed; next attempt allowed after {:?})",
+                self.config.issuer, self.min_refetch_interval
+            )));
         }
         Ok(cache.keys.clone())
     }

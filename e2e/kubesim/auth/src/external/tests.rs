@@ -114,7 +114,25 @@ async fn verifies_hub_tokens_and_caches_the_jwks() {
         assert_eq!(user.groups, vec!["system:authenticated"]);
     }
     assert_eq!(server.hits.load(Ordering::SeqCst), 1);
-    assert_eq!(ext.fetch_count().await, 1);
+    assert_eq!(ext.fetch_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cold_verifications_share_one_fetch() {
+    let hub = hub();
+    let server = serve_jwks(hub.clone()).await;
+    let ext = Arc::new(ExternalIssuer::new(config(&server.url)).unwrap());
+    let t = token(&hub, SPOKE_AUD);
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (ext, t) = (ext.clone(), t.clone());
+            tokio::spawn(async move { ext.verify(&t, now()).await })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(server.hits.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
@@ -270,6 +288,11 @@ async fn fails_closed_when_jwks_unreachable_or_untrusted() {
         ExternalIssuer::new(config(&format!("https://127.0.0.1:{port}/openid/v1/jwks"))).unwrap();
     let err = ext.verify(&t, now()).await.unwrap_err();
     assert!(matches!(err, AuthError::Jwks(_)), "{err}");
+    assert!(err.to_string().contains("connect"), "{err}");
+    // Within the refetch interval, no new attempt is made; still rejected.
+    let err = ext.verify(&t, now()).await.unwrap_err();
+    assert!(matches!(err, AuthError::Jwks(_)), "{err}");
+    assert_eq!(ext.fetch_count(), 1);
     // Served, but by a certificate the configured CA does not vouch for.
     let server = serve_jwks(hub.clone()).await;
     let other_ca = ClusterPki::generate("other").unwrap();

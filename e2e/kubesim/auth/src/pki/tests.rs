@@ -269,7 +269,8 @@ async fn kubectl_accepts_our_certificates() {
             });
         }
     });
-    let dir = tempdir();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
     let (cert, key) = pki()
         .issue_client_cert(
             "kube-user",
@@ -310,7 +311,6 @@ async fn kubectl_accepts_our_certificates() {
         "kubectl failed: {}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn which(bin: &str) -> std::result::Result<std::path::PathBuf, ()> {
@@ -321,10 +321,4 @@ fn which(bin: &str) -> std::result::Result<std::path::PathBuf, ()> {
                 .find(|p| p.is_file())
         })
         .ok_or(())
-}
-
-fn tempdir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("kubesim-auth-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
