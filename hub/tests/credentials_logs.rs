@@ -1,0 +1,99 @@
+//! Token values never appear in logs, even at trace level (hyper, kube and our own spans
+//! included), across success, 401 retry, plugin failure and invalid output.
+
+#[path = "fixtures/http401.rs"]
+mod http401;
+#[path = "fixtures/support.rs"]
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kleym_hub::access::ExecApiVersion;
+use kleym_hub::credentials::{
+    CacheOptions, ClientOptions, CredentialMetrics, ExecOptions, SpokeCredentials,
+    build_spoke_client,
+};
+use support::*;
+
+#[derive(Clone, Default)]
+struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn accept_second(token: &str) -> bool {
+    token == long_token(2)
+}
+
+#[tokio::test]
+async fn tokens_never_reach_trace_logs() {
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let opts = CacheOptions {
+        failure_backoff: Duration::ZERO,
+        exec: ExecOptions {
+            timeout: Duration::from_secs(20),
+            ..ExecOptions::default()
+        },
+        ..CacheOptions::default()
+    };
+    let (addr, seen) = http401::start(accept_second).await;
+    let dir = tempfile::tempdir().unwrap();
+    // tok 1 is rejected by the server, tok 2 accepted; the 3rd run fails and echoes a token on
+    // stderr; the 4th returns an invalid credential that still carries a token.
+    let t = |n| long_token(n);
+    let body = format!(
+        r#"{COUNT}
+case "$n" in
+  1|2) printf '{{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{{"token":"%s"}}}}' "kleymtesttoken${{n}}AAAABBBBCCCCDDDDEEEEFFFF" ;;
+  3) echo "refusing, old token was {t3}" >&2; exit 2 ;;
+  *) printf '{{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{{"token":"{t4}"}}}}' ;;
+esac"#,
+        t3 = t(3),
+        t4 = t(4),
+    );
+    let s = write_script(dir.path(), "p.sh", &body);
+    let creds = Arc::new(SpokeCredentials::new(
+        access_for(&s, ExecApiVersion::V1, &format!("http://{addr}")),
+        opts,
+        CredentialMetrics::default(),
+    ));
+    let client = build_spoke_client(creds.clone(), &ClientOptions::default())
+        .await
+        .unwrap();
+    client.client.apiserver_version().await.unwrap();
+    assert_eq!(seen.list().len(), 2);
+    let current = creds.get().await.unwrap();
+    tracing::trace!(credential = ?current.credential, "debug form of a credential");
+
+    creds.invalidate_after_401(current.generation);
+    let failed = creds.get().await.unwrap_err();
+    tracing::trace!(error = %failed, "exit failure");
+    let invalid = creds.get().await.unwrap_err();
+    tracing::trace!(error = %invalid, "invalid output");
+    assert_eq!(count(dir.path()), 4);
+
+    let logs = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("credential plugin succeeded"), "{logs}");
+    assert!(logs.contains("credential plugin failed"), "{logs}");
+    assert!(logs.contains("TRACE"), "trace level not captured");
+    for n in 1..=4 {
+        assert!(!logs.contains(&t(n)), "token {n} leaked into logs:\n{logs}");
+    }
+}
