@@ -84,6 +84,53 @@ impl Entry {
     }
 }
 
+/// Upstream keeps at most this many `Update` entries (`DefaultMaxUpdateManagers`).
+const MAX_UPDATE_MANAGERS: usize = 10;
+/// The bucket the oldest updaters are merged into (`ancient-changes`), one per apiVersion.
+pub(crate) const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// Merge the oldest `Update` entries into per-apiVersion `ancient-changes` buckets until at
+/// most ten updaters remain (upstream `capManagersManager`).
+pub(crate) fn cap_update_managers(entries: &mut Vec<Entry>) {
+    let mut updaters: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].operation == UPDATE)
+        .collect();
+    if updaters.len() <= MAX_UPDATE_MANAGERS {
+        return;
+    }
+    updaters.sort_by(|&a, &b| {
+        (&entries[a].time, &entries[a].manager).cmp(&(&entries[b].time, &entries[b].manager))
+    });
+    let mut remaining = updaters.len();
+    let mut first_of_version: Vec<(String, usize)> = Vec::new();
+    let mut doomed: Vec<usize> = Vec::new();
+    for &i in &updaters {
+        if remaining <= MAX_UPDATE_MANAGERS {
+            break;
+        }
+        let version = entries[i].api_version.clone();
+        match first_of_version.iter().find(|(v, _)| *v == version) {
+            Some(&(_, first)) => {
+                // The first entry of this version becomes the bucket.
+                let set = entries[i].set.clone();
+                let time = entries[i].time.clone();
+                let bucket = &mut entries[first];
+                bucket.manager = ANCIENT_CHANGES.to_string();
+                bucket.subresource.clear();
+                bucket.set = bucket.set.union(&set);
+                bucket.time = time;
+                doomed.push(i);
+                remaining -= 1;
+            }
+            None => first_of_version.push((version, i)),
+        }
+    }
+    doomed.sort_unstable();
+    for i in doomed.into_iter().rev() {
+        entries.remove(i);
+    }
+}
+
 /// The `metadata.managedFields` value of an object, if any.
 pub(crate) fn raw(obj: &Value) -> Option<&Value> {
     obj.get("metadata").and_then(|m| m.get("managedFields"))

@@ -26,6 +26,9 @@ const IGNORED: &[&[&str]] = &[
     &["f:metadata", "f:deletionGracePeriodSeconds"],
 ];
 
+/// The manager of fields that existed before the first apply to an unmanaged object.
+const BEFORE_FIRST_APPLY: &str = "before-first-apply";
+
 fn ignored_set() -> FieldSet {
     let mut s = FieldSet::new();
     for p in IGNORED {
@@ -222,6 +225,25 @@ pub(crate) fn apply(
 
     let live_content = live.map_or_else(|| json!({}), without_managed_fields);
     let old_entries = live.map(managed::decode).unwrap_or_default();
+    // An existing object nobody manages (written before field tracking) first gets all its
+    // fields assigned to `before-first-apply`, as upstream's skipNonAppliedManager does.
+    let old_entries = match live {
+        Some(_) if old_entries.is_empty() => {
+            let set = scope(&typed::to_field_set(&live_content, ty), None, has_status);
+            vec![Entry {
+                manager: BEFORE_FIRST_APPLY.into(),
+                operation: UPDATE.into(),
+                api_version: api_version(applied).to_string(),
+                time: Some(req.now.to_string()),
+                subresource: String::new(),
+                set,
+            }]
+            .into_iter()
+            .filter(|e| !e.set.is_empty())
+            .collect()
+        }
+        _ => old_entries,
+    };
     let me = Entry {
         manager: req.manager.to_string(),
         operation: APPLY.into(),
@@ -288,6 +310,7 @@ pub(crate) fn apply(
         entries.push(me);
     }
     entries.retain(|e| !e.set.is_empty());
+    managed::cap_update_managers(&mut entries);
 
     if let Some(live) = live
         && merged == live_content
@@ -353,6 +376,7 @@ pub(crate) fn update(
         }
     }
     entries.retain(|e| !e.set.is_empty());
+    managed::cap_update_managers(&mut entries);
 
     if entries == base_entries {
         // Nothing moved: keep the stored encoding byte for byte.

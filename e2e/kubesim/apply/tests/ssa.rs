@@ -621,3 +621,53 @@ fn malformed_applies_are_rejected() {
     );
     assert!(apply(None, &json!({"kind": "X"}), &TypeInfo::deduced(), "", T0).is_err());
 }
+
+#[test]
+fn unmanaged_objects_are_owned_by_before_first_apply() {
+    let ti = TypeInfo::deduced();
+    let live = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": {"a": 1, "b": 1}});
+    let cfg = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": {"a": 2}});
+    let err = apply(Some(&live), &cfg, &ti, "m", T1).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 1 conflict: conflict with \"before-first-apply\" using v1: .spec.a"
+    );
+    let cfg = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": {"a": 1}});
+    let out = apply(Some(&live), &cfg, &ti, "m", T1).unwrap();
+    assert!(
+        fields(&out, "before-first-apply", "Update")["f:spec"]
+            .get("f:b")
+            .is_some()
+    );
+}
+
+#[test]
+fn update_managers_are_capped_into_ancient_changes() {
+    let ti = TypeInfo::deduced();
+    let mut obj = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"}, "spec": {}});
+    record_update(None, &mut obj, &ti, "creator", None, "2026-01-01T00:00:00Z");
+    for i in 0..11 {
+        let old = obj.clone();
+        obj["spec"][format!("f{i}")] = json!(i);
+        record_update(
+            Some(&old),
+            &mut obj,
+            &ti,
+            &format!("w{i:02}"),
+            None,
+            &format!("2026-01-01T00:00:{:02}Z", i + 1),
+        );
+    }
+    let mf = obj["metadata"]["managedFields"].as_array().unwrap();
+    assert_eq!(mf.len(), 10);
+    let ancient = entry(&obj, "ancient-changes", "Update").unwrap();
+    // The 11th updater merged creator (oldest) and w00 into the bucket, the 12th merged w01
+    // into it; the bucket carries the newest merged time.
+    assert_eq!(ancient["time"], "2026-01-01T00:00:02Z");
+    assert!(ancient["fieldsV1"]["f:spec"].get("f:f0").is_some());
+    assert!(ancient["fieldsV1"]["f:spec"].get("f:f1").is_some());
+    for gone in ["creator", "w00", "w01"] {
+        assert!(entry(&obj, gone, "Update").is_none(), "{gone}");
+    }
+    assert!(entry(&obj, "w10", "Update").is_some());
+}
