@@ -1,7 +1,8 @@
 //! Identity for kubesim clusters, as kube-apiserver does it: a per-cluster CA and serving
-//! certificate, client-certificate users (CN = user, O = groups), static bearer tokens,
-//! ServiceAccount tokens as RS256 JWTs with OIDC discovery and key rotation, external JWT
-//! issuers verified against a JWKS fetched over HTTPS, and RBAC authorization.
+//! certificate, client-certificate users (CN = user, O = groups), ServiceAccount tokens as
+//! RS256 JWTs with OIDC discovery and key rotation, external JWT issuers verified against a
+//! JWKS fetched over HTTPS, and RBAC authorization. (Static bearer tokens are a plain table
+//! kept by the HTTP layer; [`token_hash`] is what it may log.)
 //!
 //! Interface (other kubesim crates rely on it; keep it stable): [`UserInfo`], [`pki`],
 //! [`jwt`], [`rbac`], [`external`].
