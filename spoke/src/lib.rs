@@ -1,4 +1,5 @@
 //! kleym spoke: the identity compiler (pure, no I/O) that turns `InferenceIdentityBinding`s
 //! into SPIRE `ClusterSPIFFEID`s, and the per-cluster reconciler built on it.
 
+pub mod compiler;
 pub mod reconciler;

@@ -1,0 +1,532 @@
+//! Cluster-wide analysis of compiled bindings: conflicts that refuse bindings and
+//! warnings that are only reported.
+//!
+//! - `IdentityCollision`: two or more PerObjective bindings in one namespace with equal
+//!   pool selector (the same pod set), the same `k8s:sa` and the same container selector.
+//!   Every member is refused.
+//! - `DuplicateSPIFFEID`: bindings computing one SPIFFE ID with different selector sets.
+//!   Every member is refused (identical selector sets register identical SPIRE entries,
+//!   which SPIRE de-duplicates, so they are not a conflict).
+//! - Warning `PoolAndObjectiveIdentities`: a PoolOnly and a PerObjective binding select the
+//!   same pods and service account: the discriminated containers receive two SVIDs.
+//! - Warning `OverlappingDefaultIdentity`: a ClusterSPIFFEID not managed by kleym, with the
+//!   same `className` and `fallback` unset, provably selects the pool's pods; the fix is
+//!   `fallback: true` on that object.
+//!
+//! Work is grouping by hash keys: O(n) in the number of bindings (plus the size of the
+//! groups found), independent of input order, and symmetric (every member of a finding
+//! sees the others).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning, labels};
+
+use super::CompiledIdentity;
+use super::output::NAMESPACE_NAME_LABEL;
+use super::refusal::{Reason, Refusal};
+
+/// At most this many peers are listed per finding (the count is always exact).
+pub const MAX_LISTED_PEERS: usize = 32;
+
+/// A binding, by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BindingRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl fmt::Display for BindingRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Labels of each namespace, by name (for evaluating foreign `namespaceSelector`s).
+pub type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
+
+/// A ClusterSPIFFEID kleym does not manage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForeignSpiffeId {
+    /// Object name.
+    pub name: String,
+    /// `spec.className`.
+    pub class_name: Option<String>,
+    /// `spec.fallback`.
+    pub fallback: bool,
+    /// `spec.namespaceSelector` (unset: all namespaces).
+    pub namespace_selector: Option<LabelSelector>,
+    /// `spec.podSelector` (unset: all pods).
+    pub pod_selector: Option<LabelSelector>,
+    /// `spec.workloadSelectorTemplates`.
+    pub workload_selector_templates: Vec<String>,
+}
+
+impl ForeignSpiffeId {
+    /// View of `obj`, or `None` when kleym manages it (label `kleym.io/managed-by`).
+    pub fn from_object(obj: &ClusterSPIFFEID) -> Option<Self> {
+        let managed = obj
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::MANAGED_BY))
+            .is_some_and(|v| v == labels::MANAGED_BY_VALUE);
+        if managed {
+            return None;
+        }
+        Some(ForeignSpiffeId {
+            name: obj.metadata.name.clone().unwrap_or_default(),
+            class_name: obj.spec.class_name.clone(),
+            fallback: obj.spec.fallback.unwrap_or(false),
+            namespace_selector: obj.spec.namespace_selector.clone(),
+            pod_selector: obj.spec.pod_selector.clone(),
+            workload_selector_templates: obj
+                .spec
+                .workload_selector_templates
+                .clone()
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// A conflict with other bindings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConflictFinding {
+    /// `IdentityCollision` or `DuplicateSPIFFEID`.
+    pub reason: Reason,
+    /// The other members, sorted (at most [`MAX_LISTED_PEERS`]).
+    pub peers: Vec<BindingRef>,
+    /// How many other members there are.
+    pub peer_count: usize,
+    /// What the members share (pod set, service account, container, or SPIFFE ID).
+    pub detail: String,
+}
+
+/// Warning reasons (stable strings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WarningReason {
+    /// A PoolOnly and a PerObjective identity select the same pods.
+    PoolAndObjectiveIdentities,
+    /// A non-kleym, non-fallback ClusterSPIFFEID also selects the pool's pods.
+    OverlappingDefaultIdentity,
+}
+
+impl WarningReason {
+    /// The stable reason string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarningReason::PoolAndObjectiveIdentities => "PoolAndObjectiveIdentities",
+            WarningReason::OverlappingDefaultIdentity => "OverlappingDefaultIdentity",
+        }
+    }
+}
+
+/// A warning about one binding.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Warning {
+    /// Reason.
+    pub reason: WarningReason,
+    /// Explanation and suggested fix.
+    pub message: String,
+}
+
+/// Findings for one binding.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Verdict {
+    /// Conflicts, `IdentityCollision` first.
+    pub conflicts: Vec<ConflictFinding>,
+    /// Warnings, sorted.
+    pub warnings: Vec<Warning>,
+}
+
+impl Verdict {
+    /// The refusal the conflicts impose on `binding`, if any (`IdentityCollision` wins
+    /// over `DuplicateSPIFFEID`).
+    pub fn refusal(&self, binding: &BindingRef) -> Option<Refusal> {
+        let c = self.conflicts.first()?;
+        let mut peers = c
+            .peers
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        if c.peer_count > c.peers.len() {
+            peers.push_str(&format!(" and {} more", c.peer_count - c.peers.len()));
+        }
+        let message = match c.reason {
+            Reason::IdentityCollision => format!(
+                "binding {binding} collides with {peers}: PerObjective bindings select the same pods, service account and container ({}); give each objective its own container (spec.containerDiscriminator)",
+                c.detail
+            ),
+            _ => format!(
+                "binding {binding} computes SPIFFE ID {} like {peers}, with different selectors; one SPIFFE ID must describe one workload (change spec.spiffeIDTemplate)",
+                c.detail
+            ),
+        };
+        Some(Refusal::new(c.reason, message))
+    }
+
+    /// Conflict peers in the binding-status form (same namespace: names only).
+    pub fn conflict_peers(&self) -> Vec<ConflictPeer> {
+        let mut out: Vec<ConflictPeer> = self
+            .conflicts
+            .iter()
+            .flat_map(|c| {
+                c.peers.iter().map(|p| ConflictPeer {
+                    name: p.name.clone(),
+                    reason: c.reason.as_str().to_string(),
+                })
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Warnings in the binding-status form.
+    pub fn status_warnings(&self) -> Vec<IdentityWarning> {
+        self.warnings
+            .iter()
+            .map(|w| IdentityWarning {
+                reason: w.reason.as_str().to_string(),
+                message: w.message.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Verdicts for every binding with a finding.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Analysis {
+    /// Bindings with at least one conflict or warning.
+    pub verdicts: BTreeMap<BindingRef, Verdict>,
+}
+
+impl Analysis {
+    /// The verdict for `binding` (empty when it has no findings).
+    pub fn verdict(&self, binding: &BindingRef) -> Verdict {
+        self.verdicts.get(binding).cloned().unwrap_or_default()
+    }
+
+    /// The refusal conflicts impose on `binding`, if any.
+    pub fn refusal(&self, binding: &BindingRef) -> Option<Refusal> {
+        self.verdicts.get(binding)?.refusal(binding)
+    }
+}
+
+/// Pod labels of a pool, borrowed.
+type Labels<'a> = &'a BTreeMap<String, String>;
+/// Binding indices grouped by a key.
+type Groups<K> = HashMap<K, Vec<usize>>;
+
+fn labels_desc(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Members of one group, as indices into the identity slice, sorted by binding.
+fn sorted_members(ids: &[CompiledIdentity], mut members: Vec<usize>) -> Vec<usize> {
+    members.sort_by(|a, b| ids[*a].binding.cmp(&ids[*b].binding));
+    members.dedup_by(|a, b| ids[*a].binding == ids[*b].binding);
+    members
+}
+
+/// Record for each member of `members` a finding naming the others in `peers_of`.
+fn add_conflicts(
+    ids: &[CompiledIdentity],
+    verdicts: &mut BTreeMap<BindingRef, Verdict>,
+    members: &[usize],
+    reason: Reason,
+    detail: &str,
+    peers_of: impl Fn(usize) -> Vec<usize>,
+) {
+    for &m in members {
+        let peers = peers_of(m);
+        if peers.is_empty() {
+            continue;
+        }
+        verdicts
+            .entry(ids[m].binding.clone())
+            .or_default()
+            .conflicts
+            .push(ConflictFinding {
+                reason,
+                peer_count: peers.len(),
+                peers: peers
+                    .iter()
+                    .take(MAX_LISTED_PEERS)
+                    .map(|&p| ids[p].binding.clone())
+                    .collect(),
+                detail: detail.to_string(),
+            });
+    }
+}
+
+/// Analyze all compiled bindings of one cluster (one entry per binding) against each
+/// other and against the cluster's foreign ClusterSPIFFEIDs.
+pub fn analyze(
+    identities: &[CompiledIdentity],
+    foreign: &[ForeignSpiffeId],
+    namespaces: &NamespaceLabels,
+) -> Analysis {
+    let mut verdicts: BTreeMap<BindingRef, Verdict> = BTreeMap::new();
+
+    // IdentityCollision: PerObjective, same namespace, pod set, service account, container.
+    let mut collision_groups: Groups<(&str, Labels, &str, &str)> = HashMap::new();
+    for (i, id) in identities.iter().enumerate() {
+        if id.mode == IdentityMode::PerObjective {
+            let key = (
+                id.binding.namespace.as_str(),
+                &id.pool_labels,
+                id.service_account.as_str(),
+                id.container_selector.as_deref().unwrap_or(""),
+            );
+            collision_groups.entry(key).or_default().push(i);
+        }
+    }
+    for ((_, pool_labels, sa, container), members) in collision_groups {
+        if members.len() < 2 {
+            continue;
+        }
+        let members = sorted_members(identities, members);
+        let detail = format!(
+            "pool selector {}, service account {sa}, {container}",
+            labels_desc(pool_labels)
+        );
+        add_conflicts(
+            identities,
+            &mut verdicts,
+            &members,
+            Reason::IdentityCollision,
+            &detail,
+            |m| members.iter().copied().filter(|&p| p != m).collect(),
+        );
+    }
+
+    // DuplicateSPIFFEID: one ID, several selector sets.
+    let mut by_id: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, id) in identities.iter().enumerate() {
+        by_id.entry(id.spiffe_id.as_str()).or_default().push(i);
+    }
+    for (spiffe_id, members) in by_id {
+        if members.len() < 2 {
+            continue;
+        }
+        let members = sorted_members(identities, members);
+        let distinct: BTreeSet<&Vec<String>> =
+            members.iter().map(|&m| &identities[m].selectors).collect();
+        if distinct.len() < 2 {
+            continue;
+        }
+        add_conflicts(
+            identities,
+            &mut verdicts,
+            &members,
+            Reason::DuplicateSPIFFEID,
+            spiffe_id,
+            |m| {
+                members
+                    .iter()
+                    .copied()
+                    .filter(|&p| identities[p].selectors != identities[m].selectors)
+                    .collect()
+            },
+        );
+    }
+
+    pool_and_objective_warnings(identities, &mut verdicts);
+    overlapping_default_warnings(identities, foreign, namespaces, &mut verdicts);
+
+    for v in verdicts.values_mut() {
+        v.conflicts
+            .sort_by(|a, b| a.reason.cmp(&b.reason).then_with(|| a.peers.cmp(&b.peers)));
+        v.warnings.sort();
+        v.warnings.dedup();
+    }
+    Analysis { verdicts }
+}
+
+fn pool_and_objective_warnings(
+    ids: &[CompiledIdentity],
+    verdicts: &mut BTreeMap<BindingRef, Verdict>,
+) {
+    let mut groups: Groups<(&str, Labels, &str)> = HashMap::new();
+    for (i, id) in ids.iter().enumerate() {
+        let key = (
+            id.binding.namespace.as_str(),
+            &id.pool_labels,
+            id.service_account.as_str(),
+        );
+        groups.entry(key).or_default().push(i);
+    }
+    for ((_, pool_labels, sa), members) in groups {
+        let members = sorted_members(ids, members);
+        let (pool_only, per_objective): (Vec<usize>, Vec<usize>) = members
+            .into_iter()
+            .partition(|&m| ids[m].mode == IdentityMode::PoolOnly);
+        if pool_only.is_empty() || per_objective.is_empty() {
+            continue;
+        }
+        let names = |v: &[usize]| {
+            let mut s = v
+                .iter()
+                .take(MAX_LISTED_PEERS)
+                .map(|&m| ids[m].binding.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            if v.len() > MAX_LISTED_PEERS {
+                s.push_str(&format!(" and {} more", v.len() - MAX_LISTED_PEERS));
+            }
+            s
+        };
+        let message = format!(
+            "PoolOnly binding(s) {} and PerObjective binding(s) {} select the same pods (pool selector {}, service account {sa}): the discriminated containers receive two SVIDs",
+            names(&pool_only),
+            names(&per_objective),
+            labels_desc(pool_labels)
+        );
+        for &m in pool_only.iter().chain(&per_objective) {
+            verdicts
+                .entry(ids[m].binding.clone())
+                .or_default()
+                .warnings
+                .push(Warning {
+                    reason: WarningReason::PoolAndObjectiveIdentities,
+                    message: message.clone(),
+                });
+        }
+    }
+}
+
+fn overlapping_default_warnings(
+    ids: &[CompiledIdentity],
+    foreign: &[ForeignSpiffeId],
+    namespaces: &NamespaceLabels,
+    verdicts: &mut BTreeMap<BindingRef, Verdict>,
+) {
+    let candidates: Vec<&ForeignSpiffeId> = foreign.iter().filter(|f| !f.fallback).collect();
+    if candidates.is_empty() {
+        return;
+    }
+    // Bindings with the same workload signature share the answer: evaluate once per group.
+    let mut groups: Groups<(&str, &Vec<String>, Labels, &str)> = HashMap::new();
+    for (i, id) in ids.iter().enumerate() {
+        let class = id.output.spec.class_name.as_deref().unwrap_or("");
+        let key = (
+            id.binding.namespace.as_str(),
+            &id.selectors,
+            &id.pool_labels,
+            class,
+        );
+        groups.entry(key).or_default().push(i);
+    }
+    for ((ns, selectors, pool_labels, class), members) in groups {
+        let ns_labels = namespaces.get(ns);
+        for f in &candidates {
+            if f.class_name.as_deref().unwrap_or("") != class
+                || !provably_selects(f, ns, ns_labels, pool_labels, selectors)
+            {
+                continue;
+            }
+            for &m in &members {
+                let id = &ids[m];
+                verdicts
+                    .entry(id.binding.clone())
+                    .or_default()
+                    .warnings
+                    .push(Warning {
+                        reason: WarningReason::OverlappingDefaultIdentity,
+                        message: format!(
+                            "ClusterSPIFFEID {} (not managed by kleym, fallback not set) also selects the pods of InferencePool {}/{} (service account {}): they receive two SVIDs; set `fallback: true` on {} so it applies only where no other identity does",
+                            f.name, ns, id.pool.name, id.service_account, f.name
+                        ),
+                    });
+            }
+        }
+    }
+}
+
+/// Whether `f` provably selects the workloads of a binding in `namespace` whose pods carry
+/// `pool_labels` and which is registered with `selectors`.
+fn provably_selects(
+    f: &ForeignSpiffeId,
+    namespace: &str,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+    pool_labels: &BTreeMap<String, String>,
+    selectors: &[String],
+) -> bool {
+    let ns_ok = match &f.namespace_selector {
+        None => true,
+        Some(sel) => {
+            // The apiserver always sets the name label; other labels are known only if the
+            // caller supplied the namespace.
+            let mut known = namespace_labels.cloned().unwrap_or_default();
+            known.insert(NAMESPACE_NAME_LABEL.to_string(), namespace.to_string());
+            selector_provably_matches(sel, &known, namespace_labels.is_some())
+        }
+    };
+    // Pods may carry labels beyond the pool's: the view is never complete.
+    let pods_ok = f
+        .pod_selector
+        .as_ref()
+        .is_none_or(|sel| selector_provably_matches(sel, pool_labels, false));
+    ns_ok
+        && pods_ok
+        && f.workload_selector_templates
+            .iter()
+            .all(|t| workload_selector_satisfied(t, selectors))
+}
+
+/// Evaluate a label selector against `labels`. With `complete == false`, a requirement on
+/// a key missing from `labels` cannot be proven and fails.
+pub fn selector_provably_matches(
+    sel: &LabelSelector,
+    labels: &BTreeMap<String, String>,
+    complete: bool,
+) -> bool {
+    let match_labels_ok = sel
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let expressions_ok = sel.match_expressions.iter().flatten().all(|req| {
+        let value = labels.get(&req.key);
+        let values = req.values.as_deref().unwrap_or_default();
+        match (req.operator.as_str(), value) {
+            ("In", Some(v)) => values.contains(v),
+            ("NotIn", Some(v)) => !values.contains(v),
+            ("NotIn", None) => complete,
+            ("Exists", Some(_)) => true,
+            ("DoesNotExist", Some(_)) => false,
+            ("DoesNotExist", None) => complete,
+            _ => false,
+        }
+    });
+    match_labels_ok && expressions_ok
+}
+
+/// Templated selectors that hold for every pod by construction.
+const POD_INTRINSIC_TEMPLATES: [&str; 5] = [
+    "k8s:ns:{{.PodMeta.Namespace}}",
+    "k8s:sa:{{.PodSpec.ServiceAccountName}}",
+    "k8s:pod-uid:{{.PodMeta.UID}}",
+    "k8s:pod-name:{{.PodMeta.Name}}",
+    "k8s:node-name:{{.PodSpec.NodeName}}",
+];
+
+/// A foreign workload selector template is satisfied by our workloads when it is one of
+/// ours literally, or a pod-intrinsic template.
+fn workload_selector_satisfied(template: &str, ours: &[String]) -> bool {
+    if !template.contains("{{") {
+        return ours.binary_search_by(|s| s.as_str().cmp(template)).is_ok();
+    }
+    let compact: String = template.chars().filter(|c| *c != ' ').collect();
+    POD_INTRINSIC_TEMPLATES.contains(&compact.as_str())
+}

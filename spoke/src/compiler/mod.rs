@@ -1,0 +1,330 @@
+//! The identity compiler: pure functions from a binding and its resolved inputs to the
+//! ClusterSPIFFEID that registers its identity, or to a [`Refusal`].
+//!
+//! - [`compile`] handles one binding: resolution ([`resolve`]), templates ([`template`]),
+//!   SPIFFE ID rules ([`spiffe_id`]), confinement proofs ([`selectors`]) and the output
+//!   object ([`output`]).
+//! - [`analyze`] looks at all compiled bindings of a cluster at once for collisions,
+//!   duplicates and warnings ([`collisions`]).
+//! - [`conditions`] turns a verdict into the binding's status conditions.
+//!
+//! No I/O, no clocks (callers pass `now`), no global state: the same inputs always give
+//! the same bytes.
+
+pub mod collisions;
+pub mod conditions;
+pub mod input;
+pub mod output;
+pub mod refusal;
+pub mod resolve;
+pub mod selectors;
+pub mod spiffe_id;
+pub mod template;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kleym_api::{DiscriminatorType, IdentityMode, TargetKind};
+
+pub use collisions::{Analysis, BindingRef, ForeignSpiffeId, NamespaceLabels, Verdict, analyze};
+pub use input::{BindingInput, ClusterConfig, Lookup, PoolRefView, PoolView, TargetView};
+pub use output::ClusterSpiffeIdOutput;
+pub use refusal::{Reason, Refusal, RefusalKind};
+pub use resolve::PoolKey;
+
+use spiffe_id::{SpiffeId, TrustDomain};
+use template::Variables;
+
+/// A binding compiled into its identity and output object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompiledIdentity {
+    /// The binding.
+    pub binding: BindingRef,
+    /// Identity boundary.
+    pub mode: IdentityMode,
+    /// Kind of the target.
+    pub target_kind: TargetKind,
+    /// Name of the target.
+    pub target_name: String,
+    /// The resolved pool.
+    pub pool: PoolKey,
+    /// The pool's `matchLabels` (the pod set, within the namespace).
+    pub pool_labels: BTreeMap<String, String>,
+    /// The one service account the identity is confined to.
+    pub service_account: String,
+    /// `k8s:container-name:…` / `k8s:container-image:…` (PerObjective only).
+    pub container_selector: Option<String>,
+    /// The SPIFFE ID.
+    pub spiffe_id: String,
+    /// Sorted, de-duplicated workload selectors (as in the output).
+    pub selectors: Vec<String>,
+    /// The ClusterSPIFFEID to apply.
+    pub output: ClusterSpiffeIdOutput,
+}
+
+/// The default SPIFFE ID: PerObjective `spiffe://<TD>/ns/<N>/objective/<O>` (legacy
+/// InferenceModel targets: `…/model/<M>`), PoolOnly `spiffe://<TD>/ns/<N>/pool/<P>`.
+pub fn default_spiffe_id(
+    trust_domain: &str,
+    namespace: &str,
+    mode: IdentityMode,
+    target_kind: TargetKind,
+    target_name: &str,
+    pool_name: &str,
+) -> String {
+    match (mode, target_kind) {
+        (IdentityMode::PoolOnly, _) => {
+            format!("spiffe://{trust_domain}/ns/{namespace}/pool/{pool_name}")
+        }
+        (IdentityMode::PerObjective, TargetKind::InferenceObjective) => {
+            format!("spiffe://{trust_domain}/ns/{namespace}/objective/{target_name}")
+        }
+        (IdentityMode::PerObjective, TargetKind::InferenceModel) => {
+            format!("spiffe://{trust_domain}/ns/{namespace}/model/{target_name}")
+        }
+    }
+}
+
+fn template_refusal(binding_desc: &str, field: &str, e: &template::TemplateError) -> Refusal {
+    Refusal::new(
+        Reason::TemplateError,
+        format!("{binding_desc}: {field}: {e}"),
+    )
+}
+
+/// Compile one binding. Pure and deterministic.
+pub fn compile(input: &BindingInput, config: &ClusterConfig) -> Result<CompiledIdentity, Refusal> {
+    let ns = input.namespace.as_str();
+    let spec = &input.spec;
+    let binding_desc = format!("binding {ns}/{}", input.name);
+    let trust_domain = TrustDomain::parse(&config.trust_domain).map_err(|e| {
+        Refusal::new(
+            Reason::InvalidTrustDomain,
+            format!(
+                "cluster trust domain {:?} is invalid: {e}",
+                config.trust_domain
+            ),
+        )
+    })?;
+    let resolved = resolve::resolve(input)?;
+    let (target, pool) = (resolved.target, resolved.pool);
+
+    let pool_desc = format!("InferencePool {ns}/{} ({})", pool.name, pool.group);
+    let pool_selectors = selectors::pool_label_selectors(&pool_desc, &pool.match_labels)?;
+    let container_selector = selectors::discriminator_selector(
+        &binding_desc,
+        spec.mode,
+        spec.container_discriminator.as_ref(),
+    )?;
+
+    let vars = Variables {
+        namespace: ns,
+        objective_name: &target.name,
+        pool_name: &pool.name,
+        binding_name: &input.name,
+        mode: spec.mode.as_str(),
+        container_name: spec
+            .container_discriminator
+            .as_ref()
+            .filter(|d| d.type_ == DiscriminatorType::ContainerName)
+            .map(|d| d.value.as_str()),
+        trust_domain: trust_domain.as_str(),
+    };
+
+    let rendered = spec
+        .workload_selector_templates
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            template::render(t, &vars).map(|s| (i, s)).map_err(|e| {
+                template_refusal(
+                    &binding_desc,
+                    &format!("spec.workloadSelectorTemplates[{i}]"),
+                    &e,
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let confinement = selectors::prove_confinement(
+        &binding_desc,
+        ns,
+        &rendered,
+        &pool.match_labels,
+        container_selector.as_deref(),
+    )?;
+
+    let spiffe_id = compile_spiffe_id(&binding_desc, input, target, pool, &vars, &trust_domain)?;
+
+    let selectors: Vec<String> = rendered
+        .into_iter()
+        .map(|(_, s)| s)
+        .chain(pool_selectors)
+        .chain(container_selector.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+
+    let svid = compile_svid(&binding_desc, spec.svid.as_ref(), &vars)?;
+    let hint = match spec.mode {
+        IdentityMode::PoolOnly => pool.name.clone(),
+        IdentityMode::PerObjective => target.name.clone(),
+    };
+    let spec_out = output::cluster_spiffe_id_spec(output::SpecParts {
+        spiffe_id: spiffe_id.clone(),
+        namespace: ns.to_string(),
+        pool_labels: pool.match_labels.clone(),
+        selectors: selectors.clone(),
+        dns_names: svid.dns_names,
+        ttl: svid.ttl,
+        jwt_ttl: svid.jwt_ttl,
+        federates_with: svid.federates_with,
+        class_name: config.class_name.clone(),
+        hint,
+    });
+    Ok(CompiledIdentity {
+        binding: BindingRef {
+            namespace: ns.to_string(),
+            name: input.name.clone(),
+        },
+        mode: spec.mode,
+        target_kind: target.kind,
+        target_name: target.name.clone(),
+        pool: PoolKey {
+            group: pool.group.clone(),
+            namespace: ns.to_string(),
+            name: pool.name.clone(),
+        },
+        pool_labels: pool.match_labels.clone(),
+        service_account: confinement.service_account,
+        container_selector,
+        spiffe_id,
+        selectors,
+        output: ClusterSpiffeIdOutput {
+            name: output::cluster_spiffe_id_name(ns, &input.name),
+            labels: output::output_labels(ns, &input.name),
+            spec: spec_out,
+        },
+    })
+}
+
+/// Render (or default) the SPIFFE ID and prove it lies in the trust domain under
+/// `/ns/<namespace>/`.
+fn compile_spiffe_id(
+    binding_desc: &str,
+    input: &BindingInput,
+    target: &TargetView,
+    pool: &PoolView,
+    vars: &Variables<'_>,
+    trust_domain: &TrustDomain,
+) -> Result<String, Refusal> {
+    let ns = input.namespace.as_str();
+    let field = "spec.spiffeIDTemplate";
+    let raw = match &input.spec.spiffe_id_template {
+        Some(t) => {
+            template::render(t, vars).map_err(|e| template_refusal(binding_desc, field, &e))?
+        }
+        None => default_spiffe_id(
+            trust_domain.as_str(),
+            ns,
+            input.spec.mode,
+            target.kind,
+            &target.name,
+            &pool.name,
+        ),
+    };
+    let id = SpiffeId::parse(&raw).map_err(|e| {
+        Refusal::new(
+            Reason::InvalidSPIFFEID,
+            format!("{binding_desc}: {field} renders to {raw:?}, which is not a SPIFFE ID: {e}"),
+        )
+    })?;
+    if id.trust_domain() != trust_domain {
+        return Err(Refusal::new(
+            Reason::ForeignTrustDomain,
+            format!(
+                "{binding_desc}: {field} renders to {raw:?}, outside this cluster's trust domain {trust_domain:?}"
+            ),
+        ));
+    }
+    let mut segments = id.segments();
+    let confined =
+        segments.next() == Some("ns") && segments.next() == Some(ns) && segments.next().is_some();
+    if !confined {
+        return Err(Refusal::new(
+            Reason::SPIFFEIDOutsideNamespace,
+            format!(
+                "{binding_desc}: {field} renders to {raw:?}; its path must start with \"/ns/{ns}/\" so a tenant can only claim identities of its own namespace"
+            ),
+        ));
+    }
+    Ok(id.to_string())
+}
+
+struct CompiledSvid {
+    dns_names: Vec<String>,
+    ttl: Option<String>,
+    jwt_ttl: Option<String>,
+    federates_with: Vec<String>,
+}
+
+fn compile_svid(
+    binding_desc: &str,
+    svid: Option<&kleym_api::SvidOptions>,
+    vars: &Variables<'_>,
+) -> Result<CompiledSvid, Refusal> {
+    let Some(svid) = svid else {
+        return Ok(CompiledSvid {
+            dns_names: Vec::new(),
+            ttl: None,
+            jwt_ttl: None,
+            federates_with: Vec::new(),
+        });
+    };
+    let mut dns_names = BTreeSet::new();
+    for (i, t) in svid.dns_name_templates.iter().enumerate() {
+        let field = format!("spec.svid.dnsNameTemplates[{i}]");
+        let name =
+            template::render(t, vars).map_err(|e| template_refusal(binding_desc, &field, &e))?;
+        if !selectors::is_dns_name(&name) {
+            return Err(Refusal::new(
+                Reason::InvalidSvidOption,
+                format!("{binding_desc}: {field} renders to {name:?}, which is not a DNS name"),
+            ));
+        }
+        dns_names.insert(name);
+    }
+    let mut federates_with = BTreeSet::new();
+    for (i, td) in svid.federates_with.iter().enumerate() {
+        TrustDomain::parse(td).map_err(|e| {
+            Refusal::new(
+                Reason::InvalidSvidOption,
+                format!(
+                    "{binding_desc}: spec.svid.federatesWith[{i}] {td:?} is not a trust domain: {e}"
+                ),
+            )
+        })?;
+        federates_with.insert(td.clone());
+    }
+    let duration = |field: &str, value: Option<&String>| -> Result<Option<String>, Refusal> {
+        let Some(v) = value else { return Ok(None) };
+        let parsed: kube::core::Duration = v.parse().map_err(|e| {
+            Refusal::new(
+                Reason::InvalidSvidOption,
+                format!("{binding_desc}: {field} {v:?} is not a duration: {e}"),
+            )
+        })?;
+        if parsed.is_negative() {
+            return Err(Refusal::new(
+                Reason::InvalidSvidOption,
+                format!("{binding_desc}: {field} {v:?} is negative"),
+            ));
+        }
+        // Zero means "SPIRE's default", the same as unset.
+        Ok((!std::time::Duration::from(parsed).is_zero()).then(|| v.clone()))
+    };
+    Ok(CompiledSvid {
+        dns_names: dns_names.into_iter().collect(),
+        ttl: duration("spec.svid.ttl", svid.ttl.as_ref())?,
+        jwt_ttl: duration("spec.svid.jwtTtl", svid.jwt_ttl.as_ref())?,
+        federates_with: federates_with.into_iter().collect(),
+    })
+}
