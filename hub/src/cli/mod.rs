@@ -1,0 +1,64 @@
+//! Command-line interface of `kleym`.
+//!
+//! Each subcommand lives in its own module with an `Args` struct and a `run` function;
+//! add a variant to [`Command`] and an arm to [`run`] to add one (`spoke`, `hub`, `report`,
+//! `credential` are planned).
+
+use clap::{Parser, Subcommand};
+
+pub mod crds;
+
+/// kleym compiles InferenceIdentityBinding objects into SPIRE ClusterSPIFFEIDs across a
+/// fleet of Kubernetes clusters.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kleym",
+    version,
+    about = "kleym compiles InferenceIdentityBinding objects into SPIRE ClusterSPIFFEIDs across a fleet of Kubernetes clusters",
+    long_about = None,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands of `kleym`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print kleym's CustomResourceDefinitions as multi-document YAML.
+    #[command(
+        long_about = "Print kleym's CustomResourceDefinitions (InferenceIdentityBinding, \
+        kleym.io/v1alpha1) as multi-document YAML on stdout.\n\n\
+        Install them with `kleym crds | kubectl apply --server-side -f -`. The Helm chart's \
+        charts/kleym/crds/ holds the same documents, generated from this output."
+    )]
+    Crds(crds::Args),
+}
+
+/// Run the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Crds(args) => crds::run(&args, &mut std::io::stdout().lock()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_crds() {
+        let cli = Cli::try_parse_from(["kleym", "crds"]).unwrap();
+        assert!(matches!(cli.command, Command::Crds(_)));
+        assert!(Cli::try_parse_from(["kleym"]).is_err());
+        assert!(Cli::try_parse_from(["kleym", "nope"]).is_err());
+    }
+}
