@@ -4,6 +4,7 @@
 use crate::fieldpath::{self, FieldSet, Path};
 use crate::managed::{self, APPLY, Entry, UPDATE};
 use crate::typed;
+use crate::types::Ty;
 use crate::{ApplyError, ApplyRequest, TypeInfo};
 use serde_json::{Map, Value, json};
 use std::cmp::Ordering;
@@ -95,9 +96,15 @@ fn gvk(v: &Value) -> String {
 }
 
 /// The part of an applied configuration this apply may set.
-fn scoped_config(applied: &Value, subresource: Option<&str>, has_status: bool) -> Value {
+fn scoped_config(
+    applied: &Value,
+    ty: Ty<'_>,
+    subresource: Option<&str>,
+    has_status: bool,
+) -> Value {
     let mut config = applied.clone();
     strip_nulls(&mut config);
+    typed::prune_unknown(&mut config, ty);
     if let Some(root) = config.as_object_mut() {
         if let Some(m) = root.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
@@ -215,7 +222,7 @@ pub(crate) fn apply(
     }
     let ty = ti.root_ty();
     let has_status = ti.has_status_subresource();
-    let config = scoped_config(applied, req.subresource, has_status);
+    let config = scoped_config(applied, ty, req.subresource, has_status);
     typed::validate(&config, ty, &mut Vec::new()).map_err(|e| {
         ApplyError::Invalid(format!(
             "failed to create typed patch object ({}): {e}",

@@ -81,6 +81,30 @@ pub(crate) fn validate(v: &Value, ty: Ty<'_>, path: &mut Path) -> Result<(), Str
     Ok(())
 }
 
+/// Drop fields a structural schema does not declare (what kube-apiserver's pruning does to
+/// them), so that nobody owns a field the stored object can never hold.
+pub(crate) fn prune_unknown(v: &mut Value, ty: Ty<'_>) {
+    match v {
+        Value::Object(m) => {
+            if ty.prunes_unknown() {
+                let root = ty.is_root();
+                m.retain(|k, _| {
+                    ty.is_declared(k)
+                        || (root && matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
+                });
+            }
+            for (k, child) in m.iter_mut() {
+                prune_unknown(child, ty.field(k));
+            }
+        }
+        Value::Array(items) => {
+            let items_ty = ty.items();
+            items.iter_mut().for_each(|i| prune_unknown(i, items_ty));
+        }
+        _ => {}
+    }
+}
+
 /// The set of fields `v` sets (upstream `ToFieldSet`): leaves, atomic lists/maps, list items,
 /// map keys that are not declared struct fields, and empty or null fields.
 pub(crate) fn to_field_set(v: &Value, ty: Ty<'_>) -> FieldSet {

@@ -126,6 +126,23 @@ impl<'a> Ty<'a> {
         }
     }
 
+    /// Whether keys not declared in `properties` are dropped here (a structural CRD schema
+    /// without `additionalProperties` or `x-kubernetes-preserve-unknown-fields`).
+    pub(crate) fn prunes_unknown(&self) -> bool {
+        let Some(s) = self.schema else {
+            return false;
+        };
+        !self.structs
+            && s.get("properties").is_some_and(Value::is_object)
+            && s.get("additionalProperties").is_none()
+            && s.get("x-kubernetes-preserve-unknown-fields") != Some(&Value::Bool(true))
+    }
+
+    /// Whether this is the object root.
+    pub(crate) fn is_root(&self) -> bool {
+        self.root
+    }
+
     /// Whether this map (or struct) is replaced as a whole (`x-kubernetes-map-type: atomic`).
     pub(crate) fn map_atomic(&self) -> bool {
         self.ext("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")

@@ -671,3 +671,19 @@ fn update_managers_are_capped_into_ancient_changes() {
     }
     assert!(entry(&obj, "w10", "Update").is_some());
 }
+
+#[test]
+fn fields_unknown_to_a_crd_schema_are_neither_set_nor_owned() {
+    let ti = TypeInfo::from_schema(&crd_schema("spire.spiffe.io_clusterspiffeids.yaml"));
+    let cfg = json!({"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID", "metadata": {"name": "c"},
+                     "spec": {"spiffeIDTemplate": "spiffe://td/x", "bogus": 1}, "alsoBogus": true});
+    let out = apply(None, &cfg, &ti, "m", T0).unwrap();
+    assert_eq!(out["spec"], json!({"spiffeIDTemplate": "spiffe://td/x"}));
+    assert!(out.get("alsoBogus").is_none());
+    assert_eq!(
+        fields(&out, "m", "Apply"),
+        &json!({"f:spec": {"f:spiffeIDTemplate": {}}})
+    );
+    // Re-applying the same (still bogus) config is a no-op.
+    assert_eq!(apply(Some(&out), &cfg, &ti, "m", T1).unwrap(), out);
+}
