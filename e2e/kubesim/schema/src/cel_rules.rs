@@ -5,9 +5,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cel::common::types::CelOptional;
+use std::borrow::Cow;
+
+use cel::common::types::{
+    CelBool, CelDouble, CelDuration, CelInt, CelList, CelMap, CelMapKey, CelNull, CelOptional,
+    CelString, CelTimestamp, CelUInt,
+};
 use cel::common::value::Val;
-use cel::objects::{Key, Map as CelMap};
 use cel::{Context, ExecutionError, Program, Value as CelValue};
 use serde_json::Value;
 
@@ -193,114 +197,116 @@ const RESERVED: &[&str] = &[
 ];
 
 /// Property name as CEL sees it (`x-y` → `x__dash__y`, `if` → `__if__`, ...).
-fn escape(name: &str) -> String {
+fn escape(name: &str) -> Cow<'_, str> {
     if RESERVED.contains(&name) {
-        return format!("__{name}__");
+        return Cow::Owned(format!("__{name}__"));
     }
-    if !name.contains(['_', '.', '-', '/']) {
-        return name.to_string();
+    if !name.contains("__") && !name.contains(['.', '-', '/']) {
+        return Cow::Borrowed(name);
     }
-    name.replace("__", "__underscores__")
-        .replace('.', "__dot__")
-        .replace('-', "__dash__")
-        .replace('/', "__slash__")
-}
-
-fn key(s: &str) -> Key {
-    Key::String(Arc::new(s.to_string()))
+    Cow::Owned(
+        name.replace("__", "__underscores__")
+            .replace('.', "__dot__")
+            .replace('-', "__dash__")
+            .replace('/', "__slash__"),
+    )
 }
 
 /// A JSON value as CEL sees it under the schema node (`number` is double, `integer` int,
 /// `date-time` a timestamp, `duration` a duration, properties escaped, root and embedded
-/// `metadata` reduced to `name` and `generateName`).
-pub(crate) fn to_cel(node: Option<&Node>, v: &Value, is_root: bool) -> CelValue {
+/// `metadata` reduced to `name` and `generateName`). Strings and keys borrow from `v`.
+pub(crate) fn to_cel<'a>(node: Option<&Node>, v: &'a Value, is_root: bool) -> Box<dyn Val + 'a> {
     match v {
-        Value::Null => CelValue::Null,
-        Value::Bool(b) => CelValue::Bool(*b),
+        Value::Null => Box::new(CelNull),
+        Value::Bool(b) => Box::new(CelBool::from(*b)),
         Value::Number(n) => {
             let is_number = node.is_some_and(|n| n.ty.as_deref() == Some("number"));
             if is_number {
-                CelValue::Float(n.as_f64().unwrap_or(f64::NAN))
+                Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN)))
             } else if let Some(i) = n.as_i64() {
-                CelValue::Int(i)
+                Box::new(CelInt::from(i))
             } else if let Some(u) = n.as_u64() {
-                CelValue::UInt(u)
+                Box::new(CelUInt::from(u))
             } else {
                 let f = n.as_f64().unwrap_or(f64::NAN);
                 let is_int = node.is_some_and(|n| n.ty.as_deref() == Some("integer"));
                 if is_int && f.fract() == 0.0 && f.abs() < 9.2e18 {
-                    CelValue::Int(f as i64)
+                    Box::new(CelInt::from(f as i64))
                 } else {
-                    CelValue::Float(f)
+                    Box::new(CelDouble::from(f))
                 }
             }
         }
         Value::String(s) => string_to_cel(node, s),
         Value::Array(items) => {
             let item = node.and_then(|n| n.items.as_deref());
-            CelValue::List(Arc::new(
-                items.iter().map(|x| to_cel(item, x, false)).collect(),
-            ))
+            let list: Vec<Box<dyn Val + 'a>> =
+                items.iter().map(|x| to_cel(item, x, false)).collect();
+            Box::new(CelList::from(list))
         }
         Value::Object(map) => {
-            let mut out: HashMap<Key, CelValue> = HashMap::with_capacity(map.len());
+            let mut out: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> =
+                HashMap::with_capacity(map.len());
             let embedded = node.is_some_and(|n| n.embedded);
             for (k, x) in map {
                 if (is_root || embedded) && k == "metadata" {
-                    out.insert(key(k), reduced_metadata(x));
+                    out.insert(CelMapKey::from(k.as_str()), reduced_metadata(x));
                     continue;
                 }
                 let (cel_key, sub) = match node {
                     Some(n) => match n.properties.get(k) {
                         Some(p) => (escape(k), Some(p)),
-                        None => (k.clone(), n.additional_schema()),
+                        None => (Cow::Borrowed(k.as_str()), n.additional_schema()),
                     },
-                    None => (k.clone(), None),
+                    None => (Cow::Borrowed(k.as_str()), None),
                 };
-                out.insert(key(&cel_key), to_cel(sub, x, false));
+                let key = match cel_key {
+                    Cow::Borrowed(b) => CelMapKey::from(b),
+                    Cow::Owned(o) => CelMapKey::from(o),
+                };
+                out.insert(key, to_cel(sub, x, false));
             }
-            CelValue::Map(CelMap { map: Arc::new(out) })
+            Box::new(CelMap::from(out))
         }
     }
 }
 
-fn string_to_cel(node: Option<&Node>, s: &str) -> CelValue {
+fn string_to_cel<'a>(node: Option<&Node>, s: &'a str) -> Box<dyn Val + 'a> {
     let format = node.and_then(|n| n.format.as_deref());
     match format {
         Some("date-time") | Some("datetime") => {
             if let Some(t) = formats::parse_date_time(s) {
-                return CelValue::Timestamp(t);
+                return Box::new(CelTimestamp::from(t));
             }
         }
         Some("date") => {
-            if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
-                && let Some(t) = d.and_hms_opt(0, 0, 0)
+            if let Some(t) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
             {
-                return CelValue::Timestamp(t.and_utc().fixed_offset());
+                return Box::new(CelTimestamp::from(t.and_utc().fixed_offset()));
             }
         }
         Some("duration") => {
-            if let Some(ns) = formats::parse_duration(s)
-                && let Ok(ns) = i64::try_from(ns)
-            {
-                return CelValue::Duration(chrono::Duration::nanoseconds(ns));
+            if let Some(ns) = formats::parse_duration(s).and_then(|ns| i64::try_from(ns).ok()) {
+                return Box::new(CelDuration::from(chrono::Duration::nanoseconds(ns)));
             }
         }
         _ => {}
     }
-    CelValue::String(Arc::new(s.to_string()))
+    Box::new(CelString::from(s))
 }
 
-fn reduced_metadata(v: &Value) -> CelValue {
-    let mut out: HashMap<Key, CelValue> = HashMap::new();
+fn reduced_metadata<'a>(v: &'a Value) -> Box<dyn Val + 'a> {
+    let mut out: HashMap<CelMapKey<'a>, Box<dyn Val + 'a>> = HashMap::new();
     if let Some(m) = v.as_object() {
         for k in ["name", "generateName"] {
             if let Some(Value::String(s)) = m.get(k) {
-                out.insert(key(k), CelValue::String(Arc::new(s.clone())));
+                out.insert(CelMapKey::from(k), Box::new(CelString::from(s.as_str())));
             }
         }
     }
-    CelValue::Map(CelMap { map: Arc::new(out) })
+    Box::new(CelMap::from(out))
 }
 
 /// Evaluates every rule in the tree; `path` uses kube-apiserver's `field.Path` notation.
@@ -360,10 +366,16 @@ fn eval_rules(
     errs: &mut Vec<FieldError>,
 ) {
     let type_name = node.ty.clone().unwrap_or_default();
-    let self_val = to_cel(Some(node), v, is_root);
-    let old_val = old.map(|o| to_cel(Some(node), o, is_root));
+    // One context per node: `self` (and `oldSelf`) are converted once for all its rules;
+    // `optionalOldSelf` rules bind `oldSelf` as an optional, in a second context.
+    let mut ctx = Context::with_env(ENV.clone());
+    ctx.add_variable_as_val("self", to_cel(Some(node), v, is_root));
+    if let Some(o) = old {
+        ctx.add_variable_as_val("oldSelf", to_cel(Some(node), o, is_root));
+    }
+    let mut optional_ctx: Option<Context> = None;
     for rule in &node.rules {
-        if rule.uses_old_self && old_val.is_none() && !rule.optional_old_self {
+        if rule.uses_old_self && old.is_none() && !rule.optional_old_self {
             continue; // transition rule without an old value
         }
         let at = error_path(path, &rule.field_path);
@@ -377,27 +389,27 @@ fn eval_rules(
         let Some(program) = &rule.program else {
             continue; // unreachable: a rule without a program is `unsupported`
         };
-        let mut ctx = Context::with_env(ENV.clone());
-        ctx.add_variable_from_value("self", self_val.clone());
-        if rule.optional_old_self {
-            let opt = match &old_val {
-                Some(o) => match Box::<dyn Val>::try_from(o.clone()) {
-                    Ok(b) => CelOptional::of(b),
-                    Err(_) => CelOptional::none(),
-                },
-                None => CelOptional::none(),
-            };
-            ctx.add_variable_as_val("oldSelf", Box::new(opt));
-        } else if let Some(o) = &old_val {
-            ctx.add_variable_from_value("oldSelf", o.clone());
-        }
-        match program.execute(&ctx) {
+        let ctx = if rule.optional_old_self {
+            optional_ctx.get_or_insert_with(|| {
+                let mut c = Context::with_env(ENV.clone());
+                c.add_variable_as_val("self", to_cel(Some(node), v, is_root));
+                let opt = match old {
+                    Some(o) => CelOptional::of(to_cel(Some(node), o, is_root)),
+                    None => CelOptional::none(),
+                };
+                c.add_variable_as_val("oldSelf", Box::new(opt));
+                c
+            })
+        } else {
+            &ctx
+        };
+        match program.execute(ctx) {
             Ok(CelValue::Bool(true)) => {}
             Ok(CelValue::Bool(false)) => {
                 let detail = rule
                     .message_expression
                     .as_ref()
-                    .and_then(|m| match m.execute(&ctx) {
+                    .and_then(|m| match m.execute(ctx) {
                         Ok(CelValue::String(s)) if !s.trim().is_empty() && !s.contains('\n') => {
                             Some(s.trim().to_string())
                         }

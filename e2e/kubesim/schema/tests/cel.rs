@@ -1,0 +1,351 @@
+//! `x-kubernetes-validations`: rules, transition rules (`oldSelf`, `optionalOldSelf`),
+//! `message`/`messageExpression`/`fieldPath`/`reason`, the Kubernetes library functions
+//! kubesim supports, and rules it cannot evaluate (never passed silently).
+
+mod common;
+
+use common::errors;
+use kubesim_schema::{CompiledSchema, FieldErrorKind};
+use serde_json::{Value, json};
+
+fn root(spec_schema: Value) -> CompiledSchema {
+    CompiledSchema::new(&json!({
+        "type": "object",
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema
+        }
+    }))
+    .unwrap()
+}
+
+fn obj(spec: Value) -> Value {
+    json!({"apiVersion": "x.io/v1", "kind": "X", "metadata": {"name": "a", "labels": {"l": "v"}}, "spec": spec})
+}
+
+/// A spec schema with properties `props` and the given rules.
+fn spec_with_rules(props: Value, rules: Value) -> CompiledSchema {
+    root(json!({"type": "object", "properties": props, "x-kubernetes-validations": rules}))
+}
+
+#[test]
+fn kleym_mode_rule() {
+    let s = spec_with_rules(
+        json!({"mode": {"type": "string"}, "containerDiscriminator": {"type": "object", "properties": {"name": {"type": "string"}}}}),
+        json!([{
+            "rule": "self.mode == 'PoolOnly' ? !has(self.containerDiscriminator) : has(self.containerDiscriminator)",
+            "message": "containerDiscriminator is required unless mode is PoolOnly"
+        }]),
+    );
+    assert_eq!(
+        errors(&s, obj(json!({"mode": "PoolOnly"})), None),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors(
+            &s,
+            obj(json!({"mode": "PerObjective", "containerDiscriminator": {"name": "c"}})),
+            None
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors(&s, obj(json!({"mode": "PerObjective"})), None),
+        vec![
+            r#"spec: Invalid value: "object": containerDiscriminator is required unless mode is PoolOnly"#
+        ]
+    );
+    assert_eq!(
+        errors(
+            &s,
+            obj(json!({"mode": "PoolOnly", "containerDiscriminator": {}})),
+            None
+        ),
+        vec![
+            r#"spec: Invalid value: "object": containerDiscriminator is required unless mode is PoolOnly"#
+        ]
+    );
+}
+
+#[test]
+fn transition_rule_immutable_field() {
+    let s = root(json!({"type": "object", "properties": {
+        "id": {"type": "string", "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "id is immutable"}]},
+        "other": {"type": "string"}
+    }}));
+    let old = obj(json!({"id": "a", "other": "x"}));
+    // Create: no old value, the transition rule does not run.
+    assert_eq!(
+        errors(&s, obj(json!({"id": "b"})), None),
+        Vec::<String>::new()
+    );
+    // Update that keeps the id.
+    assert_eq!(
+        errors(&s, obj(json!({"id": "a", "other": "y"})), Some(&old)),
+        Vec::<String>::new()
+    );
+    // Update that changes it.
+    assert_eq!(
+        errors(&s, obj(json!({"id": "b", "other": "x"})), Some(&old)),
+        vec![r#"spec.id: Invalid value: "string": id is immutable"#]
+    );
+    // A field set for the first time on update has no old value either.
+    let old_without = obj(json!({"other": "x"}));
+    assert_eq!(
+        errors(&s, obj(json!({"id": "b"})), Some(&old_without)),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn optional_old_self_runs_on_create() {
+    let s = root(json!({"type": "object", "properties": {
+        "gen": {"type": "integer", "x-kubernetes-validations": [{
+            "rule": "!oldSelf.hasValue() || self >= oldSelf.value()",
+            "optionalOldSelf": true,
+            "message": "gen may not decrease"
+        }, {
+            "rule": "oldSelf.hasValue() || self == 1",
+            "optionalOldSelf": true,
+            "message": "gen starts at 1"
+        }]}
+    }}));
+    assert_eq!(
+        errors(&s, obj(json!({"gen": 5})), None),
+        vec![r#"spec.gen: Invalid value: "integer": gen starts at 1"#]
+    );
+    let old = obj(json!({"gen": 5}));
+    assert_eq!(
+        errors(&s, obj(json!({"gen": 6})), Some(&old)),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors(&s, obj(json!({"gen": 4})), Some(&old)),
+        vec![r#"spec.gen: Invalid value: "integer": gen may not decrease"#]
+    );
+}
+
+#[test]
+fn message_expression_field_path_reason_and_default_message() {
+    let s = spec_with_rules(
+        json!({"name": {"type": "string"}, "replicas": {"type": "integer"}, "labels": {"type": "object", "additionalProperties": {"type": "string"}}}),
+        json!([
+            {"rule": "size(self.name) <= 3", "messageExpression": "'name ' + self.name + ' is longer than 3'", "fieldPath": ".name"},
+            {"rule": "self.replicas < 10", "reason": "FieldValueForbidden", "message": "too many replicas"},
+            {"rule": "!has(self.labels) || !('bad' in self.labels)", "fieldPath": ".labels['bad']", "reason": "FieldValueRequired", "message": "bad label"},
+            {"rule": "self.replicas != 7"},
+            {"rule": "self.replicas != 8", "messageExpression": "42", "message": "eight"}
+        ]),
+    );
+    assert_eq!(
+        errors(&s, obj(json!({"name": "abc", "replicas": 1})), None),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors(
+            &s,
+            obj(json!({"name": "abcd", "replicas": 12, "labels": {"bad": "x"}})),
+            None
+        ),
+        vec![
+            r#"spec.name: Invalid value: "object": name abcd is longer than 3"#,
+            "spec: Forbidden: too many replicas",
+            "spec.labels[bad]: Required value: bad label",
+        ]
+    );
+    assert_eq!(
+        errors(&s, obj(json!({"name": "a", "replicas": 7})), None),
+        vec![r#"spec: Invalid value: "object": failed rule: self.replicas != 7"#]
+    );
+    // A messageExpression that does not give a string falls back to the message.
+    assert_eq!(
+        errors(&s, obj(json!({"name": "a", "replicas": 8})), None),
+        vec![r#"spec: Invalid value: "object": eight"#]
+    );
+}
+
+#[test]
+fn root_rules_map_values_and_list_items() {
+    let s = CompiledSchema::new(&json!({
+        "type": "object",
+        "x-kubernetes-validations": [{"rule": "self.metadata.name.startsWith('ok-')", "message": "name must start with ok-"}],
+        "properties": {
+            "metadata": {"type": "object"},
+            "spec": {"type": "object", "properties": {
+                "byName": {"type": "object", "additionalProperties": {"type": "integer", "x-kubernetes-validations": [{"rule": "self > 0"}]}},
+                "items": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self.endsWith('.io')"}]}}
+            }}
+        }
+    }))
+    .unwrap();
+    let o = json!({"metadata": {"name": "bad"}, "spec": {"byName": {"a": 1, "b": 0}, "items": ["x.io", "y.com"]}});
+    assert_eq!(
+        errors(&s, o, None),
+        vec![
+            r#"<nil>: Invalid value: "object": name must start with ok-"#,
+            r#"spec.byName[b]: Invalid value: "integer": failed rule: self > 0"#,
+            r#"spec.items[1]: Invalid value: "string": failed rule: self.endsWith('.io')"#,
+        ]
+    );
+}
+
+#[test]
+fn root_metadata_exposes_only_name_and_generate_name() {
+    let s = CompiledSchema::new(&json!({
+        "type": "object",
+        "x-kubernetes-validations": [{"rule": "has(self.metadata.labels)"}],
+        "properties": {"metadata": {"type": "object"}}
+    }))
+    .unwrap();
+    assert_eq!(
+        errors(
+            &s,
+            json!({"metadata": {"name": "a", "labels": {"x": "y"}}}),
+            None
+        ),
+        vec![r#"<nil>: Invalid value: "object": failed rule: has(self.metadata.labels)"#]
+    );
+}
+
+#[test]
+fn transition_rules_in_list_map_items_correlate_by_key() {
+    let s = root(json!({"type": "object", "properties": {
+        "entries": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"],
+            "items": {"type": "object", "properties": {"k": {"type": "string"}, "v": {"type": "string"}},
+                "x-kubernetes-validations": [{"rule": "self.v == oldSelf.v", "message": "v is immutable"}]}}
+    }}));
+    let old = obj(json!({"entries": [{"k": "a", "v": "1"}, {"k": "b", "v": "2"}]}));
+    // Reordered, one changed, one new: only the changed one fails.
+    let new =
+        obj(json!({"entries": [{"k": "c", "v": "9"}, {"k": "b", "v": "3"}, {"k": "a", "v": "1"}]}));
+    assert_eq!(
+        errors(&s, new, Some(&old)),
+        vec![r#"spec.entries[1]: Invalid value: "object": v is immutable"#]
+    );
+}
+
+#[test]
+fn upstream_style_rules_and_library_functions() {
+    let props = json!({
+        "ports": {"type": "array", "items": {"type": "object", "properties": {"number": {"type": "integer"}}}},
+        "url": {"type": "string"},
+        "names": {"type": "array", "items": {"type": "string"}},
+        "ratio": {"type": "number"},
+        "since": {"type": "string", "format": "date-time"},
+        "until": {"type": "string", "format": "date-time"},
+        "timeout": {"type": "string", "format": "duration"},
+        "x-y": {"type": "string"},
+        "if": {"type": "string"}
+    });
+    let rules = json!([
+        {"rule": "self.ports.all(p1, self.ports.exists_one(p2, p1.number == p2.number))", "message": "unique"},
+        {"rule": "isURL(self.url) && url(self.url).getHost() == 'example.com:8443' && url(self.url).getHostname() == 'example.com' && url(self.url).getPort() == '8443' && url(self.url).getScheme() == 'https' && url(self.url).getEscapedPath() == '/a/b'", "message": "url"},
+        {"rule": "self.names.map(n, n.lowerAscii()).filter(n, n.startsWith('a')).size() == 1 && 'bob' in self.names && self.names.exists(n, n.matches('^C.*e$'))", "message": "lists"},
+        {"rule": "self.ratio > 0.5 && self.ratio < 2.0", "message": "ratio"},
+        {"rule": "self.since < self.until && self.timeout > duration('1m') && self.timeout == duration('90s')", "message": "time"},
+        {"rule": "self.x__dash__y == 'dash' && self.__if__ == 'kw'", "message": "escaping"},
+        {"rule": "[3, 1, 2].sum() == 6 && [1, 2, 3].isSorted() && [1, 5, 2].max() == 5 && [4, 2].min() == 2 && ['a', 'b'].indexOf('b') == 1", "message": "list library"},
+        {"rule": "'abc123'.find('[0-9]+') == '123' && 'a1b2'.findAll('[0-9]') == ['1', '2'] && 'a,b'.split(',').size() == 2", "message": "regex library"}
+    ]);
+    let s = spec_with_rules(props, rules);
+    assert!(
+        s.unevaluable_rules().is_empty(),
+        "{:?}",
+        s.unevaluable_rules()
+    );
+    let good = obj(json!({
+        "ports": [{"number": 80}, {"number": 443}],
+        "url": "https://example.com:8443/a/b?q=1",
+        "names": ["Alice", "bob", "Charlie"],
+        "ratio": 1,
+        "since": "2026-01-01T00:00:00Z",
+        "until": "2026-06-01T00:00:00+02:00",
+        "timeout": "1m30s",
+        "x-y": "dash",
+        "if": "kw"
+    }));
+    assert_eq!(errors(&s, good.clone(), None), Vec::<String>::new());
+
+    let mut bad = good;
+    bad["spec"]["ports"] = json!([{"number": 80}, {"number": 80}]);
+    bad["spec"]["url"] = json!("not a url");
+    bad["spec"]["ratio"] = json!(3);
+    assert_eq!(
+        errors(&s, bad, None),
+        vec![
+            r#"spec: Invalid value: "object": unique"#,
+            r#"spec: Invalid value: "object": url"#,
+            r#"spec: Invalid value: "object": ratio"#,
+        ]
+    );
+}
+
+#[test]
+fn runtime_data_errors_are_reported_like_kube_apiserver() {
+    let s = spec_with_rules(
+        json!({"a": {"type": "object", "properties": {"b": {"type": "string"}}}}),
+        json!([{"rule": "self.a.b == 'x'"}]),
+    );
+    assert_eq!(
+        errors(&s, obj(json!({})), None),
+        vec![r#"spec: Invalid value: "object": no such key: a evaluating rule: self.a.b == 'x'"#]
+    );
+}
+
+#[test]
+fn unsupported_rules_never_pass_silently() {
+    let s = spec_with_rules(
+        json!({"mem": {"type": "string"}}),
+        json!([
+            {"rule": "quantity(self.mem).isLessThan(quantity('1Gi'))", "message": "too much"},
+            {"rule": "self.mem != ''"}
+        ]),
+    );
+    assert_eq!(
+        s.unevaluable_rules(),
+        vec!["quantity(self.mem).isLessThan(quantity('1Gi'))".to_string()]
+    );
+    let mut o = obj(json!({"mem": "512Mi"}));
+    s.apply_defaults(&mut o);
+    s.prune(&mut o);
+    let errs = s.validate(&o, None);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].kind, FieldErrorKind::InternalError);
+    assert_eq!(errs[0].path, "spec");
+    assert!(errs[0].detail.starts_with("Internal error: kubesim cannot evaluate this rule: unsupported function(s): isLessThan, quantity"), "{}", errs[0].detail);
+
+    let unparsable = spec_with_rules(json!({}), json!([{"rule": "self.a ==", "message": "m"}]));
+    assert_eq!(
+        unparsable.unevaluable_rules(),
+        vec!["self.a ==".to_string()]
+    );
+    let errs = unparsable.validate(&obj(json!({})), None);
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0].kind, FieldErrorKind::InternalError);
+}
+
+#[test]
+fn blocking_schema_errors_skip_cel_with_kube_notice() {
+    let s = spec_with_rules(
+        json!({"n": {"type": "integer"}, "s": {"type": "string", "pattern": "^a"}}),
+        json!([{"rule": "false", "message": "always"}]),
+    );
+    // A pattern error is not blocking: the rule still runs.
+    assert_eq!(
+        errors(&s, obj(json!({"s": "b"})), None),
+        vec![
+            r#"spec.s: Invalid value: "b": spec.s in body should match '^a'"#,
+            r#"spec: Invalid value: "object": always"#,
+        ]
+    );
+    // A type error is: the rule is skipped with kube-apiserver's notice.
+    assert_eq!(
+        errors(&s, obj(json!({"n": "x"})), None),
+        vec![
+            r#"spec.n: Invalid value: "string": spec.n in body must be of type integer: "string""#,
+            r#"<nil>: Invalid value: "null": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"#,
+        ]
+    );
+}
