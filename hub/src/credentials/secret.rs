@@ -36,23 +36,25 @@ pub fn short_hash(bytes: &[u8]) -> String {
     hex::encode(&digest[..4])
 }
 
-/// Replaces every run of 24 or more token-like characters (base64, base64url, JWT dots,
-/// hex) with `[REDACTED]`, so a plugin that echoes a token on stderr cannot leak it through
-/// our error messages. Ordinary prose survives.
+/// Replaces token-like words with `[REDACTED]`, so a plugin that echoes a token on stderr
+/// cannot leak it through our error messages. A word (a run of base64/base64url/JWT/hex
+/// characters) is token-like when one of its `.`- or `/`-separated segments is 20 characters
+/// or longer: JWT parts, opaque tokens and keys are; prose, paths and dotted API names
+/// (`ExecCredential.Spec.Cluster.Config`) are not.
 pub fn redact_token_like(text: &str) -> String {
-    const MIN_RUN: usize = 24;
+    const MIN_SEGMENT: usize = 20;
     let is_tokenish =
         |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '+' | '/' | '=' | '%');
-    let mut out = String::with_capacity(text.len());
-    let mut run = String::new();
     let flush = |run: &mut String, out: &mut String| {
-        if run.chars().count() >= MIN_RUN {
+        if run.split(['.', '/']).any(|seg| seg.len() >= MIN_SEGMENT) {
             out.push_str("[REDACTED]");
         } else {
             out.push_str(run);
         }
         run.clear();
     };
+    let mut out = String::with_capacity(text.len());
+    let mut run = String::new();
     for c in text.chars() {
         if is_tokenish(c) {
             run.push(c);
@@ -83,5 +85,12 @@ mod tests {
         let jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl";
         let out = redact_token_like(&format!("error: bad token {jwt} for user bob"));
         assert_eq!(out, "error: bad token [REDACTED] for user bob");
+        let plain =
+            "missing ExecCredential.Spec.Cluster.Config for client.authentication.k8s.io/exec";
+        assert_eq!(redact_token_like(plain), plain);
+        assert_eq!(
+            redact_token_like("t=0123456789abcdef0123456789"),
+            "[REDACTED]"
+        );
     }
 }

@@ -1,0 +1,106 @@
+//! `kleym credential <plugin>`: the bundled KEP-5339 credential plugins, run by the hub (or any
+//! client-go based tool) as exec plugins. They print one ExecCredential on stdout; errors go to
+//! stderr with exit code 1 and never include the token.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow};
+use kleym_hub::credentials::plugins::exec_info::exec_info_from_env;
+use kleym_hub::credentials::plugins::hub_client::hub_client;
+use kleym_hub::credentials::plugins::secret_reader::{SecretReaderOptions, secret_reader};
+use kleym_hub::credentials::plugins::token_request::{TokenRequestOptions, token_request};
+
+/// Arguments of `kleym credential`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The plugin to run.
+    #[command(subcommand)]
+    pub plugin: Plugin,
+}
+
+/// The bundled plugins.
+#[derive(Debug, clap::Subcommand)]
+pub enum Plugin {
+    /// Token from a hub Secret named after `spec.cluster.config.clusterName`.
+    SecretReader(SecretReaderArgs),
+    /// Short-lived token for a hub ServiceAccount via the TokenRequest API.
+    TokenRequest(TokenRequestArgs),
+}
+
+/// Arguments of `kleym credential secret-reader`.
+#[derive(Debug, clap::Args)]
+pub struct SecretReaderArgs {
+    /// Namespace of the Secrets in the hub [default: the in-cluster ServiceAccount's namespace,
+    /// else the kubeconfig context's, else `default`].
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Secret name; `{clusterName}` is replaced by the cluster name.
+    #[arg(long, default_value = "{clusterName}")]
+    pub secret_name_pattern: String,
+    /// Data key holding the token.
+    #[arg(long, default_value = "token")]
+    pub key: String,
+    /// Kubeconfig for the hub [default: in-cluster config, else the usual kubeconfig].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Arguments of `kleym credential token-request`.
+#[derive(Debug, clap::Args)]
+pub struct TokenRequestArgs {
+    /// The hub ServiceAccount, as `namespace/name`.
+    #[arg(long)]
+    pub service_account: String,
+    /// Token audience [default: the spoke's server URL from `spec.cluster.server`].
+    #[arg(long)]
+    pub audience: Option<String>,
+    /// Requested token lifetime in seconds (minimum 600).
+    #[arg(long, default_value_t = 3600)]
+    pub expiration_seconds: i64,
+    /// Kubeconfig for the hub [default: in-cluster config, else the usual kubeconfig].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Runs the selected plugin and prints its ExecCredential.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let (name, result) = match &args.plugin {
+        Plugin::SecretReader(a) => ("secret-reader", runtime.block_on(run_secret_reader(a))),
+        Plugin::TokenRequest(a) => ("token-request", runtime.block_on(run_token_request(a))),
+    };
+    let credential = result.map_err(|e| anyhow!("[{name}] {e}"))?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{credential}").context("writing the credential to stdout")?;
+    Ok(())
+}
+
+async fn run_secret_reader(a: &SecretReaderArgs) -> anyhow::Result<String> {
+    let info = exec_info_from_env()?;
+    let hub = hub_client(a.kubeconfig.as_deref()).await?;
+    let namespace = a
+        .namespace
+        .clone()
+        .unwrap_or_else(|| hub.default_namespace().to_string());
+    let opts = SecretReaderOptions {
+        namespace,
+        name_pattern: a.secret_name_pattern.clone(),
+        key: a.key.clone(),
+    };
+    Ok(secret_reader(hub, &info, &opts).await?)
+}
+
+async fn run_token_request(a: &TokenRequestArgs) -> anyhow::Result<String> {
+    let info = exec_info_from_env()?;
+    let hub = hub_client(a.kubeconfig.as_deref()).await?;
+    let opts = TokenRequestOptions {
+        service_account: a.service_account.clone(),
+        audience: a.audience.clone(),
+        expiration_seconds: a.expiration_seconds,
+    };
+    Ok(token_request(hub, &info, &opts).await?)
+}

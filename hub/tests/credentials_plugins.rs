@@ -1,0 +1,136 @@
+//! The bundled plugins (`kleym credential secret-reader|token-request`) run through the hub's
+//! own exec runtime, against a fake hub API server.
+
+#[path = "fixtures/fake_hub.rs"]
+mod fake_hub;
+
+use std::time::Duration;
+
+use kleym_hub::access::{ClusterAccess, EffectiveAccess, ExecApiVersion, ExecConfig};
+use kleym_hub::credentials::{ExecError, ExecOptions, run_plugin};
+
+const TOKEN: &str = "plugin-issued-token-0123456789abcdef";
+
+fn access(args: Vec<String>, api: ExecApiVersion, exec_extension: Option<&str>) -> EffectiveAccess {
+    EffectiveAccess {
+        spoke: "fleet/spoke-1".into(),
+        provider: "bundled".into(),
+        cluster: ClusterAccess {
+            server: "https://spoke-1.example:6443".into(),
+            certificate_authority_pem: None,
+            tls_server_name: None,
+            insecure_skip_tls_verify: false,
+            proxy_url: None,
+            disable_compression: false,
+            exec_extension: exec_extension.map(str::to_string),
+        },
+        exec: ExecConfig {
+            api_version: api,
+            command: env!("CARGO_BIN_EXE_kleym").into(),
+            args,
+            env: vec![],
+            provide_cluster_info: true,
+            install_hint: None,
+        },
+    }
+}
+
+fn opts() -> ExecOptions {
+    ExecOptions {
+        timeout: Duration::from_secs(30),
+        ..ExecOptions::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_reader_reads_the_token_named_by_cluster_name() {
+    let (addr, log) = fake_hub::start(TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = fake_hub::write_kubeconfig(dir.path(), addr);
+    let args = vec![
+        "credential".into(),
+        "secret-reader".into(),
+        "--kubeconfig".into(),
+        kc.display().to_string(),
+    ];
+    for api in [ExecApiVersion::V1, ExecApiVersion::V1Beta1] {
+        let c = run_plugin(
+            &access(args.clone(), api, Some(r#"{"clusterName":"spoke-1"}"#)),
+            &opts(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(c.token.unwrap().expose(), TOKEN);
+        assert!(c.expires_at.is_none());
+    }
+    assert_eq!(log.lock().unwrap()[0].1, fake_hub::SECRET_PATH);
+
+    // No clusterName: exit 1 with a clear message.
+    let err = run_plugin(&access(args.clone(), ExecApiVersion::V1, None), &opts())
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, ExecError::Failed { .. }), "{msg}");
+    assert!(
+        msg.contains("exit code 1")
+            && msg.contains("[secret-reader]")
+            && msg.contains("Spec.Cluster.Config"),
+        "{msg}"
+    );
+
+    // Unknown Secret: the API error, never a token.
+    let err = run_plugin(
+        &access(args, ExecApiVersion::V1, Some(r#"{"clusterName":"other"}"#)),
+        &opts(),
+    )
+    .await
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("failed to get secret hubns/other"), "{msg}");
+    assert!(!msg.contains(TOKEN));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_request_uses_the_spoke_server_as_audience() {
+    let (addr, log) = fake_hub::start(TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kc = fake_hub::write_kubeconfig(dir.path(), addr);
+    let args = vec![
+        "credential".into(),
+        "token-request".into(),
+        "--service-account".into(),
+        "kleym/hub".into(),
+        "--kubeconfig".into(),
+        kc.display().to_string(),
+    ];
+    let c = run_plugin(&access(args.clone(), ExecApiVersion::V1, None), &opts())
+        .await
+        .unwrap();
+    assert_eq!(c.token.unwrap().expose(), TOKEN);
+    assert_eq!(
+        c.expires_at.unwrap().to_rfc3339(),
+        "2030-01-01T00:00:00+00:00"
+    );
+    let (method, path, body) = log.lock().unwrap()[0].clone();
+    assert_eq!(
+        (method.as_str(), path.as_str()),
+        ("POST", fake_hub::TOKEN_PATH)
+    );
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        body["spec"]["audiences"],
+        serde_json::json!(["https://spoke-1.example:6443"])
+    );
+    assert_eq!(body["spec"]["expirationSeconds"], 3600);
+
+    let mut bad = args;
+    bad[3] = "no-slash".into();
+    let err = run_plugin(&access(bad, ExecApiVersion::V1, None), &opts())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("--service-account must be <namespace>/<name>"),
+        "{err}"
+    );
+}
