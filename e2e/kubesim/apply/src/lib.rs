@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 mod fieldpath;
+mod last_applied;
 mod managed;
 mod smp;
 mod ssa;

@@ -2,6 +2,7 @@
 //! `merge.Updater` (`Apply`, `Update`, `prune`) and kube-apiserver's `fieldmanager`.
 
 use crate::fieldpath::{self, FieldSet, Path};
+use crate::last_applied;
 use crate::managed::{self, APPLY, Entry, UPDATE};
 use crate::typed;
 use crate::types::Ty;
@@ -289,7 +290,22 @@ pub(crate) fn apply(
         .filter(|(_, c)| !c.is_empty())
         .collect();
     if !conflicts.is_empty() && !req.force {
-        return Err(conflict_error(&conflicts));
+        // kubectl upgrading from client-side apply: fields its annotation vouches for are
+        // taken over as if forced; any other conflict still fails.
+        let allowed = (req.manager == last_applied::KUBECTL)
+            .then(|| last_applied::allowed_conflicts(&live_content, ty))
+            .flatten();
+        let Some(allowed) = allowed else {
+            return Err(conflict_error(&conflicts));
+        };
+        let remaining: Vec<(Entry, FieldSet)> = conflicts
+            .iter()
+            .map(|(e, s)| (e.clone(), s.difference(&allowed)))
+            .filter(|(_, s)| !s.is_empty())
+            .collect();
+        if !remaining.is_empty() {
+            return Err(conflict_error(&remaining));
+        }
     }
 
     let mut entries: Vec<Entry> = Vec::with_capacity(old_entries.len() + 1);
@@ -318,6 +334,9 @@ pub(crate) fn apply(
     }
     entries.retain(|e| !e.set.is_empty());
     managed::cap_update_managers(&mut entries);
+    if req.manager == last_applied::KUBECTL {
+        last_applied::sync(&mut merged, applied);
+    }
 
     if let Some(live) = live
         && merged == live_content

@@ -687,3 +687,50 @@ fn fields_unknown_to_a_crd_schema_are_neither_set_nor_owned() {
     // Re-applying the same (still bogus) config is a no-op.
     assert_eq!(apply(Some(&out), &cfg, &ti, "m", T1).unwrap(), out);
 }
+
+#[test]
+fn kubectl_server_side_apply_takes_over_from_client_side_apply() {
+    let ti = deploy_ti();
+    const ANN: &str = "kubectl.kubernetes.io/last-applied-configuration";
+    let mut csa = deployment(1);
+    csa["metadata"]["annotations"] = json!({ANN: serde_json::to_string(&deployment(1)).unwrap()});
+    let live = created_by("kubectl-client-side-apply", &csa, &ti);
+
+    // Another manager conflicts as usual.
+    assert!(matches!(
+        apply(Some(&live), &deployment(3), &ti, "other", T1),
+        Err(ApplyError::Conflict { .. })
+    ));
+    // kubectl's own server-side apply does not: the annotation vouches for replicas=1.
+    let out = apply(Some(&live), &deployment(3), &ti, "kubectl", T1).unwrap();
+    assert_eq!(out["spec"]["replicas"], 3);
+    assert!(
+        fields(&out, "kubectl", "Apply")["f:spec"]
+            .get("f:replicas")
+            .is_some()
+    );
+    assert!(
+        fields(&out, "kubectl-client-side-apply", "Update")["f:spec"]
+            .get("f:replicas")
+            .is_none()
+    );
+    let ann: Value =
+        serde_json::from_str(out["metadata"]["annotations"][ANN].as_str().unwrap()).unwrap();
+    assert_eq!(ann, deployment(3));
+    assert!(
+        out["metadata"]["annotations"][ANN]
+            .as_str()
+            .unwrap()
+            .ends_with('\n')
+    );
+
+    // A field changed behind the annotation's back (by an updater) still conflicts.
+    let mut scaled = live.clone();
+    scaled["spec"]["replicas"] = json!(5);
+    record_update(Some(&live), &mut scaled, &ti, "hpa", None, T1);
+    let err = apply(Some(&scaled), &deployment(3), &ti, "kubectl", T2).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 1 conflict: conflict with \"hpa\" using apps/v1: .spec.replicas"
+    );
+}
