@@ -1,1 +1,22 @@
-//! kubesim: a Kubernetes API simulator (see the crate docs and `kubesim --help`).
+//! kubesim: a Kubernetes API simulator serving many simulated clusters from one process.
+//!
+//! Start clusters with [`Kubesim::start`]; each [`ClusterHandle`] gives its URL, CA, admin
+//! token, a `kube::Client`, the in-process store and the fault switches. The `kubesim`
+//! binary wraps the same library (see `kubesim --help` and `e2e/README.md`).
+
+pub mod authn;
+pub mod authz;
+pub mod cli;
+pub mod discovery;
+pub mod error;
+pub mod faults;
+pub mod fleet;
+pub mod kubeconfig;
+pub mod openapi;
+pub mod server;
+pub mod testing;
+pub mod virtual_resources;
+
+pub use error::KubesimError;
+pub use faults::{ErrorRule, FaultHandle, FaultRequest, FaultState};
+pub use fleet::{ClusterHandle, Kubesim, KubesimOptions, install_crd, load_crds};

@@ -1,0 +1,123 @@
+//! The `kubesim` command line.
+
+use clap::Parser;
+use std::path::PathBuf;
+
+/// Help text after the options: files written, the fault endpoint, signals.
+const AFTER_HELP: &str = r#"FILES (per cluster, under --state-dir):
+  <name>/kubeconfig    admin kubeconfig (token auth, CA embedded, context <name>)
+  <name>/ca.crt        the cluster CA certificate (PEM)
+  <name>/admin.token   the admin bearer token (user kubesim-admin, group system:masters)
+  <name>/server        the API server URL (https://127.0.0.1:<port>)
+  kubeconfig           one kubeconfig with a context per cluster
+
+Once every cluster serves, kubesim prints exactly one line `ready` on stdout. It runs until
+SIGTERM or SIGINT, then stops every server and exits 0. Logs go to stderr (RUST_LOG).
+
+AUTHENTICATION
+  Admin bearer token; client certificates signed by the cluster CA (CN = user,
+  O = groups); ServiceAccount tokens from TokenRequest (`kubectl create token`), verified
+  like kube-apiserver (signature, audience = the server URL, expiry, ServiceAccount and
+  bound pod still exist). Anonymous requests get 401 except /healthz, /livez, /readyz,
+  /version, /.well-known/openid-configuration and /openid/v1/jwks.
+
+FAULT INJECTION (admin only: group system:masters)
+  GET    /kubesim/faults   current fault state (JSON)
+  POST   /kubesim/faults   change it; JSON body, every field optional:
+           {"latencyMs": 200,                         added latency per request
+            "errors": [{"verb": "list", "resource": "pods", "rate": 0.5, "code": 503}],
+                                                      error rate per verb/resource
+                                                      (code 429|500|503|504; omit verb or
+                                                      resource to match all)
+            "dropWatches": true,                      end every open watch now
+            "forceGoneWatches": 2,                    next 2 watches get 410 Expired
+            "blackhole": true,                        accept, never answer (incl. TLS)
+            "refuseConnections": true,                close the port, drop connections
+            "revokeTokens": ["<token>"],              revoke bearer tokens
+            "revokeAllServiceAccountTokens": true,    revoke every SA token issued so far
+            "tokenClockSkewSeconds": 7200,            verify tokens as if it were later
+            "clearAfterSeconds": 10}                  clear everything after 10 s (the
+                                                      way to end a blackhole/refusal)
+  DELETE /kubesim/faults   clear every fault
+
+  Example:
+    curl --cacert DIR/hub/ca.crt -H "Authorization: Bearer $(cat DIR/hub/admin.token)" \
+         -X POST --data '{"latencyMs": 100}' "$(cat DIR/hub/server)/kubesim/faults"
+"#;
+
+/// kubesim: a Kubernetes API simulator serving one HTTPS API server per simulated cluster
+/// on 127.0.0.1 (random ports), each with its own CA, admin token and ServiceAccount issuer.
+#[derive(Debug, Parser)]
+#[command(name = "kubesim", version, after_help = AFTER_HELP)]
+pub struct Args {
+    /// Comma-separated cluster names (e.g. hub,spoke-1,spoke-2).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub clusters: Vec<String>,
+    /// Directory for the per-cluster files (created if missing).
+    #[arg(long)]
+    pub state_dir: PathBuf,
+    /// CRD manifests to install in every cluster: a YAML/JSON file (multi-document) or a
+    /// directory of them. Repeatable.
+    #[arg(long)]
+    pub crds: Vec<PathBuf>,
+    /// Do not request client certificates during the TLS handshake.
+    #[arg(long)]
+    pub no_client_certs: bool,
+}
+
+impl Args {
+    /// Validate cluster names (they become directory names and kubeconfig contexts).
+    pub fn validate(&self) -> Result<(), String> {
+        for c in &self.clusters {
+            let ok = !c.is_empty()
+                && c.len() <= 63
+                && c.chars()
+                    .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '-')
+                && !c.starts_with('-')
+                && !c.ends_with('-');
+            if !ok {
+                return Err(format!(
+                    "invalid cluster name {c:?}: use lower-case letters, digits and '-' (DNS label)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn parses_the_documented_command_line() {
+        let a = Args::try_parse_from([
+            "kubesim",
+            "--clusters",
+            "hub,spoke-1,spoke-2",
+            "--state-dir",
+            "/tmp/x",
+            "--crds",
+            "a.yaml",
+            "--crds",
+            "dir",
+        ])
+        .unwrap();
+        assert_eq!(a.clusters, vec!["hub", "spoke-1", "spoke-2"]);
+        assert_eq!(a.crds.len(), 2);
+        assert!(a.validate().is_ok());
+        let bad =
+            Args::try_parse_from(["kubesim", "--clusters", "Hub", "--state-dir", "x"]).unwrap();
+        assert!(bad.validate().is_err());
+        assert!(Args::try_parse_from(["kubesim", "--state-dir", "x"]).is_err());
+    }
+
+    #[test]
+    fn help_documents_the_fault_endpoint() {
+        let help = Args::command().render_long_help().to_string();
+        assert!(help.contains("/kubesim/faults"));
+        assert!(help.contains("ready"));
+        Args::command().debug_assert();
+    }
+}

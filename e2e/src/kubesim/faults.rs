@@ -1,0 +1,491 @@
+//! Fault injection, switchable at run time per simulated cluster.
+//!
+//! Two ways in: the Rust API ([`FaultHandle`], from `ClusterHandle::faults()`) and the admin-only
+//! HTTP endpoint `/kubesim/faults` (`GET` reads the state, `POST` a [`FaultRequest`] JSON body
+//! changes it, `DELETE` clears everything; only `system:masters` may call it).
+//!
+//! Fault kinds:
+//! - **latency**: every API request waits `latencyMs` before it is handled;
+//! - **errors**: [`ErrorRule`]s answer a fraction (`rate`) of matching requests (by verb and
+//!   resource) with a `Status` of code 429 (with `Retry-After: 1`), 500, 503 or 504;
+//! - **dropWatches** (action): ends every open watch stream at once;
+//! - **forceGoneWatches**: the next N watch requests get a `410 Expired` ERROR event;
+//! - **blackhole**: new connections are accepted but never answered (not even the TLS
+//!   handshake) and requests on open connections hang, until the blackhole is lifted;
+//! - **refuseConnections**: the listener is closed (connections are refused) and open
+//!   connections are dropped, until lifted (the same port is bound again);
+//! - **token revocation**: one bearer token, or every ServiceAccount token issued so far;
+//! - **clearAfterSeconds**: clear everything after a delay (lifts a blackhole or refusal,
+//!   during which the endpoint itself is unreachable);
+//! - **token clock skew**: token verification sees `now + tokenClockSkewSeconds`, which makes
+//!   tokens expire early (a positive skew) without waiting.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// One error-rate rule: matching requests fail with `code`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorRule {
+    /// Kubernetes verb (`get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`); `None` or `"*"` matches every verb.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verb: Option<String>,
+    /// Resource plural (`pods`) or `plural.group` (`clusterspiffeids.spire.spiffe.io`);
+    /// `None` or `"*"` matches every resource (non-resource paths never match a rule with a
+    /// resource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// Probability in `[0, 1]` that a matching request fails.
+    pub rate: f64,
+    /// HTTP status: 429, 500, 503 or 504.
+    pub code: u16,
+}
+
+impl ErrorRule {
+    /// Whether this rule applies to a request for `verb` on `resource` (`plural`) in `group`.
+    pub fn matches(&self, verb: &str, resource: Option<(&str, &str)>) -> bool {
+        let verb_ok = match self.verb.as_deref() {
+            None | Some("*") => true,
+            Some(v) => v.eq_ignore_ascii_case(verb),
+        };
+        let res_ok = match (self.resource.as_deref(), resource) {
+            (None | Some("*"), _) => true,
+            (Some(_), None) => false,
+            (Some(want), Some((plural, group))) => {
+                want == plural || (!group.is_empty() && want == format!("{plural}.{group}"))
+            }
+        };
+        verb_ok && res_ok
+    }
+}
+
+/// The fault state of one cluster (what `GET /kubesim/faults` returns).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FaultState {
+    /// Added latency per API request, in milliseconds.
+    pub latency_ms: u64,
+    /// Error-rate rules; the first matching rule that fires decides the code.
+    pub errors: Vec<ErrorRule>,
+    /// Accept connections and never answer.
+    pub blackhole: bool,
+    /// Close the listener and drop open connections.
+    pub refuse_connections: bool,
+    /// How many upcoming watch requests get a forced `410 Expired`.
+    pub force_gone_watches: u32,
+    /// Token verification clock skew in seconds (positive: tokens expire early).
+    pub token_clock_skew_seconds: i64,
+    /// Hashes (see `kubesim_auth::token_sha256`) of revoked bearer tokens; tokens themselves
+    /// are never kept or shown.
+    pub revoked_token_hashes: BTreeSet<String>,
+    /// ServiceAccount tokens issued before this instant (Unix milliseconds) are revoked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sa_tokens_revoked_before_ms: Option<i64>,
+    /// Incremented by every `dropWatches`; open watch streams end when it changes.
+    pub watch_drop_epoch: u64,
+}
+
+/// The body of `POST /kubesim/faults`: every field is optional; present fields are set,
+/// actions are performed once.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FaultRequest {
+    /// Set the added latency (ms).
+    #[serde(default)]
+    pub latency_ms: Option<u64>,
+    /// Replace the error rules.
+    #[serde(default)]
+    pub errors: Option<Vec<ErrorRule>>,
+    /// Switch the blackhole on or off.
+    #[serde(default)]
+    pub blackhole: Option<bool>,
+    /// Switch connection refusal on or off.
+    #[serde(default)]
+    pub refuse_connections: Option<bool>,
+    /// Force `410` on the next N watch requests.
+    #[serde(default)]
+    pub force_gone_watches: Option<u32>,
+    /// Action: end every open watch stream now.
+    #[serde(default)]
+    pub drop_watches: bool,
+    /// Set the token clock skew (seconds).
+    #[serde(default)]
+    pub token_clock_skew_seconds: Option<i64>,
+    /// Action: revoke these bearer tokens (any kind, including static ones).
+    #[serde(default)]
+    pub revoke_tokens: Vec<String>,
+    /// Action: revoke every ServiceAccount token issued so far.
+    #[serde(default)]
+    pub revoke_all_service_account_tokens: bool,
+    /// Clear every fault (as `DELETE` does) this many seconds from now: the way to lift a
+    /// blackhole or connection refusal over HTTP, since the endpoint is unreachable then.
+    #[serde(default)]
+    pub clear_after_seconds: Option<u64>,
+}
+
+/// Errors of a fault request.
+#[derive(Debug, thiserror::Error)]
+pub enum FaultError {
+    /// An error rule is out of range.
+    #[error("invalid error rule: {0}")]
+    InvalidRule(String),
+}
+
+/// Run-time switch for one cluster's faults. Cheap to clone; every clone controls the same
+/// cluster.
+#[derive(Clone)]
+pub struct FaultHandle {
+    state: Arc<watch::Sender<FaultState>>,
+    on_drop_watches: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for FaultHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultHandle")
+            .field("state", &*self.state.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FaultHandle {
+    /// A handle with no faults; `on_drop_watches` is called by [`FaultHandle::drop_watches`]
+    /// (the server passes the store's `close_watches`).
+    pub fn new(on_drop_watches: Arc<dyn Fn() + Send + Sync>) -> Self {
+        Self {
+            state: Arc::new(watch::Sender::new(FaultState::default())),
+            on_drop_watches,
+        }
+    }
+
+    /// A copy of the current state.
+    pub fn snapshot(&self) -> FaultState {
+        self.state.borrow().clone()
+    }
+
+    /// Subscribe to state changes (used by the listener and open watches).
+    pub fn subscribe(&self) -> watch::Receiver<FaultState> {
+        self.state.subscribe()
+    }
+
+    /// Remove every fault and every revocation.
+    pub fn clear(&self) {
+        self.state.send_modify(|s| {
+            let epoch = s.watch_drop_epoch;
+            *s = FaultState {
+                watch_drop_epoch: epoch,
+                ..FaultState::default()
+            };
+        });
+    }
+
+    /// Add `latency` to every API request.
+    pub fn set_latency(&self, latency: Duration) {
+        let ms = u64::try_from(latency.as_millis()).unwrap_or(u64::MAX);
+        self.state.send_modify(|s| s.latency_ms = ms);
+    }
+
+    /// Add an error-rate rule.
+    pub fn add_error_rule(&self, rule: ErrorRule) -> Result<(), FaultError> {
+        validate_rule(&rule)?;
+        self.state.send_modify(|s| s.errors.push(rule));
+        Ok(())
+    }
+
+    /// Remove all error-rate rules.
+    pub fn clear_error_rules(&self) {
+        self.state.send_modify(|s| s.errors.clear());
+    }
+
+    /// Switch the blackhole on or off.
+    pub fn set_blackhole(&self, on: bool) {
+        self.state.send_modify(|s| s.blackhole = on);
+    }
+
+    /// Switch connection refusal on or off.
+    pub fn set_refuse_connections(&self, on: bool) {
+        self.state.send_modify(|s| s.refuse_connections = on);
+    }
+
+    /// End every open watch stream now (clients see the stream close and re-watch).
+    pub fn drop_watches(&self) {
+        self.state.send_modify(|s| s.watch_drop_epoch += 1);
+        (self.on_drop_watches)();
+    }
+
+    /// Answer the next `n` watch requests with `410 Expired`.
+    pub fn force_gone_on_next_watches(&self, n: u32) {
+        self.state.send_modify(|s| s.force_gone_watches = n);
+    }
+
+    /// Consume one forced 410, if any is pending; `true` if this watch must get 410.
+    pub fn take_forced_gone(&self) -> bool {
+        let mut taken = false;
+        self.state.send_if_modified(|s| {
+            if s.force_gone_watches > 0 {
+                s.force_gone_watches -= 1;
+                taken = true;
+                true
+            } else {
+                false
+            }
+        });
+        taken
+    }
+
+    /// Revoke one bearer token (by value; only its hash is kept).
+    pub fn revoke_token(&self, token: &str) {
+        let h = kubesim_auth::token_sha256(token);
+        self.state.send_modify(|s| {
+            s.revoked_token_hashes.insert(h);
+        });
+    }
+
+    /// Revoke every ServiceAccount token issued up to now.
+    pub fn revoke_all_service_account_tokens(&self) {
+        let now = chrono::Utc::now().timestamp_millis();
+        self.state
+            .send_modify(|s| s.sa_tokens_revoked_before_ms = Some(now));
+    }
+
+    /// Token verification sees `now + skew` (positive: tokens expire early).
+    pub fn set_token_clock_skew(&self, skew_seconds: i64) {
+        self.state
+            .send_modify(|s| s.token_clock_skew_seconds = skew_seconds);
+    }
+
+    /// Whether `token` was revoked by [`FaultHandle::revoke_token`].
+    pub fn is_token_revoked(&self, token: &str) -> bool {
+        let s = self.state.borrow();
+        !s.revoked_token_hashes.is_empty()
+            && s.revoked_token_hashes
+                .contains(&kubesim_auth::token_sha256(token))
+    }
+
+    /// Apply an HTTP [`FaultRequest`].
+    pub fn apply(&self, req: FaultRequest) -> Result<(), FaultError> {
+        if let Some(rules) = &req.errors {
+            for r in rules {
+                validate_rule(r)?;
+            }
+        }
+        for t in &req.revoke_tokens {
+            self.revoke_token(t);
+        }
+        if req.revoke_all_service_account_tokens {
+            self.revoke_all_service_account_tokens();
+        }
+        self.state.send_modify(|s| {
+            if let Some(v) = req.latency_ms {
+                s.latency_ms = v;
+            }
+            if let Some(v) = req.errors.clone() {
+                s.errors = v;
+            }
+            if let Some(v) = req.blackhole {
+                s.blackhole = v;
+            }
+            if let Some(v) = req.refuse_connections {
+                s.refuse_connections = v;
+            }
+            if let Some(v) = req.force_gone_watches {
+                s.force_gone_watches = v;
+            }
+            if let Some(v) = req.token_clock_skew_seconds {
+                s.token_clock_skew_seconds = v;
+            }
+        });
+        if req.drop_watches {
+            self.drop_watches();
+        }
+        Ok(())
+    }
+
+    /// The error code to inject for this request, if a rule fires.
+    pub fn injected_error(&self, verb: &str, resource: Option<(&str, &str)>) -> Option<u16> {
+        let s = self.state.borrow();
+        if s.errors.is_empty() {
+            return None;
+        }
+        s.errors
+            .iter()
+            .filter(|r| r.matches(verb, resource))
+            .find(|r| r.rate >= 1.0 || rand::random::<f64>() < r.rate)
+            .map(|r| r.code)
+    }
+}
+
+fn validate_rule(rule: &ErrorRule) -> Result<(), FaultError> {
+    if !(0.0..=1.0).contains(&rule.rate) || rule.rate.is_nan() {
+        return Err(FaultError::InvalidRule(format!(
+            "rate must be within [0, 1], got {}",
+            rule.rate
+        )));
+    }
+    if !matches!(rule.code, 429 | 500 | 503 | 504) {
+        return Err(FaultError::InvalidRule(format!(
+            "code must be one of 429, 500, 503, 504, got {}",
+            rule.code
+        )));
+    }
+    Ok(())
+}
+
+/// The `Status` reason kube-apiserver uses for an injected error code.
+pub fn reason_for_code(code: u16) -> (&'static str, &'static str) {
+    match code {
+        429 => (
+            "TooManyRequests",
+            "the server has received too many requests and has asked us to try again later",
+        ),
+        503 => (
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        ),
+        504 => (
+            "Timeout",
+            "the server was unable to return a response in the time allotted, but may still be processing the request",
+        ),
+        _ => (
+            "InternalError",
+            "an error on the server (\"injected fault\") has prevented the request from succeeding",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn handle() -> (FaultHandle, Arc<AtomicUsize>) {
+        let n = Arc::new(AtomicUsize::new(0));
+        let n2 = n.clone();
+        (
+            FaultHandle::new(Arc::new(move || {
+                n2.fetch_add(1, Ordering::SeqCst);
+            })),
+            n,
+        )
+    }
+
+    #[test]
+    fn rules_match_by_verb_and_resource() {
+        let r = ErrorRule {
+            verb: Some("list".into()),
+            resource: Some("clusterspiffeids.spire.spiffe.io".into()),
+            rate: 1.0,
+            code: 503,
+        };
+        assert!(r.matches("list", Some(("clusterspiffeids", "spire.spiffe.io"))));
+        assert!(!r.matches("get", Some(("clusterspiffeids", "spire.spiffe.io"))));
+        assert!(!r.matches("list", Some(("pods", ""))));
+        assert!(!r.matches("list", None));
+        let any = ErrorRule {
+            verb: None,
+            resource: Some("pods".into()),
+            rate: 1.0,
+            code: 500,
+        };
+        assert!(any.matches("watch", Some(("pods", ""))));
+    }
+
+    #[test]
+    fn invalid_rules_are_rejected() {
+        let (h, _) = handle();
+        let bad_code = ErrorRule {
+            verb: None,
+            resource: None,
+            rate: 1.0,
+            code: 404,
+        };
+        assert!(h.add_error_rule(bad_code).is_err());
+        let bad_rate = ErrorRule {
+            verb: None,
+            resource: None,
+            rate: 1.5,
+            code: 500,
+        };
+        assert!(h.add_error_rule(bad_rate).is_err());
+        assert!(h.snapshot().errors.is_empty());
+    }
+
+    #[test]
+    fn injected_error_respects_rate() {
+        let (h, _) = handle();
+        h.add_error_rule(ErrorRule {
+            verb: Some("get".into()),
+            resource: None,
+            rate: 0.0,
+            code: 500,
+        })
+        .unwrap();
+        assert_eq!(h.injected_error("get", Some(("pods", ""))), None);
+        h.add_error_rule(ErrorRule {
+            verb: Some("get".into()),
+            resource: None,
+            rate: 1.0,
+            code: 429,
+        })
+        .unwrap();
+        assert_eq!(h.injected_error("get", Some(("pods", ""))), Some(429));
+        assert_eq!(h.injected_error("list", Some(("pods", ""))), None);
+    }
+
+    #[test]
+    fn forced_gone_is_consumed() {
+        let (h, _) = handle();
+        h.force_gone_on_next_watches(2);
+        assert!(h.take_forced_gone());
+        assert!(h.take_forced_gone());
+        assert!(!h.take_forced_gone());
+    }
+
+    #[test]
+    fn drop_watches_bumps_epoch_and_calls_hook() {
+        let (h, n) = handle();
+        let mut rx = h.subscribe();
+        rx.mark_unchanged();
+        h.drop_watches();
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(h.snapshot().watch_drop_epoch, 1);
+        assert_eq!(n.load(Ordering::SeqCst), 1);
+        h.clear();
+        assert_eq!(h.snapshot().watch_drop_epoch, 1, "clear keeps the epoch");
+    }
+
+    #[test]
+    fn revocation_keeps_only_hashes() {
+        let (h, _) = handle();
+        h.apply(FaultRequest {
+            revoke_tokens: vec!["tok-1".into()],
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(h.is_token_revoked("tok-1"));
+        assert!(!h.is_token_revoked("tok-2"));
+        let json = serde_json::to_string(&h.snapshot()).unwrap();
+        assert!(!json.contains("tok-1"));
+        h.clear();
+        assert!(!h.is_token_revoked("tok-1"));
+    }
+
+    #[test]
+    fn request_json_is_camel_case_and_strict() {
+        let req: FaultRequest = serde_json::from_str(
+            r#"{"latencyMs": 5, "blackhole": true, "errors": [{"verb":"list","rate":1,"code":503}]}"#,
+        )
+        .unwrap();
+        assert_eq!(req.latency_ms, Some(5));
+        assert!(serde_json::from_str::<FaultRequest>(r#"{"latency": 5}"#).is_err());
+        let (h, _) = handle();
+        h.apply(req).unwrap();
+        let s = h.snapshot();
+        assert!(s.blackhole);
+        assert_eq!(s.latency_ms, 5);
+        assert_eq!(s.errors.len(), 1);
+    }
+}

@@ -1,0 +1,527 @@
+//! Many simulated clusters in one process: [`Kubesim`] and per-cluster [`ClusterHandle`]s.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kleym_e2e::kubesim::KubesimError> {
+//! use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
+//! let sim = Kubesim::start(&["hub", "spoke-1"], KubesimOptions::default()).await?;
+//! let hub = sim.cluster("hub").expect("started");
+//! let spoke = sim.cluster("spoke-1").expect("started");
+//! // The spoke accepts the hub's ServiceAccount tokens whose audience is the spoke's URL.
+//! spoke.trust_issuer(&hub, &[spoke.url()]).await?;
+//! let client: kube::Client = hub.kube_client().await?;
+//! # let _ = client; Ok(()) }
+//! ```
+
+use crate::kubesim::authn::ExternalAuthenticator;
+use crate::kubesim::error::KubesimError;
+use crate::kubesim::faults::FaultHandle;
+use crate::kubesim::kubeconfig::{self, Credentials, Entry};
+use crate::kubesim::server::{ClusterServer, listener};
+use kubesim_auth::UserInfo;
+use kubesim_auth::jwt::{ObjectRef, SaTokenRequest};
+use kubesim_auth::pki::ClusterPki;
+use kubesim_store::{Cluster, WriteOptions};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Options for [`Kubesim::start`] (and clusters added later).
+#[derive(Debug, Clone)]
+pub struct KubesimOptions {
+    /// CRD manifests to install in every cluster (parsed objects; see [`load_crds`]).
+    pub crds: Vec<Value>,
+    /// Accept client certificates signed by the cluster CA (default `true`).
+    pub client_certs: bool,
+    /// Preload kube-apiserver's default ClusterRoles/ClusterRoleBindings (default `true`).
+    pub default_rbac: bool,
+    /// Watch history kept per resource type (`None`: the store's default).
+    pub history_limit: Option<usize>,
+}
+
+impl Default for KubesimOptions {
+    fn default() -> Self {
+        Self {
+            crds: Vec::new(),
+            client_certs: true,
+            default_rbac: true,
+            history_limit: None,
+        }
+    }
+}
+
+/// A set of simulated clusters, each an HTTPS API server on its own 127.0.0.1 port with its
+/// own CA, admin token and ServiceAccount issuer. Dropping it (or [`Kubesim::shutdown`])
+/// stops every server.
+#[derive(Debug)]
+pub struct Kubesim {
+    clusters: RwLock<BTreeMap<String, ClusterHandle>>,
+    options: KubesimOptions,
+    shutdown: CancellationToken,
+}
+
+impl Drop for Kubesim {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl Kubesim {
+    /// Start one server per name (in parallel); returns when all are serving.
+    pub async fn start(names: &[&str], options: KubesimOptions) -> Result<Self, KubesimError> {
+        install_crypto_provider();
+        let sim = Self {
+            clusters: RwLock::new(BTreeMap::new()),
+            options,
+            shutdown: CancellationToken::new(),
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        for n in names {
+            if !seen.insert(*n) {
+                return Err(KubesimError::Cluster((*n).to_string(), "listed twice"));
+            }
+        }
+        let starts = names.iter().map(|n| {
+            start_cluster(
+                n.to_string(),
+                sim.options.clone(),
+                sim.shutdown.child_token(),
+            )
+        });
+        for handle in futures::future::try_join_all(starts).await? {
+            sim.insert(handle)?;
+        }
+        Ok(sim)
+    }
+
+    fn insert(&self, handle: ClusterHandle) -> Result<(), KubesimError> {
+        let mut map = self
+            .clusters
+            .write()
+            .map_err(|_| KubesimError::Cluster(handle.name().to_string(), "registry poisoned"))?;
+        if map.contains_key(handle.name()) {
+            handle.stop();
+            return Err(KubesimError::Cluster(
+                handle.name().to_string(),
+                "already exists",
+            ));
+        }
+        map.insert(handle.name().to_string(), handle);
+        Ok(())
+    }
+
+    /// Start another cluster at run time.
+    pub async fn add_cluster(&self, name: &str) -> Result<ClusterHandle, KubesimError> {
+        if self.cluster(name).is_some() {
+            return Err(KubesimError::Cluster(name.to_string(), "already exists"));
+        }
+        let h = start_cluster(
+            name.to_string(),
+            self.options.clone(),
+            self.shutdown.child_token(),
+        )
+        .await?;
+        self.insert(h.clone())?;
+        Ok(h)
+    }
+
+    /// Stop and forget one cluster (its port stops answering).
+    pub fn remove_cluster(&self, name: &str) -> Option<ClusterHandle> {
+        let h = self.clusters.write().ok()?.remove(name)?;
+        h.stop();
+        Some(h)
+    }
+
+    /// The cluster called `name`.
+    pub fn cluster(&self, name: &str) -> Option<ClusterHandle> {
+        self.clusters.read().ok()?.get(name).cloned()
+    }
+
+    /// Every cluster, by name.
+    pub fn clusters(&self) -> Vec<ClusterHandle> {
+        self.clusters
+            .read()
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// One kubeconfig with a context per cluster (admin token users); `current-context` is
+    /// the first cluster by name.
+    pub fn kubeconfig_yaml(&self) -> String {
+        let entries: Vec<Entry> = self
+            .clusters()
+            .iter()
+            .map(ClusterHandle::admin_entry)
+            .collect();
+        kubeconfig::render(&entries)
+    }
+
+    /// Stop every server.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// rustls needs a process-wide provider for clients built without an explicit one
+/// (kube-rs); installing ring twice is harmless.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+async fn start_cluster(
+    name: String,
+    options: KubesimOptions,
+    shutdown: CancellationToken,
+) -> Result<ClusterHandle, KubesimError> {
+    let pki_name = name.clone();
+    let pki = tokio::task::spawn_blocking(move || ClusterPki::generate(&pki_name))
+        .await
+        .map_err(|e| KubesimError::Kube(format!("pki task: {e}")))??;
+    let tls = pki.server_config(options.client_certs)?;
+    let listener = listener::bind_random().await?;
+    let addr = listener.local_addr()?;
+    let store = Cluster::new(&name);
+    if let Some(n) = options.history_limit {
+        store.set_history_limit(n);
+    }
+    if options.default_rbac {
+        preload_default_rbac(&store)?;
+    }
+    for crd in &options.crds {
+        install_crd(&store, crd.clone())?;
+    }
+    let admin_token = random_token();
+    let server = Arc::new(ClusterServer::new(
+        &name,
+        store,
+        pki,
+        addr,
+        admin_token,
+        shutdown.clone(),
+    ));
+    tokio::spawn(listener::run(server.clone(), listener, tls));
+    Ok(ClusterHandle { server })
+}
+
+fn random_token() -> String {
+    use rand::Rng;
+    let bytes: [u8; 24] = rand::thread_rng().r#gen();
+    hex::encode(bytes)
+}
+
+/// Preload kube-apiserver's bootstrap RBAC. An object the store rejects is logged and
+/// skipped rather than failing the cluster (the rest of the defaults still apply).
+fn preload_default_rbac(store: &Cluster) -> Result<(), KubesimError> {
+    for obj in crate::kubesim::authz::default_rbac_objects() {
+        if let Err(e) = create_ignoring_exists(store, &obj) {
+            tracing::warn!(
+                cluster = %store.name(),
+                object = %obj.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or(""),
+                error = %e,
+                "default RBAC object rejected by the store"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn create_ignoring_exists(store: &Cluster, obj: &Value) -> Result<(), KubesimError> {
+    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let res = store
+        .resources()
+        .into_iter()
+        .find(|r| r.group == group && r.version == version && r.kind == kind)
+        .ok_or_else(|| {
+            KubesimError::Api(kubesim_store::ApiError::new(
+                404,
+                "NotFound",
+                format!("no resource for {api_version} {kind}"),
+            ))
+        })?;
+    let ns = if res.namespaced {
+        Some(
+            obj.pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("default"),
+        )
+    } else {
+        None
+    };
+    let opts = WriteOptions {
+        field_manager: "kubesim".into(),
+        ..Default::default()
+    };
+    match store.create(&res, ns, obj.clone(), &opts) {
+        Ok(_) => Ok(()),
+        Err(e) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Install one CRD (an `apiextensions.k8s.io/v1` `CustomResourceDefinition` object).
+pub fn install_crd(store: &Cluster, crd: Value) -> Result<(), KubesimError> {
+    create_ignoring_exists(store, &crd)
+}
+
+/// Read CRDs from a file or a directory (`*.yaml`, `*.yml`, `*.json`, sorted by name; YAML
+/// may hold several documents). Documents that are not CustomResourceDefinitions are
+/// rejected.
+pub fn load_crds(path: &Path) -> Result<Vec<Value>, KubesimError> {
+    let err = |message: String| KubesimError::Crds {
+        path: path.display().to_string(),
+        message,
+    };
+    let files: Vec<PathBuf> = if path.is_dir() {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| err(e.to_string()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("yaml" | "yml" | "json")
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| err(format!("{}: {e}", f.display())))?;
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v: Value = serde::Deserialize::deserialize(doc)
+                .map_err(|e| err(format!("{}: {e}", f.display())))?;
+            if v.is_null() {
+                continue;
+            }
+            if v.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
+                return Err(err(format!(
+                    "{}: not a CustomResourceDefinition: kind {:?}",
+                    f.display(),
+                    v.get("kind")
+                )));
+            }
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// One simulated cluster. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ClusterHandle {
+    server: Arc<ClusterServer>,
+}
+
+impl ClusterHandle {
+    /// The cluster's name.
+    pub fn name(&self) -> &str {
+        &self.server.name
+    }
+
+    /// `https://127.0.0.1:<port>` (also the ServiceAccount issuer and API audience).
+    pub fn url(&self) -> String {
+        self.server.url.clone()
+    }
+
+    /// The cluster CA certificate (PEM).
+    pub fn ca_pem(&self) -> String {
+        self.server.pki.ca_cert_pem().to_string()
+    }
+
+    /// The static admin token (user `kubesim-admin`, group `system:masters`).
+    pub fn admin_token(&self) -> String {
+        self.server.admin_token.clone()
+    }
+
+    /// The cluster's API machinery (direct, in-process access; bypasses HTTP and auth).
+    pub fn store(&self) -> Arc<Cluster> {
+        self.server.store.clone()
+    }
+
+    /// The HTTP server state (advanced use).
+    pub fn server(&self) -> Arc<ClusterServer> {
+        self.server.clone()
+    }
+
+    /// Fault injection for this cluster.
+    pub fn faults(&self) -> FaultHandle {
+        self.server.faults.clone()
+    }
+
+    fn admin_entry(&self) -> Entry {
+        Entry {
+            name: self.name().to_string(),
+            server: self.url(),
+            ca_pem: self.ca_pem(),
+            credentials: Credentials::Token(self.admin_token()),
+        }
+    }
+
+    /// An admin kubeconfig (token auth, CA embedded).
+    pub fn kubeconfig_yaml(&self) -> String {
+        kubeconfig::render(&[self.admin_entry()])
+    }
+
+    /// A kubeconfig for arbitrary credentials.
+    pub fn kubeconfig_yaml_with(&self, credentials: Credentials) -> String {
+        kubeconfig::render(&[Entry {
+            credentials,
+            ..self.admin_entry()
+        }])
+    }
+
+    async fn client_from_kubeconfig(&self, yaml: &str) -> Result<kube::Client, KubesimError> {
+        install_crypto_provider();
+        let kc = kube::config::Kubeconfig::from_yaml(yaml)
+            .map_err(|e| KubesimError::Kube(e.to_string()))?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .map_err(|e| KubesimError::Kube(e.to_string()))?;
+        kube::Client::try_from(config).map_err(|e| KubesimError::Kube(e.to_string()))
+    }
+
+    /// A `kube::Client` trusting this cluster's CA, authenticated with the admin token.
+    pub async fn kube_client(&self) -> Result<kube::Client, KubesimError> {
+        self.client_for_token(&self.admin_token()).await
+    }
+
+    /// A `kube::Client` authenticated with `token`.
+    pub async fn client_for_token(&self, token: &str) -> Result<kube::Client, KubesimError> {
+        self.client_from_kubeconfig(
+            &self.kubeconfig_yaml_with(Credentials::Token(token.to_string())),
+        )
+        .await
+    }
+
+    /// A client certificate for `user` in `groups` signed by this cluster's CA, valid one
+    /// day: `(cert_pem, key_pem)`.
+    pub fn issue_client_cert(
+        &self,
+        user: &str,
+        groups: &[String],
+    ) -> Result<(String, String), KubesimError> {
+        Ok(self
+            .server
+            .pki
+            .issue_client_cert(user, groups, Duration::from_secs(24 * 3600))?)
+    }
+
+    /// A `kube::Client` authenticating with a fresh client certificate for `user`/`groups`.
+    pub async fn client_for_cert(
+        &self,
+        user: &str,
+        groups: &[String],
+    ) -> Result<kube::Client, KubesimError> {
+        let (cert_pem, key_pem) = self.issue_client_cert(user, groups)?;
+        self.client_from_kubeconfig(
+            &self.kubeconfig_yaml_with(Credentials::ClientCert { cert_pem, key_pem }),
+        )
+        .await
+    }
+
+    /// Add a static bearer token for `user` (kube-apiserver's `--token-auth-file`).
+    pub fn add_static_token(&self, token: &str, user: UserInfo) {
+        if let Ok(mut m) = self.server.static_tokens.write() {
+            m.insert(token.to_string(), user.with_authenticated_group());
+        }
+    }
+
+    /// Issue a ServiceAccount token (as TokenRequest does): the ServiceAccount must exist;
+    /// `audiences` empty means the cluster's API audience; `pod` binds the token to a pod
+    /// (name) that must exist.
+    pub async fn issue_sa_token(
+        &self,
+        namespace: &str,
+        service_account: &str,
+        audiences: &[String],
+        expiration: Duration,
+        pod: Option<&str>,
+    ) -> Result<String, KubesimError> {
+        let store = self.store();
+        let uid_of = |plural: &str, name: &str| -> Result<String, KubesimError> {
+            let res = store.resolve("", "v1", plural).ok_or_else(|| {
+                KubesimError::Api(kubesim_store::ApiError::new(
+                    404,
+                    "NotFound",
+                    plural.to_string(),
+                ))
+            })?;
+            let obj = store.get(&res, Some(namespace), name)?;
+            Ok(obj
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string())
+        };
+        let sa_uid = uid_of("serviceaccounts", service_account)?;
+        let pod = match pod {
+            Some(p) => Some(ObjectRef {
+                name: p.to_string(),
+                uid: uid_of("pods", p)?,
+            }),
+            None => None,
+        };
+        let audiences = if audiences.is_empty() {
+            self.server.api_audiences()
+        } else {
+            audiences.to_vec()
+        };
+        let req = SaTokenRequest {
+            namespace: namespace.to_string(),
+            sa_name: service_account.to_string(),
+            sa_uid,
+            audiences,
+            expiration_seconds: i64::try_from(expiration.as_secs()).unwrap_or(i64::MAX),
+            pod,
+            node: None,
+        };
+        let (token, _) = crate::kubesim::virtual_resources::issue(&self.server, &req).await?;
+        Ok(token)
+    }
+
+    /// Rotate the ServiceAccount signing key (previous keys stay in the JWKS for a while;
+    /// see `kubesim_auth::jwt::PREVIOUS_KEYS_KEPT`).
+    pub async fn rotate_sa_signing_key(&self) -> Result<(), KubesimError> {
+        let issuer = self.server.sa_issuer().await?;
+        tokio::task::spawn_blocking(move || issuer.rotate())
+            .await
+            .map_err(|e| KubesimError::Kube(format!("rotation task: {e}")))??;
+        Ok(())
+    }
+
+    /// Accept `issuer`'s ServiceAccount tokens whose audience intersects `audiences`
+    /// (usually `[self.url()]`), verified against the JWKS fetched over HTTPS from the issuer
+    /// cluster's `/openid/v1/jwks` (trusting its CA).
+    pub async fn trust_issuer(
+        &self,
+        issuer: &ClusterHandle,
+        audiences: &[String],
+    ) -> Result<(), KubesimError> {
+        // Make sure the issuer's key exists before anyone fetches its JWKS.
+        issuer.server.sa_issuer().await?;
+        let ext =
+            crate::kubesim::authn::external_issuer(&issuer.url(), &issuer.ca_pem(), audiences)?;
+        self.add_external_authenticator(ext);
+        Ok(())
+    }
+
+    /// Add any external JWT authenticator.
+    pub fn add_external_authenticator(&self, ext: Arc<dyn ExternalAuthenticator>) {
+        if let Ok(mut v) = self.server.external_issuers.write() {
+            v.retain(|e| e.issuer() != ext.issuer());
+            v.push(ext);
+        }
+    }
+
+    /// Stop this cluster's server.
+    pub fn stop(&self) {
+        self.server.shutdown.cancel();
+    }
+}

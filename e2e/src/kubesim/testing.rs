@@ -1,0 +1,151 @@
+//! Support for tests that drive kubesim with the real `kubectl`.
+
+use crate::kubesim::ClusterHandle;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// A failed kubectl run.
+#[derive(Debug, thiserror::Error)]
+#[error("kubectl {args} failed ({status}):\nstdout: {stdout}\nstderr: {stderr}")]
+pub struct KubectlError {
+    /// The arguments.
+    pub args: String,
+    /// Exit status.
+    pub status: String,
+    /// Captured stdout.
+    pub stdout: String,
+    /// Captured stderr.
+    pub stderr: String,
+}
+
+/// Locate kubectl: `$KUBECTL`, else the first `kubectl` on `PATH`.
+pub fn find_kubectl() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("KUBECTL") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("KUBECTL={} is not a file", p.display()))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("kubectl"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            "kubectl not found on PATH (set KUBECTL=/path/to/kubectl; .ci/ensure-kubectl installs it)"
+                .to_string()
+        })
+}
+
+/// kubectl bound to one kubeconfig.
+#[derive(Debug, Clone)]
+pub struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    cache_dir: PathBuf,
+}
+
+impl Kubectl {
+    /// Write `cluster`'s admin kubeconfig into `dir` and use it.
+    pub fn admin(cluster: &ClusterHandle, dir: &Path) -> Result<Self, String> {
+        Self::with_kubeconfig(&cluster.kubeconfig_yaml(), dir, cluster.name())
+    }
+
+    /// Write `kubeconfig` into `dir/<name>.kubeconfig` and use it.
+    pub fn with_kubeconfig(kubeconfig: &str, dir: &Path, name: &str) -> Result<Self, String> {
+        let bin = find_kubectl()?;
+        let path = dir.join(format!("{name}.kubeconfig"));
+        std::fs::write(&path, kubeconfig).map_err(|e| e.to_string())?;
+        Ok(Self {
+            bin,
+            kubeconfig: path,
+            cache_dir: dir.join("kubectl-cache"),
+        })
+    }
+
+    /// The kubeconfig path.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A `Command` for kubectl with this kubeconfig (and a private discovery cache).
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache_dir)
+            .args(args)
+            .env_remove("KUBECONFIG");
+        c
+    }
+
+    /// Run kubectl with `args` (and optional stdin); `Ok(stdout)` on success.
+    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String, KubectlError> {
+        let mut cmd = self.command(args);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+        let err = |status: String, stdout: String, stderr: String| KubectlError {
+            args: args.join(" "),
+            status,
+            stdout,
+            stderr,
+        };
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| err("spawn failed".into(), String::new(), e.to_string()))?;
+        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            let _ = pipe.write_all(input.as_bytes());
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(|e| err("wait failed".into(), String::new(), e.to_string()))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.success() {
+            Ok(stdout)
+        } else {
+            Err(err(out.status.to_string(), stdout, stderr))
+        }
+    }
+
+    /// [`Kubectl::run`] without blocking the async runtime.
+    pub async fn run_async(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<String, KubectlError> {
+        let this = self.clone();
+        let args: Vec<String> = args.iter().map(|a| (*a).to_string()).collect();
+        let stdin = stdin.map(str::to_string);
+        tokio::task::spawn_blocking(move || {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            this.run(&a, stdin.as_deref())
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(KubectlError {
+                args: String::new(),
+                status: "task failed".into(),
+                stdout: String::new(),
+                stderr: e.to_string(),
+            })
+        })
+    }
+
+    /// Start kubectl in the background (e.g. `get -w`) with stdout piped.
+    pub fn spawn(&self, args: &[&str]) -> std::io::Result<tokio::process::Child> {
+        let mut cmd = tokio::process::Command::from(self.command(args));
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        cmd.spawn()
+    }
+}
