@@ -4,7 +4,7 @@ use crate::delete::Deleted;
 use crate::kinds::CRDS;
 use crate::registry::{builtins, extra_selectable_fields};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::state::{Inner, WatchFilter, Watcher};
+use crate::state::{Inner, ParsedEvent, WatchFilter, Watcher};
 use crate::watch::{StreamParts, WatchStream, bookmark_event, make_stream};
 use crate::write::{Mode, TypeCtx, bad_request, not_found};
 use crate::{
@@ -284,9 +284,10 @@ impl Cluster {
             let mut iter = ts
                 .range(ns)
                 .filter(|(k, _)| after.as_ref().is_none_or(|a| *k > a))
+                .map(|(k, o)| (k, o.value()))
                 .filter(|(_, o)| filter.matches(o));
             for (k, o) in iter.by_ref() {
-                items.push(ctx.out(o));
+                items.push(ctx.out(&o));
                 if limit.is_some_and(|l| items.len() >= l) {
                     cont = Some(k.clone());
                     break;
@@ -300,12 +301,14 @@ impl Cluster {
         if let Some((cns, cname)) = cont {
             meta["continue"] = Value::from(encode_continue(&cns, &cname, inner.rv));
         }
-        Ok(json!({
+        // `items` is moved in, not passed through `json!` (which would deep-copy it)
+        let mut list = json!({
             "apiVersion": ctx.res.api_version(),
             "kind": ctx.res.list_kind,
             "metadata": meta,
-            "items": items,
-        }))
+        });
+        list["items"] = Value::Array(items);
+        Ok(list)
     }
 
     /// `watch`. Errors that kube-apiserver returns before streaming (bad selector, bad
@@ -375,7 +378,7 @@ impl Cluster {
                     }));
                 }
                 for ev in ts.history.iter().filter(|e| e.rv > n) {
-                    if let Some(m) = filter.translate(ev) {
+                    if let Some(m) = filter.translate(&ParsedEvent::parse(ev)) {
                         pending.push_back(WatchEvent {
                             event_type: m.event_type,
                             object: out(&m.object),
@@ -385,10 +388,11 @@ impl Cluster {
             }
             _ => {
                 for (_, o) in ts.range(filter.ns.as_deref()) {
-                    if filter.matches(o) {
+                    let o = o.value();
+                    if filter.matches(&o) {
                         pending.push_back(WatchEvent {
                             event_type: "ADDED",
-                            object: out(o),
+                            object: out(&o),
                         });
                     }
                 }
@@ -588,7 +592,7 @@ impl Cluster {
             .get(&ctx.key)
             .map(|ts| {
                 ts.range(ns)
-                    .filter(|(_, o)| filter.matches(o))
+                    .filter(|(_, o)| filter.matches(&o.value()))
                     .map(|(k, _)| k.clone())
                     .collect()
             })
@@ -602,12 +606,13 @@ impl Cluster {
                 Err(e) => return Err(e),
             }
         }
-        Ok(json!({
+        let mut list = json!({
             "apiVersion": ctx.res.api_version(),
             "kind": ctx.res.list_kind,
             "metadata": {"resourceVersion": inner.rv.to_string()},
-            "items": items,
-        }))
+        });
+        list["items"] = Value::Array(items);
+        Ok(list)
     }
 
     /// The latest resourceVersion handed out in this cluster.
@@ -615,24 +620,17 @@ impl Cluster {
         self.read().rv
     }
 
-    /// Keep at most `n` events of watch history per resource type (default
-    /// [`crate::DEFAULT_HISTORY_LIMIT`]); older history is dropped at once.
+    /// Keep at most `n` events of watch history in this cluster, over all resource types
+    /// (default [`crate::DEFAULT_HISTORY_LIMIT`]); older history is dropped at once.
     pub fn set_history_limit(&self, n: usize) {
         let mut inner = self.write();
         inner.history_limit = n;
-        for t in inner.types.values_mut() {
-            t.trim(n);
-        }
+        inner.trim_history();
     }
 
     /// Drop all watch history: the next watch from any earlier resourceVersion gets 410.
     pub fn expire_history(&self) {
-        let mut inner = self.write();
-        let rv = inner.rv;
-        for t in inner.types.values_mut() {
-            t.history.clear();
-            t.floor = rv;
-        }
+        self.write().clear_history();
     }
 
     /// End every open watch stream (fault injection: dropped watches). Events already

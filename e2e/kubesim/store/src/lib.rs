@@ -23,7 +23,9 @@ pub use error::ApiError;
 pub use registry::{ResourceInfo, SubresourceInfo};
 pub use watch::WatchStream;
 
-/// Default number of watch events kept per resource type (see [`Cluster::set_history_limit`]).
+/// Default number of watch events kept per cluster, over all its resource types (see
+/// [`Cluster::set_history_limit`]). A watch from a resourceVersion older than the oldest
+/// kept event of its type gets 410 `Expired`.
 pub const DEFAULT_HISTORY_LIMIT: usize = 10_000;
 
 use serde_json::Value;

@@ -21,15 +21,38 @@ pub(crate) enum EventKind {
     Deleted,
 }
 
+/// A stored object as compact JSON: a parsed `serde_json::Value` costs about ten times
+/// more memory (every small map is a full B-tree node), and the store holds 100k+ objects
+/// plus watch history.
+#[derive(Debug)]
+pub(crate) struct Stored {
+    json: Box<str>,
+}
+
+impl Stored {
+    pub fn new(v: &Value) -> Self {
+        // serialising a `Value` cannot fail (its map keys are strings)
+        Self {
+            json: serde_json::to_string(v)
+                .unwrap_or_default()
+                .into_boxed_str(),
+        }
+    }
+
+    pub fn value(&self) -> Value {
+        serde_json::from_str(&self.json).unwrap_or(Value::Null)
+    }
+}
+
 /// One entry of a type's watch history.
 #[derive(Debug, Clone)]
 pub(crate) struct HistEvent {
     pub rv: u64,
     pub kind: EventKind,
     /// The object after the event (for `Deleted`: its last state, with the deletion's RV).
-    pub obj: Arc<Value>,
+    pub obj: Arc<Stored>,
     /// The object before the event (`Modified`), for selector transitions.
-    pub prev: Option<Arc<Value>>,
+    pub prev: Option<Arc<Stored>>,
 }
 
 /// A message to one watch stream.
@@ -74,7 +97,7 @@ impl WatchFilter {
     /// The event a watcher with this filter sees, as kube-apiserver's cacher computes it:
     /// an object that starts matching is `ADDED`, one that stops matching is `DELETED`
     /// (its previous state at the event's resourceVersion).
-    pub fn translate(&self, ev: &HistEvent) -> Option<WatchMsg> {
+    pub fn translate(&self, ev: &ParsedEvent) -> Option<WatchMsg> {
         let now = self.matches(&ev.obj);
         match ev.kind {
             EventKind::Added => now.then(|| msg("ADDED", &ev.obj)),
@@ -85,7 +108,7 @@ impl WatchFilter {
                     (true, true) => Some(msg("MODIFIED", &ev.obj)),
                     (false, true) => Some(msg("ADDED", &ev.obj)),
                     (true, false) => {
-                        let mut old = ev.prev.as_deref().cloned().unwrap_or(Value::Null);
+                        let mut old = ev.prev.clone().unwrap_or(Value::Null);
                         if old.get("metadata").is_some_and(Value::is_object) {
                             old["metadata"]["resourceVersion"] = Value::from(ev.rv.to_string());
                         }
@@ -97,6 +120,26 @@ impl WatchFilter {
                     (false, false) => None,
                 }
             }
+        }
+    }
+}
+
+/// A history event with its objects parsed (once per event, shared by all watchers).
+#[derive(Debug)]
+pub(crate) struct ParsedEvent {
+    pub rv: u64,
+    pub kind: EventKind,
+    pub obj: Arc<Value>,
+    pub prev: Option<Value>,
+}
+
+impl ParsedEvent {
+    pub fn parse(ev: &HistEvent) -> Self {
+        Self {
+            rv: ev.rv,
+            kind: ev.kind,
+            obj: Arc::new(ev.obj.value()),
+            prev: ev.prev.as_ref().map(|p| p.value()),
         }
     }
 }
@@ -116,12 +159,12 @@ pub(crate) struct Watcher {
 }
 
 /// One stored object: its `(namespace, name)` key and value.
-pub(crate) type Entry<'a> = (&'a (String, String), &'a Arc<Value>);
+pub(crate) type Entry<'a> = (&'a (String, String), &'a Arc<Stored>);
 
 /// All objects of one resource type (a group + plural), plus its history and watchers.
 #[derive(Debug, Default)]
 pub(crate) struct TypeStore {
-    pub objects: BTreeMap<(String, String), Arc<Value>>,
+    pub objects: BTreeMap<(String, String), Arc<Stored>>,
     pub history: VecDeque<HistEvent>,
     /// Every event with a resourceVersion above `floor` is in `history`.
     pub floor: u64,
@@ -137,22 +180,21 @@ impl TypeStore {
     }
 
     /// Fan the event out to this type's watchers (dropping closed ones) and keep it in the
-    /// bounded history.
-    pub fn record(&mut self, ev: HistEvent, limit: usize) {
-        self.watchers.retain(|w| match w.filter.translate(&ev) {
-            Some(m) => w.tx.send(m).is_ok(),
-            None => !w.tx.is_closed(),
-        });
-        self.history.push_back(ev);
-        self.trim(limit);
-    }
-
-    pub fn trim(&mut self, limit: usize) {
-        while self.history.len() > limit {
-            if let Some(e) = self.history.pop_front() {
-                self.floor = e.rv;
-            }
+    /// history. `obj` is the event's object already parsed (the writer has it in hand).
+    fn record(&mut self, ev: HistEvent, obj: Arc<Value>) {
+        if !self.watchers.is_empty() {
+            let parsed = ParsedEvent {
+                rv: ev.rv,
+                kind: ev.kind,
+                obj,
+                prev: ev.prev.as_ref().map(|p| p.value()),
+            };
+            self.watchers.retain(|w| match w.filter.translate(&parsed) {
+                Some(m) => w.tx.send(m).is_ok(),
+                None => !w.tx.is_closed(),
+            });
         }
+        self.history.push_back(ev);
     }
 
     /// Objects of namespace `ns` (all when `None`), in namespace/name order.
@@ -185,7 +227,10 @@ pub(crate) struct Inner {
     pub uids: HashMap<String, ObjKey>,
     /// Owner UID → objects whose ownerReferences name it.
     pub dependents: HashMap<String, BTreeSet<ObjKey>>,
+    /// Most watch events kept, over all types of the cluster.
     pub history_limit: usize,
+    /// `(rv, type key)` of every event in the types' histories, oldest first.
+    pub history_order: VecDeque<(u64, String)>,
 }
 
 /// The owner UIDs in `metadata.ownerReferences`.
@@ -211,6 +256,42 @@ impl Inner {
             uids: HashMap::new(),
             dependents: HashMap::new(),
             history_limit,
+            history_order: VecDeque::new(),
+        }
+    }
+
+    /// Drop the oldest events until at most `history_limit` remain; each dropped event
+    /// raises its type's floor (watches from before it get 410).
+    pub fn trim_history(&mut self) {
+        while self.history_order.len() > self.history_limit {
+            let Some((rv, key)) = self.history_order.pop_front() else {
+                break;
+            };
+            if let Some(t) = self.types.get_mut(&key)
+                && t.history.front().is_some_and(|e| e.rv == rv)
+            {
+                t.history.pop_front();
+                t.floor = rv;
+            }
+        }
+    }
+
+    /// Forget all history: every type's floor becomes the current resourceVersion.
+    pub fn clear_history(&mut self) {
+        self.history_order.clear();
+        let rv = self.rv;
+        for t in self.types.values_mut() {
+            t.history.clear();
+            t.floor = rv;
+        }
+    }
+
+    fn record(&mut self, key: &str, ev: HistEvent, obj: Arc<Value>) {
+        let rv = ev.rv;
+        if let Some(t) = self.types.get_mut(key) {
+            t.record(ev, obj);
+            self.history_order.push_back((rv, key.to_string()));
+            self.trim_history();
         }
     }
 
@@ -231,7 +312,7 @@ impl Inner {
             .get(key)?
             .objects
             .get(&(ns.to_string(), name.to_string()))
-            .cloned()
+            .map(|s| Arc::new(s.value()))
     }
 
     fn index(&mut self, key: &ObjKey, prev: Option<&Value>, obj: Option<&Value>) {
@@ -265,29 +346,26 @@ impl Inner {
         if obj.get("metadata").is_some_and(Value::is_object) {
             obj["metadata"]["resourceVersion"] = Value::from(rv.to_string());
         }
+        let stored = Arc::new(Stored::new(&obj));
         let obj = Arc::new(obj);
-        let limit = self.history_limit;
         let okey: ObjKey = (key.to_string(), ns.to_string(), name.to_string());
         let prev = self.types.get_mut(key).and_then(|t| {
             t.objects
-                .insert((ns.to_string(), name.to_string()), Arc::clone(&obj))
+                .insert((ns.to_string(), name.to_string()), Arc::clone(&stored))
         });
-        self.index(&okey, prev.as_deref(), Some(&obj));
-        if let Some(t) = self.types.get_mut(key) {
-            t.record(
-                HistEvent {
-                    rv,
-                    kind: if prev.is_some() {
-                        EventKind::Modified
-                    } else {
-                        EventKind::Added
-                    },
-                    obj: Arc::clone(&obj),
-                    prev,
-                },
-                limit,
-            );
-        }
+        let prev_value = prev.as_ref().map(|p| p.value());
+        self.index(&okey, prev_value.as_ref(), Some(&obj));
+        let ev = HistEvent {
+            rv,
+            kind: if prev.is_some() {
+                EventKind::Modified
+            } else {
+                EventKind::Added
+            },
+            obj: stored,
+            prev,
+        };
+        self.record(key, ev, Arc::clone(&obj));
         obj
     }
 
@@ -298,23 +376,19 @@ impl Inner {
         let old = t.objects.remove(&(ns.to_string(), name.to_string()))?;
         self.rv += 1;
         let rv = self.rv;
-        let mut last = (*old).clone();
+        let old = old.value();
+        let mut last = old.clone();
         if last.get("metadata").is_some_and(Value::is_object) {
             last["metadata"]["resourceVersion"] = Value::from(rv.to_string());
         }
         let last = Arc::new(last);
-        let limit = self.history_limit;
-        if let Some(t) = self.types.get_mut(key) {
-            t.record(
-                HistEvent {
-                    rv,
-                    kind: EventKind::Deleted,
-                    obj: Arc::clone(&last),
-                    prev: None,
-                },
-                limit,
-            );
-        }
+        let ev = HistEvent {
+            rv,
+            kind: EventKind::Deleted,
+            obj: Arc::new(Stored::new(&last)),
+            prev: None,
+        };
+        self.record(key, ev, Arc::clone(&last));
         let okey: ObjKey = (key.to_string(), ns.to_string(), name.to_string());
         self.index(&okey, Some(&old), None);
         Some(last)
