@@ -1,0 +1,457 @@
+//! analyze(): IdentityCollision, DuplicateSPIFFEID, warnings, and the condition set.
+
+mod compiler_common;
+
+use std::collections::BTreeMap;
+
+use compiler_common::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, Time,
+};
+use kleym_api::conditions as types;
+use kleym_spoke::compiler::collisions::{WarningReason, selector_provably_matches};
+use kleym_spoke::compiler::conditions::{Outcome, build_conditions};
+use kleym_spoke::compiler::{
+    Analysis, BindingRef, CompiledIdentity, ForeignSpiffeId, Lookup, NamespaceLabels, Reason,
+    analyze,
+};
+
+fn bref(name: &str) -> BindingRef {
+    BindingRef {
+        namespace: NS.into(),
+        name: name.into(),
+    }
+}
+
+fn run(ids: &[CompiledIdentity]) -> Analysis {
+    analyze(ids, &[], &NamespaceLabels::new())
+}
+
+fn reasons(a: &Analysis, name: &str) -> Vec<Reason> {
+    a.verdict(&bref(name))
+        .conflicts
+        .iter()
+        .map(|c| c.reason)
+        .collect()
+}
+
+fn peers(a: &Analysis, name: &str) -> Vec<String> {
+    a.verdict(&bref(name))
+        .conflicts
+        .iter()
+        .flat_map(|c| c.peers.iter().map(|p| p.name.clone()))
+        .collect()
+}
+
+#[test]
+fn identity_collision_is_refused_on_all_members() {
+    let ids = [
+        ok(&binding("a", "chat", "vllm")),
+        ok(&binding("b", "code", "vllm")),
+        ok(&binding("c", "sum", "vllm")),
+        ok(&binding("d", "other", "tgi")),
+    ];
+    let a = run(&ids);
+    for (me, others) in [("a", ["b", "c"]), ("b", ["a", "c"]), ("c", ["a", "b"])] {
+        assert_eq!(reasons(&a, me), [Reason::IdentityCollision], "{me}");
+        assert_eq!(peers(&a, me), others, "{me}");
+        let r = a.refusal(&bref(me)).unwrap();
+        assert_eq!(r.reason, Reason::IdentityCollision);
+        assert!(
+            r.message.contains(&format!("team-a/{}", others[0])),
+            "{}",
+            r.message
+        );
+        assert!(
+            r.message.contains("k8s:container-name:vllm"),
+            "{}",
+            r.message
+        );
+    }
+    assert!(
+        a.refusal(&bref("d")).is_none(),
+        "another container does not collide"
+    );
+    assert_eq!(a.verdict(&bref("a")).conflict_peers().len(), 2);
+}
+
+#[test]
+fn collision_needs_same_pods_service_account_and_container() {
+    // Different service account.
+    let mut b = binding("b", "code", "vllm");
+    b.spec.workload_selector_templates[1] = "k8s:sa:other".into();
+    assert!(
+        run(&[ok(&binding("a", "chat", "vllm")), ok(&b)])
+            .verdicts
+            .is_empty()
+    );
+    // Different pool labels.
+    let mut b = binding("b", "code", "vllm");
+    b.pool = Lookup::Found(pool(NS, "pool", &[("app", "other")]));
+    assert!(
+        run(&[ok(&binding("a", "chat", "vllm")), ok(&b)])
+            .verdicts
+            .is_empty()
+    );
+    // Different namespace (everything else equal but the namespace).
+    let mut b = binding("b", "code", "vllm");
+    b.namespace = "team-b".into();
+    b.target = Lookup::Found(objective("team-b", "code", "pool"));
+    b.pool = Lookup::Found(pool("team-b", "pool", &[("app", "model")]));
+    assert!(
+        run(&[ok(&binding("a", "chat", "vllm")), ok(&b)])
+            .verdicts
+            .is_empty()
+    );
+    // Two pools with equal selectors are the same pod set: collision.
+    let mut b = binding("b", "code", "vllm");
+    b.target = Lookup::Found(objective(NS, "code", "pool-2"));
+    b.pool = Lookup::Found(pool(NS, "pool-2", &[("app", "model")]));
+    let a = run(&[ok(&binding("a", "chat", "vllm")), ok(&b)]);
+    assert_eq!(reasons(&a, "a"), [Reason::IdentityCollision]);
+    assert_eq!(reasons(&a, "b"), [Reason::IdentityCollision]);
+}
+
+#[test]
+fn pool_only_twins_do_not_conflict() {
+    // Same pool, same ID, same selectors: SPIRE de-duplicates identical entries.
+    let a = run(&[ok(&pool_only("p1", "chat")), ok(&pool_only("p2", "code"))]);
+    assert!(a.verdicts.is_empty(), "{a:?}");
+}
+
+#[test]
+fn duplicate_spiffe_id_with_different_selectors() {
+    let id = "spiffe://example.org/ns/team-a/shared";
+    let mut x = binding("x", "chat", "vllm");
+    x.spec.spiffe_id_template = Some(id.into());
+    let mut y = binding("y", "code", "tgi");
+    y.spec.spiffe_id_template = Some(id.into());
+    let mut z = binding("z", "sum", "tgi");
+    z.spec.workload_selector_templates[1] = "k8s:sa:other".into();
+    z.spec.spiffe_id_template = Some(id.into());
+    let a = run(&[ok(&x), ok(&y), ok(&z)]);
+    for me in ["x", "y", "z"] {
+        assert_eq!(reasons(&a, me), [Reason::DuplicateSPIFFEID], "{me}");
+    }
+    assert_eq!(peers(&a, "x"), ["y", "z"]);
+    assert_eq!(peers(&a, "y"), ["x", "z"]);
+    let r = a.refusal(&bref("y")).unwrap();
+    assert!(
+        r.message.contains(id) && r.message.contains("team-a/x"),
+        "{}",
+        r.message
+    );
+
+    // Same ID, same selectors (two PerObjective bindings on one objective and container):
+    // an IdentityCollision, not a duplicate.
+    let mut p = binding("p", "chat", "vllm");
+    p.spec.spiffe_id_template = Some(id.into());
+    let mut q = binding("q", "chat", "vllm");
+    q.spec.spiffe_id_template = Some(id.into());
+    let a = run(&[ok(&p), ok(&q)]);
+    assert_eq!(reasons(&a, "p"), [Reason::IdentityCollision]);
+}
+
+#[test]
+fn collision_outranks_duplicate() {
+    let id = "spiffe://example.org/ns/team-a/shared";
+    let mut a1 = binding("a1", "chat", "vllm");
+    a1.spec.spiffe_id_template = Some(id.into());
+    let a2 = binding("a2", "code", "vllm");
+    let mut d = pool_only("d", "chat");
+    d.spec.spiffe_id_template = Some(id.into());
+    let a = run(&[ok(&a1), ok(&a2), ok(&d)]);
+    assert_eq!(
+        reasons(&a, "a1"),
+        [Reason::IdentityCollision, Reason::DuplicateSPIFFEID]
+    );
+    assert_eq!(
+        a.refusal(&bref("a1")).unwrap().reason,
+        Reason::IdentityCollision
+    );
+    assert_eq!(
+        a.refusal(&bref("d")).unwrap().reason,
+        Reason::DuplicateSPIFFEID
+    );
+}
+
+#[test]
+fn pool_only_and_per_objective_on_one_pool_warn_both() {
+    let a = run(&[
+        ok(&pool_only("pool-id", "chat")),
+        ok(&binding("chat-id", "chat", "vllm")),
+    ]);
+    for me in ["pool-id", "chat-id"] {
+        let v = a.verdict(&bref(me));
+        assert!(v.conflicts.is_empty());
+        assert_eq!(v.warnings.len(), 1, "{me}");
+        assert_eq!(
+            v.warnings[0].reason,
+            WarningReason::PoolAndObjectiveIdentities
+        );
+        assert!(
+            v.warnings[0].message.contains("pool-id") && v.warnings[0].message.contains("chat-id")
+        );
+        assert_eq!(v.status_warnings()[0].reason, "PoolAndObjectiveIdentities");
+        assert!(a.refusal(&bref(me)).is_none(), "warnings do not refuse");
+    }
+    // Another service account: the pods differ, no warning.
+    let mut other = pool_only("pool-id", "chat");
+    other.spec.workload_selector_templates[1] = "k8s:sa:other".into();
+    assert!(
+        run(&[ok(&other), ok(&binding("chat-id", "chat", "vllm"))])
+            .verdicts
+            .is_empty()
+    );
+}
+
+fn default_identity() -> ForeignSpiffeId {
+    // The shape of SPIRE's usual "default" ClusterSPIFFEID.
+    ForeignSpiffeId {
+        name: "spire-default".into(),
+        class_name: None,
+        fallback: false,
+        namespace_selector: Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "kubernetes.io/metadata.name".into(),
+                operator: "NotIn".into(),
+                values: Some(vec!["kube-system".into(), "spire-system".into()]),
+            }]),
+            match_labels: None,
+        }),
+        pod_selector: None,
+        workload_selector_templates: vec![],
+    }
+}
+
+fn overlap(foreign: ForeignSpiffeId, ns_labels: &[(&str, &str)]) -> bool {
+    let ids = [ok(&binding("chat-id", "chat", "vllm"))];
+    let mut namespaces = NamespaceLabels::new();
+    if !ns_labels.is_empty() {
+        namespaces.insert(NS.into(), labels(ns_labels));
+    }
+    let a = analyze(&ids, &[foreign], &namespaces);
+    let v = a.verdict(&bref("chat-id"));
+    assert!(v.conflicts.is_empty());
+    match v.warnings.as_slice() {
+        [] => false,
+        [w] => {
+            assert_eq!(w.reason, WarningReason::OverlappingDefaultIdentity);
+            assert!(w.message.contains("fallback: true") && w.message.contains("spire-default"));
+            true
+        }
+        more => panic!("{more:?}"),
+    }
+}
+
+#[test]
+fn overlapping_default_identity_warning() {
+    assert!(overlap(default_identity(), &[]));
+    // fallback: true is the fix.
+    assert!(!overlap(
+        ForeignSpiffeId {
+            fallback: true,
+            ..default_identity()
+        },
+        &[]
+    ));
+    // Another SPIRE Controller Manager class does not handle our pods' entries alongside.
+    assert!(!overlap(
+        ForeignSpiffeId {
+            class_name: Some("other".into()),
+            ..default_identity()
+        },
+        &[]
+    ));
+    // Excluding our namespace.
+    let mut f = default_identity();
+    f.namespace_selector
+        .as_mut()
+        .unwrap()
+        .match_expressions
+        .as_mut()
+        .unwrap()[0]
+        .values = Some(vec![NS.into()]);
+    assert!(!overlap(f, &[]));
+    // Pod selectors: provable only from the pool's labels.
+    let sel = |pairs: &[(&str, &str)]| LabelSelector {
+        match_labels: Some(labels(pairs)),
+        match_expressions: None,
+    };
+    assert!(overlap(
+        ForeignSpiffeId {
+            pod_selector: Some(sel(&[("app", "model")])),
+            ..default_identity()
+        },
+        &[]
+    ));
+    assert!(!overlap(
+        ForeignSpiffeId {
+            pod_selector: Some(sel(&[("app", "x")])),
+            ..default_identity()
+        },
+        &[]
+    ));
+    assert!(!overlap(
+        ForeignSpiffeId {
+            pod_selector: Some(sel(&[("tier", "x")])),
+            ..default_identity()
+        },
+        &[]
+    ));
+    // Namespace label selectors need the namespace's labels.
+    let by_env = ForeignSpiffeId {
+        namespace_selector: Some(sel(&[("env", "prod")])),
+        ..default_identity()
+    };
+    assert!(overlap(by_env.clone(), &[("env", "prod")]));
+    assert!(!overlap(by_env.clone(), &[("env", "dev")]));
+    assert!(!overlap(by_env, &[]));
+    // Workload selectors: ours literally, or pod-intrinsic templates.
+    let with = |t: &[&str]| ForeignSpiffeId {
+        workload_selector_templates: t.iter().map(|s| s.to_string()).collect(),
+        ..default_identity()
+    };
+    assert!(overlap(
+        with(&[
+            "k8s:sa:{{ .PodSpec.ServiceAccountName }}",
+            "k8s:ns:{{.PodMeta.Namespace}}"
+        ]),
+        &[]
+    ));
+    assert!(overlap(
+        with(&["k8s:sa:model-server", "k8s:pod-label:app:model"]),
+        &[]
+    ));
+    assert!(!overlap(with(&["k8s:sa:other"]), &[]));
+    assert!(!overlap(
+        with(&["k8s:pod-label:x:{{ index .PodMeta.Labels \"x\" }}"]),
+        &[]
+    ));
+}
+
+#[test]
+fn foreign_view_skips_kleym_objects() {
+    let ours = ok(&binding("a", "chat", "vllm"));
+    let mut obj = kleym_api::external::spiffeid::ClusterSPIFFEID::new(
+        &ours.output.name,
+        ours.output.spec.clone(),
+    );
+    obj.metadata.labels = Some(ours.output.labels.clone());
+    assert!(ForeignSpiffeId::from_object(&obj).is_none());
+    obj.metadata.labels = None;
+    let f = ForeignSpiffeId::from_object(&obj).unwrap();
+    assert!(!f.fallback);
+    assert_eq!(f.workload_selector_templates, ours.selectors);
+}
+
+#[test]
+fn selector_evaluation_is_three_valued() {
+    let req = |op: &str, values: &[&str]| LabelSelector {
+        match_labels: None,
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "k".into(),
+            operator: op.into(),
+            values: Some(values.iter().map(|s| s.to_string()).collect()),
+        }]),
+    };
+    let with_k = labels(&[("k", "v")]);
+    let empty = BTreeMap::new();
+    assert!(selector_provably_matches(
+        &req("In", &["v"]),
+        &with_k,
+        false
+    ));
+    assert!(!selector_provably_matches(
+        &req("In", &["w"]),
+        &with_k,
+        false
+    ));
+    assert!(selector_provably_matches(
+        &req("NotIn", &["w"]),
+        &with_k,
+        false
+    ));
+    assert!(!selector_provably_matches(
+        &req("NotIn", &["w"]),
+        &empty,
+        false
+    ));
+    assert!(selector_provably_matches(
+        &req("NotIn", &["w"]),
+        &empty,
+        true
+    ));
+    assert!(selector_provably_matches(
+        &req("Exists", &[]),
+        &with_k,
+        false
+    ));
+    assert!(!selector_provably_matches(
+        &req("DoesNotExist", &[]),
+        &empty,
+        false
+    ));
+    assert!(selector_provably_matches(
+        &req("DoesNotExist", &[]),
+        &empty,
+        true
+    ));
+    assert!(!selector_provably_matches(
+        &req("Bogus", &[]),
+        &with_k,
+        true
+    ));
+}
+
+#[test]
+fn conditions_from_verdicts() {
+    let ids = [
+        ok(&binding("a", "chat", "vllm")),
+        ok(&binding("b", "code", "vllm")),
+    ];
+    let refusal = run(&ids).refusal(&bref("a")).unwrap();
+    let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap());
+    let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).unwrap());
+    let refused = build_conditions(&Outcome::Refused(&refusal), Some(3), &[], &t0);
+    let by_type: BTreeMap<&str, _> = refused.iter().map(|c| (c.type_.as_str(), c)).collect();
+    assert_eq!(by_type.len(), 5);
+    assert!(refused.iter().all(|c| c.observed_generation == Some(3)));
+    assert_eq!(by_type[types::READY].status, "False");
+    assert_eq!(by_type[types::READY].reason, "IdentityCollision");
+    assert_eq!(by_type[types::CONFLICT].status, "True");
+    assert_eq!(by_type[types::CONFLICT].message, refusal.message);
+    for t in [
+        types::INVALID_REF,
+        types::UNSAFE_SELECTOR,
+        types::RENDER_FAILURE,
+    ] {
+        assert_eq!(by_type[t].status, "False", "{t}");
+    }
+    // Same verdict later: identical conditions (no status write).
+    let again = build_conditions(&Outcome::Refused(&refusal), Some(3), &refused, &t1);
+    assert_eq!(again, refused);
+    // Resolution: only changed conditions get the new transition time.
+    let ready = build_conditions(
+        &Outcome::Ready { message: "applied" },
+        Some(4),
+        &refused,
+        &t1,
+    );
+    let by_type: BTreeMap<&str, _> = ready.iter().map(|c| (c.type_.as_str(), c)).collect();
+    assert_eq!(by_type[types::READY].status, "True");
+    assert_eq!(by_type[types::READY].last_transition_time, t1);
+    assert_eq!(by_type[types::CONFLICT].last_transition_time, t1);
+    assert_eq!(by_type[types::INVALID_REF].last_transition_time, t0);
+    let pending = build_conditions(
+        &Outcome::Pending {
+            reason: "Applying",
+            message: "m",
+        },
+        None,
+        &[],
+        &t0,
+    );
+    assert_eq!(pending[0].reason, "Applying");
+    assert!(pending.iter().skip(1).all(|c| c.status == "False"));
+}
