@@ -2,11 +2,13 @@
 //! is matched against, and the pure selection that yields one spoke's [`EffectiveAccess`].
 
 pub mod extensions;
+pub mod flags;
 pub mod profile;
 pub mod provider_config;
 pub mod select;
 pub mod shell_words;
 
+pub use flags::AccessFlags;
 pub use profile::{AccessProfile, ProfileProvider};
 pub use provider_config::{
     CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion, ExecConfig, ProviderConfig,

@@ -4,6 +4,8 @@
 //! the API types; [`AccessProfile::from_profile_json`] builds it from a ClusterProfile object
 //! in its JSON form (what any typed ClusterProfile serializes to).
 
+use kleym_api::external::clusterprofile::{AccessProvider, ClusterProfile};
+use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -44,6 +46,34 @@ impl AccessProfile {
         format!("{}/{}", self.namespace, self.name)
     }
 
+    /// Builds the view from the typed ClusterProfile (`kleym_api`). A provider without a
+    /// `cluster` gets `null`, which selection refuses with a clear reason.
+    pub fn from_cluster_profile(cp: &ClusterProfile) -> Self {
+        let convert = |list: Option<&Vec<AccessProvider>>| -> Vec<ProfileProvider> {
+            list.map(|l| {
+                l.iter()
+                    .map(|p| ProfileProvider {
+                        name: p.name.clone(),
+                        // Serializing a plain data struct cannot fail; fall back to null anyway.
+                        cluster: p
+                            .cluster
+                            .as_ref()
+                            .and_then(|c| serde_json::to_value(c).ok())
+                            .unwrap_or(serde_json::Value::Null),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+        };
+        let status = cp.status.as_ref();
+        Self {
+            namespace: cp.namespace().unwrap_or_else(|| "default".into()),
+            name: cp.name_any(),
+            access_providers: convert(status.and_then(|s| s.access_providers.as_ref())),
+            credential_providers: convert(status.and_then(|s| s.credential_providers.as_ref())),
+        }
+    }
+
     /// Builds the view from a ClusterProfile in JSON form (`metadata`, `status.accessProviders`,
     /// `status.credentialProviders`).
     pub fn from_profile_json(obj: &serde_json::Value) -> Result<Self, ProfileJsonError> {
@@ -72,5 +102,11 @@ impl AccessProfile {
             access_providers: list("accessProviders")?,
             credential_providers: list("credentialProviders")?,
         })
+    }
+}
+
+impl From<&ClusterProfile> for AccessProfile {
+    fn from(cp: &ClusterProfile) -> Self {
+        Self::from_cluster_profile(cp)
     }
 }
