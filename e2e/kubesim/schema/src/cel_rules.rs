@@ -16,7 +16,7 @@ use cel::{Context, ExecutionError, Program, Value as CelValue};
 use serde_json::Value;
 
 use crate::cel_lib::{ENV, is_supported};
-use crate::node::Node;
+use crate::node::{ListType, Node};
 use crate::validate::{correlate_items, json_eq};
 use crate::{FieldError, SchemaError, formats};
 
@@ -30,7 +30,7 @@ pub(crate) struct CelRule {
     field_path: String,
     reason: Option<String>,
     optional_old_self: bool,
-    uses_old_self: bool,
+    pub uses_old_self: bool,
     program: Option<Arc<Program>>,
     /// Why this rule cannot be evaluated here (parse error, unknown function).
     pub unsupported: Option<String>,
@@ -137,9 +137,10 @@ impl CelRule {
         })
     }
 
+    /// `ruleMessageOrDefault`.
     fn default_message(&self) -> String {
         match &self.message {
-            Some(m) if !m.trim().is_empty() => m.trim().to_string(),
+            Some(m) if !m.is_empty() => m.trim().to_string(),
             _ => format!("failed rule: {}", self.rule.trim()),
         }
     }
@@ -310,22 +311,26 @@ fn reduced_metadata<'a>(v: &'a Value) -> Box<dyn Val + 'a> {
 }
 
 /// Evaluates every rule in the tree; `path` uses kube-apiserver's `field.Path` notation.
+/// `parent_unchanged` is set when the nearest correlatable ancestor equals its old value:
+/// errors of non-transition rules are then ratcheted away, as kube-apiserver does.
 pub(crate) fn validate(
     node: &Node,
     v: &Value,
     old: Option<&Value>,
     path: &str,
     is_root: bool,
+    parent_unchanged: bool,
     errs: &mut Vec<FieldError>,
 ) {
     if !node.has_rules || v.is_null() {
         return;
     }
-    if old.is_some_and(|o| json_eq(o, v)) {
-        return; // ratcheting: an unchanged value is not re-checked
+    let unchanged = old.map_or(parent_unchanged, |o| json_eq(o, v));
+    if unchanged && !node.has_transition_rules {
+        return;
     }
     if !node.rules.is_empty() {
-        eval_rules(node, v, old, path, is_root, errs);
+        eval_rules(node, v, old, path, is_root, unchanged, errs);
     }
     match v {
         Value::Object(map) => {
@@ -338,19 +343,24 @@ pub(crate) fn validate(
                     } else {
                         format!("{path}.{k}")
                     };
-                    validate(prop, x, o, &p, false, errs);
+                    validate(prop, x, o, &p, false, unchanged, errs);
                 } else if let Some(ap) = node.additional_schema() {
-                    validate(ap, x, o, &format!("{path}[{k}]"), false, errs);
+                    validate(ap, x, o, &format!("{path}[{k}]"), false, unchanged, errs);
                 }
             }
         }
         Value::Array(items) => {
-            if let Some(item) = node.items.as_deref() {
-                let old_items = correlate_items(node, items, old);
-                for (i, x) in items.iter().enumerate() {
-                    let o = old_items.as_ref().and_then(|m| m[i]);
-                    validate(item, x, o, &format!("{path}[{i}]"), false, errs);
-                }
+            let Some(item) = node.items.as_deref() else {
+                return;
+            };
+            // Only list-type map items have an `oldSelf`; other items are not correlated.
+            let old_items = match node.list_type {
+                Some(ListType::Map) => correlate_items(node, items, old),
+                _ => None,
+            };
+            for (i, x) in items.iter().enumerate() {
+                let o = old_items.as_ref().and_then(|m| m[i]);
+                validate(item, x, o, &format!("{path}[{i}]"), false, unchanged, errs);
             }
         }
         _ => {}
@@ -363,6 +373,7 @@ fn eval_rules(
     old: Option<&Value>,
     path: &str,
     is_root: bool,
+    unchanged: bool,
     errs: &mut Vec<FieldError>,
 ) {
     let type_name = node.ty.clone().unwrap_or_default();
@@ -377,6 +388,9 @@ fn eval_rules(
     for rule in &node.rules {
         if rule.uses_old_self && old.is_none() && !rule.optional_old_self {
             continue; // transition rule without an old value
+        }
+        if unchanged && !rule.uses_old_self {
+            continue; // ratcheted: the value did not change
         }
         let at = error_path(path, &rule.field_path);
         if let Some(why) = &rule.unsupported {
@@ -456,7 +470,11 @@ fn failure(path: &str, type_name: &str, detail: &str, reason: Option<&str>) -> F
 /// reported as kube-apiserver does; errors that come from this library's gaps are
 /// internal errors, never a pass.
 fn eval_error(path: &str, type_name: &str, e: &ExecutionError, rule: &CelRule) -> FieldError {
-    let rule_text = rule.rule.trim();
+    // kube-apiserver's `ruleErrorString`: the message if there is one, else the rule.
+    let rule_text = match &rule.message {
+        Some(m) if !m.is_empty() => m.trim(),
+        _ => rule.rule.trim(),
+    };
     let data_error = match e {
         ExecutionError::NoSuchKey(k) => Some(format!("no such key: {k}")),
         ExecutionError::IndexOutOfBounds(i) => Some(match i {

@@ -160,7 +160,7 @@ impl CompiledSchema {
             if blocking {
                 errs.push(FieldError::invalid("<nil>", &Value::Null, CEL_SKIPPED));
             } else {
-                cel_rules::validate(&self.root, obj, old, "", true, &mut errs);
+                cel_rules::validate(&self.root, obj, old, "", true, false, &mut errs);
             }
         }
         errs

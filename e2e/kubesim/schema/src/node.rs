@@ -68,6 +68,8 @@ pub(crate) struct Node {
     pub rules: Vec<CelRule>,
     /// Some node in this subtree (this one included) carries CEL rules.
     pub has_rules: bool,
+    /// Some node in this subtree carries a transition rule (one using `oldSelf`).
+    pub has_transition_rules: bool,
     /// Some node in this subtree carries a default.
     pub has_defaults: bool,
     /// Some node in this subtree is a `set` or `map` list.
@@ -311,6 +313,8 @@ impl Node {
         }
 
         node.has_rules = !node.rules.is_empty() || node.children().any(|c| c.has_rules);
+        node.has_transition_rules = node.rules.iter().any(|r| r.uses_old_self)
+            || node.children().any(|c| c.has_transition_rules);
         node.has_defaults = node.default.is_some() || node.children().any(|c| c.has_defaults);
         node.has_list_types = matches!(node.list_type, Some(ListType::Set | ListType::Map))
             || node.children().any(|c| c.has_list_types);

@@ -43,20 +43,6 @@ fn is_integral(v: &Value) -> bool {
     }
 }
 
-/// Does the value have the declared type (`integer` is a `number`; an integral float is an
-/// `integer`)?
-fn type_matches(expected: &str, v: &Value) -> bool {
-    match expected {
-        "object" => v.is_object(),
-        "array" => v.is_array(),
-        "string" => v.is_string(),
-        "boolean" => v.is_boolean(),
-        "number" => v.is_number(),
-        "integer" => is_integral(v),
-        _ => true,
-    }
-}
-
 /// JSON equality with numbers compared by value (`1` equals `1.0`).
 pub(crate) fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
@@ -99,18 +85,9 @@ pub(crate) fn validate(
         check_enum(node, v, path, errs);
         return;
     }
-    let mut type_ok = true;
-    if let Some(expected) = expected_type(node) {
-        let ok = if node.int_or_string {
-            is_integral(v) || v.is_string()
-        } else {
-            type_matches(&expected, v)
-        };
-        if !ok {
-            errs.push(type_error(path, &expected, v));
-            type_ok = false;
-        }
-    }
+    let type_err = check_type(node, v, path);
+    let type_ok = type_err.is_none();
+    errs.extend(type_err);
     if type_ok {
         check_combinators(node, v, old, path, errs);
     }
@@ -123,6 +100,53 @@ pub(crate) fn validate(
     check_enum(node, v, path, errs);
     if let Value::Object(map) = v {
         check_object(node, map, old, path, errs);
+    }
+}
+
+/// kube-openapi's `typeValidator`, including its handling of `format`: a non-string value
+/// of the wrong type in a field with a format is reported against the format
+/// (`must be of type int32: "float64"`), and a string-typed field with a format skips the
+/// type check for strings and arrays.
+fn check_type(node: &Node, v: &Value, path: &str) -> Option<FieldError> {
+    let expected = expected_type(node)?;
+    let types: Vec<&str> = expected.split(',').collect();
+    let kind = kind_name(v);
+    let contains = |t: &str| types.contains(&t);
+    let is_float_int = kind == "number" && is_integral(v) && contains("integer");
+    let is_int_float = kind == "integer" && contains("number");
+    let str_or_slice = v.is_string() || v.is_array();
+    if let Some(format) = node.format.as_deref().filter(|f| !f.is_empty()) {
+        // The Go type kube decodes JSON numbers into gives the data's own "format".
+        let data_format = match kind {
+            "integer" => "int64",
+            "number" => "float64",
+            _ => "",
+        };
+        let lower_int = format == "int64" && data_format == "int32";
+        if !str_or_slice
+            && !(contains(kind)
+                || data_format == format
+                || is_float_int
+                || is_int_float
+                || lower_int)
+        {
+            return Some(FieldError::type_invalid(
+                path,
+                &Value::String(data_format.to_string()),
+                &format!(
+                    "{path} in body must be of type {format}: {}",
+                    go_quote(data_format)
+                ),
+            ));
+        }
+        if !(contains("number") || contains("integer")) && str_or_slice {
+            return None;
+        }
+    }
+    if contains(kind) || is_float_int || is_int_float {
+        None
+    } else {
+        Some(type_error(path, &expected, v))
     }
 }
 

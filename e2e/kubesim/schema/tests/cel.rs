@@ -349,3 +349,50 @@ fn blocking_schema_errors_skip_cel_with_kube_notice() {
         ]
     );
 }
+
+#[test]
+fn ratcheting_drops_errors_of_unchanged_values_but_not_of_transition_rules() {
+    let s = root(json!({"type": "object", "properties": {
+        "x": {"type": "string", "x-kubernetes-validations": [
+            {"rule": "self.startsWith('ok')", "message": "x must start with ok"},
+            {"rule": "self != oldSelf", "message": "x must change"}
+        ]},
+        "items": {"type": "array", "items": {"type": "string", "x-kubernetes-validations": [{"rule": "self != 'bad'"}]}},
+        "other": {"type": "string"}
+    }}));
+    let old = obj(json!({"x": "bad", "items": ["bad"], "other": "1"}));
+    // x unchanged: its plain rule is ratcheted, its transition rule still runs;
+    // the unchanged atomic list is ratcheted too.
+    assert_eq!(
+        errors(
+            &s,
+            obj(json!({"x": "bad", "items": ["bad"], "other": "2"})),
+            Some(&old)
+        ),
+        vec![r#"spec.x: Invalid value: "string": x must change"#]
+    );
+    // Changed values are checked.
+    assert_eq!(
+        errors(
+            &s,
+            obj(json!({"x": "bad2", "items": ["bad", "fine"], "other": "1"})),
+            Some(&old)
+        ),
+        vec![
+            r#"spec.items[0]: Invalid value: "string": failed rule: self != 'bad'"#,
+            r#"spec.x: Invalid value: "string": x must start with ok"#,
+        ]
+    );
+}
+
+#[test]
+fn evaluation_errors_name_the_message_when_there_is_one() {
+    let s = spec_with_rules(
+        json!({"a": {"type": "object", "properties": {"b": {"type": "string"}}}}),
+        json!([{"rule": "self.a.b == 'x'", "message": "b must be x"}]),
+    );
+    assert_eq!(
+        errors(&s, obj(json!({})), None),
+        vec![r#"spec: Invalid value: "object": no such key: a evaluating rule: b must be x"#]
+    );
+}

@@ -253,6 +253,23 @@ fn date_time_and_other_formats() {
             r#"spec.t: Invalid value: "2026-13-02": spec.t in body must be of type date-time: "2026-13-02""#,
         ]
     );
+    // kube-openapi reports a wrong non-string type in a field with a format against the format.
+    assert_eq!(
+        errors(&s, obj(json!({"i": 1.5})), None),
+        vec![
+            r#"spec.i: Invalid value: "float64": spec.i in body must be of type int32: "float64""#
+        ]
+    );
+    assert_eq!(
+        errors(&s, obj(json!({"i": true})), None),
+        vec![r#"spec.i: Invalid value: "": spec.i in body must be of type int32: """#]
+    );
+    assert_eq!(
+        errors(&s, obj(json!({"i": "1"})), None),
+        vec![
+            r#"spec.i: Invalid value: "string": spec.i in body must be of type integer: "string""#
+        ]
+    );
 }
 
 #[test]
