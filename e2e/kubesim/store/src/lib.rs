@@ -3,6 +3,58 @@
 //! watch history and fan-out, and the verbs with kube-apiserver's semantics.
 //!
 //! The HTTP layer (`kleym-e2e`'s `kubesim` module) maps requests onto [`Cluster`] calls.
+//!
+//! # What it reproduces
+//! - **Registry**: namespaces, pods, serviceaccounts (+ `token` subresource listed),
+//!   secrets, configmaps, core and `events.k8s.io` events, leases, RBAC, CRDs, and the
+//!   create-only virtual `tokenreviews` / `*subjectaccessreviews` (listed for discovery;
+//!   every store verb on them is 405, the HTTP layer answers them).
+//! - **CRDs**: validated (group, names, `metadata.name`, scope, exactly one storage
+//!   version, schemas compiled by `kubesim-schema`; group, plural and scope immutable);
+//!   every `served` version is registered; status gets `NamesAccepted`/`Established`,
+//!   `acceptedNames`, `storedVersions` in a second write (as the controllers would).
+//!   Objects are stored once under the storage version and served under any served
+//!   version with `apiVersion` rewritten (conversion `None`). Deleting a CRD deletes its
+//!   objects (without waiting for their finalizers) and ends its watches.
+//! - **Custom resources**: defaults → unknown fields per `fieldValidation` (`Strict`: 400
+//!   `strict decoding error: unknown field "spec.x"` as kube-apiserver's decoder answers;
+//!   `Warn`: warning) → prune → validate with `old` (CEL) → 422 `Invalid` with causes.
+//! - **Metadata**: uid, creationTimestamp, cluster-wide monotonic resourceVersion,
+//!   generation (custom resources and CRDs; bumped when anything outside metadata — and
+//!   status, when it is a subresource — changes, and on deletion with finalizers),
+//!   generateName, label validation, managedFields via `kubesim-apply`. A write whose
+//!   result equals the stored object (ignoring managedFields timestamps) stores nothing,
+//!   emits nothing and keeps the resourceVersion.
+//! - **Deletion**: preconditions, finalizers (`deletionTimestamp`,
+//!   `deletionGracePeriodSeconds: 0`; removal when the last finalizer goes), ownerReference
+//!   garbage collection **synchronously inside the deleting call** (`Background`: dependents
+//!   whose every owner is gone; `Foreground`: dependents first, then the owner; `Orphan`:
+//!   ownerReferences removed), namespace termination (phase `Terminating`, content deleted,
+//!   namespace removed once empty and without finalizers; creates into it are 403).
+//! - **List/watch**: full label-selector syntax, field selectors (`metadata.name`,
+//!   `metadata.namespace`, a per-kind subset, CRD `selectableFields`), `limit`/`continue`
+//!   in namespace/name order, watch from a resourceVersion with 410 `Expired` beyond the
+//!   kept history, selector transitions as ADDED/DELETED, bookmarks,
+//!   `sendInitialEvents`, `timeoutSeconds`.
+//!
+//! # Scale
+//! Objects are kept as compact JSON (about 1 KiB RSS per small object instead of ~7 KiB
+//! as parsed `serde_json::Value`s), indexed per resource type in a `BTreeMap` by
+//! (namespace, name). An event is fanned out only to the watchers of its type. Watch
+//! history is bounded per cluster ([`DEFAULT_HISTORY_LIMIT`] events over all types).
+//! One std `RwLock` per cluster, never held across `.await`.
+//!
+//! # Known differences from kube-apiserver
+//! - list ignores `resourceVersion`/`resourceVersionMatch` (always the latest state, with
+//!   the current resourceVersion); no `remainingItemCount`.
+//! - core/v1 and events.k8s.io/v1 events are stored separately (no cross-group conversion).
+//! - built-in kinds are not schema-validated (no unknown-field detection either); pods get
+//!   only `status.phase: Pending` and are deleted at once (there is no kubelet).
+//! - CRD name conflicts are not detected (`NamesAccepted` is always `True`); the
+//!   `customresourcecleanup` finalizer is not added.
+//! - custom-resource defaults are applied on write, not again on read.
+//! - a watch from a resourceVersion newer than the current one starts from there instead
+//!   of waiting.
 
 #![warn(missing_docs)]
 

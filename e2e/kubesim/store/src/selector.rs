@@ -155,6 +155,36 @@ fn validate_value(v: &str) -> Result<(), String> {
     }
 }
 
+/// `metadata.labels` errors as kube-apiserver's `ValidateLabels` reports them
+/// (`metadata.labels: Invalid value: "k": name part must consist of ...`).
+pub fn label_errors(obj: &Value) -> Vec<String> {
+    let Some(labels) = obj
+        .get("metadata")
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object)
+    else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (k, v) in labels {
+        if let Err(e) = validate_key(k) {
+            out.push(e.replacen("key: ", "", 1));
+        }
+        match v.as_str() {
+            Some(v) if v.len() > 63 => out.push(format!(
+                "Invalid value: \"{v}\": must be no more than 63 characters"
+            )),
+            Some(v) => {
+                if let Err(e) = validate_value(v) {
+                    out.push(e.replacen("values[0][key]: ", "", 1));
+                }
+            }
+            None => out.push(format!("Invalid value: {v}: label values must be strings")),
+        }
+    }
+    out
+}
+
 struct Parser {
     toks: Vec<Tok>,
     pos: usize,
@@ -524,6 +554,17 @@ mod tests {
         );
         assert!(LabelSelector::parse("a=b,").is_err());
         assert!(LabelSelector::parse("a in (b").is_err());
+    }
+
+    #[test]
+    fn label_validation() {
+        let ok = json!({"metadata": {"labels": {"app.kubernetes.io/name": "x", "e": ""}}});
+        assert!(label_errors(&ok).is_empty());
+        let bad = json!({"metadata": {"labels": {"bad key": "x", "k": "-v"}}});
+        let errs = label_errors(&bad);
+        assert_eq!(errs.len(), 2, "{errs:?}");
+        assert!(errs[0].starts_with("Invalid value: \"bad key\": name part must consist"));
+        assert!(errs[1].starts_with("Invalid value: \"-v\": a valid label must be"));
     }
 
     #[test]

@@ -225,6 +225,13 @@ impl Inner {
         mut causes: Vec<Cause>,
     ) -> Result<(), ApiError> {
         let name = meta_str(obj, "name").unwrap_or_default().to_string();
+        for detail in crate::selector::label_errors(obj) {
+            causes.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                field: "metadata.labels".into(),
+                detail,
+            });
+        }
         if let Some(schema) = &ctx.schema {
             schema.apply_defaults(obj);
             let unknown = schema.unknown_fields(obj);

@@ -503,3 +503,25 @@ fn virtual_resources_are_listed_but_not_stored() {
         );
     }
 }
+
+#[test]
+fn invalid_labels_are_rejected() {
+    let c = cluster();
+    let cms = res(&c, "", "v1", "configmaps");
+    let e = c
+        .create(
+            &cms,
+            Some("default"),
+            json!({"metadata": {"name": "l", "labels": {"app": "not valid"}}}),
+            &opts("t"),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message.starts_with(
+            "ConfigMap \"l\" is invalid: metadata.labels: Invalid value: \"not valid\""
+        ),
+        "{}",
+        e.message
+    );
+}
