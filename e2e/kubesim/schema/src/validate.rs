@@ -123,13 +123,9 @@ fn check_type(node: &Node, v: &Value, path: &str) -> Option<FieldError> {
             _ => "",
         };
         let lower_int = format == "int64" && data_format == "int32";
-        if !str_or_slice
-            && !(contains(kind)
-                || data_format == format
-                || is_float_int
-                || is_int_float
-                || lower_int)
-        {
+        let type_ok =
+            contains(kind) || data_format == format || is_float_int || is_int_float || lower_int;
+        if !str_or_slice && !type_ok {
             return Some(FieldError::type_invalid(
                 path,
                 &Value::String(data_format.to_string()),
