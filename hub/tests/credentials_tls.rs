@@ -1,0 +1,140 @@
+//! Spoke clients over real TLS: the profile's CA and `tls-server-name` are honoured, bearer
+//! tokens and client certificates both work, and a rotated client certificate is picked up by
+//! rebuilding the client.
+
+#[path = "fixtures/support.rs"]
+mod support;
+#[path = "fixtures/tls_spoke.rs"]
+mod tls_spoke;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kleym_hub::access::ExecApiVersion;
+use kleym_hub::credentials::{
+    CacheOptions, ClientOptions, CredentialMetrics, ExecOptions, SpokeCredentials,
+    build_spoke_client,
+};
+use rcgen::ExtendedKeyUsagePurpose;
+use support::*;
+
+const V1: &str = "client.authentication.k8s.io/v1";
+const TOKEN: &str = "tls-bearer-token-0123456789abcdefghij";
+
+fn opts() -> CacheOptions {
+    CacheOptions {
+        failure_backoff: Duration::ZERO,
+        exec: ExecOptions {
+            timeout: Duration::from_secs(20),
+            ..ExecOptions::default()
+        },
+        ..CacheOptions::default()
+    }
+}
+
+fn client_opts() -> ClientOptions {
+    ClientOptions {
+        connect_timeout: Some(Duration::from_secs(10)),
+        ..ClientOptions::default()
+    }
+}
+
+fn write_cert_credential(dir: &std::path::Path, pki: &tls_spoke::Pki, cn: &str) {
+    let (cert, key) = pki.issue(cn, vec![], ExtendedKeyUsagePurpose::ClientAuth);
+    let doc = serde_json::json!({"apiVersion": V1, "kind": "ExecCredential", "status": {"clientCertificateData": cert, "clientKeyData": key}});
+    std::fs::write(dir.join("cred.json"), doc.to_string()).unwrap();
+}
+
+#[tokio::test]
+async fn bearer_token_over_tls_with_profile_ca_and_server_name() {
+    let pki = tls_spoke::Pki::new();
+    let addr = tls_spoke::start(&pki, TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(dir.path(), "p.sh", &print_token(V1, TOKEN, None));
+    let mut access = access_for(&s, ExecApiVersion::V1, &format!("https://{addr}"));
+    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes());
+    access.cluster.tls_server_name = Some(tls_spoke::SERVER_NAME.into());
+    let creds = Arc::new(SpokeCredentials::new(
+        access.clone(),
+        opts(),
+        CredentialMetrics::default(),
+    ));
+    let client = build_spoke_client(creds, &client_opts()).await.unwrap();
+    assert_eq!(
+        client.client.apiserver_version().await.unwrap().git_version,
+        "token"
+    );
+
+    // Without tls-server-name the serving certificate does not match 127.0.0.1: refused.
+    let mut no_name = access.clone();
+    no_name.cluster.tls_server_name = None;
+    let creds = Arc::new(SpokeCredentials::new(
+        no_name,
+        opts(),
+        CredentialMetrics::default(),
+    ));
+    let client = build_spoke_client(creds, &client_opts()).await.unwrap();
+    let err = client.client.apiserver_version().await.unwrap_err();
+    assert!(
+        format!("{err:?}").to_lowercase().contains("certificate"),
+        "{err:?}"
+    );
+
+    // A different CA: refused.
+    let mut other_ca = access;
+    other_ca.cluster.certificate_authority_pem = Some(tls_spoke::Pki::new().ca_pem.into_bytes());
+    let creds = Arc::new(SpokeCredentials::new(
+        other_ca,
+        opts(),
+        CredentialMetrics::default(),
+    ));
+    let client = build_spoke_client(creds, &client_opts()).await.unwrap();
+    let err = client.client.apiserver_version().await.unwrap_err();
+    assert!(
+        format!("{err:?}").to_lowercase().contains("certificate"),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn client_certificate_and_rotation_by_rebuild() {
+    let pki = tls_spoke::Pki::new();
+    let addr = tls_spoke::start(&pki, TOKEN).await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert_credential(dir.path(), &pki, "hub-a");
+    let s = write_script(dir.path(), "p.sh", r#"cat "$KLEYM_TEST_DIR/cred.json""#);
+    let mut access = access_for(&s, ExecApiVersion::V1, &format!("https://{addr}"));
+    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes());
+    access.cluster.tls_server_name = Some(tls_spoke::SERVER_NAME.into());
+    let creds = Arc::new(SpokeCredentials::new(
+        access,
+        opts(),
+        CredentialMetrics::default(),
+    ));
+
+    let client = build_spoke_client(creds.clone(), &client_opts())
+        .await
+        .unwrap();
+    assert_eq!(
+        client.client.apiserver_version().await.unwrap().git_version,
+        "cert:hub-a"
+    );
+    assert!(!client.needs_rebuild().await);
+
+    // The plugin now hands out another certificate; the server rejected the old one.
+    write_cert_credential(dir.path(), &pki, "hub-b");
+    let current = creds.get().await.unwrap();
+    creds.invalidate_after_401(current.generation);
+    assert!(client.needs_rebuild().await);
+    let rebuilt = build_spoke_client(creds, &client_opts()).await.unwrap();
+    assert_eq!(
+        rebuilt
+            .client
+            .apiserver_version()
+            .await
+            .unwrap()
+            .git_version,
+        "cert:hub-b"
+    );
+    assert!(!rebuilt.needs_rebuild().await);
+}
