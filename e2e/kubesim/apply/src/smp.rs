@@ -6,6 +6,7 @@
 use crate::PatchError;
 use crate::types::Ty;
 use serde_json::{Map, Value};
+use std::collections::HashSet;
 
 const PATCH: &str = "$patch";
 const RETAIN_KEYS: &str = "$retainKeys";
@@ -22,17 +23,15 @@ pub(crate) fn patch_object(live: &Value, patch: &Value, ty: Ty<'_>) -> Result<Va
         .as_object()
         .ok_or_else(|| bad("strategic merge patch must be a JSON object"))?;
     let original = live.as_object().cloned().unwrap_or_default();
-    Ok(Value::Object(
-        merge_map(original, p, ty)?.unwrap_or_default(),
-    ))
+    Ok(Value::Object(merge_map(original, p, ty)?))
 }
 
-/// Merge `patch` into `original`; `None` means the map is deleted (`$patch: delete`).
+/// Merge `patch` into `original` (upstream `mergeMap`).
 fn merge_map(
     mut original: Map<String, Value>,
     patch: &Map<String, Value>,
     ty: Ty<'_>,
-) -> Result<Option<Map<String, Value>>, PatchError> {
+) -> Result<Map<String, Value>, PatchError> {
     match patch.get(PATCH) {
         None => {}
         Some(Value::String(d)) if d == "replace" => {
@@ -40,64 +39,86 @@ fn merge_map(
             rest.remove(PATCH);
             return merge_map(Map::new(), &rest, ty);
         }
-        Some(Value::String(d)) if d == "delete" => return Ok(None),
-        Some(Value::String(d)) if d == "merge" => {}
+        // Upstream turns the map into an empty one rather than removing it.
+        Some(Value::String(d)) if d == "delete" => return Ok(Map::new()),
         Some(other) => return Err(bad(format!("invalid value for $patch: {other}"))),
     }
-    if let Some(keys) = patch.get(RETAIN_KEYS) {
-        let keys: Vec<&str> = keys
-            .as_array()
-            .ok_or_else(|| bad("$retainKeys must be a list of strings"))?
-            .iter()
-            .map(|k| {
-                k.as_str()
-                    .ok_or_else(|| bad("$retainKeys must be a list of strings"))
-            })
-            .collect::<Result<_, _>>()?;
-        original.retain(|k, _| keys.contains(&k.as_str()));
-    }
+    retain_keys(&mut original, patch)?;
+    let handled = set_element_order(&mut original, patch, ty)?;
+
     for (k, v) in patch {
-        let Some(field) = k.strip_prefix(DELETE_FROM_PRIMITIVE_LIST) else {
+        if handled.contains(k.as_str()) || k == RETAIN_KEYS || k.starts_with(SET_ELEMENT_ORDER) {
             continue;
-        };
-        let doomed = v
-            .as_array()
-            .ok_or_else(|| bad(format!("{k} must be a list")))?;
-        if let Some(Value::Array(list)) = original.get_mut(field) {
-            list.retain(|item| !doomed.contains(item));
         }
-    }
-    for (k, v) in patch {
-        if k.starts_with('$') {
+        if let Some(field) = k.strip_prefix(DELETE_FROM_PRIMITIVE_LIST) {
+            let doomed = v
+                .as_array()
+                .ok_or_else(|| bad(format!("{k} must be a list")))?;
+            if let Some(Value::Array(list)) = original.get_mut(field) {
+                list.retain(|item| !doomed.contains(item));
+            }
             continue;
         }
         let child_ty = ty.field(k);
-        match v {
-            Value::Null => {
-                original.remove(k);
+        let merged = match (original.remove(k), v) {
+            (_, Value::Null) => continue,
+            (Some(Value::Object(o)), Value::Object(p)) if !replaces(child_ty) => {
+                Value::Object(merge_map(o, p, child_ty)?)
             }
-            Value::Object(p) => {
-                let base = match original.remove(k) {
-                    Some(Value::Object(m)) => m,
-                    _ => Map::new(),
-                };
-                if let Some(m) = merge_map(base, p, child_ty)? {
-                    original.insert(k.clone(), Value::Object(m));
-                }
-            }
-            Value::Array(p) => {
-                let base = match original.remove(k) {
-                    Some(Value::Array(a)) => a,
-                    _ => Vec::new(),
-                };
-                let merged = merge_list(base, p, child_ty)?;
-                original.insert(k.clone(), Value::Array(merged));
-            }
-            scalar => {
-                original.insert(k.clone(), scalar.clone());
-            }
+            (Some(Value::Array(o)), Value::Array(p)) => Value::Array(merge_list(o, p, child_ty)?),
+            // Absent in the original or of another type: take the patch value (directives
+            // resolved against nothing).
+            (_, p) => strip_directives(p, child_ty)?,
+        };
+        original.insert(k.clone(), merged);
+    }
+    Ok(original)
+}
+
+fn replaces(ty: Ty<'_>) -> bool {
+    ty.patch_strategy()
+        .split(',')
+        .any(|s| s.trim() == "replace")
+}
+
+/// `$retainKeys`: every patched field must be listed, and unlisted fields are cleared.
+fn retain_keys(
+    original: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+) -> Result<(), PatchError> {
+    let Some(keys) = patch.get(RETAIN_KEYS) else {
+        return Ok(());
+    };
+    let malformed = || bad("$retainKeys must be a list of strings");
+    let keys: HashSet<&str> = keys
+        .as_array()
+        .ok_or_else(malformed)?
+        .iter()
+        .map(|k| k.as_str().ok_or_else(malformed))
+        .collect::<Result<_, _>>()?;
+    for (k, v) in patch {
+        let directive = k == RETAIN_KEYS
+            || k == PATCH
+            || k.starts_with(DELETE_FROM_PRIMITIVE_LIST)
+            || k.starts_with(SET_ELEMENT_ORDER);
+        if !directive && !v.is_null() && !keys.contains(k.as_str()) {
+            return Err(bad(format!(
+                "doesn't match the $retainKeys list: {k} is patched but not retained"
+            )));
         }
     }
+    original.retain(|k, _| keys.contains(k.as_str()));
+    Ok(())
+}
+
+/// `$setElementOrder/<field>` (upstream `mergePatchIntoOriginal`): merge the field's list and
+/// order the result. Returns the fields handled here.
+fn set_element_order<'p>(
+    original: &mut Map<String, Value>,
+    patch: &'p Map<String, Value>,
+    ty: Ty<'_>,
+) -> Result<HashSet<&'p str>, PatchError> {
+    let mut handled = HashSet::new();
     for (k, order) in patch {
         let Some(field) = k.strip_prefix(SET_ELEMENT_ORDER) else {
             continue;
@@ -105,70 +126,110 @@ fn merge_map(
         let order = order
             .as_array()
             .ok_or_else(|| bad(format!("{k} must be a list")))?;
-        let merge_key = ty.field(field).patch_merge_key();
-        if let Some(Value::Array(list)) = original.get_mut(field) {
-            apply_order(list, order, merge_key);
-        }
+        let field_ty = ty.field(field);
+        let orig = match original.get(field) {
+            Some(Value::Array(a)) => Some(a.clone()),
+            Some(_) => return Err(bad(format!("{field} is not a list"))),
+            None => None,
+        };
+        let patched = match patch.get(field) {
+            Some(Value::Array(a)) => Some(a),
+            Some(_) => return Err(bad(format!("{field} is not a list"))),
+            None => None,
+        };
+        let merged = match (&orig, patched) {
+            (Some(o), None) => o.clone(),
+            (None, Some(p)) => merge_list(Vec::new(), p, field_ty)?,
+            (Some(o), Some(p)) => merge_list(o.clone(), p, field_ty)?,
+            (None, None) => continue,
+        };
+        let key = field_ty.patch_merge_key();
+        let normalized = normalize_order(merged, order, orig.as_deref().unwrap_or(&[]), key);
+        original.insert(field.to_string(), Value::Array(normalized));
+        handled.insert(field);
     }
-    Ok(Some(original))
+    Ok(handled)
 }
 
-/// The identity of a list item for merging: its merge key value, or the item itself.
+/// The identity of a list item for ordering and merging: its merge key value, or the item.
 fn identity<'v>(item: &'v Value, merge_key: Option<&str>) -> Option<&'v Value> {
     match (merge_key, item) {
         (Some(k), Value::Object(m)) => m.get(k),
-        (_, Value::Object(_)) => None,
-        (_, v) => Some(v),
+        (None, v) => Some(v),
+        _ => None,
     }
 }
 
-/// `$setElementOrder`: the items named in `order` take, in that order, the slots those items
-/// occupy; other (server-only) items stay where they are.
-fn apply_order(list: &mut [Value], order: &[Value], merge_key: Option<&str>) {
-    let wanted: Vec<&Value> = order
-        .iter()
-        .filter_map(|o| identity(o, merge_key))
-        .collect();
-    let rank = |item: &Value| {
-        identity(item, merge_key).and_then(|id| wanted.iter().position(|w| *w == id))
-    };
-    let slots: Vec<usize> = (0..list.len())
-        .filter(|&i| rank(&list[i]).is_some())
-        .collect();
-    let mut ordered: Vec<Value> = slots.iter().map(|&i| list[i].clone()).collect();
-    ordered.sort_by_key(|item| rank(item));
-    for (slot, item) in slots.into_iter().zip(ordered) {
-        list[slot] = item;
-    }
+fn position(list: &[Value], item: &Value, key: Option<&str>) -> Option<usize> {
+    let id = identity(item, key)?;
+    list.iter().position(|o| identity(o, key) == Some(id))
 }
 
-/// Remove directive keys from a value taken over as a whole.
-fn strip_directives(v: &Value) -> Result<Value, PatchError> {
+/// Upstream `normalizeElementOrder`: items named in `order` sorted by it, the others by their
+/// place in `server_order`, then interleaved following the server order where both are known
+/// (`mergeSortedSlice`).
+fn normalize_order(
+    merged: Vec<Value>,
+    order: &[Value],
+    server_order: &[Value],
+    key: Option<&str>,
+) -> Vec<Value> {
+    let (mut patch_items, mut server_only): (Vec<Value>, Vec<Value>) = merged
+        .into_iter()
+        .partition(|item| position(order, item, key).is_some());
+    patch_items.sort_by_key(|i| position(order, i, key));
+    server_only.sort_by_key(|i| position(server_order, i, key).unwrap_or(usize::MAX));
+    let mut out = Vec::with_capacity(patch_items.len() + server_only.len());
+    let mut left = server_only.into_iter().peekable();
+    let mut right = patch_items.into_iter().peekable();
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => matches!(
+                (position(server_order, l, key), position(server_order, r, key)),
+                (Some(a), Some(b)) if a < b
+            ),
+        };
+        let next = if take_left { left.next() } else { right.next() };
+        out.extend(next);
+    }
+    out
+}
+
+/// Resolve directives in a value that replaces whatever was there.
+fn strip_directives(v: &Value, ty: Ty<'_>) -> Result<Value, PatchError> {
     Ok(match v {
-        Value::Object(m) => {
-            Value::Object(merge_map(Map::new(), m, Ty::root(None, true))?.unwrap_or_default())
-        }
-        Value::Array(a) => Value::Array(a.iter().map(strip_directives).collect::<Result<_, _>>()?),
+        Value::Object(m) => Value::Object(merge_map(Map::new(), m, ty)?),
+        Value::Array(a) => Value::Array(merge_list(Vec::new(), a, ty)?),
         other => other.clone(),
     })
 }
 
+/// Merge a list (upstream `mergeSliceHandler`/`mergeSlice`).
 fn merge_list(original: Vec<Value>, patch: &[Value], ty: Ty<'_>) -> Result<Vec<Value>, PatchError> {
+    let items_ty = ty.items();
     if !ty.patch_merges() {
         // Lists without the merge strategy are replaced, as in a JSON merge patch.
-        return patch.iter().map(strip_directives).collect();
+        return patch
+            .iter()
+            .map(|v| strip_directives(v, items_ty))
+            .collect();
     }
-    let items_ty = ty.items();
+    if original.is_empty() && patch.is_empty() {
+        return Ok(original);
+    }
     let maps = patch.iter().chain(&original).any(Value::is_object);
     if !maps {
         // A merging list of scalars: union, keeping the first occurrence.
-        let mut out: Vec<Value> = Vec::with_capacity(original.len() + patch.len());
-        for v in original.into_iter().chain(patch.iter().cloned()) {
-            if !out.contains(&v) {
-                out.push(v);
+        let mut merged: Vec<Value> = Vec::with_capacity(original.len() + patch.len());
+        for v in original.iter().chain(patch) {
+            if !merged.contains(v) {
+                merged.push(v.clone());
             }
         }
-        return Ok(out);
+        return Ok(normalize_order(merged, patch, &original, None));
     }
     let key = ty
         .patch_merge_key()
@@ -185,11 +246,7 @@ fn merge_list(original: Vec<Value>, patch: &[Value], ty: Ty<'_>) -> Result<Vec<V
         match m.get(PATCH).and_then(Value::as_str) {
             None => plain.push(m),
             Some("delete") => {
-                let id = m.get(key).ok_or_else(|| {
-                    bad(format!(
-                        "map: {item} does not contain declared merge key: {key}"
-                    ))
-                })?;
+                let id = m.get(key).ok_or_else(|| no_merge_key(m, key))?;
                 original.retain(|o| o.get(key) != Some(id));
             }
             Some("replace") => replace = true,
@@ -200,32 +257,33 @@ fn merge_list(original: Vec<Value>, patch: &[Value], ty: Ty<'_>) -> Result<Vec<V
     if replace {
         return plain
             .into_iter()
-            .map(|m| strip_directives(&Value::Object(m.clone())))
+            .map(|m| Ok(Value::Object(merge_map(Map::new(), m, items_ty)?)))
             .collect();
     }
+    let server_order = original.clone();
+    let mut patch_order = Vec::with_capacity(plain.len());
     for m in plain {
-        let id = m.get(key).ok_or_else(|| {
-            bad(format!(
-                "map: {} does not contain declared merge key: {key}",
-                Value::Object(m.clone())
-            ))
-        })?;
+        let id = m.get(key).ok_or_else(|| no_merge_key(m, key))?;
         match original.iter().position(|o| o.get(key) == Some(id)) {
             Some(i) => {
                 let base = original[i].as_object().cloned().unwrap_or_default();
-                match merge_map(base, m, items_ty)? {
-                    Some(merged) => original[i] = Value::Object(merged),
-                    None => {
-                        original.remove(i);
-                    }
-                }
+                original[i] = Value::Object(merge_map(base, m, items_ty)?);
             }
-            None => {
-                if let Some(new) = merge_map(Map::new(), m, items_ty)? {
-                    original.push(Value::Object(new));
-                }
-            }
+            None => original.push(Value::Object(merge_map(Map::new(), m, items_ty)?)),
         }
+        patch_order.push(Value::Object(m.clone()));
     }
-    Ok(original)
+    Ok(normalize_order(
+        original,
+        &patch_order,
+        &server_order,
+        Some(key),
+    ))
+}
+
+fn no_merge_key(m: &Map<String, Value>, key: &str) -> PatchError {
+    bad(format!(
+        "map: {} does not contain declared merge key: {key}",
+        Value::Object(m.clone())
+    ))
 }
