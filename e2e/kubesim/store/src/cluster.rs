@@ -1,5 +1,6 @@
 //! [`Cluster`]: one simulated cluster's API machinery.
 
+use crate::convert::Conversion;
 use crate::delete::Deleted;
 use crate::kinds::CRDS;
 use crate::registry::{builtins, extra_selectable_fields};
@@ -113,7 +114,7 @@ impl Inner {
         else {
             return Err(unknown_resource());
         };
-        let key = r.resource_group();
+        let key = crate::convert::storage_key(r);
         let mut selectable = vec![
             "metadata.name".to_string(),
             "metadata.namespace".to_string(),
@@ -128,13 +129,20 @@ impl Inner {
             key: key.clone(),
             schema: None,
             type_info: Arc::new(TypeInfo::deduced()),
-            storage_api_version: r.api_version(),
+            conversion: if crate::convert::is_events_v1(r) {
+                Conversion::EventsV1
+            } else {
+                Conversion::Identity
+            },
             selectable,
         };
         if r.custom
             && let Some(def) = self.crds.get(&key)
         {
-            ctx.storage_api_version = format!("{}/{}", def.group, def.storage_version);
+            ctx.conversion = Conversion::ApiVersion {
+                served: r.api_version(),
+                storage: format!("{}/{}", def.group, def.storage_version),
+            };
             if let Some(v) = def.versions.get(&r.version) {
                 ctx.schema = Some(Arc::clone(&v.schema));
                 ctx.type_info = Arc::clone(&v.type_info);
@@ -155,7 +163,11 @@ fn parse_selectors(
         None => None,
     };
     let field = match field.filter(|s| !s.trim().is_empty()) {
-        Some(s) => Some(FieldSelector::parse(s, &ctx.selectable).map_err(bad_request)?),
+        Some(s) => Some(
+            FieldSelector::parse(s, &ctx.selectable)
+                .map_err(bad_request)?
+                .map_fields(|f| ctx.conversion.storage_field(f)),
+        ),
         None => None,
     };
     Ok((label, field))
@@ -371,7 +383,7 @@ impl Cluster {
                         rx: None,
                         api_version: ctx.res.api_version(),
                         kind: ctx.res.kind.clone(),
-                        rewrite_api_version: ctx.res.custom,
+                        conversion: ctx.conversion.clone(),
                         deadline: None,
                         bookmark_every: None,
                         state: Arc::downgrade(&self.state),
@@ -417,7 +429,7 @@ impl Cluster {
             rx: Some(rx),
             api_version: ctx.res.api_version(),
             kind: ctx.res.kind.clone(),
-            rewrite_api_version: ctx.res.custom,
+            conversion: ctx.conversion.clone(),
             deadline: opts
                 .timeout_seconds
                 .map(|s| tokio::time::Instant::now() + Duration::from_secs(s)),

@@ -16,6 +16,9 @@
 //!   Objects are stored once under the storage version and served under any served
 //!   version with `apiVersion` rewritten (conversion `None`). Deleting a CRD deletes its
 //!   objects (without waiting for their finalizers) and ends its watches.
+//! - **Events**: `events.k8s.io/v1` Events are stored as core/v1 Events (`regarding` ↔
+//!   `involvedObject`, `note` ↔ `message`, `deprecated*` ↔ their core names,
+//!   `reportingController` ↔ `reportingComponent`), so both APIs see the same objects.
 //! - **Custom resources**: defaults → unknown fields per `fieldValidation` (`Strict`: 400
 //!   `strict decoding error: unknown field "spec.x"` as kube-apiserver's decoder answers;
 //!   `Warn`: warning) → prune → validate with `old` (CEL) → 422 `Invalid` with causes.
@@ -47,7 +50,6 @@
 //! # Known differences from kube-apiserver
 //! - list ignores `resourceVersion`/`resourceVersionMatch` (always the latest state, with
 //!   the current resourceVersion); no `remainingItemCount`.
-//! - core/v1 and events.k8s.io/v1 events are stored separately (no cross-group conversion).
 //! - built-in kinds are not schema-validated (no unknown-field detection either); pods get
 //!   only `status.phase: Pending` and are deleted at once (there is no kubelet).
 //! - CRD name conflicts are not detected (`NamesAccepted` is always `True`); the
@@ -59,6 +61,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+mod convert;
 pub mod crd;
 mod delete;
 pub mod error;

@@ -425,6 +425,14 @@ impl FieldSelector {
         Ok(Self { terms })
     }
 
+    /// Rename the selected fields (served field path → stored field path).
+    pub fn map_fields(mut self, f: impl Fn(&str) -> String) -> Self {
+        for t in &mut self.terms {
+            t.0 = f(&t.0);
+        }
+        self
+    }
+
     /// Whether `obj` satisfies every term; a missing field reads as `""`.
     pub fn matches(&self, obj: &Value) -> bool {
         self.terms.iter().all(|(field, eq, value)| {

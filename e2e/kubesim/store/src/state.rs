@@ -296,7 +296,7 @@ impl Inner {
     }
 
     pub fn register(&mut self, r: ResourceInfo) {
-        let key = r.resource_group();
+        let key = crate::convert::storage_key(&r);
         if !r.virtual_only {
             let floor = self.rv;
             self.types

@@ -2,9 +2,10 @@
 //! periodic bookmarks, and the end of the stream on timeout or [`crate::Cluster::close_watches`].
 
 use crate::WatchEvent;
+use crate::convert::Conversion;
 use crate::state::{Inner, WatchMsg};
 use futures::Stream;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock, Weak};
@@ -26,8 +27,8 @@ pub(crate) struct StreamParts {
     pub api_version: String,
     /// Kind of the watched resource (for bookmarks).
     pub kind: String,
-    /// Rewrite each object's `apiVersion` (custom resources served in several versions).
-    pub rewrite_api_version: bool,
+    /// Stored form → served form of each object.
+    pub conversion: Conversion,
     /// `timeoutSeconds`.
     pub deadline: Option<Instant>,
     /// Bookmark period when `allowWatchBookmarks`.
@@ -39,9 +40,7 @@ pub(crate) struct StreamParts {
 impl StreamParts {
     fn convert(&self, m: WatchMsg) -> WatchEvent {
         let mut object = Arc::unwrap_or_clone(m.object);
-        if self.rewrite_api_version && object.is_object() {
-            object["apiVersion"] = Value::from(self.api_version.clone());
-        }
+        self.conversion.to_served(&mut object);
         WatchEvent {
             event_type: m.event_type,
             object,

@@ -2,6 +2,7 @@
 //! server-set metadata, schema handling for custom resources, managedFields, generation,
 //! no-op detection, and the store.
 
+use crate::convert::Conversion;
 use crate::kinds::{self, CRDS, NAMESPACES};
 use crate::meta::{self, Cause, ensure_metadata, meta_str};
 use crate::state::Inner;
@@ -25,8 +26,8 @@ pub(crate) struct TypeCtx {
     pub schema: Option<Arc<CompiledSchema>>,
     /// Merge semantics for apply.
     pub type_info: Arc<TypeInfo>,
-    /// `apiVersion` objects are stored under.
-    pub storage_api_version: String,
+    /// Stored form ↔ served form.
+    pub conversion: Conversion,
     /// Field selector fields besides `metadata.name`/`metadata.namespace`.
     pub selectable: Vec<String>,
 }
@@ -35,9 +36,7 @@ impl TypeCtx {
     /// The stored object as served in the requested version.
     pub fn out(&self, stored: &Value) -> Value {
         let mut v = stored.clone();
-        if self.res.custom && v.is_object() {
-            v["apiVersion"] = Value::from(self.res.api_version());
-        }
+        self.conversion.to_served(&mut v);
         v
     }
 
@@ -520,9 +519,7 @@ impl Inner {
                 warnings,
             });
         }
-        if ctx.res.custom {
-            obj["apiVersion"] = Value::from(ctx.storage_api_version.clone());
-        }
+        ctx.conversion.to_storage(&mut obj);
         let stored = self.put(&ctx.key, &ns, &name, obj);
         let object = ctx.out(&stored);
         self.after_write(&ctx.key, &ns, &name, true);
@@ -695,9 +692,7 @@ impl Inner {
                 warnings,
             });
         }
-        if ctx.res.custom {
-            new["apiVersion"] = Value::from(ctx.storage_api_version.clone());
-        }
+        ctx.conversion.to_storage(&mut new);
         let deleting = new
             .get("metadata")
             .and_then(|m| m.get("deletionTimestamp"))

@@ -286,3 +286,67 @@ async fn timeout_and_close_end_streams() {
     drop(w3);
     assert_eq!(c.watcher_count(), 0);
 }
+
+#[tokio::test]
+async fn events_are_shared_between_core_and_events_k8s_io() {
+    let c = cluster();
+    let core = res(&c, "", "v1", "events");
+    let v1 = res(&c, "events.k8s.io", "v1", "events");
+    let mut w = c
+        .watch(&core, Some("default"), &WatchOptions::default())
+        .unwrap();
+    let created = c
+        .create(
+            &v1,
+            Some("default"),
+            json!({
+                "apiVersion": "events.k8s.io/v1", "kind": "Event",
+                "metadata": {"name": "e1"},
+                "regarding": {"kind": "ConfigMap", "name": "cm", "namespace": "default"},
+                "note": "refused", "reason": "DuplicateSPIFFEID", "type": "Warning",
+                "reportingController": "kleym", "reportingInstance": "kleym-0", "action": "Reconcile",
+            }),
+            &opts("kleym"),
+        )
+        .unwrap()
+        .object;
+    assert_eq!(created["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(created["note"], "refused");
+    let as_core = c.get(&core, Some("default"), "e1").unwrap();
+    assert_eq!(as_core["apiVersion"], "v1");
+    assert_eq!(as_core["involvedObject"]["name"], "cm");
+    assert_eq!(as_core["message"], "refused");
+    assert_eq!(as_core["reportingComponent"], "kleym");
+    let ev = next(&mut w).await.unwrap();
+    assert_eq!(ev.object["involvedObject"]["kind"], "ConfigMap");
+    let sel = |r: &kubesim_store::ResourceInfo, f: &str| {
+        c.list(
+            r,
+            None,
+            &kubesim_store::ListOptions {
+                field_selector: Some(f.into()),
+                ..Default::default()
+            },
+        )
+        .unwrap()["items"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(sel(&core, "involvedObject.name=cm"), 1);
+    assert_eq!(sel(&v1, "regarding.name=cm,reportingController=kleym"), 1);
+    assert_eq!(sel(&v1, "regarding.name=other"), 0);
+    // a merge patch through events.k8s.io updates the shared object
+    c.patch(
+        &v1,
+        Some("default"),
+        "e1",
+        PatchType::Merge,
+        &json!({"deprecatedCount": 2}),
+        Subresource::Main,
+        &opts("kleym"),
+    )
+    .unwrap();
+    assert_eq!(c.get(&core, Some("default"), "e1").unwrap()["count"], 2);
+    assert_eq!(next(&mut w).await.unwrap().event_type, "MODIFIED");
+}
