@@ -371,6 +371,14 @@ pub(crate) fn update(
         .map(|r| managed::decode(&json!({"metadata": {"managedFields": r}})))
         .unwrap_or_default();
 
+    // Updates of an existing object nobody manages are not tracked (upstream
+    // skipNonAppliedManager); only creates and applies start tracking.
+    if old.is_some() && base_entries.is_empty() {
+        if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        return;
+    }
     let old_content = old.map_or_else(|| json!({}), without_managed_fields);
     let new_content = without_managed_fields(new);
     let cmp = typed::compare(&old_content, &new_content, ty);

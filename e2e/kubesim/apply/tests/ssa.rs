@@ -734,3 +734,20 @@ fn kubectl_server_side_apply_takes_over_from_client_side_apply() {
         "Apply failed with 1 conflict: conflict with \"hpa\" using apps/v1: .spec.replicas"
     );
 }
+
+#[test]
+fn updates_of_unmanaged_objects_stay_untracked() {
+    let ti = TypeInfo::deduced();
+    let old = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x", "uid": "u"}, "spec": {"a": 1}});
+    let mut new = old.clone();
+    new["spec"]["a"] = json!(2);
+    record_update(Some(&old), &mut new, &ti, "editor", None, T1);
+    assert!(new["metadata"].get("managedFields").is_none());
+    // Resetting managedFields to [] by an update also leaves the object unmanaged.
+    let mut managed = old.clone();
+    record_update(None, &mut managed, &ti, "creator", None, T0);
+    let mut reset = managed.clone();
+    reset["metadata"]["managedFields"] = json!([]);
+    record_update(Some(&managed), &mut reset, &ti, "editor", None, T1);
+    assert!(reset["metadata"].get("managedFields").is_none());
+}
