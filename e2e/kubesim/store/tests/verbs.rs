@@ -525,3 +525,49 @@ fn invalid_labels_are_rejected() {
         e.message
     );
 }
+
+#[test]
+fn concurrent_writers_get_distinct_increasing_resource_versions() {
+    let c = cluster();
+    let cms = res(&c, "", "v1", "configmaps");
+    let start = c.current_resource_version();
+    let per_thread = 100;
+    let rvs: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let c = &c;
+                let cms = &cms;
+                s.spawn(move || {
+                    (0..per_thread)
+                        .map(|i| {
+                            rv(&c
+                                .create(
+                                    cms,
+                                    Some("default"),
+                                    cm(&format!("t{t}-{i}"), json!({})),
+                                    &opts("t"),
+                                )
+                                .unwrap()
+                                .object)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let mut sorted = rvs.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        4 * per_thread,
+        "every write got its own resourceVersion"
+    );
+    assert!(sorted[0] > start);
+    assert_eq!(*sorted.last().unwrap(), c.current_resource_version());
+    assert!(c.object_count() >= 4 * per_thread);
+}
