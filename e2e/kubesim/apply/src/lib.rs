@@ -189,7 +189,9 @@ pub fn server_side_apply(
 /// (operation `Update`), taking ownership of the fields it changed relative to `old` and
 /// removing them (and the fields it removed) from every other manager. Updates never
 /// conflict. If nothing changed, `new` gets `old`'s managedFields unchanged. A `new` whose
-/// managedFields differ from `old`'s is taken as the writer's own managedFields (as upstream).
+/// managedFields differ from `old`'s is taken as the writer's own managedFields (as upstream);
+/// an existing object without managedFields stays untracked on update (upstream
+/// `skipNonAppliedManager`).
 pub fn record_update(
     old: Option<&Value>,
     new: &mut Value,
