@@ -207,3 +207,23 @@ async fn a_persistent_401_is_retried_only_once() {
     assert_eq!(seen.list(), vec!["Bearer tok-1", "Bearer tok-2"]);
     assert_eq!(count(dir.path()), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_401s_cause_a_single_reexec() {
+    let (addr, seen) = http401::start(accept_second).await;
+    let body = format!("{COUNT}\nsleep 0.2\n{}", print_token(V1, "tok-$n", None));
+    let (dir, creds, _) = spoke(&body, &format!("http://{addr}"));
+    let client = build_spoke_client(creds, &ClientOptions::default())
+        .await
+        .unwrap();
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let c = client.client.clone();
+            tokio::spawn(async move { c.apiserver_version().await.map(|v| v.git_version) })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap(), "v1.33.0");
+    }
+    assert_eq!(count(dir.path()), 2, "requests seen: {:?}", seen.list());
+}

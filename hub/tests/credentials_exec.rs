@@ -330,3 +330,38 @@ async fn missing_binary_is_reported_with_install_hint() {
     assert!(matches!(err, ExecError::NotFound { .. }), "{err}");
     assert!(err.to_string().contains("install it with apt"), "{err}");
 }
+
+#[tokio::test]
+async fn cancelling_the_caller_kills_the_plugin_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        r#"sleep 300 & echo $! > "$KLEYM_TEST_DIR/child.tmp"; mv "$KLEYM_TEST_DIR/child.tmp" "$KLEYM_TEST_DIR/child.pid"; wait"#,
+    );
+    let access = access_for(&s, ExecApiVersion::V1, "https://spoke:6443");
+    let task = tokio::spawn(async move { run_plugin(&access, &opts()).await });
+    let pid_file = dir.path().join("child.pid");
+    for _ in 0..200 {
+        if pid_file.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    task.abort();
+    let _ = task.await;
+    let mut gone = false;
+    for _ in 0..100 {
+        if process_gone(pid) {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(gone, "plugin child {pid} survived the cancelled exec");
+}

@@ -235,8 +235,14 @@ impl Service<Request<Body>> for AuthRetry {
                 return Ok(resp);
             };
             let fresh = match credentials.get().await {
-                Ok(fresh) if fresh.generation != cred.generation => fresh,
-                // No new credential: hand the caller the original 401.
+                // Only a new bearer token can change the outcome on this client; a new client
+                // certificate needs a rebuilt client (see `SpokeClient::needs_rebuild`).
+                Ok(fresh)
+                    if fresh.generation != cred.generation && fresh.credential.token.is_some() =>
+                {
+                    fresh
+                }
+                // No usable new credential: hand the caller the original 401.
                 _ => return Ok(resp),
             };
             drop(resp);

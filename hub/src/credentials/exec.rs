@@ -202,8 +202,10 @@ pub async fn run_plugin(
         }
     })?;
     let pid = child.id();
+    // If this future is dropped mid-run (the caller was cancelled), the guard kills the whole
+    // group; `kill_on_drop` alone would only reach the direct child.
+    let mut guard = GroupGuard { pid, armed: true };
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        kill_group(pid);
         return Err(ExecError::Io {
             command,
             source: std::io::Error::other("missing stdio pipes"),
@@ -228,12 +230,15 @@ pub async fn run_plugin(
         Err(_) => {
             kill_group(pid);
             let _ = child.kill().await;
+            guard.armed = false;
             return Err(ExecError::Timeout {
                 command,
                 timeout: opts.timeout,
             });
         }
     };
+    // The plugin has exited and been reaped: its pid may be reused, never signal it again.
+    guard.armed = false;
     let io = |source| ExecError::Io {
         command: command.clone(),
         source,
@@ -308,6 +313,20 @@ async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> std::io::Res
         }
         let room = cap.saturating_sub(buf.len());
         buf.extend_from_slice(&chunk[..n.min(room)]);
+    }
+}
+
+/// Kills the plugin's process group when dropped while armed.
+struct GroupGuard {
+    pid: Option<u32>,
+    armed: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            kill_group(self.pid);
+        }
     }
 }
 
