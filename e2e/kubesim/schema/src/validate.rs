@@ -85,12 +85,9 @@ pub(crate) fn validate(
         check_enum(node, v, path, errs);
         return;
     }
-    let type_err = check_type(node, v, path);
-    let type_ok = type_err.is_none();
-    errs.extend(type_err);
-    if type_ok {
-        check_combinators(node, v, old, path, errs);
-    }
+    // kube-openapi runs every applicable validator, whatever the type check found.
+    errs.extend(check_type(node, v, path));
+    check_combinators(node, v, old, path, errs);
     match v {
         Value::String(s) => check_string(node, s, v, path, errs),
         Value::Number(_) => check_number(node, v, path, errs),
@@ -203,7 +200,10 @@ fn check_combinators(
         errs.push(FieldError::invalid(
             NIL_PATH,
             &Value::String(String::new()),
-            &format!("{path} must validate at least one schema (anyOf)"),
+            &format!(
+                "{} must validate at least one schema (anyOf)",
+                go_quote(path)
+            ),
         ));
         if let Some(first) = node.any_of.first() {
             validate(first, v, None, path, errs);
@@ -212,7 +212,10 @@ fn check_combinators(
     if !node.one_of.is_empty() {
         let valid = node.one_of.iter().filter(|s| passes(s, v)).count();
         if valid != 1 {
-            let mut msg = format!("{path} must validate one and only one schema (oneOf)");
+            let mut msg = format!(
+                "{} must validate one and only one schema (oneOf)",
+                go_quote(path)
+            );
             if valid > 1 {
                 msg.push_str(&format!(". Found {valid} valid alternatives"));
             }
@@ -229,7 +232,7 @@ fn check_combinators(
         errs.push(FieldError::invalid(
             NIL_PATH,
             &Value::String(String::new()),
-            &format!("{path} must not validate the schema (not)"),
+            &format!("{} must not validate the schema (not)", go_quote(path)),
         ));
     }
 }

@@ -290,7 +290,9 @@ fn int_or_string() {
     assert_eq!(
         errors(&s, obj(json!({"port": true})), None),
         vec![
-            r#"spec.port: Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean""#
+            r#"spec.port: Invalid value: "boolean": spec.port in body must be of type integer,string: "boolean""#,
+            r#"<nil>: Invalid value: "": "spec.port" must validate at least one schema (anyOf)"#,
+            r#"spec.port: Invalid value: "boolean": spec.port in body must be of type integer: "boolean""#,
         ]
     );
 }
@@ -315,7 +317,7 @@ fn all_of_any_of_one_of_not() {
     let errs = errors(&s, obj(json!({"v": "cde"})), None);
     assert_eq!(
         errs[0],
-        r#"<nil>: Invalid value: "": spec.v must validate at least one schema (anyOf)"#
+        r#"<nil>: Invalid value: "": "spec.v" must validate at least one schema (anyOf)"#
     );
     let one = field(
         "w",
@@ -328,7 +330,7 @@ fn all_of_any_of_one_of_not() {
     assert_eq!(
         errors(&one, obj(json!({"w": 5})), None),
         vec![
-            r#"<nil>: Invalid value: "": spec.w must validate one and only one schema (oneOf). Found 2 valid alternatives"#
+            r#"<nil>: Invalid value: "": "spec.w" must validate one and only one schema (oneOf). Found 2 valid alternatives"#
         ]
     );
 }
