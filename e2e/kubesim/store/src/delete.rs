@@ -169,10 +169,32 @@ impl Inner {
             };
             let orphaned = owner_uids(&dep)
                 .iter()
-                .all(|o| o == uid || !self.uids.contains_key(o));
+                .all(|o| o == uid || !self.owner_present(o, &ns));
             if orphaned {
                 self.delete_now(&k, &ns, &name, policy);
             }
+        }
+    }
+
+    /// Whether the owner with `uid` is live for a dependent in namespace `dep_ns`: the GC
+    /// looks owners up in the dependent's namespace (or cluster scope), so an owner in
+    /// another namespace, or in another cluster, counts as absent.
+    fn owner_present(&self, uid: &str, dep_ns: &str) -> bool {
+        self.uids
+            .get(uid)
+            .is_some_and(|(_, owner_ns, _)| owner_ns.is_empty() || owner_ns == dep_ns)
+    }
+
+    /// What the garbage collector does to an object whose ownerReferences all point at
+    /// owners that do not exist: delete it (kube's GC does so shortly after the write;
+    /// kubesim right away).
+    pub(crate) fn collect_if_dangling(&mut self, key: &str, ns: &str, name: &str) {
+        let Some(obj) = self.get(key, ns, name) else {
+            return;
+        };
+        let owners = owner_uids(&obj);
+        if !owners.is_empty() && owners.iter().all(|o| !self.owner_present(o, ns)) {
+            self.delete_now(key, ns, name, Propagation::Background);
         }
     }
 

@@ -32,7 +32,9 @@
 //!   `deletionGracePeriodSeconds: 0`; removal when the last finalizer goes), ownerReference
 //!   garbage collection **synchronously inside the deleting call** (`Background`: dependents
 //!   whose every owner is gone; `Foreground`: dependents first, then the owner; `Orphan`:
-//!   ownerReferences removed), namespace termination (phase `Terminating`, content deleted,
+//!   ownerReferences removed; an object written with ownerReferences whose owners all do
+//!   not exist in its namespace or at cluster scope — e.g. a UID from another cluster — is
+//!   deleted right after the write), namespace termination (phase `Terminating`, content deleted,
 //!   namespace removed once empty and without finalizers; creates into it are 403).
 //! - **List/watch**: full label-selector syntax, field selectors (`metadata.name`,
 //!   `metadata.namespace`, a per-kind subset, CRD `selectableFields`), `limit`/`continue`

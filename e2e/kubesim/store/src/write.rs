@@ -727,13 +727,15 @@ impl Inner {
     }
 
     /// Controller-like reactions to a stored write: a namespace gets its `default`
-    /// ServiceAccount, a CRD gets served and established.
-    fn after_write(&mut self, key: &str, _ns: &str, name: &str, created: bool) {
+    /// ServiceAccount, a CRD gets served and established, an object whose owners are all
+    /// absent is garbage-collected.
+    fn after_write(&mut self, key: &str, ns: &str, name: &str, created: bool) {
         match key {
             NAMESPACES if created => self.ensure_default_sa(name),
             CRDS => self.sync_crd(name),
             _ => {}
         }
+        self.collect_if_dangling(key, ns, name);
     }
 
     fn ensure_default_sa(&mut self, ns: &str) {

@@ -339,3 +339,51 @@ fn deletecollection_with_selectors() {
         405
     );
 }
+
+#[test]
+fn objects_owned_only_by_absent_owners_are_collected() {
+    let c = cluster();
+    let cms = res(&c, "", "v1", "configmaps");
+    let ns = res(&c, "", "v1", "namespaces");
+    let foreign = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "elsewhere", "uid": "0000-not-here"});
+    let r = c
+        .create(
+            &cms,
+            Some("default"),
+            json!({"metadata": {"name": "dangling", "ownerReferences": [foreign]}}),
+            &opts("t"),
+        )
+        .unwrap();
+    assert!(r.created);
+    assert_eq!(
+        c.get(&cms, Some("default"), "dangling").unwrap_err().code,
+        404
+    );
+
+    // an owner in another namespace does not count
+    let other = c
+        .create(&cms, Some("kube-system"), cm("owner"), &opts("t"))
+        .unwrap()
+        .object;
+    c.create(
+        &cms,
+        Some("default"),
+        owned_by("cross-ns", &[&other]),
+        &opts("t"),
+    )
+    .unwrap();
+    assert_eq!(
+        c.get(&cms, Some("default"), "cross-ns").unwrap_err().code,
+        404
+    );
+
+    // a cluster-scoped owner does
+    let owner_ns = c.get(&ns, None, "kube-public").unwrap();
+    let mut dep = cm("ns-owned");
+    dep["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "v1", "kind": "Namespace", "name": "kube-public",
+        "uid": owner_ns["metadata"]["uid"],
+    }]);
+    c.create(&cms, Some("default"), dep, &opts("t")).unwrap();
+    assert!(c.get(&cms, Some("default"), "ns-owned").is_ok());
+}
