@@ -27,7 +27,8 @@ pub(crate) struct Ty<'a> {
     /// Undeclared map keys count as struct fields (built-in kinds, whose Go types are structs
     /// even where our mini schema does not spell them out).
     structs: bool,
-    /// The object root, where `metadata` always has the `ObjectMeta` type.
+    /// The object root (or an embedded resource), where `metadata` always has the
+    /// `ObjectMeta` type.
     root: bool,
 }
 
@@ -42,10 +43,14 @@ impl<'a> Ty<'a> {
     }
 
     fn child(&self, schema: Option<&'a Value>) -> Self {
+        // An embedded resource (e.g. a template object) has its own ObjectMeta.
+        let embedded = schema
+            .and_then(|s| s.get("x-kubernetes-embedded-resource"))
+            .is_some_and(|e| e == true);
         Self {
             schema,
             structs: self.structs,
-            root: false,
+            root: embedded,
         }
     }
 

@@ -751,3 +751,21 @@ fn updates_of_unmanaged_objects_stay_untracked() {
     record_update(Some(&managed), &mut reset, &ti, "editor", None, T1);
     assert!(reset["metadata"].get("managedFields").is_none());
 }
+
+#[test]
+fn embedded_resources_get_object_meta_typing() {
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "template": {"type": "object", "x-kubernetes-embedded-resource": true, "x-kubernetes-preserve-unknown-fields": true}}}}});
+    let ti = TypeInfo::from_schema(&schema);
+    let cfg = |fins: Value| {
+        json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "x"},
+        "spec": {"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"finalizers": fins}}}})
+    };
+    let a = apply(None, &cfg(json!(["a"])), &ti, "a", T0).unwrap();
+    // finalizers inside the embedded object are a set, so another manager can add to it.
+    let b = apply(Some(&a), &cfg(json!(["b"])), &ti, "b", T1).unwrap();
+    assert_eq!(
+        b["spec"]["template"]["metadata"]["finalizers"],
+        json!(["a", "b"])
+    );
+}
