@@ -2,6 +2,7 @@
 //! update (the parts kubesim reproduces).
 
 use crate::ApiError;
+use crate::meta::Cause;
 use base64::Engine;
 use serde_json::{Value, json};
 
@@ -119,4 +120,26 @@ pub fn name_is_label(key: &str) -> bool {
 /// built-ins kubesim serves do not track generation in Kubernetes 1.33 with default gates).
 pub fn tracks_generation(key: &str, custom: bool) -> bool {
     custom || key == CRDS
+}
+
+/// ConfigMaps and Secrets with `immutable: true` keep their data and stay immutable.
+pub fn immutable_causes(new: &Value, old: &Value) -> Vec<Cause> {
+    if old.get("immutable").and_then(Value::as_bool) != Some(true) {
+        return Vec::new();
+    }
+    let forbidden = |field: &str| Cause {
+        reason: "FieldValueForbidden".into(),
+        field: field.to_string(),
+        detail: "Forbidden: field is immutable when `immutable` is set".into(),
+    };
+    let mut out = Vec::new();
+    if new.get("immutable").and_then(Value::as_bool) != Some(true) {
+        out.push(forbidden("immutable"));
+    }
+    for field in ["data", "binaryData"] {
+        if new.get(field) != old.get(field) {
+            out.push(forbidden(field));
+        }
+    }
+    out
 }

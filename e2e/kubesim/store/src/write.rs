@@ -298,6 +298,11 @@ impl Inner {
                 Err(errs) => causes.extend(errs),
             }
         }
+        if let Some(old) = old
+            && (ctx.key == "configmaps" || ctx.key == "secrets")
+        {
+            causes.extend(kinds::immutable_causes(obj, old));
+        }
         if let (Some(old), Some(true)) = (
             old,
             old.map(|o| {

@@ -571,3 +571,41 @@ fn concurrent_writers_get_distinct_increasing_resource_versions() {
     assert_eq!(*sorted.last().unwrap(), c.current_resource_version());
     assert!(c.object_count() >= 4 * per_thread);
 }
+
+#[test]
+fn immutable_configmaps_keep_their_data() {
+    let c = cluster();
+    let cms = res(&c, "", "v1", "configmaps");
+    let mut o = cm("frozen", json!({"k": "v"}));
+    o["immutable"] = json!(true);
+    c.create(&cms, Some("default"), o, &opts("t")).unwrap();
+    let e = c
+        .patch(
+            &cms,
+            Some("default"),
+            "frozen",
+            PatchType::Merge,
+            &json!({"data": {"k": "w"}}),
+            Subresource::Main,
+            &opts("t"),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message
+            .contains("data: Forbidden: field is immutable when `immutable` is set"),
+        "{}",
+        e.message
+    );
+    // metadata may still change
+    c.patch(
+        &cms,
+        Some("default"),
+        "frozen",
+        PatchType::Merge,
+        &json!({"metadata": {"labels": {"a": "b"}}}),
+        Subresource::Main,
+        &opts("t"),
+    )
+    .unwrap();
+}
