@@ -2,6 +2,8 @@
 //! tokens and client certificates both work, and a rotated client certificate is picked up by
 //! rebuilding the client.
 
+#[path = "fixtures/connect_proxy.rs"]
+mod connect_proxy;
 #[path = "fixtures/support.rs"]
 mod support;
 #[path = "fixtures/tls_spoke.rs"]
@@ -137,4 +139,32 @@ async fn client_certificate_and_rotation_by_rebuild() {
         "cert:hub-b"
     );
     assert!(!rebuilt.needs_rebuild().await);
+}
+
+#[tokio::test]
+async fn profile_proxy_url_is_used() {
+    let pki = tls_spoke::Pki::new();
+    let spoke_addr = tls_spoke::start(&pki, TOKEN).await;
+    let (proxy_addr, targets) = connect_proxy::start(spoke_addr).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(dir.path(), "p.sh", &print_token(V1, TOKEN, None));
+    // The server name does not resolve here: only the proxy can reach it.
+    let server = format!("https://{}:{}", tls_spoke::SERVER_NAME, spoke_addr.port());
+    let mut access = access_for(&s, ExecApiVersion::V1, &server);
+    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes());
+    access.cluster.proxy_url = Some(format!("http://{proxy_addr}"));
+    let creds = Arc::new(SpokeCredentials::new(
+        access,
+        opts(),
+        CredentialMetrics::default(),
+    ));
+    let client = build_spoke_client(creds, &client_opts()).await.unwrap();
+    assert_eq!(
+        client.client.apiserver_version().await.unwrap().git_version,
+        "token"
+    );
+    assert_eq!(
+        targets.lock().unwrap().clone(),
+        vec![format!("{}:{}", tls_spoke::SERVER_NAME, spoke_addr.port())]
+    );
 }

@@ -2,7 +2,8 @@
 //!
 //! kube-rs's own exec auth is not used (it blocks, has no timeout and ignores 401). Instead:
 //! - the transport (server URL, CA roots, `tls-server-name`, `insecure-skip-tls-verify` when
-//!   the hub allowed it, `proxy-url` — else `HTTPS_PROXY`/`NO_PROXY` from the environment —,
+//!   the hub allowed it, `proxy-url` — else `HTTPS_PROXY`/`NO_PROXY` from the environment,
+//!   matched against the server (see [`proxy`](super::proxy)) —,
 //!   `disable-compression`, connect/read/write timeouts) is kube's own stack, built from an
 //!   in-memory kubeconfig;
 //! - an outer service asks the cache for a credential on *every* request, sets
@@ -30,6 +31,7 @@ use thiserror::Error;
 use tower::{BoxError, Service};
 
 use super::cache::{CredentialError, SpokeCredentials};
+use super::proxy::proxy_for;
 use super::secret::short_hash;
 
 /// Transport timeouts for spoke clients.
@@ -139,9 +141,6 @@ pub async fn build_spoke_client(
     if access.cluster.insecure_skip_tls_verify {
         cluster["insecure-skip-tls-verify"] = true.into();
     }
-    if let Some(proxy) = &access.cluster.proxy_url {
-        cluster["proxy-url"] = proxy.clone().into();
-    }
     if access.cluster.disable_compression {
         cluster["disable-compression"] = true.into();
     }
@@ -162,6 +161,18 @@ pub async fn build_spoke_client(
     let kubeconfig: kube::config::Kubeconfig =
         serde_json::from_value(kubeconfig).map_err(|e| config_err(e.to_string()))?;
     let mut config = kube::Config::try_from(kubeconfig).map_err(|e| config_err(e.to_string()))?;
+    // Set explicitly, overriding kube's own environment fallback (see `proxy`).
+    config.proxy_url = match proxy_for(
+        &access.cluster.server,
+        access.cluster.proxy_url.as_deref(),
+        |k| std::env::var(k).ok(),
+    ) {
+        Some(p) => Some(
+            p.parse()
+                .map_err(|e: http::uri::InvalidUri| config_err(format!("proxy URL: {e}")))?,
+        ),
+        None => None,
+    };
     config.connect_timeout = opts.connect_timeout;
     config.read_timeout = opts.read_timeout;
     config.write_timeout = opts.write_timeout;

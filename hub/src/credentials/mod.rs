@@ -9,6 +9,7 @@ pub mod exec;
 pub mod exec_output;
 pub mod metrics;
 pub mod plugins;
+pub mod proxy;
 pub mod secret;
 
 pub use cache::{
