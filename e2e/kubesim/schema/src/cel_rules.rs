@@ -32,6 +32,9 @@ pub(crate) struct CelRule {
     optional_old_self: bool,
     pub uses_old_self: bool,
     program: Option<Arc<Program>>,
+    /// The rule is exactly `self == oldSelf` (the immutability idiom), evaluated natively
+    /// with Kubernetes' equality (unordered for `set` and `map` lists).
+    immutable: bool,
     /// Why this rule cannot be evaluated here (parse error, unknown function).
     pub unsupported: Option<String>,
 }
@@ -124,7 +127,9 @@ impl CelRule {
             // one does in kube-apiserver.
             Some(src) => ENV.compile(&src).ok().map(Arc::new),
         };
+        let immutable = matches!(rule.trim(), "self == oldSelf" | "oldSelf == self");
         Ok(CelRule {
+            immutable,
             rule,
             message,
             message_expression,
@@ -377,13 +382,9 @@ fn eval_rules(
     errs: &mut Vec<FieldError>,
 ) {
     let type_name = node.ty.clone().unwrap_or_default();
-    // One context per node: `self` (and `oldSelf`) are converted once for all its rules;
-    // `optionalOldSelf` rules bind `oldSelf` as an optional, in a second context.
-    let mut ctx = Context::with_env(ENV.clone());
-    ctx.add_variable_as_val("self", to_cel(Some(node), v, is_root));
-    if let Some(o) = old {
-        ctx.add_variable_as_val("oldSelf", to_cel(Some(node), o, is_root));
-    }
+    // Contexts are built lazily, once per node: `self` (and `oldSelf`) are converted once
+    // for all its rules; `optionalOldSelf` rules bind `oldSelf` as an optional.
+    let mut plain_ctx: Option<Context> = None;
     let mut optional_ctx: Option<Context> = None;
     for rule in &node.rules {
         if rule.uses_old_self && old.is_none() && !rule.optional_old_self {
@@ -403,31 +404,31 @@ fn eval_rules(
         let Some(program) = &rule.program else {
             continue; // unreachable: a rule without a program is `unsupported`
         };
-        let ctx = if rule.optional_old_self {
-            optional_ctx.get_or_insert_with(|| {
-                let mut c = Context::with_env(ENV.clone());
-                c.add_variable_as_val("self", to_cel(Some(node), v, is_root));
-                let opt = match old {
-                    Some(o) => CelOptional::of(to_cel(Some(node), o, is_root)),
-                    None => CelOptional::none(),
-                };
-                c.add_variable_as_val("oldSelf", Box::new(opt));
-                c
-            })
+        let slot = if rule.optional_old_self {
+            &mut optional_ctx
         } else {
-            &ctx
+            &mut plain_ctx
         };
-        match program.execute(ctx) {
+        let outcome = match (rule.immutable && !rule.optional_old_self, old) {
+            (true, Some(o)) => Ok(CelValue::Bool(kube_equal(Some(node), v, o))),
+            _ => program.execute(context(slot, node, v, old, is_root, rule.optional_old_self)),
+        };
+        match outcome {
             Ok(CelValue::Bool(true)) => {}
             Ok(CelValue::Bool(false)) => {
                 let detail = rule
                     .message_expression
                     .as_ref()
-                    .and_then(|m| match m.execute(ctx) {
-                        Ok(CelValue::String(s)) if !s.trim().is_empty() && !s.contains('\n') => {
-                            Some(s.trim().to_string())
+                    .and_then(|m| {
+                        let ctx = context(slot, node, v, old, is_root, rule.optional_old_self);
+                        match m.execute(ctx) {
+                            Ok(CelValue::String(s))
+                                if !s.trim().is_empty() && !s.contains('\n') =>
+                            {
+                                Some(s.trim().to_string())
+                            }
+                            _ => None,
                         }
-                        _ => None,
                     })
                     .unwrap_or_else(|| rule.default_message());
                 errs.push(failure(&at, &type_name, &detail, rule.reason.as_deref()));
@@ -442,6 +443,81 @@ fn eval_rules(
             )),
             Err(e) => errs.push(eval_error(&at, &type_name, &e, rule)),
         }
+    }
+}
+
+/// The evaluation context in `slot`, built on first use.
+fn context<'s, 'p, 'a>(
+    slot: &'s mut Option<Context<'p, 'a>>,
+    node: &Node,
+    v: &'a Value,
+    old: Option<&'a Value>,
+    is_root: bool,
+    optional_old_self: bool,
+) -> &'s Context<'p, 'a> {
+    slot.get_or_insert_with(|| {
+        let mut c = Context::with_env(ENV.clone());
+        c.add_variable_as_val("self", to_cel(Some(node), v, is_root));
+        if optional_old_self {
+            let opt = match old {
+                Some(o) => CelOptional::of(to_cel(Some(node), o, is_root)),
+                None => CelOptional::none(),
+            };
+            c.add_variable_as_val("oldSelf", Box::new(opt));
+        } else if let Some(o) = old {
+            c.add_variable_as_val("oldSelf", to_cel(Some(node), o, is_root));
+        }
+        c
+    })
+}
+
+/// CEL equality of two values under a schema node, as Kubernetes defines it: numbers by
+/// value, `date-time` strings as instants, `set` lists as sets and `map` lists by their
+/// entries, whatever their order.
+pub(crate) fn kube_equal(node: Option<&Node>, a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter().all(|(k, p)| {
+                    let sub = node.and_then(|n| n.properties.get(k).or(n.additional_schema()));
+                    y.get(k).is_some_and(|q| kube_equal(sub, p, q))
+                })
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            if x.len() != y.len() {
+                return false;
+            }
+            let item = node.and_then(|n| n.items.as_deref());
+            match node.and_then(|n| n.list_type) {
+                Some(ListType::Set | ListType::Map) => {
+                    // Each element matched to a distinct equal element on the other side.
+                    let mut used = vec![false; y.len()];
+                    x.iter().all(|p| {
+                        let found = y
+                            .iter()
+                            .enumerate()
+                            .find(|(j, q)| !used[*j] && kube_equal(item, p, q))
+                            .map(|(j, _)| j);
+                        if let Some(j) = found {
+                            used[j] = true;
+                        }
+                        found.is_some()
+                    })
+                }
+                _ => x.iter().zip(y).all(|(p, q)| kube_equal(item, p, q)),
+            }
+        }
+        (Value::String(x), Value::String(y)) => {
+            let format = node.and_then(|n| n.format.as_deref());
+            if matches!(format, Some("date-time" | "datetime"))
+                && let (Some(t), Some(u)) =
+                    (formats::parse_date_time(x), formats::parse_date_time(y))
+            {
+                return t == u;
+            }
+            x == y
+        }
+        _ => json_eq(a, b),
     }
 }
 

@@ -396,3 +396,41 @@ fn evaluation_errors_name_the_message_when_there_is_one() {
         vec![r#"spec: Invalid value: "object": no such key: a evaluating rule: b must be x"#]
     );
 }
+
+#[test]
+fn immutability_uses_kubernetes_equality() {
+    let s = root(json!({"type": "object", "properties": {
+        "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"},
+                 "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "tags are immutable"}]},
+        "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                  "items": {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}},
+                  "x-kubernetes-validations": [{"rule": "self == oldSelf", "messageExpression": "'ports changed to ' + string(size(self))"}]},
+        "at": {"type": "string", "format": "date-time",
+               "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "at is immutable"}]},
+        "order": {"type": "array", "items": {"type": "string"},
+                  "x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "order is immutable"}]}
+    }}));
+    let old = obj(json!({
+        "tags": ["a", "b"], "ports": [{"name": "x", "n": 1}, {"name": "y", "n": 2}],
+        "at": "2026-01-01T00:00:00Z", "order": ["a", "b"]
+    }));
+    // Reordered sets and map lists, the same instant in another offset: all equal.
+    let same = obj(json!({
+        "tags": ["b", "a"], "ports": [{"name": "y", "n": 2}, {"name": "x", "n": 1}],
+        "at": "2026-01-01T01:00:00+01:00", "order": ["a", "b"]
+    }));
+    assert_eq!(errors(&s, same, Some(&old)), Vec::<String>::new());
+    let changed = obj(json!({
+        "tags": ["a", "c"], "ports": [{"name": "x", "n": 1}, {"name": "y", "n": 3}, {"name": "z"}],
+        "at": "2026-01-02T00:00:00Z", "order": ["b", "a"]
+    }));
+    assert_eq!(
+        errors(&s, changed, Some(&old)),
+        vec![
+            r#"spec.at: Invalid value: "string": at is immutable"#,
+            r#"spec.order: Invalid value: "array": order is immutable"#,
+            r#"spec.ports: Invalid value: "array": ports changed to 3"#,
+            r#"spec.tags: Invalid value: "array": tags are immutable"#,
+        ]
+    );
+}
