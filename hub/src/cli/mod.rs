@@ -7,6 +7,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod crds;
+pub mod credential;
 
 /// kleym compiles InferenceIdentityBinding objects into SPIRE ClusterSPIFFEIDs across a
 /// fleet of Kubernetes clusters.
@@ -35,12 +36,15 @@ pub enum Command {
         charts/kleym/crds/ holds the same documents, generated from this output."
     )]
     Crds(crds::Args),
+    /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`, `token-request`.
+    Credential(credential::Args),
 }
 
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crds(args) => crds::run(&args, &mut std::io::stdout().lock()),
+        Command::Credential(args) => credential::run(&args),
     }
 }
 
