@@ -431,3 +431,68 @@ async fn multi_version_crd_rewrites_api_version_and_watch() {
     assert!(c.resolve("example.com", "v2", "widgets").is_none());
     assert!(c.get(&v1, Some("default"), "w").is_ok());
 }
+
+#[test]
+fn crd_selectable_fields_work_in_field_selectors() {
+    let c = cluster();
+    let crds = res(
+        &c,
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+    );
+    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"color": {"type": "string"}}},
+    }}});
+    c.create(
+        &crds,
+        None,
+        json!({
+            "metadata": {"name": "gadgets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "names": {"plural": "gadgets", "kind": "Gadget"},
+                "scope": "Cluster",
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": schema,
+                              "selectableFields": [{"jsonPath": ".spec.color"}]}],
+            },
+        }),
+        &opts("t"),
+    )
+    .unwrap();
+    let r = res(&c, "example.com", "v1", "gadgets");
+    assert!(!r.namespaced);
+    for (n, color) in [("a", "red"), ("b", "blue")] {
+        c.create(
+            &r,
+            None,
+            json!({"metadata": {"name": n}, "spec": {"color": color}}),
+            &opts("t"),
+        )
+        .unwrap();
+    }
+    let l = c
+        .list(
+            &r,
+            None,
+            &ListOptions {
+                field_selector: Some("spec.color=blue".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(l["items"].as_array().unwrap().len(), 1);
+    assert_eq!(l["items"][0]["metadata"]["name"], "b");
+    let e = c
+        .list(
+            &r,
+            None,
+            &ListOptions {
+                field_selector: Some("spec.size=1".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.message, "field label not supported: spec.size");
+    assert!(c.openapi_v3_schema("", "v1", "ConfigMap").is_none());
+}
