@@ -26,8 +26,11 @@ pub(crate) struct CelRule {
     pub rule: String,
     message: Option<String>,
     message_expression: Option<Arc<Program>>,
-    /// `fieldPath` in `field.Path` notation (`.a.b`, `[key]`).
-    field_path: String,
+    /// `fieldPath` split into field names (`.a['b.c']` → `a`, `b.c`).
+    pub field_segments: Vec<String>,
+    /// `fieldPath` in `field.Path` notation (`.a.b`, `[key]`), resolved against the schema
+    /// by [`CelRule::resolve_field_path`].
+    pub field_path: String,
     reason: Option<String>,
     optional_old_self: bool,
     pub uses_old_self: bool,
@@ -85,8 +88,8 @@ impl CelRule {
                 ));
             }
         }
-        let field_path = match text("fieldPath")? {
-            None => String::new(),
+        let field_segments = match text("fieldPath")? {
+            None => Vec::new(),
             Some(fp) => parse_field_path(&fp).ok_or_else(|| {
                 invalid(
                     path,
@@ -133,7 +136,8 @@ impl CelRule {
             rule,
             message,
             message_expression,
-            field_path,
+            field_segments,
+            field_path: String::new(),
             reason,
             optional_old_self,
             uses_old_self,
@@ -151,9 +155,9 @@ impl CelRule {
     }
 }
 
-/// `.a.b['c.d']` → `.a.b[c.d]` (kube's `field.Path` renders map keys unquoted).
-fn parse_field_path(fp: &str) -> Option<String> {
-    let mut out = String::new();
+/// `.a.b['c.d']` → `a`, `b`, `c.d`.
+fn parse_field_path(fp: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
     let mut rest = fp;
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix('.') {
@@ -161,20 +165,60 @@ fn parse_field_path(fp: &str) -> Option<String> {
             if end == 0 {
                 return None;
             }
-            out.push('.');
-            out.push_str(&r[..end]);
+            out.push(r[..end].to_string());
             rest = &r[end..];
         } else if let Some(r) = rest.strip_prefix("['") {
             let end = r.find("']")?;
-            out.push('[');
-            out.push_str(&r[..end]);
-            out.push(']');
+            out.push(r[..end].replace("\\'", "'").replace("\\\\", "\\"));
             rest = &r[end + 2..];
         } else {
             return None;
         }
     }
     Some(out)
+}
+
+impl CelRule {
+    /// Resolve `fieldPath` against the node the rule sits on, as kube-apiserver's
+    /// `ValidFieldPath`: a declared property is a child (`.name`), a map entry a key
+    /// (`[name]`); anything else makes the CRD invalid.
+    pub(crate) fn resolve_field_path(
+        &mut self,
+        node: &Node,
+        path: &str,
+    ) -> Result<(), SchemaError> {
+        let mut out = String::new();
+        let mut at = node;
+        for seg in &self.field_segments {
+            if !at.properties.is_empty() {
+                let Some(next) = at.properties.get(seg) else {
+                    return Err(invalid(
+                        path,
+                        format!(
+                            "fieldPath: Invalid value: {seg:?}: fieldPath must be a valid path: does not refer to a valid field"
+                        ),
+                    ));
+                };
+                out.push('.');
+                out.push_str(seg);
+                at = next;
+            } else if let Some(next) = at.additional_schema() {
+                out.push('[');
+                out.push_str(seg);
+                out.push(']');
+                at = next;
+            } else {
+                return Err(invalid(
+                    path,
+                    format!(
+                        "fieldPath: Invalid value: {seg:?}: fieldPath must be a valid path: does not refer to a valid field"
+                    ),
+                ));
+            }
+        }
+        self.field_path = out;
+        Ok(())
+    }
 }
 
 /// CEL keywords that kube-apiserver escapes as `__{kw}__` when used as property names.

@@ -312,6 +312,12 @@ impl Node {
             }
         }
 
+        let mut rules = std::mem::take(&mut node.rules);
+        for (i, rule) in rules.iter_mut().enumerate() {
+            rule.resolve_field_path(&node, &format!("{path}.x-kubernetes-validations[{i}]"))?;
+        }
+        node.rules = rules;
+
         node.has_rules = !node.rules.is_empty() || node.children().any(|c| c.has_rules);
         node.has_transition_rules = node.rules.iter().any(|r| r.uses_old_self)
             || node.children().any(|c| c.has_transition_rules);
