@@ -111,6 +111,11 @@ pub fn normalize_secret(obj: &mut Value, creating: bool) -> Result<(), ApiError>
     Ok(())
 }
 
+/// Whether `metadata.name` only has to be a valid path segment (RBAC kinds).
+pub fn name_is_path_segment(key: &str) -> bool {
+    key.ends_with(".rbac.authorization.k8s.io")
+}
+
 /// Whether `metadata.name` must be a DNS-1123 label (namespaces) rather than a subdomain.
 pub fn name_is_label(key: &str) -> bool {
     key == NAMESPACES

@@ -191,24 +191,30 @@ fn generation_relevant(v: &Value, has_status: bool) -> Value {
 }
 
 fn name_causes(key: &str, name: &str) -> Vec<Cause> {
-    let ok = if kinds::name_is_label(key) {
-        meta::is_dns_label(name)
+    let problem = if kinds::name_is_path_segment(key) {
+        // RBAC names such as `system:auth-delegator` only need to be URL path segments
+        if name == "." || name == ".." {
+            Some(format!("may not be '{name}'"))
+        } else if name.contains('/') {
+            Some("may not contain '/'".to_string())
+        } else if name.contains('%') {
+            Some("may not contain '%'".to_string())
+        } else {
+            None
+        }
+    } else if kinds::name_is_label(key) {
+        (!meta::is_dns_label(name)).then(|| meta::DNS_LABEL_MSG.to_string())
     } else {
-        meta::is_dns_subdomain(name)
+        (!meta::is_dns_subdomain(name)).then(|| meta::DNS_SUBDOMAIN_MSG.to_string())
     };
-    if ok {
-        return Vec::new();
-    }
-    let msg = if kinds::name_is_label(key) {
-        meta::DNS_LABEL_MSG
-    } else {
-        meta::DNS_SUBDOMAIN_MSG
-    };
-    vec![Cause {
-        reason: "FieldValueInvalid".into(),
-        field: "metadata.name".into(),
-        detail: format!("Invalid value: \"{name}\": {msg}"),
-    }]
+    problem
+        .map(|msg| Cause {
+            reason: "FieldValueInvalid".into(),
+            field: "metadata.name".into(),
+            detail: format!("Invalid value: \"{name}\": {msg}"),
+        })
+        .into_iter()
+        .collect()
 }
 
 impl Inner {

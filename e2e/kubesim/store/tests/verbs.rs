@@ -609,3 +609,38 @@ fn immutable_configmaps_keep_their_data() {
     )
     .unwrap();
 }
+
+#[test]
+fn rbac_names_are_path_segments() {
+    let c = cluster();
+    let cr = res(&c, "rbac.authorization.k8s.io", "v1", "clusterroles");
+    c.create(
+        &cr,
+        None,
+        json!({"metadata": {"name": "system:auth-delegator"}, "rules": []}),
+        &opts("t"),
+    )
+    .unwrap();
+    let e = c
+        .create(
+            &cr,
+            None,
+            json!({"metadata": {"name": "a/b"}, "rules": []}),
+            &opts("t"),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message
+            .ends_with("metadata.name: Invalid value: \"a/b\": may not contain '/'"),
+        "{}",
+        e.message
+    );
+    let cms = res(&c, "", "v1", "configmaps");
+    assert_eq!(
+        c.create(&cms, Some("default"), cm("system:x", json!({})), &opts("t"))
+            .unwrap_err()
+            .code,
+        422
+    );
+}
