@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 pub mod crds;
 pub mod credential;
+pub mod spoke;
 
 /// kleym compiles InferenceIdentityBinding objects into SPIRE ClusterSPIFFEIDs across a
 /// fleet of Kubernetes clusters.
@@ -36,6 +37,16 @@ pub enum Command {
         charts/kleym/crds/ holds the same documents, generated from this output."
     )]
     Crds(crds::Args),
+    /// Run the single-cluster operator: compile this cluster's InferenceIdentityBindings
+    /// into SPIRE ClusterSPIFFEIDs.
+    #[command(long_about = "Run the single-cluster operator: watch this cluster's \
+        InferenceIdentityBindings, InferenceObjectives and InferencePools, compile each binding \
+        into a SPIRE ClusterSPIFFEID (server-side apply, field manager `kleym`) and report the \
+        verdict in the binding's status.\n\n\
+        Connects with --kubeconfig/--context, else KUBECONFIG or ~/.kube/config, else the \
+        in-cluster ServiceAccount. Needs the RBAC in deploy/spoke/. Serves /healthz, /readyz \
+        and /metrics on --metrics-addr; stops cleanly on SIGTERM or SIGINT.")]
+    Spoke(spoke::Args),
     /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`, `token-request`.
     Credential(credential::Args),
 }
@@ -44,6 +55,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crds(args) => crds::run(&args, &mut std::io::stdout().lock()),
+        Command::Spoke(args) => spoke::run(&args),
         Command::Credential(args) => credential::run(&args),
     }
 }

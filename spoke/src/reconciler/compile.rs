@@ -1,12 +1,11 @@
-//! Dereference and compile: gathers each binding's inputs from the caches (no API reads)
-//! and hands the namespace to the pure compiler, whose verdicts the reconcile applies.
+//! Dereference and compile: gathers each binding's inputs from the caches (no API reads),
+//! hands the namespace to the pure [`crate::compiler`] (per-binding [`compiler::compile`],
+//! then [`compiler::analyze`] for collisions and warnings) and returns one verdict per
+//! binding for the reconcile to apply.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kleym_api::external::model::InferenceModel;
-use kleym_api::external::objective::{gaie, llmd};
-use kleym_api::external::pool::{v1, v1alpha2};
 use kleym_api::{
     ComputedSpiffeId, ConflictPeer, IdentityWarning, InferenceIdentityBinding, TargetKind,
 };
@@ -17,16 +16,19 @@ use super::context::Context;
 use super::error::Error;
 use super::plan::DesiredOutput;
 use super::reconcile::current_binding;
-use super::status::Refusal;
+use crate::compiler::{
+    self, BindingInput, BindingRef, ClusterConfig, ForeignSpiffeId, Lookup, NamespaceLabels,
+    PoolView, Refusal, TargetView, resolve,
+};
 
-/// The compiler's verdict for one binding, in the reconciler's terms.
+/// The verdict for one binding, in the reconciler's terms.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
     /// The ClusterSPIFFEID to have, or `None` when refused.
     pub output: Option<DesiredOutput>,
     /// The refusal, or `None` when the output is good.
     pub refusal: Option<Refusal>,
-    /// Computed SPIFFE IDs.
+    /// Computed SPIFFE IDs (also shown when refused by a conflict, to explain it).
     pub computed_spiffe_ids: Vec<ComputedSpiffeId>,
     /// Rendered selectors.
     pub rendered_selectors: Vec<String>,
@@ -37,7 +39,7 @@ pub struct Verdict {
 }
 
 impl Verdict {
-    /// The SPIFFE IDs for messages.
+    /// The SPIFFE IDs, for messages.
     pub fn spiffe_id_summary(&self) -> String {
         self.computed_spiffe_ids
             .iter()
@@ -47,42 +49,11 @@ impl Verdict {
     }
 }
 
-/// The target object a binding resolved to, from whichever group served it.
-#[derive(Debug, Clone)]
-pub enum Target {
-    /// `llm-d.ai/v1alpha2` InferenceObjective.
-    ObjectiveLlmd(Arc<llmd::InferenceObjective>),
-    /// `inference.networking.x-k8s.io/v1alpha2` InferenceObjective.
-    ObjectiveGaie(Arc<gaie::InferenceObjective>),
-    /// Legacy InferenceModel.
-    Model(Arc<InferenceModel>),
-}
-
-/// The pool a target resolved to.
-#[derive(Debug, Clone)]
-pub enum Pool {
-    /// `inference.networking.k8s.io/v1`.
-    V1(Arc<v1::InferencePool>),
-    /// `inference.networking.x-k8s.io/v1alpha2`.
-    Legacy(Arc<v1alpha2::InferencePool>),
-}
-
-/// One binding's inputs, as read from the caches.
-#[derive(Debug, Clone)]
-pub struct Gathered {
-    /// The binding.
-    pub binding: Arc<InferenceIdentityBinding>,
-    /// Its target, if found.
-    pub target: Option<Target>,
-    /// The pool the target points at, if found in the group the target names.
-    pub pool: Option<Pool>,
-}
-
-/// Caches a binding's dereference needs must be synced before compiling, or the verdict
-/// would be built on a partial picture ("objective missing" while the list is loading).
+/// Caches a dereference needs must be synced before compiling, or the verdict would be
+/// built on a partial picture ("objective missing" while its list is still loading).
 fn require_synced(ctx: &Context) -> Result<(), Error> {
     let c = &ctx.caches;
-    let checks: [(&'static str, bool, bool); 6] = [
+    let checks: [(&'static str, bool, bool); 7] = [
         (
             "inferenceobjectives.llm-d.ai",
             c.objectives_llmd.is_active(),
@@ -93,7 +64,11 @@ fn require_synced(ctx: &Context) -> Result<(), Error> {
             c.objectives_gaie.is_active(),
             c.objectives_gaie.is_ready(),
         ),
-        ("inferencemodels", c.models.is_active(), c.models.is_ready()),
+        (
+            "inferencemodels.inference.networking.x-k8s.io",
+            c.models.is_active(),
+            c.models.is_ready(),
+        ),
         (
             "inferencepools.inference.networking.k8s.io",
             c.pools_v1.is_active(),
@@ -105,10 +80,11 @@ fn require_synced(ctx: &Context) -> Result<(), Error> {
             c.pools_legacy.is_ready(),
         ),
         (
-            "clusterspiffeids",
+            "clusterspiffeids.spire.spiffe.io",
             c.cluster_spiffe_ids.is_active(),
             c.cluster_spiffe_ids.is_ready(),
         ),
+        ("namespaces", true, c.namespaces.is_ready()),
     ];
     for (name, active, ready) in checks {
         if active && !ready {
@@ -118,64 +94,73 @@ fn require_synced(ctx: &Context) -> Result<(), Error> {
     Ok(())
 }
 
-/// Reads one binding's target and pool from the caches. Objectives prefer `llm-d.ai`.
+fn lookup<T, K>(served: bool, found: Option<Arc<K>>, view: impl Fn(&K) -> T) -> Lookup<T> {
+    match (served, found) {
+        (false, _) => Lookup::CrdNotServed,
+        (true, Some(o)) => Lookup::Found(view(&o)),
+        (true, None) => Lookup::NotFound,
+    }
+}
+
+/// Reads one binding's target and pool from the caches.
 pub fn gather(
     ctx: &Context,
     served: &ServedApis,
-    binding: Arc<InferenceIdentityBinding>,
-) -> Gathered {
+    binding: &InferenceIdentityBinding,
+) -> BindingInput {
     let ns = binding.namespace().unwrap_or_default();
     let name = binding.spec.target_ref.name.as_str();
     let c = &ctx.caches;
     let target = match binding.spec.target_ref.kind {
-        TargetKind::InferenceObjective => {
-            let llmd = served
-                .serves(ApiKind::ObjectivesLlmd)
-                .then(|| c.objectives_llmd.get(&ns, name))
-                .flatten()
-                .map(Target::ObjectiveLlmd);
-            llmd.or_else(|| {
-                served
-                    .serves(ApiKind::ObjectivesGaie)
-                    .then(|| c.objectives_gaie.get(&ns, name))
-                    .flatten()
-                    .map(Target::ObjectiveGaie)
-            })
-        }
-        TargetKind::InferenceModel => served
-            .serves(ApiKind::Models)
-            .then(|| c.models.get(&ns, name))
-            .flatten()
-            .map(Target::Model),
+        TargetKind::InferenceObjective => resolve::prefer_objective(
+            lookup(
+                served.serves(ApiKind::ObjectivesLlmd),
+                c.objectives_llmd.get(&ns, name),
+                TargetView::from_llmd_objective,
+            ),
+            lookup(
+                served.serves(ApiKind::ObjectivesGaie),
+                c.objectives_gaie.get(&ns, name),
+                TargetView::from_gaie_objective,
+            ),
+        ),
+        TargetKind::InferenceModel => lookup(
+            served.serves(ApiKind::Models),
+            c.models.get(&ns, name),
+            TargetView::from_model,
+        ),
     };
-    let pool = target.as_ref().and_then(|t| {
-        let (group, pool_name) = match t {
-            Target::ObjectiveLlmd(o) => (
-                o.spec.pool_group().to_string(),
-                o.spec.pool_ref.name.clone(),
-            ),
-            Target::ObjectiveGaie(o) => (
-                o.spec.pool_group().to_string(),
-                o.spec.pool_ref.name.clone(),
-            ),
-            Target::Model(m) => (
-                m.spec.pool_group().to_string(),
-                m.spec.pool_ref.name.clone(),
-            ),
-        };
-        if group == kleym_api::external::pool::GROUP_V1 {
-            c.pools_v1.get(&ns, &pool_name).map(Pool::V1)
-        } else if group == kleym_api::external::pool::GROUP_LEGACY {
-            c.pools_legacy.get(&ns, &pool_name).map(Pool::Legacy)
-        } else {
-            None
-        }
-    });
-    Gathered {
-        binding,
+    let pool = match target.found().map(|t| resolve::pool_key(&ns, t)) {
+        Some(Ok(key)) if key.group == kleym_api::external::pool::GROUP_V1 => lookup(
+            served.serves(ApiKind::PoolsV1),
+            c.pools_v1.get(&ns, &key.name),
+            PoolView::from_v1,
+        ),
+        Some(Ok(key)) if key.group == kleym_api::external::pool::GROUP_LEGACY => lookup(
+            served.serves(ApiKind::PoolsLegacy),
+            c.pools_legacy.get(&ns, &key.name),
+            PoolView::from_v1alpha2,
+        ),
+        // Unsupported references are refused by the compiler from the target alone.
+        _ => Lookup::NotFound,
+    };
+    BindingInput {
+        namespace: ns,
+        name: binding.name_any(),
+        spec: binding.spec.clone(),
         target,
         pool,
     }
+}
+
+/// ClusterSPIFFEIDs not managed by kleym (for overlap warnings).
+fn foreign_spiffe_ids(ctx: &Context) -> Vec<ForeignSpiffeId> {
+    ctx.foreign_spiffe_ids
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect()
 }
 
 /// Compiles every live binding of `namespace` (collisions are a namespace-wide property)
@@ -191,40 +176,82 @@ pub fn evaluate_namespace(
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .bindings_in_namespace(namespace);
-    let gathered: Vec<Gathered> = keys
+    let inputs: Vec<BindingInput> = keys
         .iter()
         .filter_map(|k| current_binding(ctx, k))
         // A binding being deleted no longer claims an identity.
         .filter(|b| b.metadata.deletion_timestamp.is_none())
-        .map(|b| gather(ctx, served, b))
+        .map(|b| gather(ctx, served, &b))
         .collect();
-    Ok(compile_namespace(ctx, served, &gathered))
+    let config = ClusterConfig {
+        trust_domain: ctx.config.trust_domain.clone(),
+        class_name: ctx.config.class_name.clone(),
+    };
+    let mut ns_labels = NamespaceLabels::new();
+    if let Some(ns) = ctx.caches.namespaces.get("", namespace) {
+        ns_labels.insert(namespace.to_string(), ns.labels().clone());
+    }
+    Ok(compile_namespace(
+        &inputs,
+        &config,
+        &foreign_spiffe_ids(ctx),
+        &ns_labels,
+    ))
 }
 
-/// Hands the gathered namespace to the pure compiler.
-fn compile_namespace(
-    _ctx: &Context,
-    _served: &ServedApis,
-    gathered: &[Gathered],
+/// The pure part: compile each binding, analyse the namespace, merge into verdicts.
+pub fn compile_namespace(
+    inputs: &[BindingInput],
+    config: &ClusterConfig,
+    foreign: &[ForeignSpiffeId],
+    namespaces: &NamespaceLabels,
 ) -> BTreeMap<String, Verdict> {
-    gathered
+    let results: Vec<(&BindingInput, Result<compiler::CompiledIdentity, Refusal>)> = inputs
         .iter()
-        .map(|g| {
-            (
-                g.binding.name_any(),
-                Verdict {
+        .map(|i| (i, compiler::compile(i, config)))
+        .collect();
+    let compiled: Vec<compiler::CompiledIdentity> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok().cloned())
+        .collect();
+    let analysis = compiler::analyze(&compiled, foreign, namespaces);
+    results
+        .into_iter()
+        .map(|(input, result)| {
+            let verdict = match result {
+                Err(refusal) => Verdict {
                     output: None,
-                    refusal: Some(Refusal {
-                        condition: kleym_api::conditions::RENDER_FAILURE,
-                        reason: "CompilerUnavailable".into(),
-                        message: "the compiler is not wired in yet".into(),
-                    }),
+                    refusal: Some(refusal),
                     computed_spiffe_ids: Vec::new(),
                     rendered_selectors: Vec::new(),
                     conflict_peers: Vec::new(),
                     warnings: Vec::new(),
                 },
-            )
+                Ok(id) => {
+                    let bref = BindingRef {
+                        namespace: input.namespace.clone(),
+                        name: input.name.clone(),
+                    };
+                    let findings = analysis.verdict(&bref);
+                    let refusal = findings.refusal(&bref);
+                    Verdict {
+                        output: refusal.is_none().then(|| DesiredOutput {
+                            name: id.output.name.clone(),
+                            spec: id.output.spec.clone(),
+                            labels: id.output.labels.clone(),
+                        }),
+                        refusal,
+                        computed_spiffe_ids: vec![ComputedSpiffeId {
+                            mode: id.mode,
+                            spiffe_id: id.spiffe_id.clone(),
+                        }],
+                        rendered_selectors: id.selectors.clone(),
+                        conflict_peers: findings.conflict_peers(),
+                        warnings: findings.status_warnings(),
+                    }
+                }
+            };
+            (input.name.clone(), verdict)
         })
         .collect()
 }

@@ -1,7 +1,7 @@
 //! Per-spoke configuration and the shared reconcile context. Everything is owned by one
 //! reconciler instance: the hub runs many side by side in one process.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use super::index::Index;
 use super::metrics::SpokeMetrics;
 use super::overlay::Overlay;
 use super::queue::{ObjectKey, WorkQueue};
+use crate::compiler::ForeignSpiffeId;
 
 /// Field manager kleym uses for every write.
 pub const DEFAULT_FIELD_MANAGER: &str = "kleym";
@@ -114,6 +115,8 @@ pub struct Context {
     pub binding_overlay: Overlay<InferenceIdentityBinding>,
     /// ClusterSPIFFEIDs as our own writes returned them (read-your-writes).
     pub csid_overlay: Overlay<ClusterSPIFFEID>,
+    /// ClusterSPIFFEIDs kleym does not manage, by name (overlap warnings).
+    pub foreign_spiffe_ids: RwLock<BTreeMap<String, ForeignSpiffeId>>,
 }
 
 impl Context {
@@ -134,6 +137,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             binding_overlay: Overlay::default(),
             csid_overlay: Overlay::default(),
+            foreign_spiffe_ids: RwLock::new(BTreeMap::new()),
         }
     }
 

@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -64,6 +65,8 @@ pub struct SpokeMetrics {
     bindings: Family<ConditionLabels, Gauge>,
     writes: Family<WriteLabels, Counter>,
     per_binding: Mutex<HashMap<ObjectKey, String>>,
+    reconciles_total: AtomicU64,
+    failures_total: AtomicU64,
 }
 
 impl Default for SpokeMetrics {
@@ -77,6 +80,8 @@ impl Default for SpokeMetrics {
             bindings: Family::default(),
             writes: Family::default(),
             per_binding: Mutex::new(HashMap::new()),
+            reconciles_total: AtomicU64::new(0),
+            failures_total: AtomicU64::new(0),
         }
     }
 }
@@ -122,6 +127,10 @@ impl SpokeMetrics {
     /// Records one finished reconcile.
     pub fn observe_reconcile(&self, elapsed: Duration, error_category: Option<&str>) {
         self.duration.observe(elapsed.as_secs_f64());
+        self.reconciles_total.fetch_add(1, Ordering::Relaxed);
+        if error_category.is_some() {
+            self.failures_total.fetch_add(1, Ordering::Relaxed);
+        }
         let result = if error_category.is_some() {
             "error"
         } else {
@@ -197,6 +206,16 @@ impl SpokeMetrics {
                 .get()
         })
         .sum()
+    }
+
+    /// Reconciles so far (all results).
+    pub fn reconciles_total(&self) -> u64 {
+        self.reconciles_total.load(Ordering::Relaxed)
+    }
+
+    /// Failed reconciles so far (all categories).
+    pub fn failures_total(&self) -> u64 {
+        self.failures_total.load(Ordering::Relaxed)
     }
 
     /// Bindings whose outcome is `condition` (`Ready` or a refusal condition).

@@ -23,6 +23,7 @@ pub mod plan;
 pub mod queue;
 pub mod reconcile;
 pub mod run;
+pub mod snapshot;
 pub mod status;
 pub mod watches;
 

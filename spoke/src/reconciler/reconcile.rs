@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kleym_api::conditions::{CONFLICT, RENDER_FAILURE};
+use kleym_api::conditions::CONFLICT;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, OwnedClusterSpiffeId, SpireStats};
 use kube::{Resource, ResourceExt};
@@ -21,13 +21,10 @@ use super::events;
 use super::finalizer;
 use super::plan::{self, OutputAction};
 use super::queue::ObjectKey;
-use super::status::{self, Refusal, StatusInputs};
+use super::status::{self, StatusInputs, Verdict as StatusVerdict};
+use crate::compiler::{Reason, Refusal};
 
-/// Reason: the ClusterSPIFFEID CRD is not served.
-pub const REASON_CSID_CRD_MISSING: &str = "ClusterSPIFFEIDCRDMissing";
-/// Reason: an object we did not create holds the output's name.
-pub const REASON_NAME_TAKEN: &str = "ClusterSPIFFEIDNameTaken";
-/// Reason: writing the ClusterSPIFFEID failed.
+/// `Ready=False` reason while writing the ClusterSPIFFEID fails (RBAC, apiserver errors).
 pub const REASON_APPLY_FAILED: &str = "ClusterSPIFFEIDApplyFailed";
 
 /// The binding as we last know it (cache, or our own newer write).
@@ -82,14 +79,13 @@ async fn apply_verdict(
     }
     if !csid_served {
         if desired.is_some() {
-            refusal = Some(Refusal {
-                condition: RENDER_FAILURE,
-                reason: REASON_CSID_CRD_MISSING.into(),
-                message: format!(
+            refusal = Some(Refusal::new(
+                Reason::ClusterSPIFFEIDCRDMissing,
+                format!(
                     "the ClusterSPIFFEID CRD ({}) is not served by this cluster; install SPIRE Controller Manager",
                     ApiKind::ClusterSpiffeIds.crd_name()
                 ),
-            });
+            ));
         }
         desired = None;
     } else if !ctx.caches.cluster_spiffe_ids.is_ready() {
@@ -98,6 +94,7 @@ async fn apply_verdict(
 
     let mut owned: Option<OwnedClusterSpiffeId> = None;
     let mut apply_error: Option<Error> = None;
+    let mut pending: Option<String> = None;
     if csid_served {
         let lookups: Vec<(String, Option<Arc<ClusterSPIFFEID>>)> = desired
             .iter()
@@ -154,11 +151,7 @@ async fn apply_verdict(
                         owned = None;
                     }
                     Err(e) => {
-                        refusal = Some(Refusal {
-                            condition: RENDER_FAILURE,
-                            reason: REASON_APPLY_FAILED.into(),
-                            message: format!("could not write ClusterSPIFFEID {}: {e}", d.name),
-                        });
+                        pending = Some(format!("could not write ClusterSPIFFEID {}: {e}", d.name));
                         owned = recorded.clone().filter(|r| r.name == d.name);
                         apply_error = Some(e);
                     }
@@ -178,20 +171,28 @@ async fn apply_verdict(
             entries_masked: s.entries_masked,
             pod_entry_render_failures: s.pod_entry_render_failures,
         });
-    let ready_message = owned
-        .as_ref()
-        .map(|o| {
-            format!(
-                "ClusterSPIFFEID {} registers {}",
-                o.name,
-                verdict.spiffe_id_summary()
-            )
-        })
-        .unwrap_or_default();
+    let status_verdict = match (refusal, pending) {
+        (Some(r), _) => StatusVerdict::Refused(r),
+        (None, Some(message)) => StatusVerdict::Pending {
+            reason: REASON_APPLY_FAILED.into(),
+            message,
+        },
+        (None, None) => StatusVerdict::Ready {
+            message: owned
+                .as_ref()
+                .map(|o| {
+                    format!(
+                        "ClusterSPIFFEID {} registers {}",
+                        o.name,
+                        verdict.spiffe_id_summary()
+                    )
+                })
+                .unwrap_or_default(),
+        },
+    };
     let inputs = StatusInputs {
         generation: binding.metadata.generation,
-        refusal,
-        ready_message,
+        verdict: status_verdict,
         computed_spiffe_ids: verdict.computed_spiffe_ids.clone(),
         rendered_selectors: verdict.rendered_selectors.clone(),
         owned: owned.clone(),
@@ -206,14 +207,14 @@ async fn apply_verdict(
     );
     let previous = binding.status.as_ref();
     let desired_status = status::build_status(&inputs, previous, &now);
-    let transition = events::transition(
-        status::recorded_refusal(previous),
-        inputs
-            .refusal
-            .as_ref()
-            .map(|r| (r.condition, r.reason.as_str(), r.message.as_str())),
-    );
+    let transition = events::transition(status::recorded_refusal(previous), inputs.refusal());
     if status::status_differs(&desired_status, previous) {
+        tracing::debug!(
+            binding = %key,
+            previous = ?previous,
+            desired = ?desired_status,
+            "status differs; applying"
+        );
         let updated = apply::apply_status(ctx, &binding, &desired_status).await?;
         ctx.binding_overlay.record(updated.clone());
         binding = Arc::new(updated);
@@ -238,14 +239,13 @@ async fn apply_verdict(
 }
 
 fn name_taken(d: &plan::DesiredOutput) -> Refusal {
-    Refusal {
-        condition: RENDER_FAILURE,
-        reason: REASON_NAME_TAKEN.into(),
-        message: format!(
+    Refusal::new(
+        Reason::ForeignObjectHoldsName,
+        format!(
             "ClusterSPIFFEID {} already exists and was not created by this binding (its UID is not the one recorded in status.clusterSPIFFEID); kleym never modifies or deletes it: remove or rename it",
             d.name
         ),
-    }
+    )
 }
 
 /// Deletion: remove our output (UID precondition), then our finalizer.
@@ -267,7 +267,12 @@ async fn cleanup(
         ctx.csid_overlay.record_deleted(&rec.uid);
         ctx.csid_overlay.forget("", &rec.name);
     }
-    apply::set_finalizers(ctx, binding, finalizer::without_finalizer(binding)).await?;
+    match apply::set_finalizers(ctx, binding, finalizer::without_finalizer(binding)).await {
+        Ok(updated) => ctx.binding_overlay.record(updated),
+        // Already gone: a previous pass removed the finalizer.
+        Err(e) if e.status_code() == Some(404) => {}
+        Err(e) => return Err(e),
+    }
     release_claims(ctx, key);
     ctx.metrics.forget(key);
     // Peers that collided with this binding may be free now.
@@ -289,8 +294,9 @@ fn release_claims(ctx: &Context, key: &ObjectKey) {
         .retain(|_, k| k != key);
 }
 
-/// Enqueues the namespace peers whose conflict verdict in `verdicts` differs from what
-/// their status records (collisions appear on, and resolve for, every member).
+/// Enqueues the namespace peers whose namespace-wide findings (conflict, peers, warnings)
+/// in `verdicts` differ from what their status records: collisions appear on, and resolve
+/// for, every member, and warnings that name peers stay current.
 pub fn enqueue_changed_peers(
     ctx: &Context,
     key: &ObjectKey,
@@ -310,7 +316,7 @@ pub fn enqueue_changed_peers(
     }
 }
 
-/// Does the peer's recorded conflict state differ from the verdict's?
+/// Do the peer's recorded namespace-wide findings differ from the verdict's?
 pub fn conflict_view_differs(peer: &InferenceIdentityBinding, v: &Verdict) -> bool {
     let recorded_conflict = peer.status.as_ref().is_some_and(|s| {
         s.conditions
@@ -322,7 +328,15 @@ pub fn conflict_view_differs(peer: &InferenceIdentityBinding, v: &Verdict) -> bo
         .iter()
         .flat_map(|s| s.conflict_peers.iter().map(|p| p.name.as_str()))
         .collect();
-    let new_conflict = v.refusal.as_ref().is_some_and(|r| r.condition == CONFLICT);
+    let new_conflict = v
+        .refusal
+        .as_ref()
+        .is_some_and(|r| r.kind().condition_type() == CONFLICT);
     let new_peers: BTreeSet<&str> = v.conflict_peers.iter().map(|p| p.name.as_str()).collect();
-    recorded_conflict != new_conflict || recorded_peers != new_peers
+    let recorded_warnings: BTreeSet<_> =
+        peer.status.iter().flat_map(|s| s.warnings.iter()).collect();
+    let new_warnings: BTreeSet<_> = v.warnings.iter().collect();
+    recorded_conflict != new_conflict
+        || recorded_peers != new_peers
+        || recorded_warnings != new_warnings
 }

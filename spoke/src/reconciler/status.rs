@@ -1,42 +1,47 @@
-//! The binding status the reconciler wants, built deterministically so that comparing it
-//! with the cached status decides whether a status write is needed at all.
+//! The binding status the reconciler wants, built deterministically (conditions by the
+//! compiler's [`build_conditions`]) so that comparing it with the cached status decides
+//! whether a status write is needed at all.
 //!
 //! `lastTransitionTime` is carried over from the current status whenever a condition's
 //! status did not change, so an unchanged verdict produces a byte-identical status and
 //! therefore no write.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kleym_api::conditions::{self, READY};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kleym_api::conditions::READY;
 use kleym_api::{
     ComputedSpiffeId, ConflictPeer, IdentityWarning, InferenceIdentityBindingStatus,
     OwnedClusterSpiffeId, SpireStats,
 };
 
-/// Reason of `Ready=True` and of every False refusal condition.
-pub const REASON_RECONCILED: &str = "Reconciled";
-/// Reason of a refusal condition that does not hold.
-pub const REASON_RESOLVED: &str = "Resolved";
+use crate::compiler::Refusal;
+use crate::compiler::conditions::{Outcome, REASON_RECONCILED, build_conditions};
 
-/// A refusal: the condition type that holds, a stable reason and a message.
+/// What the binding's conditions should say.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// `Conflict`, `InvalidRef`, `UnsafeSelector` or `RenderFailure`.
-    pub condition: &'static str,
-    /// Stable reason (e.g. `IdentityCollision`).
-    pub reason: String,
-    /// Message naming the object and field concerned.
-    pub message: String,
+pub enum Verdict {
+    /// The output is applied.
+    Ready {
+        /// `Ready` message (names the ClusterSPIFFEID).
+        message: String,
+    },
+    /// Not refused, but the output could not be written yet (e.g. RBAC, apiserver error).
+    Pending {
+        /// `Ready` reason.
+        reason: String,
+        /// `Ready` message.
+        message: String,
+    },
+    /// Refused by the compiler, the collision analysis or the ownership check.
+    Refused(Refusal),
 }
 
 /// Everything the status describes.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StatusInputs {
     /// `metadata.generation` of the binding.
     pub generation: Option<i64>,
-    /// `None` when Ready; the refusal otherwise.
-    pub refusal: Option<Refusal>,
-    /// Message of `Ready=True` (names the ClusterSPIFFEID).
-    pub ready_message: String,
+    /// The verdict.
+    pub verdict: Verdict,
     /// Computed SPIFFE IDs.
     pub computed_spiffe_ids: Vec<ComputedSpiffeId>,
     /// Rendered selectors.
@@ -52,17 +57,33 @@ pub struct StatusInputs {
 }
 
 impl StatusInputs {
-    /// The condition type that holds: `Ready` or the refusal's.
+    /// The condition type that holds: `Ready` (also when pending) or the refusal's.
     pub fn holding_condition(&self) -> &'static str {
-        self.refusal.as_ref().map(|r| r.condition).unwrap_or(READY)
+        match &self.verdict {
+            Verdict::Refused(r) => r.kind().condition_type(),
+            _ => READY,
+        }
     }
 
     /// The reason of the holding condition.
     pub fn holding_reason(&self) -> &str {
-        self.refusal
-            .as_ref()
-            .map(|r| r.reason.as_str())
-            .unwrap_or(REASON_RECONCILED)
+        match &self.verdict {
+            Verdict::Ready { .. } => REASON_RECONCILED,
+            Verdict::Pending { reason, .. } => reason,
+            Verdict::Refused(r) => r.reason.as_str(),
+        }
+    }
+
+    /// `(condition, reason, message)` of the refusal, if refused.
+    pub fn refusal(&self) -> Option<(&'static str, &'static str, &str)> {
+        match &self.verdict {
+            Verdict::Refused(r) => Some((
+                r.kind().condition_type(),
+                r.reason.as_str(),
+                r.message.as_str(),
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -72,37 +93,15 @@ pub fn build_status(
     previous: Option<&InferenceIdentityBindingStatus>,
     now: &Time,
 ) -> InferenceIdentityBindingStatus {
-    let mut conds = Vec::with_capacity(conditions::ALL.len());
-    for ty in conditions::ALL {
-        let (status, reason, message) = if ty == READY {
-            match &inputs.refusal {
-                None => (
-                    "True",
-                    REASON_RECONCILED.to_string(),
-                    inputs.ready_message.clone(),
-                ),
-                Some(r) => ("False", r.reason.clone(), r.message.clone()),
-            }
-        } else {
-            match &inputs.refusal {
-                Some(r) if r.condition == ty => ("True", r.reason.clone(), r.message.clone()),
-                _ => ("False", REASON_RESOLVED.to_string(), String::new()),
-            }
-        };
-        let last_transition_time = previous
-            .and_then(|p| p.conditions.iter().find(|c| c.type_ == ty))
-            .filter(|c| c.status == status)
-            .map(|c| c.last_transition_time.clone())
-            .unwrap_or_else(|| now.clone());
-        conds.push(Condition {
-            type_: ty.to_string(),
-            status: status.to_string(),
-            reason,
-            message,
-            observed_generation: inputs.generation,
-            last_transition_time,
-        });
-    }
+    let outcome = match &inputs.verdict {
+        Verdict::Ready { message } => Outcome::Ready { message },
+        Verdict::Pending { reason, message } => Outcome::Pending { reason, message },
+        Verdict::Refused(r) => Outcome::Refused(r),
+    };
+    let previous_conditions = previous
+        .map(|p| p.conditions.as_slice())
+        .unwrap_or_default();
+    let conditions = build_conditions(&outcome, inputs.generation, previous_conditions, now);
     let mut peers = inputs.conflict_peers.clone();
     peers.sort();
     peers.dedup();
@@ -110,7 +109,7 @@ pub fn build_status(
     warnings.sort();
     warnings.dedup();
     InferenceIdentityBindingStatus {
-        conditions: conds,
+        conditions,
         computed_spiffe_ids: inputs.computed_spiffe_ids.clone(),
         rendered_selectors: inputs.rendered_selectors.clone(),
         cluster_spiffe_id: inputs.owned.clone(),
@@ -153,7 +152,9 @@ pub fn recorded_refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compiler::Reason;
     use kleym_api::IdentityMode;
+    use kleym_api::conditions;
 
     fn t(secs: i64) -> Time {
         Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap())
@@ -162,8 +163,9 @@ mod tests {
     fn ready_inputs() -> StatusInputs {
         StatusInputs {
             generation: Some(3),
-            refusal: None,
-            ready_message: "ClusterSPIFFEID \"x\" is applied".into(),
+            verdict: Verdict::Ready {
+                message: "ClusterSPIFFEID \"x\" is applied".into(),
+            },
             computed_spiffe_ids: vec![ComputedSpiffeId {
                 mode: IdentityMode::PerObjective,
                 spiffe_id: "spiffe://td/ns/a/objective/o".into(),
@@ -173,16 +175,14 @@ mod tests {
                 name: "x".into(),
                 uid: "u".into(),
             }),
-            ..Default::default()
+            conflict_peers: Vec::new(),
+            warnings: Vec::new(),
+            spire_stats: None,
         }
     }
 
-    fn collision() -> Refusal {
-        Refusal {
-            condition: conditions::CONFLICT,
-            reason: "IdentityCollision".into(),
-            message: "collides with b".into(),
-        }
+    fn collision() -> Verdict {
+        Verdict::Refused(Refusal::new(Reason::IdentityCollision, "collides with b"))
     }
 
     #[test]
@@ -212,7 +212,7 @@ mod tests {
     fn changed_verdict_needs_a_write_and_moves_only_changed_transition_times() {
         let first = build_status(&ready_inputs(), None, &t(10));
         let mut refused = ready_inputs();
-        refused.refusal = Some(collision());
+        refused.verdict = collision();
         refused.owned = None;
         let second = build_status(&refused, Some(&first), &t(20));
         assert!(status_differs(&second, Some(&first)));
@@ -250,5 +250,20 @@ mod tests {
     fn missing_status_needs_a_write() {
         let s = build_status(&ready_inputs(), None, &t(1));
         assert!(status_differs(&s, None));
+    }
+
+    #[test]
+    fn pending_is_not_ready_and_refuses_nothing() {
+        let mut p = ready_inputs();
+        p.verdict = Verdict::Pending {
+            reason: "ClusterSPIFFEIDApplyFailed".into(),
+            message: "forbidden".into(),
+        };
+        let s = build_status(&p, None, &t(1));
+        assert_eq!(recorded_refusal(Some(&s)), None);
+        let ready = s.conditions.iter().find(|c| c.type_ == READY).unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason, "ClusterSPIFFEIDApplyFailed");
+        assert_eq!(p.holding_condition(), READY);
     }
 }

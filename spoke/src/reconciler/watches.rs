@@ -22,6 +22,7 @@ use super::context::Context;
 use super::error::kube_category;
 use super::index::{SourceKey, TargetKey};
 use super::queue::ObjectKey;
+use crate::compiler::ForeignSpiffeId;
 
 /// Starts the watch for `kind`; it runs until `token` is cancelled.
 pub fn spawn_watch(ctx: &Arc<Context>, kind: ApiKind, token: CancellationToken) {
@@ -318,6 +319,20 @@ fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID>) {
         .get(&name)
     {
         affected.push(k.clone());
+    }
+    {
+        let mut foreign = ctx
+            .foreign_spiffe_ids
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        match (&change, ForeignSpiffeId::from_object(&obj)) {
+            (Change::Upsert { .. }, Some(f)) => {
+                foreign.insert(name.clone(), f);
+            }
+            _ => {
+                foreign.remove(&name);
+            }
+        }
     }
     let obj_labels = obj.labels();
     let ours =

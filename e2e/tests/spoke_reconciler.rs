@@ -1,0 +1,663 @@
+//! End-to-end proof of the spoke reconciler against kubesim with the real upstream CRDs:
+//! convergence of a realistic inference environment, schema acceptance of the generated
+//! ClusterSPIFFEIDs, collisions and their resolution, deletion, foreign objects, zero
+//! writes on restart, CRDs installed while running, and RBAC with exactly
+//! `deploy/spoke/clusterrole.yaml` (and clearly failing with less).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kleym_api::external::objective::llmd;
+use kleym_api::external::pool::v1 as pool_v1;
+use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kleym_api::{InferenceIdentityBinding, conditions};
+use kleym_e2e::kubesim::{ClusterHandle, Kubesim, KubesimOptions, load_crds};
+use kleym_spoke::compiler::output::cluster_spiffe_id_name;
+use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+const NS: &str = "llm";
+const TD: &str = "prod.example.org";
+
+fn upstream_crds_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds/upstream")
+}
+
+/// Upstream CRDs (optionally without the ClusterSPIFFEID one) plus ours.
+fn crds(with_spire: bool) -> Vec<Value> {
+    let mut out: Vec<Value> = load_crds(&upstream_crds_dir())
+        .expect("upstream CRDs")
+        .into_iter()
+        .filter(|c| with_spire || c["spec"]["group"] != "spire.spiffe.io")
+        .collect();
+    for crd in kleym_api::crds::all() {
+        out.push(serde_json::to_value(crd).unwrap());
+    }
+    out
+}
+
+async fn start_cluster(with_spire: bool) -> (Kubesim, ClusterHandle, Client) {
+    // `RUST_LOG=kleym_spoke=debug` shows the reconciler's logs.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let sim = Kubesim::start(
+        &["spoke"],
+        KubesimOptions {
+            crds: crds(with_spire),
+            ..KubesimOptions::default()
+        },
+    )
+    .await
+    .expect("kubesim starts");
+    let cluster = sim.cluster("spoke").unwrap();
+    let client = cluster.kube_client().await.unwrap();
+    (sim, cluster, client)
+}
+
+struct Operator {
+    token: CancellationToken,
+    metrics: Arc<SpokeMetrics>,
+    spoke_ctx: Arc<kleym_spoke::reconciler::context::Context>,
+    task: tokio::task::JoinHandle<Result<(), kleym_spoke::reconciler::Error>>,
+}
+
+impl Operator {
+    fn start(client: Client) -> Self {
+        let mut config = SpokeConfig::new(TD);
+        config.discovery_interval = Duration::from_millis(200);
+        config.error_backoff = Duration::from_millis(100);
+        let metrics = Arc::new(SpokeMetrics::default());
+        let spoke = Spoke::new(client, config, metrics.clone()).unwrap();
+        let spoke_ctx = spoke.context();
+        let token = CancellationToken::new();
+        let task = tokio::spawn(spoke.run(token.clone()));
+        Operator {
+            token,
+            metrics,
+            spoke_ctx,
+            task,
+        }
+    }
+
+    async fn stop(self) {
+        self.token.cancel();
+        tokio::time::timeout(Duration::from_secs(20), self.task)
+            .await
+            .expect("operator stops")
+            .unwrap()
+            .unwrap();
+    }
+
+    /// Waits until caches are synced and no work is pending, twice in a row.
+    async fn settle(&self) {
+        let mut quiet = 0;
+        for _ in 0..600 {
+            let idle = self.spoke_ctx.readiness.is_ready() && self.spoke_ctx.queue.is_idle();
+            quiet = if idle { quiet + 1 } else { 0 };
+            if quiet >= 6 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("operator did not settle");
+    }
+}
+
+/// Polls `check` until it returns `Some`, for at most ~30 s.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..300 {
+        if let Some(v) = check().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+async fn create<K>(api: &Api<K>, obj: Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let typed: K = serde_json::from_value(obj).expect("valid object");
+    api.create(&PostParams::default(), &typed)
+        .await
+        .expect("create")
+}
+
+/// Namespace, service account, three model-server pods with two containers, a v1
+/// InferencePool and three llm-d InferenceObjectives.
+async fn environment(client: &Client) {
+    let nss: Api<Namespace> = Api::all(client.clone());
+    create(&nss, json!({"metadata": {"name": NS}})).await;
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
+    create(&sas, json!({"metadata": {"name": "model-server"}})).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for i in 0..3 {
+        create(
+            &pods,
+            json!({
+                "metadata": {
+                    "name": format!("vllm-qwen-{i}"),
+                    "labels": {"app": "vllm-qwen", "inference.networking.k8s.io/engine-type": "vllm"}
+                },
+                "spec": {
+                    "serviceAccountName": "model-server",
+                    "containers": [
+                        {"name": "chat", "image": "vllm/vllm-openai:v0.8.0"},
+                        {"name": "code", "image": "vllm/vllm-openai:v0.8.0"}
+                    ]
+                }
+            }),
+        )
+        .await;
+    }
+    let pools: Api<pool_v1::InferencePool> = Api::namespaced(client.clone(), NS);
+    create(
+        &pools,
+        json!({
+            "apiVersion": "inference.networking.k8s.io/v1",
+            "kind": "InferencePool",
+            "metadata": {"name": "qwen-pool"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "vllm-qwen"}},
+                "targetPorts": [{"number": 8000}],
+                "endpointPickerRef": {"name": "qwen-epp", "port": {"number": 9002}}
+            }
+        }),
+    )
+    .await;
+    let objectives: Api<llmd::InferenceObjective> = Api::namespaced(client.clone(), NS);
+    for (name, priority) in [("chat", 2), ("code", 1), ("batch", 0)] {
+        create(
+            &objectives,
+            json!({
+                "apiVersion": "llm-d.ai/v1alpha2",
+                "kind": "InferenceObjective",
+                "metadata": {"name": name},
+                "spec": {"priority": priority, "poolRef": {"name": "qwen-pool"}}
+            }),
+        )
+        .await;
+    }
+}
+
+fn per_objective(name: &str, objective: &str, container: &str) -> Value {
+    json!({
+        "apiVersion": "kleym.io/v1alpha1",
+        "kind": "InferenceIdentityBinding",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "targetRef": {"name": objective},
+            "mode": "PerObjective",
+            "containerDiscriminator": {"type": "ContainerName", "value": container},
+            "workloadSelectorTemplates": ["k8s:ns:{{ .Namespace }}", "k8s:sa:model-server"]
+        }
+    })
+}
+
+fn pool_only(name: &str, objective: &str) -> Value {
+    json!({
+        "apiVersion": "kleym.io/v1alpha1",
+        "kind": "InferenceIdentityBinding",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "targetRef": {"name": objective},
+            "mode": "PoolOnly",
+            "workloadSelectorTemplates": ["k8s:ns:{{ .Namespace }}", "k8s:sa:model-server"]
+        }
+    })
+}
+
+fn condition(b: &InferenceIdentityBinding, ty: &str) -> Option<(String, String, String)> {
+    b.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ty)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until the binding's current generation is observed with `Ready` = `status`.
+async fn wait_ready(
+    api: &Api<InferenceIdentityBinding>,
+    name: &str,
+    status: &str,
+) -> InferenceIdentityBinding {
+    eventually(&format!("{name} Ready={status}"), || async {
+        let b = api.get(name).await.ok()?;
+        let observed = b.status.as_ref()?.observed_generation;
+        let (s, _, _) = condition(&b, conditions::READY)?;
+        (observed == b.metadata.generation && s == status).then_some(b)
+    })
+    .await
+}
+
+async fn snapshot_versions(client: &Client) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let bindings: Api<InferenceIdentityBinding> = Api::all(client.clone());
+    for b in bindings.list(&ListParams::default()).await.unwrap() {
+        out.insert(
+            format!(
+                "binding/{}/{}",
+                b.namespace().unwrap_or_default(),
+                b.name_any()
+            ),
+            b.resource_version().unwrap_or_default(),
+        );
+    }
+    let csids: Api<ClusterSPIFFEID> = Api::all(client.clone());
+    for c in csids.list(&ListParams::default()).await.unwrap() {
+        out.insert(
+            format!("csid/{}", c.name_any()),
+            c.resource_version().unwrap_or_default(),
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn environment_converges_collides_resolves_deletes_and_restarts_without_writes() {
+    let (_sim, _cluster, client) = start_cluster(true).await;
+    environment(&client).await;
+    let op = Operator::start(client.clone());
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(client.clone(), NS);
+    let csids: Api<ClusterSPIFFEID> = Api::all(client.clone());
+
+    for b in [
+        per_objective("chat-id", "chat", "chat"),
+        per_objective("code-id", "code", "code"),
+        pool_only("pool-id", "batch"),
+    ] {
+        create(&bindings, b).await;
+    }
+    for name in ["chat-id", "code-id", "pool-id"] {
+        let b = wait_ready(&bindings, name, "True").await;
+        let status = b.status.as_ref().unwrap();
+        assert_eq!(
+            status.conditions.len(),
+            5,
+            "all five conditions: {status:?}"
+        );
+        let owned = status
+            .cluster_spiffe_id
+            .as_ref()
+            .expect("owned ClusterSPIFFEID");
+        // The object exists under the recorded UID: accepted by the real upstream schema.
+        let obj = csids.get(&owned.name).await.unwrap();
+        assert_eq!(obj.uid().as_deref(), Some(owned.uid.as_str()));
+        assert_eq!(
+            obj.labels()
+                .get("kleym.io/binding-name")
+                .map(String::as_str),
+            Some(name)
+        );
+        assert!(b.finalizers().iter().any(|f| f == "kleym.io/cleanup"));
+    }
+    let chat = csids
+        .get(&cluster_spiffe_id_name(NS, "chat-id"))
+        .await
+        .unwrap();
+    assert_eq!(
+        chat.spec.spiffe_id_template,
+        format!("spiffe://{TD}/ns/{NS}/objective/chat")
+    );
+    assert_eq!(
+        chat.spec.workload_selector_templates.as_deref().unwrap(),
+        [
+            "k8s:container-name:chat",
+            "k8s:ns:llm",
+            "k8s:pod-label:app:vllm-qwen",
+            "k8s:sa:model-server"
+        ]
+    );
+    assert_eq!(chat.spec.fallback, Some(false));
+    let pool = csids
+        .get(&cluster_spiffe_id_name(NS, "pool-id"))
+        .await
+        .unwrap();
+    assert_eq!(
+        pool.spec.spiffe_id_template,
+        format!("spiffe://{TD}/ns/{NS}/pool/qwen-pool")
+    );
+
+    // Writes per binding on create: finalizer + ClusterSPIFFEID apply + status apply.
+    op.settle().await;
+    let writes_after_create = op.metrics.total_writes();
+    assert_eq!(writes_after_create, 9, "3 writes for each of 3 bindings");
+
+    // Collision: a second PerObjective binding on the same pod set, SA and container.
+    create(&bindings, per_objective("chat-dup", "batch", "chat")).await;
+    for name in ["chat-id", "chat-dup"] {
+        let b = eventually(&format!("{name} collides"), || async {
+            let b = bindings.get(name).await.ok()?;
+            let (s, r, _) = condition(&b, conditions::CONFLICT)?;
+            (s == "True" && r == "IdentityCollision").then_some(b)
+        })
+        .await;
+        let peers = &b.status.as_ref().unwrap().conflict_peers;
+        assert_eq!(peers.len(), 1, "{peers:?}");
+        let (ready, reason, _) = condition(&b, conditions::READY).unwrap();
+        assert_eq!(
+            (ready.as_str(), reason.as_str()),
+            ("False", "IdentityCollision")
+        );
+        assert!(b.status.as_ref().unwrap().cluster_spiffe_id.is_none());
+    }
+    eventually("chat-id output withdrawn", || async {
+        csids
+            .get_opt(&cluster_spiffe_id_name(NS, "chat-id"))
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // The PoolOnly binding on the same pod set is only warned about, not refused.
+    let pool_b = wait_ready(&bindings, "pool-id", "True").await;
+    assert!(
+        pool_b
+            .status
+            .as_ref()
+            .unwrap()
+            .warnings
+            .iter()
+            .any(|w| w.reason == "PoolAndObjectiveIdentities"),
+        "{:?}",
+        pool_b.status
+    );
+
+    // Resolution: chat-dup moves to its own container; both become Ready again.
+    bindings
+        .patch(
+            "chat-dup",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"containerDiscriminator": {"type": "ContainerName", "value": "code"}}})),
+        )
+        .await
+        .unwrap();
+    // ...which now collides with code-id instead; move it to a third container.
+    bindings
+        .patch(
+            "chat-dup",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"containerDiscriminator": {"type": "ContainerName", "value": "batch"}}})),
+        )
+        .await
+        .unwrap();
+    for name in ["chat-id", "chat-dup", "code-id"] {
+        let b = wait_ready(&bindings, name, "True").await;
+        assert!(b.status.as_ref().unwrap().conflict_peers.is_empty());
+    }
+
+    // Deleting a binding removes its ClusterSPIFFEID, then the binding itself goes.
+    let code_name = cluster_spiffe_id_name(NS, "code-id");
+    bindings
+        .delete("code-id", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("code-id and its output are gone", || async {
+        let b = bindings.get_opt("code-id").await.unwrap();
+        let c = csids.get_opt(&code_name).await.unwrap();
+        (b.is_none() && c.is_none()).then_some(())
+    })
+    .await;
+
+    // Restart: a fresh operator over the same cluster changes nothing.
+    op.settle().await;
+    op.stop().await;
+    let before = snapshot_versions(&client).await;
+    let op2 = Operator::start(client.clone());
+    eventually("restarted operator reconciled every binding", || async {
+        let total: u64 = op2.metrics.reconciles_total();
+        (total >= 3).then_some(())
+    })
+    .await;
+    op2.settle().await;
+    assert_eq!(op2.metrics.total_writes(), 0, "a restart writes nothing");
+    assert_eq!(
+        snapshot_versions(&client).await,
+        before,
+        "no resourceVersion changed"
+    );
+    op2.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreign_object_holding_our_name_is_never_touched() {
+    let (_sim, _cluster, client) = start_cluster(true).await;
+    environment(&client).await;
+    let csids: Api<ClusterSPIFFEID> = Api::all(client.clone());
+    let name = cluster_spiffe_id_name(NS, "victim");
+    let foreign = create(
+        &csids,
+        json!({
+            "apiVersion": "spire.spiffe.io/v1alpha1",
+            "kind": "ClusterSPIFFEID",
+            "metadata": {"name": name, "labels": {"kleym.io/managed-by": "kleym"}},
+            "spec": {
+                "spiffeIDTemplate": "spiffe://prod.example.org/somebody-else",
+                "podSelector": {"matchLabels": {"app": "other"}}
+            }
+        }),
+    )
+    .await;
+    let op = Operator::start(client.clone());
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(client.clone(), NS);
+    create(&bindings, per_objective("victim", "chat", "chat")).await;
+    let b = eventually("victim refused", || async {
+        let b = bindings.get("victim").await.ok()?;
+        let (s, r, _) = condition(&b, conditions::RENDER_FAILURE)?;
+        (s == "True" && r == "ForeignObjectHoldsName").then_some(b)
+    })
+    .await;
+    let (_, _, message) = condition(&b, conditions::READY).unwrap();
+    assert!(message.contains(&name), "{message}");
+    op.settle().await;
+    let after = csids.get(&name).await.unwrap();
+    assert_eq!(
+        after.resource_version(),
+        foreign.resource_version(),
+        "never modified"
+    );
+    assert_eq!(after.spec, foreign.spec);
+
+    bindings
+        .delete("victim", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("victim gone", || async {
+        bindings
+            .get_opt("victim")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    op.settle().await;
+    let still = csids.get(&name).await.expect("never deleted");
+    assert_eq!(still.uid(), foreign.uid());
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterspiffeid_crd_installed_while_running_is_picked_up() {
+    let (_sim, _cluster, client) = start_cluster(false).await;
+    environment(&client).await;
+    let op = Operator::start(client.clone());
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(client.clone(), NS);
+    create(&bindings, per_objective("chat-id", "chat", "chat")).await;
+    eventually("missing CRD reported", || async {
+        let b = bindings.get("chat-id").await.ok()?;
+        let (s, r, _) = condition(&b, conditions::RENDER_FAILURE)?;
+        (s == "True" && r == "ClusterSPIFFEIDCRDMissing").then_some(())
+    })
+    .await;
+
+    let spire: Vec<CustomResourceDefinition> =
+        load_crds(&upstream_crds_dir().join("spire.spiffe.io_clusterspiffeids.yaml"))
+            .unwrap()
+            .into_iter()
+            .map(|v| serde_json::from_value(v).unwrap())
+            .collect();
+    let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in spire {
+        crd_api.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let b = wait_ready(&bindings, "chat-id", "True").await;
+    let owned = b.status.unwrap().cluster_spiffe_id.unwrap();
+    let csids: Api<ClusterSPIFFEID> = Api::all(client.clone());
+    assert_eq!(csids.get(&owned.name).await.unwrap().uid(), Some(owned.uid));
+    op.stop().await;
+}
+
+fn load_yaml_docs(path: &str) -> Vec<Value> {
+    let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
+    let text = std::fs::read_to_string(&full).unwrap();
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// Creates an arbitrary manifest through the dynamic API (as `kubectl create` would).
+async fn create_manifest(client: &Client, obj: &Value) {
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let kind = obj["kind"].as_str().unwrap();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let api: Api<kube::api::DynamicObject> =
+        match (caps.scope, obj["metadata"]["namespace"].as_str()) {
+            (kube::discovery::Scope::Namespaced, Some(ns)) => {
+                Api::namespaced_with(client.clone(), ns, &ar)
+            }
+            _ => Api::all_with(client.clone(), &ar),
+        };
+    let dynamic: kube::api::DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    api.create(&PostParams::default(), &dynamic).await.unwrap();
+}
+
+/// Installs deploy/spoke's ServiceAccount and binding with `role` as the ClusterRole and
+/// returns a client authenticated as that ServiceAccount.
+async fn operator_client(cluster: &ClusterHandle, admin: &Client, role: Value) -> Client {
+    for doc in load_yaml_docs("deploy/spoke/namespace.yaml")
+        .into_iter()
+        .chain(load_yaml_docs("deploy/spoke/serviceaccount.yaml"))
+        .chain([role])
+        .chain(load_yaml_docs("deploy/spoke/clusterrolebinding.yaml"))
+    {
+        create_manifest(admin, &doc).await;
+    }
+    // Stand-in for kube-apiserver's default `system:discovery` binding (discovery for every
+    // authenticated user), in case the simulator's bootstrap roles are missing; it grants
+    // only non-resource discovery paths, nothing of the operator's resources.
+    for doc in [
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": "test-discovery"},
+            "rules": [{"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*"], "verbs": ["get"]}]
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "test-discovery"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "test-discovery"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]
+        }),
+    ] {
+        create_manifest(admin, &doc).await;
+    }
+    let token = cluster
+        .issue_sa_token(
+            "kleym-system",
+            "kleym-spoke",
+            &[],
+            Duration::from_secs(3600),
+            None,
+        )
+        .await
+        .unwrap();
+    cluster.client_for_token(&token).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn works_with_exactly_the_shipped_cluster_role() {
+    let (_sim, cluster, admin) = start_cluster(true).await;
+    environment(&admin).await;
+    let role = load_yaml_docs("deploy/spoke/clusterrole.yaml").remove(0);
+    let client = operator_client(&cluster, &admin, role).await;
+    let op = Operator::start(client);
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(admin.clone(), NS);
+    create(&bindings, per_objective("chat-id", "chat", "chat")).await;
+    create(&bindings, per_objective("chat-dup", "batch", "chat")).await;
+    create(&bindings, pool_only("pool-id", "batch")).await;
+    wait_ready(&bindings, "pool-id", "True").await;
+    eventually("collision reported under the shipped role", || async {
+        let b = bindings.get("chat-dup").await.ok()?;
+        let (s, _, _) = condition(&b, conditions::CONFLICT)?;
+        (s == "True").then_some(())
+    })
+    .await;
+    bindings
+        .delete("pool-id", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("pool-id cleaned up under the shipped role", || async {
+        bindings
+            .get_opt("pool-id")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    op.settle().await;
+    assert_eq!(
+        op.metrics.failures_total(),
+        0,
+        "no reconcile failed with the shipped ClusterRole"
+    );
+    op.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_patch_on_clusterspiffeids_the_binding_says_so() {
+    let (_sim, cluster, admin) = start_cluster(true).await;
+    environment(&admin).await;
+    let mut role = load_yaml_docs("deploy/spoke/clusterrole.yaml").remove(0);
+    for rule in role["rules"].as_array_mut().unwrap() {
+        if rule["resources"] == json!(["clusterspiffeids"]) {
+            rule["verbs"] = json!(["list", "watch", "delete"]);
+        }
+    }
+    let client = operator_client(&cluster, &admin, role).await;
+    let op = Operator::start(client);
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(admin.clone(), NS);
+    create(&bindings, per_objective("chat-id", "chat", "chat")).await;
+    let b = eventually("apply failure reported", || async {
+        let b = bindings.get("chat-id").await.ok()?;
+        let (s, r, _) = condition(&b, conditions::READY)?;
+        (s == "False" && r == "ClusterSPIFFEIDApplyFailed").then_some(b)
+    })
+    .await;
+    let (_, _, message) = condition(&b, conditions::READY).unwrap();
+    assert!(message.to_lowercase().contains("forbidden"), "{message}");
+    assert!(op.metrics.failures_total() > 0);
+    op.stop().await;
+}

@@ -1,0 +1,304 @@
+//! `kleym spoke`: the single-cluster operator. Runs one spoke reconciler against the
+//! cluster of the current kubeconfig context (or the in-cluster ServiceAccount), with
+//! `/healthz`, `/readyz` and `/metrics` on `--metrics-addr`, until SIGTERM or SIGINT.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use kleym_spoke::reconciler::{CancellationToken, Readiness, Spoke, SpokeConfig, SpokeMetrics};
+use prometheus_client::registry::Registry;
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Arguments of `kleym spoke`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// SPIFFE trust domain of this cluster's SPIRE server (e.g. `prod.example.org`).
+    /// Every generated SPIFFE ID is `spiffe://<trust-domain>/ns/<namespace>/…`.
+    #[arg(long, env = "KLEYM_TRUST_DOMAIN")]
+    pub trust_domain: String,
+
+    /// `className` of the SPIRE Controller Manager that should pick up the generated
+    /// ClusterSPIFFEIDs (unset: any manager without a class filter).
+    #[arg(long, env = "KLEYM_SPIRE_CLASS_NAME")]
+    pub spire_class_name: Option<String>,
+
+    /// Kubeconfig file. Default: `KUBECONFIG`, then `~/.kube/config`, then the in-cluster
+    /// ServiceAccount.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use (default: the current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// Address serving `/healthz`, `/readyz` (caches synced) and `/metrics` (Prometheus).
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub metrics_addr: SocketAddr,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Log filter (`info`, `debug`, or a tracing directive such as `kleym_spoke=debug`).
+    #[arg(long, default_value = "info", env = "KLEYM_LOG")]
+    pub log_level: String,
+
+    /// Bindings reconciled concurrently.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: u16,
+
+    /// Seconds between discovery polls for CRDs installed or removed while running.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub discovery_interval_seconds: u64,
+
+    /// `reportingInstance` of published events (defaults to `POD_NAME` when set).
+    #[arg(long, env = "POD_NAME")]
+    pub instance: Option<String>,
+}
+
+impl Args {
+    /// The reconciler configuration these arguments describe.
+    pub fn spoke_config(&self) -> SpokeConfig {
+        let mut c = SpokeConfig::new(self.trust_domain.trim());
+        c.class_name = self.spire_class_name.clone().filter(|s| !s.is_empty());
+        c.concurrency = usize::from(self.concurrency);
+        c.discovery_interval = Duration::from_secs(self.discovery_interval_seconds);
+        c.event_instance = self.instance.clone();
+        c
+    }
+}
+
+/// Runs the operator until SIGTERM/SIGINT.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    init_logging(args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(run_async(args))
+}
+
+fn init_logging(args: &Args) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .with_context(|| format!("invalid --log-level {:?}", args.log_level))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let result = match args.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    // Already initialised (tests): keep the existing subscriber.
+    let _ = result;
+    Ok(())
+}
+
+async fn client(args: &Args) -> anyhow::Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
+    let config = match (&args.kubeconfig, &args.context) {
+        (Some(path), _) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .context("loading kubeconfig")?,
+        (None, None) => kube::Config::infer()
+            .await
+            .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}
+
+#[derive(Clone)]
+struct HttpState {
+    readiness: Readiness,
+    registry: Arc<Registry>,
+}
+
+/// The `/healthz`, `/readyz` and `/metrics` router.
+fn router(readiness: Readiness, registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(HttpState {
+            readiness,
+            registry,
+        })
+}
+
+async fn readyz(State(s): State<HttpState>) -> impl IntoResponse {
+    if s.readiness.is_ready() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    }
+}
+
+async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
+    let mut out = String::new();
+    match prometheus_client::encoding::text::encode(&mut out, &s.registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            out,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn run_async(args: &Args) -> anyhow::Result<()> {
+    let client = client(args).await?;
+    let mut registry = Registry::default();
+    let metrics = Arc::new(SpokeMetrics::register(&mut registry));
+    let spoke = Spoke::new(client, args.spoke_config(), metrics)?;
+    let readiness = spoke.readiness();
+    let shutdown = CancellationToken::new();
+
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
+    tracing::info!(addr = %args.metrics_addr, trust_domain = %args.trust_domain, "kleym spoke starting");
+    let http_shutdown = shutdown.clone();
+    let http = tokio::spawn(async move {
+        axum::serve(listener, router(readiness, Arc::new(registry)))
+            .with_graceful_shutdown(async move { http_shutdown.cancelled().await })
+            .await
+    });
+
+    let signal_token = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received, shutting down");
+        signal_token.cancel();
+    });
+
+    let result = spoke.run(shutdown.clone()).await;
+    shutdown.cancel();
+    if let Ok(Err(err)) = http.await {
+        tracing::warn!(error = %err, "metrics server failed");
+    }
+    result.context("spoke reconciler failed")
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    #[test]
+    fn parses_flags_into_config() {
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--trust-domain",
+            "td.example",
+            "--spire-class-name",
+            "spire-a",
+            "--concurrency",
+            "8",
+            "--log-format",
+            "json",
+        ])
+        .unwrap();
+        let c = w.args.spoke_config();
+        assert_eq!(c.trust_domain, "td.example");
+        assert_eq!(c.class_name.as_deref(), Some("spire-a"));
+        assert_eq!(c.concurrency, 8);
+        assert_eq!(w.args.log_format, LogFormat::Json);
+        assert_eq!(w.args.metrics_addr, "0.0.0.0:8080".parse().unwrap());
+    }
+
+    #[test]
+    fn rejects_zero_concurrency() {
+        assert!(
+            Wrapper::try_parse_from(["kleym", "--trust-domain", "t", "--concurrency", "0"])
+                .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn readyz_follows_readiness_and_metrics_are_served() {
+        let readiness = Readiness::default();
+        let mut registry = Registry::default();
+        let m = SpokeMetrics::register(&mut registry);
+        m.count_write("status_apply");
+        let app = router(readiness.clone(), Arc::new(registry));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let get = |path: &'static str| async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            s.write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 503"));
+        readiness.set(true);
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(
+            get("/metrics")
+                .await
+                .contains("kleym_spoke_api_writes_total{write=\"status_apply\"} 1")
+        );
+    }
+}

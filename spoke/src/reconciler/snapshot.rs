@@ -1,0 +1,172 @@
+//! A read-only snapshot of what one reconciler knows about its bindings, for the hub's fleet
+//! state and report. It only reads the binding cache (the bindings as last observed, with the
+//! status the reconciler wrote): no I/O, no writes, no effect on reconciling.
+
+use kleym_api::InferenceIdentityBinding;
+use kleym_api::conditions;
+use kube::ResourceExt;
+
+use super::context::Context;
+use super::run::all_synced;
+
+/// Prefix of the rendered selector that names the service account.
+const SA_SELECTOR_PREFIX: &str = "k8s:sa:";
+/// Prefix of the rendered selectors that come from the pool's label selector.
+const POD_LABEL_SELECTOR_PREFIX: &str = "k8s:pod-label:";
+
+/// What one binding compiled to, as last reported in its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingSnapshot {
+    /// Binding namespace.
+    pub namespace: String,
+    /// Binding name.
+    pub name: String,
+    /// `spec.mode` (`PerObjective` or `PoolOnly`).
+    pub mode: String,
+    /// `status.computedSpiffeIDs[].spiffeID`.
+    pub spiffe_ids: Vec<String>,
+    /// Service account from the rendered `k8s:sa:` selector, if any.
+    pub service_account: Option<String>,
+    /// `spec.containerDiscriminator` as `type=value`, if any.
+    pub container_discriminator: Option<String>,
+    /// The rendered `k8s:pod-label:` selectors (the pool selector), sorted.
+    pub pool_selector: Vec<String>,
+    /// `Ready` condition is `True` for the current generation.
+    pub ready: bool,
+    /// Reason of the `Ready` condition (empty when not reported yet).
+    pub reason: String,
+    /// Message of the `Ready` condition.
+    pub message: String,
+    /// `status.conflictPeers` as `name: reason`.
+    pub conflict_peers: Vec<String>,
+    /// `status.warnings` as `reason: message`.
+    pub warnings: Vec<String>,
+    /// Name of the owned ClusterSPIFFEID, if any.
+    pub cluster_spiffe_id: Option<String>,
+}
+
+impl BindingSnapshot {
+    /// Builds the snapshot of one binding object.
+    pub fn of(b: &InferenceIdentityBinding) -> Self {
+        let status = b.status.as_ref();
+        let ready = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::READY));
+        let observed_current = status.and_then(|s| s.observed_generation) == b.metadata.generation;
+        let selectors: &[String] = status.map(|s| s.rendered_selectors.as_slice()).unwrap_or(&[]);
+        let mut pool_selector: Vec<String> = selectors
+            .iter()
+            .filter(|s| s.starts_with(POD_LABEL_SELECTOR_PREFIX))
+            .cloned()
+            .collect();
+        pool_selector.sort();
+        Self {
+            namespace: b.namespace().unwrap_or_default(),
+            name: b.name_any(),
+            mode: b.spec.mode.as_str().to_string(),
+            spiffe_ids: status
+                .map(|s| s.computed_spiffe_ids.iter().map(|c| c.spiffe_id.clone()).collect())
+                .unwrap_or_default(),
+            service_account: selectors
+                .iter()
+                .find_map(|s| s.strip_prefix(SA_SELECTOR_PREFIX))
+                .map(str::to_string),
+            container_discriminator: b
+                .spec
+                .container_discriminator
+                .as_ref()
+                .map(|d| format!("{}={}", d.type_.as_str(), d.value)),
+            pool_selector,
+            ready: observed_current && ready.is_some_and(|c| c.status == "True"),
+            reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
+            message: ready.map(|c| c.message.clone()).unwrap_or_default(),
+            conflict_peers: status
+                .map(|s| {
+                    s.conflict_peers
+                        .iter()
+                        .map(|p| format!("{}: {}", p.name, p.reason))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            warnings: status
+                .map(|s| {
+                    s.warnings
+                        .iter()
+                        .map(|w| format!("{}: {}", w.reason, w.message))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            cluster_spiffe_id: status
+                .and_then(|s| s.cluster_spiffe_id.as_ref())
+                .map(|c| c.name.clone()),
+        }
+    }
+}
+
+/// Every cached binding's snapshot, sorted by namespace and name.
+pub fn bindings(ctx: &Context) -> Vec<BindingSnapshot> {
+    let mut out: Vec<BindingSnapshot> = ctx
+        .caches
+        .bindings
+        .list()
+        .iter()
+        .map(|b| BindingSnapshot::of(b))
+        .collect();
+    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out
+}
+
+/// Whether every active cache has completed its first list (same rule as readiness).
+pub fn synced(ctx: &Context) -> bool {
+    all_synced(ctx)
+}
+
+/// Whether the work queue has nothing pending or running.
+pub fn idle(ctx: &Context) -> bool {
+    ctx.queue.is_idle()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn snapshot_reads_status_and_spec() {
+        let b: InferenceIdentityBinding = serde_json::from_value(json!({
+            "apiVersion": "kleym.io/v1alpha1",
+            "kind": "InferenceIdentityBinding",
+            "metadata": {"name": "chat-id", "namespace": "llm", "generation": 2},
+            "spec": {
+                "targetRef": {"name": "chat"},
+                "mode": "PerObjective",
+                "containerDiscriminator": {"type": "ContainerName", "value": "chat"},
+                "workloadSelectorTemplates": ["k8s:sa:model-server"]
+            },
+            "status": {
+                "observedGeneration": 2,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Compiled",
+                    "message": "ok", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "computedSpiffeIDs": [{"mode": "PerObjective",
+                    "spiffeID": "spiffe://td/ns/llm/objective/chat"}],
+                "renderedSelectors": ["k8s:sa:model-server", "k8s:pod-label:b:2",
+                    "k8s:pod-label:a:1", "k8s:ns:llm"],
+                "warnings": [{"reason": "Overlap", "message": "m"}]
+            }
+        }))
+        .unwrap();
+        let s = BindingSnapshot::of(&b);
+        assert_eq!(s.spiffe_ids, ["spiffe://td/ns/llm/objective/chat"]);
+        assert_eq!(s.service_account.as_deref(), Some("model-server"));
+        assert_eq!(
+            s.container_discriminator.as_deref(),
+            Some("ContainerName=chat")
+        );
+        assert_eq!(s.pool_selector, ["k8s:pod-label:a:1", "k8s:pod-label:b:2"]);
+        assert!(s.ready);
+        assert_eq!(s.warnings, ["Overlap: m"]);
+
+        // A stale status (older generation) is not ready.
+        let mut stale = b.clone();
+        stale.metadata.generation = Some(3);
+        assert!(!BindingSnapshot::of(&stale).ready);
+    }
+}
