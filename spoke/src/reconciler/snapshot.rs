@@ -51,7 +51,9 @@ impl BindingSnapshot {
         let status = b.status.as_ref();
         let ready = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::READY));
         let observed_current = status.and_then(|s| s.observed_generation) == b.metadata.generation;
-        let selectors: &[String] = status.map(|s| s.rendered_selectors.as_slice()).unwrap_or(&[]);
+        let selectors: &[String] = status
+            .map(|s| s.rendered_selectors.as_slice())
+            .unwrap_or(&[]);
         let mut pool_selector: Vec<String> = selectors
             .iter()
             .filter(|s| s.starts_with(POD_LABEL_SELECTOR_PREFIX))
@@ -63,7 +65,12 @@ impl BindingSnapshot {
             name: b.name_any(),
             mode: b.spec.mode.as_str().to_string(),
             spiffe_ids: status
-                .map(|s| s.computed_spiffe_ids.iter().map(|c| c.spiffe_id.clone()).collect())
+                .map(|s| {
+                    s.computed_spiffe_ids
+                        .iter()
+                        .map(|c| c.spiffe_id.clone())
+                        .collect()
+                })
                 .unwrap_or_default(),
             service_account: selectors
                 .iter()
