@@ -8,6 +8,7 @@
 //! - [`CompiledSchema::apply_defaults`], [`CompiledSchema::prune`], [`CompiledSchema::validate`].
 //! - [`FieldError`] renders like kube-apiserver's `field.Error` (`spec.x: Required value`).
 //! - [`invalid_message`] and [`causes`] build the `Invalid` status from field errors.
+//! - [`structural_errors`] lists why kube-apiserver would refuse a CRD version's schema.
 //!
 //! See `README.md` beside this crate for what is supported and how it differs from
 //! kube-apiserver.
@@ -21,6 +22,7 @@ mod errors;
 mod formats;
 mod node;
 mod prune;
+mod structural;
 mod validate;
 
 use std::sync::Arc;
@@ -29,6 +31,7 @@ use serde_json::Value;
 
 pub use errors::{causes, invalid_message};
 use node::Node;
+pub use structural::structural_errors;
 
 /// Why a schema could not be compiled (a CRD with such a schema is rejected).
 #[derive(Debug, thiserror::Error)]

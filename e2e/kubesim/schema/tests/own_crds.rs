@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use kubesim_schema::CompiledSchema;
+use kubesim_schema::{CompiledSchema, structural_errors};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -52,6 +52,10 @@ fn own_crds_compile_and_every_rule_is_evaluable() {
     let crds = crds();
     assert!(!crds.is_empty(), "no CRD in {}", crd_dir().display());
     for crd in &crds {
+        for v in crd["spec"]["versions"].as_array().unwrap() {
+            let errs = structural_errors(&v["schema"]["openAPIV3Schema"], "openAPIV3Schema");
+            assert!(errs.is_empty(), "{}: {errs:?}", crd["metadata"]["name"]);
+        }
         for (version, schema) in served(crd) {
             assert!(
                 schema.unevaluable_rules().is_empty(),

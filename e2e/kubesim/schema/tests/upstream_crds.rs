@@ -4,6 +4,7 @@
 mod common;
 
 use common::{admit, errors, load_crd, schema, served_schemas, upstream_dir};
+use kubesim_schema::structural_errors;
 use serde_json::json;
 
 const SPIFFE: &str = "spire.spiffe.io_clusterspiffeids.yaml";
@@ -30,6 +31,16 @@ fn every_upstream_crd_compiles_and_every_rule_is_evaluable() {
     let mut versions = 0;
     for f in &files {
         let crd = load_crd(f);
+        for (i, v) in crd["spec"]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+        {
+            let base = format!("spec.versions[{i}].schema.openAPIV3Schema");
+            let errs = structural_errors(&v["schema"]["openAPIV3Schema"], &base);
+            assert!(errs.is_empty(), "{f}: {errs:?}");
+        }
         for (version, schema) in served_schemas(&crd) {
             versions += 1;
             assert!(
