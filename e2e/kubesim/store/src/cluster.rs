@@ -294,8 +294,7 @@ impl Cluster {
         let mut cont = None;
         if let Some(ts) = inner.types.get(&ctx.key) {
             let mut iter = ts
-                .range(ns)
-                .filter(|(k, _)| after.as_ref().is_none_or(|a| *k > a))
+                .range_after(ns, after.as_ref())
                 .map(|(k, o)| (k, o.value()))
                 .filter(|(_, o)| filter.matches(o));
             for (k, o) in iter.by_ref() {

@@ -199,15 +199,29 @@ impl TypeStore {
 
     /// Objects of namespace `ns` (all when `None`), in namespace/name order.
     pub fn range<'a>(&'a self, ns: Option<&str>) -> Box<dyn Iterator<Item = Entry<'a>> + 'a> {
+        self.range_after(ns, None)
+    }
+
+    /// As [`TypeStore::range`], starting after the key `after` (a continue token) without
+    /// walking the keys before it.
+    pub fn range_after<'a>(
+        &'a self,
+        ns: Option<&str>,
+        after: Option<&(String, String)>,
+    ) -> Box<dyn Iterator<Item = Entry<'a>> + 'a> {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let start = match (after, ns) {
+            (Some(a), Some(ns)) if a.0.as_str() < ns => Included((ns.to_string(), String::new())),
+            (Some(a), _) => Excluded(a.clone()),
+            (None, Some(ns)) => Included((ns.to_string(), String::new())),
+            (None, None) => Unbounded,
+        };
+        let iter = self.objects.range((start, Unbounded));
         match ns {
-            None => Box::new(self.objects.iter()),
+            None => Box::new(iter),
             Some(ns) => {
                 let ns = ns.to_string();
-                Box::new(
-                    self.objects
-                        .range((ns.clone(), String::new())..)
-                        .take_while(move |((n, _), _)| *n == ns),
-                )
+                Box::new(iter.take_while(move |((n, _), _)| *n == ns))
             }
         }
     }

@@ -171,6 +171,34 @@ fn pagination_is_stable_and_complete() {
     }
     assert_eq!(seen, expected);
     assert_eq!(pages, 5);
+
+    // within one namespace
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    for _ in 0..10 {
+        let l = c
+            .list(
+                &cms,
+                Some("kube-public"),
+                &ListOptions {
+                    limit: Some(5),
+                    continue_token: token.clone(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        seen.extend(names(&l));
+        token = l["metadata"]["continue"].as_str().map(str::to_string);
+        if token.is_none() {
+            break;
+        }
+    }
+    let public: Vec<String> = expected
+        .iter()
+        .filter(|n| n.starts_with("kube-public/"))
+        .cloned()
+        .collect();
+    assert_eq!(seen, public);
     let e = c
         .list(
             &cms,
