@@ -218,7 +218,8 @@ impl ExternalAuthenticator for External {
 /// An authenticator for `issuer_url`'s tokens with an audience in `audiences`, verified
 /// against the JWKS fetched over HTTPS from `<issuer_url>/openid/v1/jwks` (trusting only
 /// `ca_pem`). Usernames are the `sub` claim, unprefixed (so a hub ServiceAccount is
-/// `system:serviceaccount:<ns>:<name>` on the spoke too).
+/// `system:serviceaccount:<ns>:<name>` on the spoke too). An unknown `kid` triggers a JWKS
+/// refetch at most every 200 ms.
 pub fn external_issuer(
     issuer_url: &str,
     ca_pem: &str,
@@ -230,7 +231,9 @@ pub fn external_issuer(
         &format!("{}{}", issuer_url.trim_end_matches('/'), jwt::JWKS_PATH),
         ca_pem,
     );
-    let ext = kubesim_auth::external::ExternalIssuer::new(config)?;
+    // A short refetch interval: tests rotate keys and should not wait 10 s for the JWKS.
+    let ext = kubesim_auth::external::ExternalIssuer::new(config)?
+        .with_min_refetch_interval(std::time::Duration::from_millis(200));
     Ok(std::sync::Arc::new(External(ext)))
 }
 

@@ -28,6 +28,15 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// A `UserInfo` for `name` in `groups` (for [`ClusterHandle::add_static_token`]).
+pub fn user(name: &str, groups: &[&str]) -> UserInfo {
+    UserInfo {
+        username: name.to_string(),
+        groups: groups.iter().map(|g| (*g).to_string()).collect(),
+        ..Default::default()
+    }
+}
+
 /// Options for [`Kubesim::start`] (and clusters added later).
 #[derive(Debug, Clone)]
 pub struct KubesimOptions {

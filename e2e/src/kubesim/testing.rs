@@ -1,6 +1,9 @@
 //! Support for tests that drive kubesim with the real `kubectl`.
 
 use crate::kubesim::ClusterHandle;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -148,4 +151,145 @@ impl Kubectl {
             .kill_on_drop(true);
         cmd.spawn()
     }
+}
+
+/// HTTP version for [`raw_request`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpVersion {
+    /// HTTP/1.1 (ALPN `http/1.1`).
+    Http1,
+    /// HTTP/2 (ALPN `h2`).
+    Http2,
+}
+
+/// A raw HTTPS response.
+#[derive(Debug)]
+pub struct RawResponse {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: http::HeaderMap,
+    /// Body.
+    pub body: Bytes,
+    /// The ALPN protocol the server agreed to.
+    pub alpn: Option<Vec<u8>>,
+}
+
+impl RawResponse {
+    /// The body as JSON (`Null` if it is not JSON).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// One request to `cluster` over a fresh TLS connection trusting its CA, with an optional
+/// bearer token and JSON body — for tests of paths no typed client covers.
+pub async fn raw_request(
+    cluster: &ClusterHandle,
+    method: http::Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+    version: HttpVersion,
+) -> Result<RawResponse, String> {
+    raw(cluster, method, path, token, body, version, &[]).await
+}
+
+/// [`raw_request`] over HTTP/1.1 without a body but with extra headers (e.g. `Accept`).
+pub async fn raw_request_with_headers(
+    cluster: &ClusterHandle,
+    method: http::Method,
+    path: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Result<RawResponse, String> {
+    raw(
+        cluster,
+        method,
+        path,
+        token,
+        None,
+        HttpVersion::Http1,
+        headers,
+    )
+    .await
+}
+
+async fn raw(
+    cluster: &ClusterHandle,
+    method: http::Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+    version: HttpVersion,
+    headers: &[(&str, &str)],
+) -> Result<RawResponse, String> {
+    let mut config = (*kubesim_auth::pki::client_config(&cluster.ca_pem(), None)
+        .map_err(|e| e.to_string())?)
+    .clone();
+    config.alpn_protocols = vec![match version {
+        HttpVersion::Http1 => b"http/1.1".to_vec(),
+        HttpVersion::Http2 => b"h2".to_vec(),
+    }];
+    let addr = cluster.server().addr;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("tls: {e}"))?;
+    let alpn = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    let mut builder = http::Request::builder()
+        .method(method)
+        .uri(format!("{}{path}", cluster.url()));
+    if let Some(t) = token {
+        builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    for (k, v) in headers {
+        builder = builder.header(*k, *v);
+    }
+    let payload = match body {
+        Some(b) => {
+            builder = builder.header(http::header::CONTENT_TYPE, "application/json");
+            Bytes::from(serde_json::to_vec(b).map_err(|e| e.to_string())?)
+        }
+        None => Bytes::new(),
+    };
+    let req = builder
+        .body(Full::new(payload))
+        .map_err(|e| e.to_string())?;
+    let io = TokioIo::new(tls);
+    let resp = match version {
+        HttpVersion::Http1 => {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(io)
+                .await
+                .map_err(|e| format!("handshake: {e}"))?;
+            tokio::spawn(conn);
+            send.send_request(req).await.map_err(|e| e.to_string())?
+        }
+        HttpVersion::Http2 => {
+            let (mut send, conn) =
+                hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+                    .await
+                    .map_err(|e| format!("handshake: {e}"))?;
+            tokio::spawn(conn);
+            send.send_request(req).await.map_err(|e| e.to_string())?
+        }
+    };
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok(RawResponse {
+        status,
+        headers,
+        body,
+        alpn,
+    })
 }
