@@ -279,7 +279,8 @@ pub fn analyze(
     let mut verdicts: BTreeMap<BindingRef, Verdict> = BTreeMap::new();
 
     // IdentityCollision: PerObjective, same namespace, pod set, service account, container.
-    let mut collision_groups: Groups<(&str, Labels, &str, &str)> = HashMap::new();
+    let mut collision_groups: Groups<(&str, Labels, &str, &str)> =
+        HashMap::with_capacity(identities.len());
     for (i, id) in identities.iter().enumerate() {
         if id.mode == IdentityMode::PerObjective {
             let key = (
@@ -311,7 +312,7 @@ pub fn analyze(
     }
 
     // DuplicateSPIFFEID: one ID, several selector sets.
-    let mut by_id: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut by_id: Groups<&str> = HashMap::with_capacity(identities.len());
     for (i, id) in identities.iter().enumerate() {
         by_id.entry(id.spiffe_id.as_str()).or_default().push(i);
     }
@@ -357,7 +358,7 @@ fn pool_and_objective_warnings(
     ids: &[CompiledIdentity],
     verdicts: &mut BTreeMap<BindingRef, Verdict>,
 ) {
-    let mut groups: Groups<(&str, Labels, &str)> = HashMap::new();
+    let mut groups: Groups<(&str, Labels, &str)> = HashMap::with_capacity(ids.len() / 2);
     for (i, id) in ids.iter().enumerate() {
         let key = (
             id.binding.namespace.as_str(),
@@ -367,6 +368,9 @@ fn pool_and_objective_warnings(
         groups.entry(key).or_default().push(i);
     }
     for ((_, pool_labels, sa), members) in groups {
+        if members.len() < 2 {
+            continue;
+        }
         let members = sorted_members(ids, members);
         let (pool_only, per_objective): (Vec<usize>, Vec<usize>) = members
             .into_iter()
@@ -415,28 +419,39 @@ fn overlapping_default_warnings(
     if candidates.is_empty() {
         return;
     }
-    // Bindings with the same workload signature share the answer: evaluate once per group.
-    let mut groups: Groups<(&str, &Vec<String>, Labels, &str)> = HashMap::new();
+    // Namespace and pod selection are shared by every binding on one pod set: evaluate
+    // them once per group; only the workload selectors are checked per binding.
+    let mut groups: Groups<(&str, Labels, &str)> = HashMap::new();
     for (i, id) in ids.iter().enumerate() {
         let class = id.output.spec.class_name.as_deref().unwrap_or("");
-        let key = (
-            id.binding.namespace.as_str(),
-            &id.selectors,
-            &id.pool_labels,
-            class,
-        );
+        let key = (id.binding.namespace.as_str(), &id.pool_labels, class);
         groups.entry(key).or_default().push(i);
     }
-    for ((ns, selectors, pool_labels, class), members) in groups {
-        let ns_labels = namespaces.get(ns);
-        for f in &candidates {
-            if f.class_name.as_deref().unwrap_or("") != class
-                || !provably_selects(f, ns, ns_labels, pool_labels, selectors)
-            {
+    let mut namespace_match: HashMap<(usize, &str), bool> = HashMap::new();
+    for ((ns, pool_labels, class), members) in groups {
+        for (fi, f) in candidates.iter().enumerate() {
+            if f.class_name.as_deref().unwrap_or("") != class {
+                continue;
+            }
+            let ns_ok = *namespace_match
+                .entry((fi, ns))
+                .or_insert_with(|| namespace_provably_selected(f, ns, namespaces.get(ns)));
+            let pods_ok = f
+                .pod_selector
+                .as_ref()
+                .is_none_or(|sel| selector_provably_matches(sel, pool_labels, false));
+            if !ns_ok || !pods_ok {
                 continue;
             }
             for &m in &members {
                 let id = &ids[m];
+                let workloads_ok = f
+                    .workload_selector_templates
+                    .iter()
+                    .all(|t| workload_selector_satisfied(t, &id.selectors));
+                if !workloads_ok {
+                    continue;
+                }
                 verdicts
                     .entry(id.binding.clone())
                     .or_default()
@@ -453,35 +468,21 @@ fn overlapping_default_warnings(
     }
 }
 
-/// Whether `f` provably selects the workloads of a binding in `namespace` whose pods carry
-/// `pool_labels` and which is registered with `selectors`.
-fn provably_selects(
+/// Whether `f`'s `namespaceSelector` provably selects `namespace`. The apiserver always
+/// sets the name label; other labels are known only if the caller supplied the namespace.
+fn namespace_provably_selected(
     f: &ForeignSpiffeId,
     namespace: &str,
     namespace_labels: Option<&BTreeMap<String, String>>,
-    pool_labels: &BTreeMap<String, String>,
-    selectors: &[String],
 ) -> bool {
-    let ns_ok = match &f.namespace_selector {
+    match &f.namespace_selector {
         None => true,
         Some(sel) => {
-            // The apiserver always sets the name label; other labels are known only if the
-            // caller supplied the namespace.
             let mut known = namespace_labels.cloned().unwrap_or_default();
             known.insert(NAMESPACE_NAME_LABEL.to_string(), namespace.to_string());
             selector_provably_matches(sel, &known, namespace_labels.is_some())
         }
-    };
-    // Pods may carry labels beyond the pool's: the view is never complete.
-    let pods_ok = f
-        .pod_selector
-        .as_ref()
-        .is_none_or(|sel| selector_provably_matches(sel, pool_labels, false));
-    ns_ok
-        && pods_ok
-        && f.workload_selector_templates
-            .iter()
-            .all(|t| workload_selector_satisfied(t, selectors))
+    }
 }
 
 /// Evaluate a label selector against `labels`. With `complete == false`, a requirement on
