@@ -1,11 +1,12 @@
 //! The CEL environment: cel-rust's standard library and its strings/lists/math extensions,
 //! plus the Kubernetes library functions kubesim implements (`isURL`, `url(...).getX()`,
-//! list `isSorted/sum/min/max/indexOf/lastIndexOf`, regex `find/findAll`).
+//! list `isSorted/sum/min/max/indexOf/lastIndexOf`, regex `find/findAll`, and the
+//! `quantity` library with quantities represented as doubles).
 
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use cel::common::types::{DYN_TYPE, LIST_TYPE, STRING_TYPE};
+use cel::common::types::{DOUBLE_TYPE, DYN_TYPE, INT_TYPE, LIST_TYPE, STRING_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{Context, Env, ExecutionError, Value};
 
@@ -91,6 +92,7 @@ fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         vec![DYN_TYPE],
         list_last_index_of,
     )?;
+    add_quantity_library(env)?;
     env.add_member_overload("find", "string_find", STRING_TYPE, vec![STRING_TYPE], find)?;
     env.add_member_overload(
         "findAll",
@@ -410,4 +412,262 @@ fn find_all<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Executi
         .map(|m| Value::String(Arc::new(m.as_str().to_string())))
         .collect();
     ret(Value::List(Arc::new(all)))
+}
+
+/// Kubernetes' quantity library. A quantity is represented by its value as a CEL double:
+/// comparisons, equality (`quantity('1Gi') == quantity('1024Mi')`) and arithmetic behave as
+/// in Kubernetes within double precision.
+fn add_quantity_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    env.add_overload(
+        "quantity",
+        "string_to_quantity",
+        vec![STRING_TYPE],
+        quantity,
+    )?;
+    env.add_overload(
+        "isQuantity",
+        "is_quantity_string",
+        vec![STRING_TYPE],
+        is_quantity,
+    )?;
+    let binary: [(&str, cel::common::functions::Function); 5] = [
+        ("isLessThan", q_less),
+        ("isGreaterThan", q_greater),
+        ("compareTo", q_compare),
+        ("add", q_add),
+        ("sub", q_sub),
+    ];
+    for (name, f) in binary {
+        env.add_member_overload(
+            name,
+            &format!("quantity_{name}"),
+            DOUBLE_TYPE,
+            vec![DOUBLE_TYPE],
+            f,
+        )?;
+    }
+    env.add_member_overload(
+        "add",
+        "quantity_add_int",
+        DOUBLE_TYPE,
+        vec![INT_TYPE],
+        q_add,
+    )?;
+    env.add_member_overload(
+        "sub",
+        "quantity_sub_int",
+        DOUBLE_TYPE,
+        vec![INT_TYPE],
+        q_sub,
+    )?;
+    let unary: [(&str, cel::common::functions::Function); 4] = [
+        ("isInteger", q_is_integer),
+        ("asInteger", q_as_integer),
+        ("asApproximateFloat", q_as_float),
+        ("sign", q_sign),
+    ];
+    for (name, f) in unary {
+        env.add_member_overload(name, &format!("quantity_{name}"), DOUBLE_TYPE, vec![], f)?;
+    }
+    Ok(())
+}
+
+/// Parses a Kubernetes quantity (`1.5Gi`, `100m`, `2e3`, `-4k`) to its value.
+pub(crate) fn parse_quantity(s: &str) -> Option<f64> {
+    let num_end = s
+        .char_indices()
+        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || ((*c == '+' || *c == '-') && *i == 0)))
+        .map_or(s.len(), |(i, _)| i);
+    let (num, suffix) = s.split_at(num_end);
+    let digits = num.trim_start_matches(['+', '-']);
+    if digits.is_empty() || digits == "." || digits.matches('.').count() > 1 {
+        return None;
+    }
+    let value: f64 = num.parse().ok()?;
+    let scale = match suffix {
+        "" => 1.0,
+        "n" => 1e-9,
+        "u" => 1e-6,
+        "m" => 1e-3,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        exp => {
+            let e = exp.strip_prefix(['e', 'E'])?;
+            let e: i32 = e.parse().ok()?;
+            10f64.powi(e)
+        }
+    };
+    Some(value * scale)
+}
+
+fn float_arg(v: &Value, function: &str) -> Result<f64, ExecutionError> {
+    match v {
+        Value::Float(f) => Ok(*f),
+        Value::Int(i) => Ok(*i as f64),
+        other => Err(ExecutionError::function_error(
+            function,
+            format!("expected quantity, got {}", other.type_of()),
+        )),
+    }
+}
+
+fn quantity_pair(args: &[CowVal<'_, '_>], function: &str) -> Result<(f64, f64), ExecutionError> {
+    let a = values(args)?;
+    Ok((
+        float_arg(a.first().unwrap_or(&Value::Null), function)?,
+        float_arg(a.get(1).unwrap_or(&Value::Null), function)?,
+    ))
+}
+
+fn quantity<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let s = string_arg(a.first().unwrap_or(&Value::Null), "quantity")?;
+    let q = parse_quantity(&s).ok_or_else(|| {
+        ExecutionError::function_error("quantity", format!("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {s}"))
+    })?;
+    ret(Value::Float(q))
+}
+
+fn is_quantity<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let s = string_arg(a.first().unwrap_or(&Value::Null), "isQuantity")?;
+    ret(Value::Bool(parse_quantity(&s).is_some()))
+}
+
+fn q_less<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (x, y) = quantity_pair(&args, "isLessThan")?;
+    ret(Value::Bool(x < y))
+}
+
+fn q_greater<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (x, y) = quantity_pair(&args, "isGreaterThan")?;
+    ret(Value::Bool(x > y))
+}
+
+fn q_compare<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (x, y) = quantity_pair(&args, "compareTo")?;
+    let c = if x < y {
+        -1
+    } else if x > y {
+        1
+    } else {
+        0
+    };
+    ret(Value::Int(c))
+}
+
+fn q_add<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (x, y) = quantity_pair(&args, "add")?;
+    ret(Value::Float(x + y))
+}
+
+fn q_sub<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (x, y) = quantity_pair(&args, "sub")?;
+    ret(Value::Float(x - y))
+}
+
+fn q_unary(args: &[CowVal<'_, '_>], function: &str) -> Result<f64, ExecutionError> {
+    let a = values(args)?;
+    float_arg(a.first().unwrap_or(&Value::Null), function)
+}
+
+fn q_is_integer<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let q = q_unary(&args, "isInteger")?;
+    ret(Value::Bool(q.fract() == 0.0 && q.abs() < 9.2e18))
+}
+
+fn q_as_integer<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let q = q_unary(&args, "asInteger")?;
+    if q.fract() != 0.0 || q.abs() >= 9.2e18 {
+        return Err(ExecutionError::function_error(
+            "asInteger",
+            "cannot convert value to integer",
+        ));
+    }
+    ret(Value::Int(q as i64))
+}
+
+fn q_as_float<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    ret(Value::Float(q_unary(&args, "asApproximateFloat")?))
+}
+
+fn q_sign<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let q = q_unary(&args, "sign")?;
+    ret(Value::Int(if q > 0.0 {
+        1
+    } else if q < 0.0 {
+        -1
+    } else {
+        0
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kubernetes_library_function_is_declared() {
+        for f in [
+            "isURL",
+            "url",
+            "getScheme",
+            "getHost",
+            "getHostname",
+            "getPort",
+            "getEscapedPath",
+            "isSorted",
+            "sum",
+            "min",
+            "max",
+            "indexOf",
+            "lastIndexOf",
+            "find",
+            "findAll",
+            "quantity",
+            "isQuantity",
+            "isLessThan",
+            "isGreaterThan",
+            "compareTo",
+            "add",
+            "sub",
+            "isInteger",
+            "asInteger",
+            "asApproximateFloat",
+            "sign",
+            "lowerAscii",
+            "split",
+            "matches",
+            "startsWith",
+            "endsWith",
+            "size",
+            "timestamp",
+            "duration",
+        ] {
+            assert!(is_supported(f), "{f}");
+        }
+        assert!(!is_supported("noSuchFunction"));
+    }
+
+    #[test]
+    fn quantities() {
+        assert_eq!(parse_quantity("1Gi"), Some(1073741824.0));
+        assert_eq!(parse_quantity("100m"), Some(0.1));
+        assert_eq!(parse_quantity("-2k"), Some(-2000.0));
+        assert_eq!(parse_quantity("1.5"), Some(1.5));
+        assert_eq!(parse_quantity("2e3"), Some(2000.0));
+        assert_eq!(parse_quantity("1Xi"), None);
+        assert_eq!(parse_quantity("Gi"), None);
+        assert_eq!(parse_quantity("1.2.3"), None);
+    }
 }

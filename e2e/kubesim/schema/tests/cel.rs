@@ -297,24 +297,24 @@ fn runtime_data_errors_are_reported_like_kube_apiserver() {
 #[test]
 fn unsupported_rules_never_pass_silently() {
     let s = spec_with_rules(
-        json!({"mem": {"type": "string"}}),
+        json!({"ip": {"type": "string"}}),
         json!([
-            {"rule": "quantity(self.mem).isLessThan(quantity('1Gi'))", "message": "too much"},
-            {"rule": "self.mem != ''"}
+            {"rule": "cidr('10.0.0.0/8').containsIP(ip(self.ip))", "message": "outside"},
+            {"rule": "self.ip != ''"}
         ]),
     );
     assert_eq!(
         s.unevaluable_rules(),
-        vec!["quantity(self.mem).isLessThan(quantity('1Gi'))".to_string()]
+        vec!["cidr('10.0.0.0/8').containsIP(ip(self.ip))".to_string()]
     );
-    let mut o = obj(json!({"mem": "512Mi"}));
+    let mut o = obj(json!({"ip": "10.1.2.3"}));
     s.apply_defaults(&mut o);
     s.prune(&mut o);
     let errs = s.validate(&o, None);
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].kind, FieldErrorKind::InternalError);
     assert_eq!(errs[0].path, "spec");
-    assert!(errs[0].detail.starts_with("Internal error: kubesim cannot evaluate this rule: unsupported function(s): isLessThan, quantity"), "{}", errs[0].detail);
+    assert!(errs[0].detail.starts_with("Internal error: kubesim cannot evaluate this rule: unsupported function(s): cidr, containsIP, ip"), "{}", errs[0].detail);
 
     let unparsable = spec_with_rules(json!({}), json!([{"rule": "self.a ==", "message": "m"}]));
     assert_eq!(
@@ -431,6 +431,34 @@ fn immutability_uses_kubernetes_equality() {
             r#"spec.order: Invalid value: "array": order is immutable"#,
             r#"spec.ports: Invalid value: "array": ports changed to 3"#,
             r#"spec.tags: Invalid value: "array": tags are immutable"#,
+        ]
+    );
+}
+
+#[test]
+fn quantity_library() {
+    let s = spec_with_rules(
+        json!({"mem": {"type": "string"}, "cpu": {"type": "string"}}),
+        json!([
+            {"rule": "isQuantity(self.mem) && quantity(self.mem).isLessThan(quantity('1Gi'))", "message": "mem must be below 1Gi"},
+            {"rule": "quantity(self.cpu).compareTo(quantity('500m')) >= 0 && quantity(self.cpu).add(quantity('1')).isGreaterThan(quantity('1'))", "message": "cpu"},
+            {"rule": "quantity('1Gi') == quantity('1024Mi') && quantity('2').isInteger() && quantity('2k').asInteger() == 2000 && quantity('-1').sign() == -1", "message": "identities"}
+        ]),
+    );
+    assert!(
+        s.unevaluable_rules().is_empty(),
+        "{:?}",
+        s.unevaluable_rules()
+    );
+    assert_eq!(
+        errors(&s, obj(json!({"mem": "512Mi", "cpu": "1"})), None),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors(&s, obj(json!({"mem": "2Gi", "cpu": "100m"})), None),
+        vec![
+            r#"spec: Invalid value: "object": mem must be below 1Gi"#,
+            r#"spec: Invalid value: "object": cpu"#,
         ]
     );
 }
