@@ -23,7 +23,11 @@ pub enum CrdError {
 /// Every CRD kleym owns, in a stable order. Install these rather than the raw
 /// `CustomResourceExt::crd()` output, which lacks the post-processing below.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![inference_identity_binding()]
+    vec![
+        inference_identity_binding(),
+        crate::fleet::ClusterIdentityStatus::crd(),
+        crate::fleet::FleetIdentityReport::crd(),
+    ]
 }
 
 /// The `InferenceIdentityBinding` CRD, with `nullable` removed from the spec schema so the

@@ -5,6 +5,7 @@
 //! - [`binding`]: `InferenceIdentityBinding`, the namespaced identity intent.
 //! - [`conditions`]: the condition types every binding status carries.
 //! - [`external`]: upstream kinds, modelled field-for-field from their CRDs.
+//! - [`fleet`]: `ClusterIdentityStatus` and `FleetIdentityReport`, written by the hub.
 //! - [`crds`]: the CustomResourceDefinitions kleym installs (`kleym crds`).
 #![warn(missing_docs)]
 
@@ -12,6 +13,7 @@ pub mod binding;
 pub mod conditions;
 pub mod crds;
 pub mod external;
+pub mod fleet;
 mod go_duration;
 mod schema;
 

@@ -6,9 +6,12 @@ use kleym_api::{IdentityMode, InferenceIdentityBinding};
 use serde_json::{Value, json};
 
 fn binding_crd_json() -> Value {
-    let all = crds::all();
-    assert_eq!(all.len(), 1, "one CRD today");
-    serde_json::to_value(&all[0]).unwrap()
+    let binding = crds::inference_identity_binding();
+    assert!(
+        crds::all().contains(&binding),
+        "all() installs the binding CRD"
+    );
+    serde_json::to_value(&binding).unwrap()
 }
 
 fn spec_schema() -> Value {
