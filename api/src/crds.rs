@@ -31,7 +31,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
 }
 
 /// The `InferenceIdentityBinding` CRD, with `nullable` removed from the spec schema so the
-/// apiserver prunes `null`s before the CEL rules run (see [`crate::schema`]).
+/// apiserver prunes `null`s before the CEL rules run.
 pub fn inference_identity_binding() -> CustomResourceDefinition {
     let mut crd = InferenceIdentityBinding::crd();
     for version in &mut crd.spec.versions {
