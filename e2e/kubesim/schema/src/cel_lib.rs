@@ -3,7 +3,7 @@
 //! list `isSorted/sum/min/max/indexOf/lastIndexOf`, regex `find/findAll`, and the
 //! `quantity` library with quantities represented as doubles).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use cel::common::types::{DOUBLE_TYPE, DYN_TYPE, INT_TYPE, LIST_TYPE, STRING_TYPE};
@@ -105,8 +105,8 @@ fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
 }
 
 /// Names already probed: declared in the environment or not.
-static DECLARED: LazyLock<Mutex<HashSet<(String, bool)>>> =
-    LazyLock::new(|| Mutex::new(HashSet::new()));
+static DECLARED: LazyLock<Mutex<HashMap<String, bool>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// Whether a function name that a compiled rule calls can be evaluated here.
 pub(crate) fn is_supported(name: &str) -> bool {
@@ -114,9 +114,9 @@ pub(crate) fn is_supported(name: &str) -> bool {
         return true;
     }
     if let Ok(cache) = DECLARED.lock()
-        && let Some(hit) = cache.iter().find(|(n, _)| n == name)
+        && let Some(hit) = cache.get(name)
     {
-        return hit.1;
+        return *hit;
     }
     // `Context::add_function` refuses a name the Env declares: the only public probe.
     let mut ctx = Context::with_env(ENV.clone());
@@ -128,7 +128,7 @@ pub(crate) fn is_supported(name: &str) -> bool {
                     .is_err()
             });
     if let Ok(mut cache) = DECLARED.lock() {
-        cache.insert((name.to_string(), declared));
+        cache.insert(name.to_string(), declared);
     }
     declared
 }

@@ -408,7 +408,7 @@ pub(crate) fn validate(
                 _ => None,
             };
             for (i, x) in items.iter().enumerate() {
-                let o = old_items.as_ref().and_then(|m| m[i]);
+                let o = old_items.as_ref().and_then(|m| m.get(i).copied().flatten());
                 validate(item, x, o, &format!("{path}[{i}]"), false, unchanged, errs);
             }
         }

@@ -7,7 +7,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::FieldError;
+use crate::node::Node;
+use crate::{FieldError, prune, validate};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Level {
@@ -63,6 +64,14 @@ pub fn structural_errors(schema: &Value, base_path: &str) -> Vec<FieldError> {
         Some(s) => {
             invariants(s, Level::Root, base_path, &mut errs);
             api_rules(s, base_path, &mut errs);
+            match Node::compile(schema, "") {
+                Ok(root) => defaults(&root, base_path, &mut errs),
+                Err(e) => errs.push(FieldError::invalid(
+                    base_path,
+                    &Value::String(String::new()),
+                    &e.to_string(),
+                )),
+            }
         }
         None => errs.push(FieldError::required(
             &child(base_path, "type"),
@@ -72,6 +81,48 @@ pub fn structural_errors(schema: &Value, base_path: &str) -> Vec<FieldError> {
     errs.sort_by_key(ToString::to_string);
     errs.dedup();
     errs
+}
+
+/// `ValidateDefaults`: every `default` must be valid against its own node's schema and
+/// carry no field that pruning would drop.
+fn defaults(node: &Node, path: &str, errs: &mut Vec<FieldError>) {
+    if !node.has_defaults {
+        return;
+    }
+    if let Some(default) = &node.default {
+        let at = child(path, "default");
+        let mut found = Vec::new();
+        validate::validate(node, default, None, "", &mut found);
+        validate::list_types(node, default, None, "", &mut found);
+        for mut e in found {
+            e.path = if e.path.is_empty() {
+                at.clone()
+            } else if e.path.starts_with('[') {
+                format!("{at}{}", e.path)
+            } else {
+                format!("{at}.{}", e.path)
+            };
+            errs.push(e);
+        }
+        let mut pruned = default.clone();
+        prune::prune(Some(node), &mut pruned, false);
+        if &pruned != default {
+            errs.push(FieldError::invalid(
+                &at,
+                default,
+                "must not have unknown fields",
+            ));
+        }
+    }
+    for (k, p) in &node.properties {
+        defaults(p, &key(path, "properties", k), errs);
+    }
+    if let Some(items) = node.items.as_deref() {
+        defaults(items, &child(path, "items"), errs);
+    }
+    if let Some(ap) = node.additional_schema() {
+        defaults(ap, &child(path, "additionalProperties"), errs);
+    }
 }
 
 /// `validateStructuralInvariants`.

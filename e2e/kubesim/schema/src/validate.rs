@@ -327,7 +327,7 @@ fn check_array(
     if let Some(item) = node.items.as_deref() {
         let old_items = correlate_items(node, items, old);
         for (i, x) in items.iter().enumerate() {
-            let o = old_items.as_ref().and_then(|m| m[i]);
+            let o = old_items.as_ref().and_then(|m| m.get(i).copied().flatten());
             validate(item, x, o, &format!("{path}[{i}]"), errs);
         }
     }
@@ -508,7 +508,7 @@ pub(crate) fn list_types(
             if let Some(item) = node.items.as_deref() {
                 let old_items = correlate_items(node, items, old);
                 for (i, x) in items.iter().enumerate() {
-                    let o = old_items.as_ref().and_then(|m| m[i]);
+                    let o = old_items.as_ref().and_then(|m| m.get(i).copied().flatten());
                     list_types(item, x, o, &format!("{path}[{i}]"), errs);
                 }
             }

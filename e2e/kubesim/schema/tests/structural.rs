@@ -90,3 +90,23 @@ fn root_rules() {
         ]
     );
 }
+
+#[test]
+fn defaults_must_validate_and_be_pruned() {
+    let bad = json!({
+        "type": "object",
+        "properties": {"spec": {"type": "object", "properties": {
+            "mode": {"type": "string", "enum": ["A", "B"], "default": "C"},
+            "ok": {"type": "string", "enum": ["A", "B"], "default": "A"},
+            "obj": {"type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}, "default": {"n": 5, "extra": true}}
+        }}}
+    });
+    assert_eq!(
+        errors(bad),
+        vec![
+            r#"spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[mode].default: Unsupported value: "C": supported values: "A", "B""#,
+            r#"spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[obj].default.n: Invalid value: 5: n in body should be less than or equal to 3"#,
+            r#"spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[obj].default: Invalid value: map[string]interface {}{"extra":true, "n":5}: must not have unknown fields"#,
+        ]
+    );
+}
