@@ -179,7 +179,8 @@ async fn apply_client_side_is_idempotent_then_server_side() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_watch_streams_events() {
     let env = setup().await;
-    let mut child = env
+    // Two watchers: `-o name` (plain objects) and the default table output (Table events).
+    let mut named = env
         .k
         .spawn(&[
             "get",
@@ -190,17 +191,22 @@ async fn get_watch_streams_events() {
             "--request-timeout=30s",
         ])
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    // Give the watch a moment to be established, then create objects.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut table = env
+        .k
+        .spawn(&["get", "configmaps", "-w", "--request-timeout=30s"])
+        .unwrap();
+    let mut named_lines = BufReader::new(named.stdout.take().unwrap()).lines();
+    let mut table_lines = BufReader::new(table.stdout.take().unwrap()).lines();
+    // Give the watches a moment to be established, then create objects.
+    tokio::time::sleep(Duration::from_millis(800)).await;
     for n in ["w1", "w2"] {
         env.ok(&["create", "configmap", n, "--from-literal=x=y"])
             .await;
     }
-    let mut seen = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
     while seen.len() < 2 {
-        let line = tokio::time::timeout_at(deadline, lines.next_line())
+        let line = tokio::time::timeout_at(deadline, named_lines.next_line())
             .await
             .expect("watch events in time")
             .unwrap()
@@ -210,7 +216,29 @@ async fn get_watch_streams_events() {
         }
     }
     assert_eq!(seen, vec!["configmap/w1", "configmap/w2"]);
-    let _ = child.kill().await;
+    let mut rows = Vec::new();
+    let mut header = String::new();
+    while rows.len() < 2 {
+        let line = tokio::time::timeout_at(deadline, table_lines.next_line())
+            .await
+            .expect("table watch events in time")
+            .unwrap()
+            .expect("stream open");
+        if line.starts_with("NAME") {
+            header = line;
+        } else if line.starts_with("w1") || line.starts_with("w2") {
+            rows.push(
+                line.split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+    }
+    assert!(header.contains("AGE"), "table header: {header:?}");
+    assert_eq!(rows, vec!["w1", "w2"]);
+    let _ = named.kill().await;
+    let _ = table.kill().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -330,7 +358,6 @@ async fn delete_with_finalizer_waits_for_the_finalizer() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "waits for kubesim-store to accept RBAC names with ':' (the default system:basic-user role)"]
 async fn auth_can_i_follows_rbac_and_create_token_works() {
     let env = setup().await;
     env.ok(&["create", "serviceaccount", "reader"]).await;

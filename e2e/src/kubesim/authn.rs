@@ -78,7 +78,7 @@ pub async fn authenticate(
 
 /// The clock token verification uses (shifted by the `tokenClockSkewSeconds` fault).
 fn verification_now(server: &ClusterServer) -> DateTime<Utc> {
-    Utc::now() + Duration::seconds(server.faults.snapshot().token_clock_skew_seconds)
+    Utc::now() + Duration::seconds(server.faults.token_clock_skew_seconds())
 }
 
 /// Authenticate a bearer token for `audiences` (a request's API audiences, or a
@@ -144,7 +144,7 @@ pub async fn authenticate_token(
 /// kube-apiserver's checks beyond the signature: the ServiceAccount (same UID) and the bound
 /// pod (same UID) still exist; plus kubesim's revocation fault.
 fn check_sa_token_still_valid(server: &ClusterServer, claims: &SaClaims) -> Result<(), String> {
-    if let Some(cutoff) = server.faults.snapshot().sa_tokens_revoked_before_ms {
+    if let Some(cutoff) = server.faults.sa_tokens_revoked_before_ms() {
         let issued_ms = server
             .issued_tokens
             .read()

@@ -166,6 +166,21 @@ impl FaultHandle {
         self.state.borrow().clone()
     }
 
+    /// The added latency (cheap: no copy of the state).
+    pub fn latency(&self) -> Duration {
+        Duration::from_millis(self.state.borrow().latency_ms)
+    }
+
+    /// The token verification clock skew in seconds.
+    pub fn token_clock_skew_seconds(&self) -> i64 {
+        self.state.borrow().token_clock_skew_seconds
+    }
+
+    /// ServiceAccount tokens issued before this instant (Unix ms) are revoked.
+    pub fn sa_tokens_revoked_before_ms(&self) -> Option<i64> {
+        self.state.borrow().sa_tokens_revoked_before_ms
+    }
+
     /// Subscribe to state changes (used by the listener and open watches).
     pub fn subscribe(&self) -> watch::Receiver<FaultState> {
         self.state.subscribe()

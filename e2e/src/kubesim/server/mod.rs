@@ -170,9 +170,9 @@ impl ClusterServer {
                     () = self.shutdown.cancelled() => return response::text(503, "shutting down"),
                 }
             }
-            let latency = self.faults.snapshot().latency_ms;
-            if latency > 0 {
-                tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
+            let latency = self.faults.latency();
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
             }
         }
 
