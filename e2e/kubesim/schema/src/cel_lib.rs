@@ -393,7 +393,8 @@ fn regex_args(
     let a = values(args)?;
     let s = string_arg(a.first().unwrap_or(&Value::Null), function)?;
     let re = string_arg(a.get(1).unwrap_or(&Value::Null), function)?;
-    let re = regex::Regex::new(&re).map_err(|e| ExecutionError::function_error(function, e))?;
+    let re = regex::Regex::new(&crate::go_regex::translate(&re))
+        .map_err(|e| ExecutionError::function_error(function, e))?;
     Ok((s, re))
 }
 

@@ -20,6 +20,7 @@ mod cel_rules;
 mod defaults;
 mod errors;
 mod formats;
+mod go_regex;
 mod node;
 mod prune;
 mod structural;

@@ -221,7 +221,7 @@ impl Node {
             Some(_) => return Err(invalid(path, "enum must be a list")),
         };
         if let Some(p) = get_str(obj, "pattern", path)? {
-            let re = Regex::new(p)
+            let re = Regex::new(&crate::go_regex::translate(p))
                 .map_err(|e| invalid(path, format!("pattern: Invalid value: {p:?}: {e}")))?;
             node.pattern = Some((p.to_string(), re));
         }

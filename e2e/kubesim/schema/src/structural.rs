@@ -300,7 +300,7 @@ fn value_validation(
     }
     let pattern = str_of(s, "pattern");
     if !pattern.is_empty()
-        && let Err(e) = regex::Regex::new(pattern)
+        && let Err(e) = regex::Regex::new(&crate::go_regex::translate(pattern))
     {
         errs.push(FieldError::invalid(
             &child(path, "pattern"),
