@@ -3,3 +3,6 @@
 
 pub mod access;
 pub mod credentials;
+pub mod fleet;
+pub mod inventory;
+pub mod leader;

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 pub mod crds;
 pub mod credential;
+pub mod hub;
 pub mod spoke;
 
 /// kleym compiles InferenceIdentityBinding objects into SPIRE ClusterSPIFFEIDs across a
@@ -47,6 +48,14 @@ pub enum Command {
         in-cluster ServiceAccount. Needs the RBAC in deploy/spoke/. Serves /healthz, /readyz \
         and /metrics on --metrics-addr; stops cleanly on SIGTERM or SIGINT.")]
     Spoke(spoke::Args),
+    /// Run the fleet hub: engage every healthy ClusterProfile's cluster and compile its
+    /// InferenceIdentityBindings there.
+    #[command(long_about = "Run the fleet hub: watch ClusterProfiles in the hub cluster, \
+        build a client per spoke from its access provider and credential plugin \
+        (--clusterprofile-provider-file / --clusterprofile-access-provider), and run one spoke \
+        reconciler per engaged spoke while this replica holds the leader Lease. Serves /healthz, \
+        /readyz and /metrics on --metrics-addr; stops cleanly on SIGTERM or SIGINT.")]
+    Hub(Box<hub::Args>),
     /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`, `token-request`.
     Credential(credential::Args),
 }
@@ -57,6 +66,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Crds(args) => crds::run(&args, &mut std::io::stdout().lock()),
         Command::Spoke(args) => spoke::run(&args),
         Command::Credential(args) => credential::run(&args),
+        Command::Hub(args) => hub::run(&args),
     }
 }
 

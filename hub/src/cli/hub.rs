@@ -1,0 +1,58 @@
+//! `kleym hub`: the fleet hub. Watches ClusterProfiles in the hub cluster, builds a client
+//! per spoke from its access provider and credential plugin, runs one spoke reconciler per
+//! engaged spoke (only while this replica holds the leader Lease), and serves `/healthz`,
+//! `/readyz` and `/metrics` until SIGTERM or SIGINT. The machinery lives in the library
+//! ([`kleym_hub::fleet::runtime`]) so tests and benchmarks run the same code.
+
+use anyhow::Context as _;
+use kleym_hub::fleet::runtime::{LogFormat, run_hub};
+use kleym_spoke::reconciler::CancellationToken;
+
+/// Arguments of `kleym hub`.
+pub type Args = kleym_hub::fleet::runtime::HubArgs;
+
+/// Runs the hub until SIGTERM/SIGINT.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    init_logging(args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async {
+        let shutdown = CancellationToken::new();
+        let signal_token = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("signal received, shutting down");
+            signal_token.cancel();
+        });
+        run_hub(args, shutdown).await
+    })
+}
+
+fn init_logging(args: &Args) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
+        .with_context(|| format!("invalid --log-level {:?}", args.log_level))?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Already initialised (tests): keep the existing subscriber.
+    let _ = match args.log_format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Turning client and credential failures into [`SpokeError`]s with a category.
+
+use std::error::Error as StdError;
+
+use chrono::Utc;
+
+use super::state::{ErrorCategory, SpokeError};
+use crate::credentials::CredentialError;
+use crate::credentials::client::ClientError;
+
+/// A failure of one engagement attempt.
+#[derive(Debug, thiserror::Error)]
+pub enum EngageError {
+    /// No client could be built (first credential or client configuration).
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A request to the spoke failed.
+    #[error("{action}: {source}")]
+    Kube {
+        /// What was attempted.
+        action: &'static str,
+        /// The client error.
+        source: kube::Error,
+    },
+    /// A bounded wait expired.
+    #[error("{action} timed out after {seconds}s")]
+    Timeout {
+        /// What was attempted.
+        action: &'static str,
+        /// The bound.
+        seconds: u64,
+        /// Category to report (e.g. unreachable for a request, sync timeout for caches).
+        category: ErrorCategory,
+    },
+    /// The reconciler refused to start or stopped on its own.
+    #[error("spoke reconciler: {0}")]
+    Reconciler(String),
+}
+
+/// Walks an error's source chain as text (for TLS/connect detection).
+fn chain_text(err: &(dyn StdError + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut cur = err.source();
+    while let Some(e) = cur {
+        out.push_str(": ");
+        out.push_str(&e.to_string());
+        cur = e.source();
+    }
+    out
+}
+
+fn find_credential_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a CredentialError> {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(c) = e.downcast_ref::<CredentialError>() {
+            return Some(c);
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// Category of a client error.
+pub fn categorize_kube(err: &kube::Error) -> ErrorCategory {
+    match err {
+        kube::Error::Api(status) => match status.code {
+            401 => ErrorCategory::Unauthorized,
+            403 => ErrorCategory::Forbidden,
+            429 | 500..=599 => ErrorCategory::ServerError,
+            _ => ErrorCategory::Other,
+        },
+        other => {
+            if find_credential_error(other).is_some() {
+                return ErrorCategory::Credentials;
+            }
+            let text = chain_text(other).to_ascii_lowercase();
+            if text.contains("certificate")
+                || text.contains("tls")
+                || text.contains("handshake")
+                || text.contains("unknownissuer")
+            {
+                ErrorCategory::Tls
+            } else {
+                ErrorCategory::Unreachable
+            }
+        }
+    }
+}
+
+impl EngageError {
+    /// The category of this failure.
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            EngageError::Client(ClientError::Credentials(_)) => ErrorCategory::Credentials,
+            EngageError::Client(ClientError::Config { .. }) => ErrorCategory::Other,
+            EngageError::Kube { action, source } => {
+                let c = categorize_kube(source);
+                // A 404 on the binding list means the CRD is not installed.
+                if *action == BINDINGS_PROBE
+                    && matches!(source, kube::Error::Api(s) if s.code == 404)
+                {
+                    ErrorCategory::CrdMissing
+                } else {
+                    c
+                }
+            }
+            EngageError::Timeout { category, .. } => *category,
+            EngageError::Reconciler(_) => ErrorCategory::Other,
+        }
+    }
+
+    /// The published form.
+    pub fn to_spoke_error(&self) -> SpokeError {
+        let message = match self {
+            // The transport chain says more than kube's top-level message.
+            EngageError::Kube { action, source } if !matches!(source, kube::Error::Api(_)) => {
+                format!("{action}: {}", chain_text(source))
+            }
+            other => other.to_string(),
+        };
+        SpokeError {
+            category: self.category(),
+            message,
+            at: Utc::now(),
+        }
+    }
+}
+
+/// Action name of the binding-list probe (its 404 means "CRD missing").
+pub const BINDINGS_PROBE: &str = "list InferenceIdentityBindings";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_codes_map_to_categories() {
+        let api = |code| {
+            kube::Error::Api(Box::new(
+                kube::core::Status::failure("x", "Reason").with_code(code),
+            ))
+        };
+        assert_eq!(categorize_kube(&api(401)), ErrorCategory::Unauthorized);
+        assert_eq!(categorize_kube(&api(403)), ErrorCategory::Forbidden);
+        assert_eq!(categorize_kube(&api(503)), ErrorCategory::ServerError);
+        let missing = EngageError::Kube {
+            action: BINDINGS_PROBE,
+            source: api(404),
+        };
+        assert_eq!(missing.category(), ErrorCategory::CrdMissing);
+        let other = EngageError::Kube {
+            action: "get version",
+            source: api(404),
+        };
+        assert_eq!(other.category(), ErrorCategory::Other);
+    }
+}

@@ -1,0 +1,84 @@
+//! Fleet metrics: spokes per phase, engagements.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::state::{FleetState, Phase};
+
+/// `phase` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabels {
+    /// Phase name.
+    pub phase: String,
+}
+
+/// Fleet gauges, refreshed from [`FleetState`] by [`FleetMetrics::follow`].
+#[derive(Clone, Debug, Default)]
+pub struct FleetMetrics {
+    /// `kleym_hub_spokes{phase}`.
+    pub spokes: Family<PhaseLabels, Gauge>,
+    /// `kleym_hub_leader` (1 while leading).
+    pub leader: Gauge,
+    /// `kleym_hub_state_changes_total`.
+    pub changes: Counter,
+}
+
+const PHASES: [Phase; 11] = [
+    Phase::Pending,
+    Phase::Queued,
+    Phase::Connecting,
+    Phase::Syncing,
+    Phase::Engaged,
+    Phase::Degraded,
+    Phase::BackingOff,
+    Phase::Waiting,
+    Phase::Refused,
+    Phase::Standby,
+    Phase::Removing,
+];
+
+impl FleetMetrics {
+    /// Registers the metrics under `kleym_hub_`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        let sub = registry.sub_registry_with_prefix("kleym_hub");
+        sub.register("spokes", "Spokes by phase", m.spokes.clone());
+        sub.register("leader", "1 while this replica leads", m.leader.clone());
+        sub.register(
+            "state_changes",
+            "Changes of the published fleet state",
+            m.changes.clone(),
+        );
+        m
+    }
+
+    /// Recomputes the gauges from `state`.
+    pub fn refresh(&self, state: &FleetState) {
+        let spokes = state.spokes();
+        for p in PHASES {
+            let n = spokes.iter().filter(|s| s.phase == p).count();
+            self.spokes
+                .get_or_create(&PhaseLabels {
+                    phase: p.as_str().to_string(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        self.leader.set(i64::from(state.is_leader()));
+    }
+
+    /// Keeps the gauges current until the state is dropped (at most one refresh per
+    /// `min_interval`, so a large fleet's churn costs little).
+    pub async fn follow(self, state: FleetState, min_interval: std::time::Duration) {
+        let mut rx = state.subscribe();
+        self.refresh(&state);
+        while rx.changed().await.is_ok() {
+            self.changes.inc();
+            tokio::time::sleep(min_interval).await;
+            rx.borrow_and_update();
+            self.refresh(&state);
+        }
+    }
+}

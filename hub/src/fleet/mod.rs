@@ -1,0 +1,32 @@
+//! The fleet supervisor: one spoke reconciler per engaged ClusterProfile, isolated from
+//! each other, with the published per-spoke [`FleetState`].
+//!
+//! - [`Supervisor::run`] consumes [`InventoryEvent`](crate::inventory::InventoryEvent)s and a
+//!   leadership signal; it engages a spoke when its profile evaluates to
+//!   [`Decision::Engage`](crate::inventory::Decision) and re-engages it only when the
+//!   [`SpokeSpec`](crate::inventory::SpokeSpec) (effective access + trust domain + SPIRE
+//!   class) changes — status heartbeats do nothing.
+//! - Each spoke task bounds every wait (client build and probes by
+//!   [`FleetOptions::request_timeout`], cache sync by [`FleetOptions::initial_sync_timeout`]),
+//!   backs off with jitter on failure, and holds one of
+//!   [`FleetOptions::max_concurrent_syncs`] slots only while its caches sync.
+//! - Profile deletion applies [`RemovalPolicy`].
+//! - State readers: [`FleetState::spokes`], [`FleetState::get`], [`FleetState::subscribe`].
+
+pub mod backoff;
+pub mod errors;
+pub mod metrics;
+pub mod options;
+pub mod removal;
+pub mod runtime;
+mod spoke_task;
+pub mod state;
+pub mod supervisor;
+
+pub use backoff::BackoffOptions;
+pub use errors::{EngageError, categorize_kube};
+pub use metrics::FleetMetrics;
+pub use options::FleetOptions;
+pub use removal::{RemovalPolicy, RemovalReport, apply_removal};
+pub use state::{ErrorCategory, FleetState, Phase, SpokeError, SpokeState};
+pub use supervisor::Supervisor;

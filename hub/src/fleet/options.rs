@@ -1,0 +1,60 @@
+//! Fleet supervisor settings.
+
+use std::time::Duration;
+
+use super::backoff::BackoffOptions;
+use super::removal::RemovalPolicy;
+use crate::credentials::ClientOptions;
+use crate::inventory::InventoryOptions;
+
+/// Everything the supervisor needs besides the providers and the credential cache.
+#[derive(Clone, Debug)]
+pub struct FleetOptions {
+    /// Engage condition, default trust domain / SPIRE class, selection switches.
+    pub inventory: InventoryOptions,
+    /// What to do when a profile is deleted.
+    pub removal_policy: RemovalPolicy,
+    /// How many spokes may be connecting/syncing at once (fleet-wide).
+    pub max_concurrent_syncs: usize,
+    /// Deadline for a spoke's caches to sync after its reconciler started.
+    pub initial_sync_timeout: Duration,
+    /// Bound of each request the supervisor itself makes (probes, removal) and of
+    /// building a client (which execs the plugin once).
+    pub request_timeout: Duration,
+    /// Transport timeouts of spoke clients.
+    pub client: ClientOptions,
+    /// Retry delays of failing spokes.
+    pub backoff: BackoffOptions,
+    /// Reconciles running at once within one spoke.
+    pub spoke_concurrency: usize,
+    /// Discovery poll interval of spoke reconcilers.
+    pub discovery_interval: Duration,
+    /// How often a running spoke's bindings snapshot is refreshed.
+    pub snapshot_interval: Duration,
+    /// How often a running spoke's API server is probed (`/version`).
+    pub probe_interval: Duration,
+    /// `reportingInstance` of the reconcilers' events.
+    pub event_instance: Option<String>,
+    /// Publish Kubernetes events in spokes.
+    pub publish_events: bool,
+}
+
+impl Default for FleetOptions {
+    fn default() -> Self {
+        Self {
+            inventory: InventoryOptions::default(),
+            removal_policy: RemovalPolicy::Orphan,
+            max_concurrent_syncs: 16,
+            initial_sync_timeout: Duration::from_secs(120),
+            request_timeout: Duration::from_secs(30),
+            client: ClientOptions::default(),
+            backoff: BackoffOptions::default(),
+            spoke_concurrency: 4,
+            discovery_interval: Duration::from_secs(30),
+            snapshot_interval: Duration::from_secs(1),
+            probe_interval: Duration::from_secs(30),
+            event_instance: None,
+            publish_events: true,
+        }
+    }
+}

@@ -1,0 +1,453 @@
+//! The hub process's machinery as a library, so `kleym hub`, the end-to-end tests and
+//! `fleet-bench` run the same code: flags ([`HubArgs`]), [`start_hub`] (leader election,
+//! inventory watch, supervisor, metrics) and the minimal health server [`serve_health`].
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use futures::StreamExt;
+use kleym_spoke::reconciler::CancellationToken;
+use prometheus_client::registry::Registry;
+
+use super::{BackoffOptions, FleetMetrics, FleetOptions, FleetState, RemovalPolicy, Supervisor};
+use crate::access::{AccessFlags, SelectOptions};
+use crate::credentials::{
+    CacheOptions, ClientOptions, CredentialCache, CredentialMetrics, ExecOptions,
+};
+use crate::inventory::{InventoryEvent, InventoryOptions, WatchOptions, watch};
+use crate::leader::{self, LeaderOptions};
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Arguments of `kleym hub`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HubArgs {
+    /// Kubeconfig of the hub cluster. Default: `KUBECONFIG`, then `~/.kube/config`, then the
+    /// in-cluster ServiceAccount.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context of the hub cluster (default: the current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// Access providers (KEP-5339).
+    #[command(flatten)]
+    pub access: AccessFlags,
+
+    /// Watch ClusterProfiles in this namespace only (default: all namespaces).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub clusterprofile_namespace: Option<String>,
+
+    /// Label selector of the ClusterProfiles to engage (e.g. `env=prod`).
+    #[arg(long, value_name = "SELECTOR")]
+    pub clusterprofile_selector: Option<String>,
+
+    /// ClusterProfile condition type that must be `True` to engage a spoke; `none` engages
+    /// every usable profile regardless of its conditions.
+    #[arg(long, default_value = "ControlPlaneHealthy", value_name = "TYPE")]
+    pub engage_condition: String,
+
+    /// Default SPIFFE trust domain (a profile's `kleym.io/trust-domain` property wins).
+    #[arg(long, env = "KLEYM_TRUST_DOMAIN")]
+    pub trust_domain: Option<String>,
+
+    /// Default SPIRE class name (a profile's `kleym.io/spire-class-name` property wins).
+    #[arg(long, env = "KLEYM_SPIRE_CLASS_NAME")]
+    pub spire_class_name: Option<String>,
+
+    /// What to do with a spoke's objects when its ClusterProfile is deleted.
+    #[arg(long, value_enum, default_value = "orphan")]
+    pub removal_policy: RemovalPolicy,
+
+    /// Run Lease-based leader election (only the leader engages spokes).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub leader_elect: bool,
+
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "kleym-hub")]
+    pub lease_name: String,
+
+    /// Namespace of the leader Lease (default: the pod's namespace in-cluster, else `default`).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Lease duration in seconds (renew deadline is 2/3 of it, retry period 2/15).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    pub lease_duration_seconds: u64,
+
+    /// Address serving `/healthz`, `/readyz` and `/metrics`.
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub metrics_addr: SocketAddr,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+
+    /// Log filter (`info`, `debug`, or a tracing directive such as `kleym_hub=debug`).
+    #[arg(long, default_value = "info", env = "KLEYM_LOG")]
+    pub log_level: String,
+
+    /// Spokes connecting and syncing at once, fleet-wide.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+
+    /// Bindings reconciled concurrently within one spoke.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub spoke_concurrency: u16,
+
+    /// Credential plugin timeout in seconds (the plugin is killed on expiry).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub exec_timeout_seconds: u64,
+
+    /// TCP+TLS connect timeout of spoke clients, in seconds.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub connect_timeout_seconds: u64,
+
+    /// Bound of the hub's own requests to a spoke (probes, removal) and of building a spoke
+    /// client, in seconds.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub request_timeout_seconds: u64,
+
+    /// Deadline for a spoke's caches to sync, in seconds.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub initial_sync_timeout_seconds: u64,
+
+    /// Maximum retry delay of a failing spoke, in seconds (jittered exponential from 1 s).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub max_backoff_seconds: u64,
+
+    /// Seconds between discovery polls in each spoke.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub discovery_interval_seconds: u64,
+
+    /// `reportingInstance` of events and the leader identity prefix (default `POD_NAME`).
+    #[arg(long, env = "POD_NAME")]
+    pub instance: Option<String>,
+}
+
+impl HubArgs {
+    /// The supervisor settings these flags describe.
+    pub fn fleet_options(&self) -> FleetOptions {
+        let engage = self.engage_condition.trim();
+        FleetOptions {
+            inventory: InventoryOptions {
+                engage_condition: (!engage.is_empty() && !engage.eq_ignore_ascii_case("none"))
+                    .then(|| engage.to_string()),
+                trust_domain: self.trust_domain.clone().filter(|s| !s.trim().is_empty()),
+                spire_class_name: self
+                    .spire_class_name
+                    .clone()
+                    .filter(|s| !s.trim().is_empty()),
+                select: SelectOptions {
+                    allow_plain_http: false,
+                    ..self.access.select_options()
+                },
+            },
+            removal_policy: self.removal_policy,
+            max_concurrent_syncs: usize::from(self.concurrency),
+            initial_sync_timeout: Duration::from_secs(self.initial_sync_timeout_seconds),
+            request_timeout: Duration::from_secs(self.request_timeout_seconds),
+            client: ClientOptions {
+                connect_timeout: Some(Duration::from_secs(self.connect_timeout_seconds)),
+                ..ClientOptions::default()
+            },
+            backoff: BackoffOptions {
+                initial: Duration::from_secs(1),
+                max: Duration::from_secs(self.max_backoff_seconds),
+            },
+            spoke_concurrency: usize::from(self.spoke_concurrency),
+            discovery_interval: Duration::from_secs(self.discovery_interval_seconds),
+            event_instance: self.instance.clone(),
+            ..FleetOptions::default()
+        }
+    }
+
+    /// The credential cache settings these flags describe.
+    pub fn cache_options(&self) -> CacheOptions {
+        CacheOptions {
+            exec: ExecOptions {
+                timeout: Duration::from_secs(self.exec_timeout_seconds),
+                ..ExecOptions::default()
+            },
+            ..CacheOptions::default()
+        }
+    }
+
+    /// Which ClusterProfiles to watch.
+    pub fn watch_options(&self) -> WatchOptions {
+        WatchOptions {
+            namespace: self.clusterprofile_namespace.clone(),
+            label_selector: self.clusterprofile_selector.clone(),
+        }
+    }
+
+    /// The leader-election settings these flags describe.
+    pub fn leader_options(&self) -> LeaderOptions {
+        let mut o = LeaderOptions::new(self.lease_name.clone());
+        if let Some(ns) = &self.namespace {
+            o.namespace = ns.clone();
+        }
+        o.lease_duration = Duration::from_secs(self.lease_duration_seconds);
+        o.renew_deadline = o.lease_duration * 2 / 3;
+        o.retry_period = (o.lease_duration * 2 / 15).max(Duration::from_millis(200));
+        o
+    }
+}
+
+/// The hub cluster's client from `--kubeconfig`/`--context`, else the usual inference.
+pub async fn hub_client(args: &HubArgs) -> anyhow::Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: args.context.clone(),
+        ..Default::default()
+    };
+    let config = match (&args.kubeconfig, &args.context) {
+        (Some(path), _) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .context("loading kubeconfig")?,
+        (None, None) => kube::Config::infer()
+            .await
+            .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
+    };
+    kube::Client::try_from(config).context("building the hub client")
+}
+
+/// What `/readyz` reports: the inventory has been listed once.
+#[derive(Clone, Default)]
+pub struct HubReadiness(Arc<AtomicBool>);
+
+impl HubReadiness {
+    /// Whether the hub is ready.
+    pub fn is_ready(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// The running pieces of a hub, for in-process use (tests, benchmarks).
+pub struct HubHandle {
+    /// Published fleet state.
+    pub state: FleetState,
+    /// Readiness.
+    pub readiness: HubReadiness,
+    /// Metrics registry (credential and fleet metrics).
+    pub registry: Arc<Registry>,
+    /// Credential cache (exec counts are in its metrics).
+    pub credentials: Arc<CredentialCache>,
+    /// Ends when the hub stopped.
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the hub's fleet machinery (leader election, inventory watch, supervisor) on
+/// `client` without the HTTP server; it stops when `shutdown` fires.
+pub fn start_hub(
+    args: &HubArgs,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> anyhow::Result<HubHandle> {
+    let providers = Arc::new(
+        args.access
+            .provider_set()
+            .context("loading the access provider configuration")?,
+    );
+    let mut registry = Registry::default();
+    let cred_metrics = CredentialMetrics::register(&mut registry);
+    let fleet_metrics = FleetMetrics::register(&mut registry);
+    let credentials = Arc::new(CredentialCache::new(args.cache_options(), cred_metrics));
+    let state = FleetState::new();
+    let supervisor = Supervisor::new(
+        args.fleet_options(),
+        providers,
+        credentials.clone(),
+        state.clone(),
+    );
+    let (leader_rx, election) = if args.leader_elect {
+        let (rx, h) = leader::spawn(client.clone(), args.leader_options(), shutdown.clone());
+        (rx, Some(h))
+    } else {
+        (leader::always_leader(), None)
+    };
+    let readiness = HubReadiness::default();
+    let ready = readiness.clone();
+    let events = watch(client, &args.watch_options()).inspect(move |ev| {
+        if matches!(ev, InventoryEvent::Resynced(_)) {
+            ready.set();
+        }
+    });
+    tokio::spawn(fleet_metrics.follow(state.clone(), Duration::from_millis(500)));
+    let task = tokio::spawn(async move {
+        supervisor.run(events, leader_rx, shutdown).await;
+        // Releases the lease after every spoke task stopped.
+        if let Some(h) = election {
+            let _ = h.await;
+        }
+    });
+    Ok(HubHandle {
+        state,
+        readiness,
+        registry: Arc::new(registry),
+        credentials,
+        task,
+    })
+}
+
+/// Runs the hub (fleet machinery plus the health/metrics server) until `shutdown`.
+pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let client = hub_client(args).await?;
+    let hub = start_hub(args, client, shutdown.clone())?;
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
+    tracing::info!(addr = %args.metrics_addr, leader_elect = args.leader_elect, "kleym hub starting");
+    let http = tokio::spawn(serve_health(
+        listener,
+        hub.readiness.clone(),
+        hub.registry.clone(),
+        shutdown.clone(),
+    ));
+    let _ = hub.task.await;
+    shutdown.cancel();
+    if let Ok(Err(err)) = http.await {
+        tracing::warn!(error = %err, "health server failed");
+    }
+    tracing::info!("kleym hub stopped");
+    Ok(())
+}
+
+#[derive(Clone)]
+struct HttpState {
+    readiness: HubReadiness,
+    registry: Arc<Registry>,
+}
+
+/// The minimal `/healthz`, `/readyz`, `/metrics` server (replaceable by the full HTTP API).
+pub async fn serve_health(
+    listener: tokio::net::TcpListener,
+    readiness: HubReadiness,
+    registry: Arc<Registry>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    async fn readyz(State(s): State<HttpState>) -> impl IntoResponse {
+        if s.readiness.is_ready() {
+            (StatusCode::OK, "ok")
+        } else {
+            (StatusCode::SERVICE_UNAVAILABLE, "inventory not listed yet")
+        }
+    }
+    async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
+        let mut out = String::new();
+        match prometheus_client::encoding::text::encode(&mut out, &s.registry) {
+            Ok(()) => (
+                StatusCode::OK,
+                [(
+                    header::CONTENT_TYPE,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                )],
+                out,
+            )
+                .into_response(),
+            Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+        }
+    }
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(HttpState {
+            readiness,
+            registry,
+        });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: HubArgs,
+    }
+    #[test]
+    fn parses_flags_into_options() {
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--trust-domain",
+            "td.example",
+            "--clusterprofile-namespace",
+            "fleet",
+            "--clusterprofile-selector",
+            "env=prod",
+            "--engage-condition",
+            "none",
+            "--removal-policy",
+            "cleanup",
+            "--leader-elect=false",
+            "--namespace",
+            "kleym-system",
+            "--concurrency",
+            "3",
+            "--clusterprofile-access-provider",
+            "tok=/bin/true",
+        ])
+        .unwrap();
+        let o = w.args.fleet_options();
+        assert_eq!(o.inventory.engage_condition, None);
+        assert_eq!(o.inventory.trust_domain.as_deref(), Some("td.example"));
+        assert_eq!(o.removal_policy, RemovalPolicy::Cleanup);
+        assert_eq!(o.max_concurrent_syncs, 3);
+        assert!(!w.args.leader_elect);
+        assert_eq!(w.args.leader_options().namespace, "kleym-system");
+        assert_eq!(
+            w.args.watch_options(),
+            WatchOptions {
+                namespace: Some("fleet".into()),
+                label_selector: Some("env=prod".into())
+            }
+        );
+        assert_eq!(w.args.access.provider_set().unwrap().providers().len(), 1);
+    }
+
+    #[test]
+    fn defaults_engage_on_control_plane_healthy_with_election() {
+        let w = Wrapper::try_parse_from(["kleym"]).unwrap();
+        assert_eq!(
+            w.args.fleet_options().inventory.engage_condition.as_deref(),
+            Some("ControlPlaneHealthy")
+        );
+        assert!(w.args.leader_elect);
+        assert_eq!(w.args.removal_policy, RemovalPolicy::Orphan);
+        let l = w.args.leader_options();
+        assert!(l.renew_deadline < l.lease_duration && l.retry_period < l.renew_deadline);
+    }
+}

@@ -1,0 +1,374 @@
+//! One spoke's task: connect, probe, run the spoke reconciler, watch its health, back off on
+//! failure, and apply the removal policy when the profile is deleted.
+//!
+//! Every wait is bounded: building the client (which execs the plugin, itself bounded by the
+//! exec timeout) and each probe by `request_timeout`, the first cache sync by
+//! `initial_sync_timeout`, stopping by `request_timeout` (then the task is aborted).
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use kleym_api::InferenceIdentityBinding;
+use kleym_spoke::reconciler::snapshot;
+use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
+use kube::api::{Api, ListParams};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use super::errors::{BINDINGS_PROBE, EngageError};
+use super::options::FleetOptions;
+use super::removal::{RemovalPolicy, apply_removal};
+use super::state::{ErrorCategory, FleetState, Phase};
+use crate::credentials::{CredentialCache, SpokeClient, build_spoke_client};
+use crate::inventory::SpokeSpec;
+
+/// What every spoke task shares (all cheap to clone, none locked across I/O).
+#[derive(Clone)]
+pub(crate) struct TaskShared {
+    pub opts: Arc<FleetOptions>,
+    pub state: FleetState,
+    pub cache: Arc<CredentialCache>,
+    pub sync_slots: Arc<Semaphore>,
+}
+
+/// How the supervisor stops a task: cancel, optionally asking for the removal policy first.
+#[derive(Default)]
+pub(crate) struct StopSignal {
+    pub token: CancellationToken,
+    pub removal: Mutex<Option<RemovalPolicy>>,
+}
+
+impl StopSignal {
+    pub fn stop(&self, removal: Option<RemovalPolicy>) {
+        *self.removal.lock().unwrap_or_else(|p| p.into_inner()) = removal;
+        self.token.cancel();
+    }
+}
+
+enum Outcome {
+    /// The stop signal fired.
+    Stopped,
+    /// Rebuild the client and start again without backoff (client certificate rotated).
+    Restart,
+    /// The attempt failed.
+    Failed(EngageError),
+}
+
+async fn bounded<T, E>(
+    limit: Duration,
+    action: &'static str,
+    category: ErrorCategory,
+    fut: impl Future<Output = Result<T, E>>,
+    map: impl FnOnce(E) -> EngageError,
+) -> Result<T, EngageError> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map_err(map),
+        Err(_) => Err(EngageError::Timeout {
+            action,
+            seconds: limit.as_secs(),
+            category,
+        }),
+    }
+}
+
+/// Waits for a stopping reconciler, aborting it after `limit`.
+async fn join_bounded<T>(handle: JoinHandle<T>, limit: Duration) {
+    let abort = handle.abort_handle();
+    if tokio::time::timeout(limit, handle).await.is_err() {
+        abort.abort();
+    }
+}
+
+async fn connect(shared: &TaskShared, spec: &SpokeSpec) -> Result<SpokeClient, EngageError> {
+    let opts = &shared.opts;
+    let creds = shared.cache.for_access(&spec.access);
+    // The plugin's own exec timeout also applies; this bounds the whole build.
+    bounded(
+        opts.request_timeout,
+        "getting a credential and building the client",
+        ErrorCategory::Credentials,
+        build_spoke_client(creds, &opts.client),
+        EngageError::Client,
+    )
+    .await
+}
+
+fn spoke_config(opts: &FleetOptions, spec: &SpokeSpec) -> SpokeConfig {
+    let mut c = SpokeConfig::new(spec.settings.trust_domain.clone());
+    c.class_name = spec.settings.spire_class_name.clone();
+    c.concurrency = opts.spoke_concurrency.max(1);
+    c.discovery_interval = opts.discovery_interval;
+    c.event_instance = opts.event_instance.clone();
+    c.publish_events = opts.publish_events;
+    c
+}
+
+async fn engage_once(
+    shared: &TaskShared,
+    spec: &SpokeSpec,
+    stop: &CancellationToken,
+    client: &mut Option<SpokeClient>,
+    failures: &mut u32,
+) -> Outcome {
+    let opts = &shared.opts;
+    let name = spec.name.as_str();
+    shared.state.update(name, |s| s.phase = Phase::Connecting);
+    let sc = match client.take() {
+        Some(c) => c,
+        None => match connect(shared, spec).await {
+            Ok(c) => c,
+            Err(e) => return Outcome::Failed(e),
+        },
+    };
+    *client = Some(sc.clone());
+
+    // Preflight: reachability, TLS, credentials, RBAC and the CRD, each with a clear category.
+    let version = match bounded(
+        opts.request_timeout,
+        "GET /version",
+        ErrorCategory::Unreachable,
+        sc.client.apiserver_version(),
+        |source| EngageError::Kube {
+            action: "GET /version",
+            source,
+        },
+    )
+    .await
+    {
+        Ok(v) => v.git_version,
+        Err(e) => return Outcome::Failed(e),
+    };
+    shared
+        .state
+        .update(name, |s| s.version = Some(version.clone()));
+    let bindings: Api<InferenceIdentityBinding> = Api::all(sc.client.clone());
+    if let Err(e) = bounded(
+        opts.request_timeout,
+        BINDINGS_PROBE,
+        ErrorCategory::Unreachable,
+        bindings.list_metadata(&ListParams::default().limit(1)),
+        |source| EngageError::Kube {
+            action: BINDINGS_PROBE,
+            source,
+        },
+    )
+    .await
+    {
+        return Outcome::Failed(e);
+    }
+
+    // Only a bounded number of spokes list and sync at once.
+    shared.state.update(name, |s| s.phase = Phase::Queued);
+    let permit = tokio::select! {
+        _ = stop.cancelled() => return Outcome::Stopped,
+        p = shared.sync_slots.clone().acquire_owned() => match p {
+            Ok(p) => p,
+            Err(_) => return Outcome::Stopped,
+        },
+    };
+    let spoke = match Spoke::new(
+        sc.client.clone(),
+        spoke_config(opts, spec),
+        Arc::new(SpokeMetrics::default()),
+    ) {
+        Ok(s) => s,
+        Err(e) => return Outcome::Failed(EngageError::Reconciler(e.to_string())),
+    };
+    let ctx = spoke.context();
+    let run_token = stop.child_token();
+    let handle = tokio::spawn(spoke.run(run_token.clone()));
+    shared.state.update(name, |s| s.phase = Phase::Syncing);
+    let deadline = Instant::now() + opts.initial_sync_timeout;
+    while !snapshot::synced(&ctx) {
+        if Instant::now() >= deadline {
+            run_token.cancel();
+            join_bounded(handle, opts.request_timeout).await;
+            return Outcome::Failed(EngageError::Timeout {
+                action: "initial cache sync",
+                seconds: opts.initial_sync_timeout.as_secs(),
+                category: ErrorCategory::SyncTimeout,
+            });
+        }
+        tokio::select! {
+            _ = stop.cancelled() => {
+                join_bounded(handle, opts.request_timeout).await;
+                return Outcome::Stopped;
+            }
+            _ = tokio::time::sleep(Duration::from_millis(25)) => {}
+        }
+    }
+    drop(permit);
+    *failures = 0;
+    shared.state.update(name, |s| {
+        s.phase = Phase::Engaged;
+        s.consecutive_failures = 0;
+        s.last_error = None;
+    });
+    tracing::info!(spoke = %name, version = %version, "spoke engaged");
+
+    let mut was_idle = false;
+    let mut next_probe = Instant::now() + opts.probe_interval;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => {
+                join_bounded(handle, opts.request_timeout).await;
+                return Outcome::Stopped;
+            }
+            _ = tokio::time::sleep(opts.snapshot_interval) => {}
+        }
+        if handle.is_finished() {
+            return Outcome::Failed(EngageError::Reconciler("stopped unexpectedly".into()));
+        }
+        let idle = snapshot::synced(&ctx) && snapshot::idle(&ctx);
+        let current = snapshot::bindings(&ctx);
+        shared.state.update(name, |s| {
+            let changed = *s.bindings != current;
+            if changed {
+                s.bindings = Arc::new(current);
+            }
+            if idle && (!was_idle || changed) {
+                s.last_sync = Some(Utc::now());
+            }
+        });
+        was_idle = idle;
+        if Instant::now() < next_probe {
+            continue;
+        }
+        next_probe = Instant::now() + opts.probe_interval;
+        if sc.needs_rebuild().await {
+            tracing::info!(spoke = %name, "client certificate rotated; rebuilding the client");
+            run_token.cancel();
+            join_bounded(handle, opts.request_timeout).await;
+            *client = None;
+            return Outcome::Restart;
+        }
+        let probe = bounded(
+            opts.request_timeout,
+            "GET /version",
+            ErrorCategory::Unreachable,
+            sc.client.apiserver_version(),
+            |source| EngageError::Kube {
+                action: "GET /version",
+                source,
+            },
+        )
+        .await;
+        match probe {
+            Ok(v) => shared.state.update(name, |s| {
+                s.version = Some(v.git_version);
+                if s.phase == Phase::Degraded {
+                    s.phase = Phase::Engaged;
+                    s.consecutive_failures = 0;
+                }
+            }),
+            Err(e) => {
+                tracing::warn!(spoke = %name, category = e.category().as_str(), error = %e, "spoke health probe failed");
+                shared.state.update(name, |s| {
+                    s.phase = Phase::Degraded;
+                    s.consecutive_failures = s.consecutive_failures.saturating_add(1);
+                    s.last_error = Some(e.to_spoke_error());
+                });
+            }
+        }
+    }
+}
+
+/// Runs one spoke until `stop` fires; then applies the removal policy if one was asked for.
+/// `previous` (the task of the same spoke's previous configuration) is awaited first so two
+/// reconcilers never run for one spoke.
+pub(crate) async fn run_spoke(
+    shared: TaskShared,
+    spec: SpokeSpec,
+    stop: Arc<StopSignal>,
+    previous: Option<JoinHandle<()>>,
+) {
+    let opts = shared.opts.clone();
+    if let Some(p) = previous {
+        join_bounded(p, opts.request_timeout.saturating_mul(2)).await;
+    }
+    let name = spec.name.clone();
+    let mut client: Option<SpokeClient> = None;
+    let mut failures: u32 = 0;
+    while !stop.token.is_cancelled() {
+        match engage_once(&shared, &spec, &stop.token, &mut client, &mut failures).await {
+            Outcome::Stopped => break,
+            Outcome::Restart => continue,
+            Outcome::Failed(err) => {
+                failures = failures.saturating_add(1);
+                // A fresh client next time: the failure may be the transport or the credential.
+                client = None;
+                let delay = opts.backoff.delay(failures);
+                tracing::warn!(
+                    spoke = %name,
+                    category = err.category().as_str(),
+                    error = %err,
+                    failures,
+                    retry_in = ?delay,
+                    "spoke engagement failed"
+                );
+                shared.state.update(&name, |s| {
+                    s.phase = Phase::BackingOff;
+                    s.consecutive_failures = failures;
+                    s.last_error = Some(err.to_spoke_error());
+                });
+                tokio::select! {
+                    _ = stop.token.cancelled() => break,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+    let removal = stop
+        .removal
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(policy) = removal {
+        remove(&shared, &spec, client, policy).await;
+    }
+}
+
+async fn remove(
+    shared: &TaskShared,
+    spec: &SpokeSpec,
+    client: Option<SpokeClient>,
+    policy: RemovalPolicy,
+) {
+    let name = spec.name.as_str();
+    shared.state.update(name, |s| s.phase = Phase::Removing);
+    let client = match client {
+        Some(c) => Some(c),
+        None => connect(shared, spec).await.ok(),
+    };
+    match client {
+        Some(c) => {
+            match tokio::time::timeout(
+                shared.opts.request_timeout,
+                apply_removal(&c.client, policy),
+            )
+            .await
+            {
+                Ok(Ok(report)) => tracing::info!(
+                    spoke = %name,
+                    ?policy,
+                    finalizers_removed = report.finalizers_removed,
+                    cluster_spiffe_ids_deleted = report.cluster_spiffe_ids_deleted,
+                    "spoke removed"
+                ),
+                Ok(Err(e)) => {
+                    tracing::warn!(spoke = %name, ?policy, error = %e, "removal policy failed; giving up")
+                }
+                Err(_) => {
+                    tracing::warn!(spoke = %name, ?policy, "removal policy timed out; giving up")
+                }
+            }
+        }
+        None => {
+            tracing::warn!(spoke = %name, ?policy, "spoke unreachable; removal policy not applied")
+        }
+    }
+    shared.cache.remove(name);
+    shared.state.remove(name);
+}

@@ -1,0 +1,298 @@
+//! The fleet's published per-spoke state, shared between the supervisor (writer) and the
+//! status/report code and HTTP API (readers).
+//!
+//! Readers call [`FleetState::spokes`] / [`FleetState::get`] for a consistent copy of one
+//! spoke's state, and [`FleetState::subscribe`] to be woken when anything changed (the value
+//! is a change counter; compare or just re-read). Writers never hold an entry across I/O.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use chrono::{DateTime, Utc};
+use dashmap::DashMap;
+use kleym_spoke::reconciler::snapshot::BindingSnapshot;
+use tokio::sync::watch;
+
+/// Where a spoke is in its life cycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum Phase {
+    /// Known, about to be engaged.
+    Pending,
+    /// Waiting for a sync slot (the fleet-wide limit of spokes syncing at once).
+    Queued,
+    /// Getting credentials and checking the API server.
+    Connecting,
+    /// Reconciler started; caches are syncing.
+    Syncing,
+    /// Reconciler running with synced caches.
+    Engaged,
+    /// Engaged, but the last health probe failed (the reconciler keeps retrying on its own).
+    Degraded,
+    /// The last attempt failed; retrying after a jittered, growing delay.
+    BackingOff,
+    /// The profile is valid but its engage condition is not `True`.
+    Waiting,
+    /// The profile is unusable (see `reason`).
+    Refused,
+    /// This hub replica is not the leader; nothing is engaged.
+    Standby,
+    /// The profile was deleted; applying the removal policy.
+    Removing,
+}
+
+impl Phase {
+    /// The phase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Queued => "Queued",
+            Phase::Connecting => "Connecting",
+            Phase::Syncing => "Syncing",
+            Phase::Engaged => "Engaged",
+            Phase::Degraded => "Degraded",
+            Phase::BackingOff => "BackingOff",
+            Phase::Waiting => "Waiting",
+            Phase::Refused => "Refused",
+            Phase::Standby => "Standby",
+            Phase::Removing => "Removing",
+        }
+    }
+}
+
+/// What kind of failure a spoke had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum ErrorCategory {
+    /// Connection refused, timed out, DNS, proxy: the API server could not be reached.
+    Unreachable,
+    /// TLS handshake or certificate verification failed.
+    Tls,
+    /// The credential plugin failed (the message says how: not found, timeout, exit, output).
+    Credentials,
+    /// The API server rejected the credential (401).
+    Unauthorized,
+    /// RBAC forbids what kleym needs (403).
+    Forbidden,
+    /// The InferenceIdentityBinding CRD is not installed on the spoke.
+    CrdMissing,
+    /// The API server answered with a 5xx or 429.
+    ServerError,
+    /// The caches did not sync before the initial-sync deadline.
+    SyncTimeout,
+    /// Anything else (invalid client configuration, unexpected API errors).
+    Other,
+}
+
+impl ErrorCategory {
+    /// The category name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCategory::Unreachable => "Unreachable",
+            ErrorCategory::Tls => "TLS",
+            ErrorCategory::Credentials => "Credentials",
+            ErrorCategory::Unauthorized => "Unauthorized",
+            ErrorCategory::Forbidden => "Forbidden",
+            ErrorCategory::CrdMissing => "CRDMissing",
+            ErrorCategory::ServerError => "ServerError",
+            ErrorCategory::SyncTimeout => "SyncTimeout",
+            ErrorCategory::Other => "Other",
+        }
+    }
+}
+
+/// A categorised spoke failure. `message` never contains credential values.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct SpokeError {
+    /// Category.
+    pub category: ErrorCategory,
+    /// Human-readable detail.
+    pub message: String,
+    /// When it happened.
+    pub at: DateTime<Utc>,
+}
+
+/// The published state of one spoke. Cloned out of [`FleetState`] on read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpokeState {
+    /// Spoke name `<namespace>/<name>` (the ClusterProfile).
+    pub name: String,
+    /// Life-cycle phase.
+    pub phase: Phase,
+    /// Why the spoke is `Waiting` or `Refused` (the refusal reason names the field or rule).
+    pub reason: Option<String>,
+    /// Last failure (kept after recovery until the next success clears it).
+    pub last_error: Option<SpokeError>,
+    /// Failures since the last successful sync.
+    pub consecutive_failures: u32,
+    /// Last time the reconciler was synced and idle.
+    pub last_sync: Option<DateTime<Utc>>,
+    /// The spoke API server's `gitVersion`.
+    pub version: Option<String>,
+    /// Trust domain the spoke compiles with.
+    pub trust_domain: Option<String>,
+    /// SPIRE class the spoke compiles with.
+    pub spire_class_name: Option<String>,
+    /// Access provider in use.
+    pub provider: Option<String>,
+    /// How many times a reconciler was started for a new effective configuration
+    /// (retries after failures are not counted).
+    pub engagements: u64,
+    /// Per-binding results, as the spoke's reconciler last saw them.
+    pub bindings: Arc<Vec<BindingSnapshot>>,
+}
+
+impl SpokeState {
+    /// A fresh state for `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            phase: Phase::Pending,
+            reason: None,
+            last_error: None,
+            consecutive_failures: 0,
+            last_sync: None,
+            version: None,
+            trust_domain: None,
+            spire_class_name: None,
+            provider: None,
+            engagements: 0,
+            bindings: Arc::new(Vec::new()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    spokes: DashMap<String, SpokeState>,
+    changed: watch::Sender<u64>,
+    leading: AtomicBool,
+}
+
+/// Shared, cheaply clonable fleet state.
+#[derive(Clone, Debug)]
+pub struct FleetState {
+    inner: Arc<Inner>,
+}
+
+impl Default for FleetState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl FleetState {
+    /// An empty fleet.
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                spokes: DashMap::new(),
+                changed: watch::channel(0).0,
+                leading: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Every spoke's state, sorted by name.
+    pub fn spokes(&self) -> Vec<SpokeState> {
+        let mut out: Vec<SpokeState> = self
+            .inner
+            .spokes
+            .iter()
+            .map(|e| e.value().clone())
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// One spoke's state.
+    pub fn get(&self, name: &str) -> Option<SpokeState> {
+        self.inner.spokes.get(name).map(|e| e.value().clone())
+    }
+
+    /// Number of known spokes.
+    pub fn len(&self) -> usize {
+        self.inner.spokes.len()
+    }
+
+    /// No spoke known.
+    pub fn is_empty(&self) -> bool {
+        self.inner.spokes.is_empty()
+    }
+
+    /// A receiver woken on every change (the value is a change counter).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.inner.changed.subscribe()
+    }
+
+    /// Whether this replica currently leads (engages spokes and writes).
+    pub fn is_leader(&self) -> bool {
+        self.inner.leading.load(Ordering::Acquire)
+    }
+
+    /// Records leadership (supervisor only).
+    pub fn set_leader(&self, leading: bool) {
+        if self.inner.leading.swap(leading, Ordering::AcqRel) != leading {
+            self.notify();
+        }
+    }
+
+    /// Changes one spoke's state (creating it) and notifies subscribers when it changed.
+    /// `f` runs under the entry's lock: it must not block.
+    pub fn update(&self, name: &str, f: impl FnOnce(&mut SpokeState)) {
+        let changed = {
+            let mut created = false;
+            let mut entry = self
+                .inner
+                .spokes
+                .entry(name.to_string())
+                .or_insert_with(|| {
+                    created = true;
+                    SpokeState::new(name)
+                });
+            let before = entry.value().clone();
+            f(entry.value_mut());
+            created || *entry.value() != before
+        };
+        if changed {
+            self.notify();
+        }
+    }
+
+    /// Forgets a spoke (profile deleted and removal done).
+    pub fn remove(&self, name: &str) {
+        if self.inner.spokes.remove(name).is_some() {
+            self.notify();
+        }
+    }
+
+    fn notify(&self) {
+        self.inner.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn updates_notify_only_on_change() {
+        let s = FleetState::new();
+        let mut rx = s.subscribe();
+        s.update("ns/a", |st| st.phase = Phase::Engaged);
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        s.update("ns/a", |st| st.phase = Phase::Engaged);
+        assert!(!rx.has_changed().unwrap());
+        assert_eq!(s.get("ns/a").unwrap().phase, Phase::Engaged);
+        s.update("ns/0", |_| {});
+        assert_eq!(
+            s.spokes()
+                .iter()
+                .map(|x| x.name.as_str())
+                .collect::<Vec<_>>(),
+            ["ns/0", "ns/a"]
+        );
+        s.remove("ns/a");
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(s.len(), 1);
+    }
+}

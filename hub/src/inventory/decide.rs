@@ -1,0 +1,307 @@
+//! The pure engage/refuse decision for one ClusterProfile.
+
+use kleym_api::external::clusterprofile::ClusterProfile;
+
+use crate::access::{AccessProfile, EffectiveAccess, ProviderSet, SelectOptions, select};
+
+/// Profile property naming the spoke's SPIFFE trust domain.
+pub const TRUST_DOMAIN_PROPERTY: &str = "kleym.io/trust-domain";
+/// Profile property naming the SPIRE Controller Manager class of the spoke.
+pub const SPIRE_CLASS_PROPERTY: &str = "kleym.io/spire-class-name";
+
+/// Hub-wide inventory settings (from `kleym hub` flags).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InventoryOptions {
+    /// Condition type that must be `True` to engage; `None` engages regardless of conditions.
+    pub engage_condition: Option<String>,
+    /// Default trust domain when the profile has no `kleym.io/trust-domain` property.
+    pub trust_domain: Option<String>,
+    /// Default SPIRE class when the profile has no `kleym.io/spire-class-name` property.
+    pub spire_class_name: Option<String>,
+    /// Provider selection switches.
+    pub select: SelectOptions,
+}
+
+impl Default for InventoryOptions {
+    fn default() -> Self {
+        Self {
+            engage_condition: Some(
+                kleym_api::external::clusterprofile::CONTROL_PLANE_HEALTHY.to_string(),
+            ),
+            trust_domain: None,
+            spire_class_name: None,
+            select: SelectOptions::default(),
+        }
+    }
+}
+
+/// The per-spoke reconciler settings taken from the profile (or the hub defaults).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SpokeSettings {
+    /// SPIFFE trust domain.
+    pub trust_domain: String,
+    /// SPIRE Controller Manager class, if any.
+    pub spire_class_name: Option<String>,
+}
+
+/// Everything that decides how a spoke is engaged. Two equal specs mean "nothing to
+/// re-engage": profile heartbeats (condition times, unrelated properties) do not change it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SpokeSpec {
+    /// Spoke name `<namespace>/<name>`.
+    pub name: String,
+    /// The effective access configuration.
+    pub access: EffectiveAccess,
+    /// The reconciler settings.
+    pub settings: SpokeSettings,
+}
+
+/// What to do with one ClusterProfile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Engage (or keep engaged) with this spec.
+    Engage(Box<SpokeSpec>),
+    /// Valid but not to be engaged now (the engage condition is not `True`).
+    Waiting {
+        /// Why.
+        reason: String,
+    },
+    /// Unusable: no matching provider, bad server URL or CA, bad extensions, no trust domain.
+    Refused {
+        /// Why, naming the field or rule.
+        reason: String,
+    },
+}
+
+fn property<'a>(cp: &'a ClusterProfile, name: &str) -> Option<&'a str> {
+    cp.status
+        .as_ref()?
+        .properties
+        .as_ref()?
+        .iter()
+        .find(|p| p.name == name)
+        .map(|p| p.value.trim())
+        .filter(|v| !v.is_empty())
+}
+
+fn condition_true(cp: &ClusterProfile, ty: &str) -> Result<(), String> {
+    let found = cp
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == ty));
+    match found {
+        Some(c) if c.status == "True" => Ok(()),
+        Some(c) => Err(format!(
+            "condition {ty} is {} ({}: {})",
+            c.status, c.reason, c.message
+        )),
+        None => Err(format!("condition {ty} is not reported")),
+    }
+}
+
+/// A trust domain as SPIFFE allows it: lowercase letters, digits, `.`, `-`, `_`.
+fn valid_trust_domain(td: &str) -> bool {
+    !td.is_empty()
+        && td.len() <= 255
+        && td
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-._".contains(&b))
+}
+
+/// Decides what to do with `cp`. Pure; never panics on any profile content.
+pub fn evaluate(cp: &ClusterProfile, providers: &ProviderSet, opts: &InventoryOptions) -> Decision {
+    let profile = AccessProfile::from_cluster_profile(cp);
+    let access = match select(providers, &profile, &opts.select) {
+        Ok(a) => a,
+        Err(e) => {
+            return Decision::Refused {
+                reason: e.to_string(),
+            };
+        }
+    };
+    let trust_domain = match property(cp, TRUST_DOMAIN_PROPERTY).or(opts.trust_domain.as_deref()) {
+        Some(td) if valid_trust_domain(td) => td.to_string(),
+        Some(td) => {
+            return Decision::Refused {
+                reason: format!(
+                    "trust domain {td:?} is invalid (lowercase letters, digits, '.', '-', '_')"
+                ),
+            };
+        }
+        None => {
+            return Decision::Refused {
+                reason: format!(
+                    "no trust domain: set the profile property {TRUST_DOMAIN_PROPERTY} or --trust-domain"
+                ),
+            };
+        }
+    };
+    if let Some(ty) = &opts.engage_condition
+        && let Err(reason) = condition_true(cp, ty)
+    {
+        return Decision::Waiting { reason };
+    }
+    Decision::Engage(Box::new(SpokeSpec {
+        name: profile.spoke_name(),
+        access,
+        settings: SpokeSettings {
+            trust_domain,
+            spire_class_name: property(cp, SPIRE_CLASS_PROPERTY)
+                .or(opts.spire_class_name.as_deref())
+                .map(str::to_string),
+        },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    // A self-signed certificate is enough for selection (it only parses the PEM).
+    fn ca_b64() -> String {
+        use base64::Engine as _;
+        static CA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        CA.get_or_init(|| {
+            let cert = rcgen::generate_simple_self_signed(vec!["x".into()]).unwrap();
+            base64::engine::general_purpose::STANDARD.encode(cert.cert.pem())
+        })
+        .clone()
+    }
+
+    fn providers() -> ProviderSet {
+        ProviderSet::load(None, &["tok=/bin/echo hi".to_string()]).unwrap()
+    }
+
+    fn profile(status: serde_json::Value) -> ClusterProfile {
+        serde_json::from_value(json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "kind": "ClusterProfile",
+            "metadata": {"name": "c1", "namespace": "fleet"},
+            "spec": {"clusterManager": {"name": "test"}},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    fn healthy(extra_props: serde_json::Value, heartbeat: &str) -> ClusterProfile {
+        profile(json!({
+            "accessProviders": [{"name": "tok", "cluster": {
+                "server": "https://10.0.0.1:6443", "certificate-authority-data": ca_b64()}}],
+            "conditions": [{"type": "ControlPlaneHealthy", "status": "True", "reason": "Ok",
+                "message": "", "lastTransitionTime": heartbeat}],
+            "properties": extra_props
+        }))
+    }
+
+    fn opts() -> InventoryOptions {
+        InventoryOptions {
+            trust_domain: Some("default.example".into()),
+            ..InventoryOptions::default()
+        }
+    }
+
+    #[test]
+    fn engages_healthy_profile_with_property_overrides() {
+        let cp = healthy(
+            json!([{"name": TRUST_DOMAIN_PROPERTY, "value": "east.example"},
+                   {"name": SPIRE_CLASS_PROPERTY, "value": "spire-east"}]),
+            "2026-01-01T00:00:00Z",
+        );
+        let Decision::Engage(spec) = evaluate(&cp, &providers(), &opts()) else {
+            panic!("expected engage");
+        };
+        assert_eq!(spec.name, "fleet/c1");
+        assert_eq!(spec.settings.trust_domain, "east.example");
+        assert_eq!(
+            spec.settings.spire_class_name.as_deref(),
+            Some("spire-east")
+        );
+        assert_eq!(spec.access.provider, "tok");
+    }
+
+    #[test]
+    fn heartbeats_do_not_change_the_spec() {
+        let a = evaluate(
+            &healthy(json!([]), "2026-01-01T00:00:00Z"),
+            &providers(),
+            &opts(),
+        );
+        let b = evaluate(
+            &healthy(
+                json!([{"name": "other", "value": "x"}]),
+                "2026-01-02T00:00:00Z",
+            ),
+            &providers(),
+            &opts(),
+        );
+        assert!(matches!(a, Decision::Engage(_)));
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn waits_when_not_healthy_unless_disabled() {
+        let cp = profile(json!({
+            "accessProviders": [{"name": "tok", "cluster": {"server": "https://10.0.0.1:6443"}}],
+            "conditions": [{"type": "ControlPlaneHealthy", "status": "False", "reason": "Down",
+                "message": "probe failed", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+        }));
+        let d = evaluate(&cp, &providers(), &opts());
+        assert!(
+            matches!(&d, Decision::Waiting { reason } if reason.contains("False") && reason.contains("probe failed")),
+            "{d:?}"
+        );
+        let disabled = InventoryOptions {
+            engage_condition: None,
+            ..opts()
+        };
+        assert!(matches!(
+            evaluate(&cp, &providers(), &disabled),
+            Decision::Engage(_)
+        ));
+    }
+
+    #[test]
+    fn refuses_unusable_profiles_with_reasons() {
+        let cases = [
+            (
+                json!({"accessProviders": [{"name": "other", "cluster": {"server": "https://h"}}]}),
+                "no matching cluster accessor",
+            ),
+            (
+                json!({"accessProviders": [{"name": "tok", "cluster": {"server": "not a url"}}]}),
+                "server",
+            ),
+            (
+                json!({"accessProviders": [{"name": "tok", "cluster": {"server": "https://h",
+                "certificate-authority-data": "bm90IGEgY2VydA=="}}]}),
+                "certificate-authority-data",
+            ),
+            (
+                json!({"accessProviders": [{"name": "tok", "cluster": {"server": "https://h",
+                "extensions": [{"name": "client.authentication.k8s.io/exec", "extension": {}},
+                               {"name": "client.authentication.k8s.io/exec", "extension": {}}]}}]}),
+                "extension",
+            ),
+        ];
+        for (status, needle) in cases {
+            let d = evaluate(&profile(status.clone()), &providers(), &opts());
+            assert!(
+                matches!(&d, Decision::Refused { reason } if reason.contains(needle)),
+                "{status}: {d:?}"
+            );
+        }
+        let no_td = InventoryOptions {
+            trust_domain: None,
+            engage_condition: None,
+            ..opts()
+        };
+        let cp = profile(
+            json!({"accessProviders": [{"name": "tok", "cluster": {"server": "https://h"}}]}),
+        );
+        assert!(
+            matches!(evaluate(&cp, &providers(), &no_td), Decision::Refused { reason } if reason.contains("trust domain"))
+        );
+    }
+}
