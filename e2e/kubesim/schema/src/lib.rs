@@ -70,7 +70,9 @@ pub enum FieldErrorKind {
     InternalError,
 }
 
-/// One validation failure at a field path such as `spec.podSelector.matchLabels[app]`.
+/// One validation failure at a field path such as `spec.targetPorts[0].number`. As in
+/// kube-apiserver, OpenAPI errors name map entries `spec.labels.app` while CEL and
+/// list-type errors name them `spec.labels[app]`; errors about no field have path `<nil>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
     /// Field path in kube-apiserver notation (`spec.items[0].name`).

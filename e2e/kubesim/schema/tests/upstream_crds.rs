@@ -4,7 +4,7 @@
 mod common;
 
 use common::{admit, errors, load_crd, schema, served_schemas, upstream_dir};
-use kubesim_schema::structural_errors;
+use kubesim_schema::{causes, invalid_message, structural_errors};
 use serde_json::json;
 
 const SPIFFE: &str = "spire.spiffe.io_clusterspiffeids.yaml";
