@@ -82,8 +82,18 @@ fn cluster_spiffe_id() {
         .unwrap()
         .remove("spiffeIDTemplate");
     assert_eq!(
-        errors(&s, missing, None),
+        errors(&s, missing.clone(), None),
         vec!["spec.spiffeIDTemplate: Required value"]
+    );
+    // The status the store returns for it.
+    let errs = s.validate(&missing, None);
+    assert_eq!(
+        invalid_message("ClusterSPIFFEID.spire.spiffe.io", "inference", &errs),
+        r#"ClusterSPIFFEID.spire.spiffe.io "inference" is invalid: spec.spiffeIDTemplate: Required value"#
+    );
+    assert_eq!(
+        causes(&errs),
+        json!([{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.spiffeIDTemplate"}])
     );
 
     let mut wrong_type = valid;
