@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod credentials;
+pub mod http;
 pub mod fleet;
 pub mod inventory;
 pub mod leader;

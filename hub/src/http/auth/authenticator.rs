@@ -1,0 +1,430 @@
+//! [`ApiAuth`]: the per-request decision, with caches and single-flight in front of the
+//! reviews so that the apiserver sees at most one `TokenReview` per distinct token per
+//! cache lifetime, however many requests carry it.
+
+use super::cache::TtlCache;
+use super::clock::{Clock, SystemClock};
+use super::mode::AuthMode;
+use super::reviewer::{AccessCheck, AccessDecision, Caller, ReviewError, Reviewer};
+use super::token::{TokenHash, bearer_token, jwt_expiry};
+use crate::http::metrics::ApiMetrics;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Semaphore, watch};
+
+/// Settings of [`ApiAuth`].
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// What to do with failures (`--api-auth-mode`).
+    pub mode: AuthMode,
+    /// The audience tokens must be issued for (`--api-audience`): sent as
+    /// `spec.audiences`, and required in `status.audiences`.
+    pub audience: String,
+    /// The access callers need (default: `get fleetidentityreports.kleym.io`).
+    pub access: AccessCheck,
+    /// Longest time a positive TokenReview is trusted; also never past the token's `exp`.
+    pub positive_ttl: Duration,
+    /// How long a definite rejection (`authenticated: false`, wrong audience) is remembered.
+    pub negative_ttl: Duration,
+    /// How long a SubjectAccessReview decision (allowed or denied) is remembered.
+    pub access_ttl: Duration,
+    /// Entries per cache (positive, negative, access): memory stays bounded under a flood.
+    pub cache_capacity: usize,
+    /// Time limit of one review, including the wait for a review slot.
+    pub review_timeout: Duration,
+    /// Reviews in flight at once, across all tokens (protects the apiserver from a flood).
+    pub max_concurrent_reviews: usize,
+}
+
+impl AuthConfig {
+    /// Defaults for `mode` and `audience`: positive TTL 2 min (kube-apiserver's webhook token
+    /// cache default), negative 10 s, access 10 s, 10 000 entries per cache, 5 s review
+    /// timeout, 16 concurrent reviews.
+    pub fn new(mode: AuthMode, audience: impl Into<String>) -> Self {
+        Self {
+            mode,
+            audience: audience.into(),
+            access: AccessCheck::default(),
+            positive_ttl: Duration::from_secs(120),
+            negative_ttl: Duration::from_secs(10),
+            access_ttl: Duration::from_secs(10),
+            cache_capacity: 10_000,
+            review_timeout: Duration::from_secs(5),
+            max_concurrent_reviews: 16,
+        }
+    }
+}
+
+/// Which refusal a failed check maps to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum FailureKind {
+    /// No token, or a token the TokenReview rejected: 401.
+    Unauthenticated,
+    /// Authenticated, but the SubjectAccessReview denied: 403.
+    Forbidden,
+    /// The apiserver gave no answer (timeout, 5xx, connection error): 503. Not the caller's
+    /// fault, so not a 401 (which would tell a well-behaved client to drop a good token).
+    Unavailable,
+}
+
+impl FailureKind {
+    /// The HTTP status code.
+    pub fn status(self) -> http::StatusCode {
+        match self {
+            Self::Unauthenticated => http::StatusCode::UNAUTHORIZED,
+            Self::Forbidden => http::StatusCode::FORBIDDEN,
+            Self::Unavailable => http::StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// Why a request failed authentication or authorization. The message is safe to return to
+/// the caller and to log: it never contains the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthFailure {
+    /// The refusal.
+    pub kind: FailureKind,
+    /// A human-readable explanation.
+    pub message: String,
+}
+
+/// The result of [`ApiAuth::check`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthDecision {
+    /// Serve the request.
+    Allow {
+        /// The authenticated caller (`None` in mode `off`, or when permissive let a failure
+        /// through).
+        caller: Option<Caller>,
+        /// In `permissive` mode, the failure that would have refused the request.
+        warning: Option<AuthFailure>,
+    },
+    /// Refuse the request (`enforce` only).
+    Deny(AuthFailure),
+}
+
+/// A definite rejection, as cached.
+#[derive(Debug, Clone)]
+struct Rejection {
+    outcome: &'static str,
+    message: String,
+}
+
+/// The answer of one token review, shared with every request that waited on it.
+#[derive(Debug, Clone)]
+enum TokenOutcome {
+    Authenticated(Arc<Caller>),
+    Rejected(Rejection),
+    Failed(ReviewError),
+}
+
+type Inflight = Mutex<HashMap<TokenHash, watch::Receiver<Option<TokenOutcome>>>>;
+
+#[derive(Debug)]
+struct Inner {
+    config: AuthConfig,
+    reviewer: Arc<dyn Reviewer>,
+    clock: Arc<dyn Clock>,
+    metrics: ApiMetrics,
+    positive: TtlCache<TokenHash, Arc<Caller>>,
+    negative: TtlCache<TokenHash, Rejection>,
+    access: TtlCache<Caller, AccessDecision>,
+    inflight: Inflight,
+    slots: Semaphore,
+}
+
+/// Authenticates and authorizes `/v1` requests. Cheap to clone (shared state).
+///
+/// Caches, all keyed so that no token is stored (SHA-256 of the token, or the caller):
+/// - positive: `TokenReview` said authenticated for our audience → trusted until
+///   `min(now + positive_ttl, exp)` (`exp` read from the JWT without verification; opaque
+///   tokens get `positive_ttl`). A revoked token is therefore accepted until then.
+/// - negative: `authenticated: false` or a wrong audience → refused for `negative_ttl`
+///   without asking again, so a flood of bad tokens costs one review per distinct token.
+/// - access: `SubjectAccessReview` decisions per caller for `access_ttl`.
+///
+/// Review errors (timeouts, 5xx, connection failures) are never cached. Concurrent requests
+/// with the same uncached token share one review (single-flight).
+#[derive(Debug, Clone)]
+pub struct ApiAuth {
+    inner: Arc<Inner>,
+}
+
+impl ApiAuth {
+    /// An authenticator using `reviewer`, the system clock and `metrics`.
+    pub fn new(config: AuthConfig, reviewer: Arc<dyn Reviewer>, metrics: ApiMetrics) -> Self {
+        Self::with_clock(config, reviewer, metrics, Arc::new(SystemClock))
+    }
+
+    /// [`ApiAuth::new`] with an explicit clock (tests).
+    pub fn with_clock(
+        config: AuthConfig,
+        reviewer: Arc<dyn Reviewer>,
+        metrics: ApiMetrics,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        let cap = config.cache_capacity;
+        let slots = Semaphore::new(config.max_concurrent_reviews.max(1));
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                reviewer,
+                clock,
+                metrics,
+                positive: TtlCache::new(cap),
+                negative: TtlCache::new(cap),
+                access: TtlCache::new(cap),
+                inflight: Mutex::new(HashMap::new()),
+                slots,
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AuthConfig {
+        &self.inner.config
+    }
+
+    /// Decide on a request with these headers, per the mode.
+    pub async fn check(&self, headers: &http::HeaderMap) -> AuthDecision {
+        let inner = &self.inner;
+        if inner.config.mode == AuthMode::Off {
+            inner.metrics.authn("skipped");
+            return AuthDecision::Allow {
+                caller: None,
+                warning: None,
+            };
+        }
+        match self.verify(headers).await {
+            Ok(caller) => AuthDecision::Allow {
+                caller: Some(caller),
+                warning: None,
+            },
+            Err(failure) if inner.config.mode == AuthMode::Enforce => AuthDecision::Deny(failure),
+            Err(failure) => {
+                inner.metrics.permissive_allowed.inc();
+                tracing::warn!(
+                    kind = ?failure.kind,
+                    reason = %failure.message,
+                    "hub API: request failed auth; served because --api-auth-mode=permissive"
+                );
+                AuthDecision::Allow {
+                    caller: None,
+                    warning: Some(failure),
+                }
+            }
+        }
+    }
+
+    async fn verify(&self, headers: &http::HeaderMap) -> Result<Caller, AuthFailure> {
+        let metrics = &self.inner.metrics;
+        let token = bearer_token(headers).map_err(|e| {
+            metrics.authn("no_token");
+            AuthFailure {
+                kind: FailureKind::Unauthenticated,
+                message: e.to_string(),
+            }
+        })?;
+        let hash = TokenHash::of(token);
+        let caller = match self.authenticate(hash, token).await {
+            TokenOutcome::Authenticated(c) => {
+                metrics.authn("authenticated");
+                c
+            }
+            TokenOutcome::Rejected(r) => {
+                metrics.authn(r.outcome);
+                tracing::debug!(token = %hash.prefix(), reason = %r.message, "hub API: token rejected");
+                return Err(AuthFailure {
+                    kind: FailureKind::Unauthenticated,
+                    message: r.message,
+                });
+            }
+            TokenOutcome::Failed(e) => {
+                metrics.authn("error");
+                tracing::warn!(token = %hash.prefix(), error = %e, "hub API: token review failed");
+                return Err(AuthFailure {
+                    kind: FailureKind::Unavailable,
+                    message: format!("cannot verify the token right now ({e}); retry later"),
+                });
+            }
+        };
+        self.authorize(&caller).await?;
+        Ok(Caller::clone(&caller))
+    }
+
+    /// The token's outcome: from the caches, from a review already under way, or from a new
+    /// review (spawned, so a cancelled request does not cancel it for the others).
+    async fn authenticate(&self, hash: TokenHash, token: &str) -> TokenOutcome {
+        let inner = &self.inner;
+        if let Some(hit) = inner.cached(hash) {
+            return hit;
+        }
+        let mut rx = {
+            let mut inflight = inner.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            // Re-check under the lock: a review may have finished (cached, then left the
+            // in-flight map) since the check above.
+            if let Some(hit) = inner.cached(hash) {
+                return hit;
+            }
+            if let Some(rx) = inflight.get(&hash) {
+                inner.metrics.cache_hit("token_inflight");
+                rx.clone()
+            } else {
+                let (tx, rx) = watch::channel(None);
+                inflight.insert(hash, rx.clone());
+                let task_inner = inner.clone();
+                let token = token.to_string();
+                tokio::spawn(async move {
+                    let outcome = task_inner.review_token(hash, &token).await;
+                    task_inner
+                        .inflight
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&hash);
+                    let _ = tx.send(Some(outcome));
+                });
+                rx
+            }
+        };
+        match rx.wait_for(Option::is_some).await {
+            Ok(v) => v.clone().unwrap_or_else(|| {
+                TokenOutcome::Failed(internal("the token review ended without an answer"))
+            }),
+            Err(_) => TokenOutcome::Failed(internal("the token review task stopped")),
+        }
+    }
+
+    async fn authorize(&self, caller: &Caller) -> Result<(), AuthFailure> {
+        let inner = &self.inner;
+        let check = &inner.config.access;
+        let now = inner.clock.now();
+        let decision = if let Some(d) = inner.access.get(caller, now) {
+            inner.metrics.cache_hit("access");
+            d
+        } else {
+            let answer = async {
+                let _slot = inner.slots.acquire().await;
+                inner.reviewer.review_access(caller, check).await
+            };
+            let result = match tokio::time::timeout(inner.config.review_timeout, answer).await {
+                Ok(r) => r,
+                Err(_) => Err(ReviewError::Timeout("SubjectAccessReview")),
+            };
+            inner.metrics.review("access", result.is_ok());
+            match result {
+                Ok(d) => {
+                    let now = inner.clock.now();
+                    inner.access.insert(
+                        caller.clone(),
+                        d.clone(),
+                        now + inner.config.access_ttl,
+                        now,
+                    );
+                    d
+                }
+                Err(e) => {
+                    inner.metrics.authz("error");
+                    tracing::warn!(user = %caller.username, error = %e, "hub API: access review failed");
+                    return Err(AuthFailure {
+                        kind: FailureKind::Unavailable,
+                        message: format!("cannot check access right now ({e}); retry later"),
+                    });
+                }
+            }
+        };
+        match decision {
+            AccessDecision::Allowed => {
+                inner.metrics.authz("allowed");
+                Ok(())
+            }
+            AccessDecision::Denied(reason) => {
+                inner.metrics.authz("denied");
+                let mut message = format!(
+                    "{:?} is not allowed to {check} (cluster scope) in the hub cluster",
+                    caller.username
+                );
+                if !reason.is_empty() {
+                    message.push_str(": ");
+                    message.push_str(&reason);
+                }
+                Err(AuthFailure {
+                    kind: FailureKind::Forbidden,
+                    message,
+                })
+            }
+        }
+    }
+}
+
+fn internal(message: &str) -> ReviewError {
+    ReviewError::Transport {
+        kind: "TokenReview",
+        message: message.to_string(),
+    }
+}
+
+impl Inner {
+    fn cached(&self, hash: TokenHash) -> Option<TokenOutcome> {
+        let now = self.clock.now();
+        if let Some(c) = self.positive.get(&hash, now) {
+            self.metrics.cache_hit("token_positive");
+            return Some(TokenOutcome::Authenticated(c));
+        }
+        if let Some(r) = self.negative.get(&hash, now) {
+            self.metrics.cache_hit("token_negative");
+            return Some(TokenOutcome::Rejected(r));
+        }
+        None
+    }
+
+    /// Send one TokenReview and cache a definite answer.
+    async fn review_token(&self, hash: TokenHash, token: &str) -> TokenOutcome {
+        let audience = self.config.audience.as_str();
+        let answer = async {
+            let _slot = self.slots.acquire().await;
+            self.reviewer.review_token(token, audience).await
+        };
+        let result = match tokio::time::timeout(self.config.review_timeout, answer).await {
+            Ok(r) => r,
+            Err(_) => Err(ReviewError::Timeout("TokenReview")),
+        };
+        self.metrics.review("token", result.is_ok());
+        let status = match result {
+            Ok(s) => s,
+            Err(e) => return TokenOutcome::Failed(e),
+        };
+        let now = self.clock.now();
+        let rejection = if !status.authenticated {
+            tracing::debug!(token = %hash.prefix(), error = %status.error, "TokenReview: not authenticated");
+            Rejection {
+                outcome: "rejected",
+                // The apiserver's reason stays in the (debug) log: like kube-apiserver, the
+                // API does not tell a caller why a token failed.
+                message: format!(
+                    "the bearer token was rejected by the hub cluster's TokenReview: it is \
+                     invalid, expired or revoked, or was not issued for audience {audience:?}"
+                ),
+            }
+        } else if !status.audiences.iter().any(|a| a == audience) {
+            Rejection {
+                outcome: "wrong_audience",
+                message: format!(
+                    "the bearer token is not valid for audience {audience:?}; request a \
+                     ServiceAccount token with that audience"
+                ),
+            }
+        } else {
+            let caller = Arc::new(status.user);
+            let mut expires = now + self.config.positive_ttl;
+            if let Some(exp) = jwt_expiry(token) {
+                expires = expires.min(exp);
+            }
+            self.positive.insert(hash, caller.clone(), expires, now);
+            return TokenOutcome::Authenticated(caller);
+        };
+        self.negative
+            .insert(hash, rejection.clone(), now + self.config.negative_ttl, now);
+        TokenOutcome::Rejected(rejection)
+    }
+}

@@ -1,0 +1,221 @@
+//! Routes: `/healthz`, `/readyz`, `/metrics`, and the authenticated `/v1/*`.
+
+use crate::http::auth::{ApiAuth, AuthDecision, AuthFailure, FailureKind};
+use crate::http::metrics::ApiMetrics;
+use crate::http::view::HubView;
+use axum::Router;
+use axum::extract::{MatchedPath, Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// `WWW-Authenticate` realm.
+const REALM: &str = "kleym-hub";
+
+/// Everything the routes share.
+#[derive(Clone)]
+pub struct ApiState {
+    /// What is served.
+    pub view: Arc<dyn HubView>,
+    /// Rendered by `/metrics` (the hub's whole registry, including [`ApiMetrics`]).
+    pub registry: Arc<Registry>,
+    /// `/v1/*` authentication and authorization.
+    pub auth: ApiAuth,
+    /// Request counters.
+    pub metrics: ApiMetrics,
+}
+
+impl std::fmt::Debug for ApiState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiState")
+            .field("auth", &self.auth)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The hub API router.
+pub fn router(state: ApiState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/report", get(report))
+        .route("/v1/clusters", get(clusters))
+        .route("/v1/clusters/{namespace}/{name}", get(cluster))
+        .route_layer(middleware::from_fn_with_state(state.clone(), guard_v1));
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .merge(v1)
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
+        .with_state(state)
+}
+
+/// A JSON error body: `{"code", "reason", "message", ...extra}`.
+pub fn error_body(code: StatusCode, reason: &str, message: &str, extra: Value) -> Response {
+    let mut body = json!({"code": code.as_u16(), "reason": reason, "message": message});
+    if let (Some(b), Value::Object(extra)) = (body.as_object_mut(), extra) {
+        b.extend(extra);
+    }
+    (code, axum::Json(body)).into_response()
+}
+
+/// The 401/403/503 response of an auth failure.
+pub fn failure_response(f: &AuthFailure) -> Response {
+    let (reason, challenge) = match f.kind {
+        FailureKind::Unauthenticated => ("Unauthorized", Some(format!("Bearer realm=\"{REALM}\""))),
+        FailureKind::Forbidden => (
+            "Forbidden",
+            Some(format!(
+                "Bearer realm=\"{REALM}\", error=\"insufficient_scope\""
+            )),
+        ),
+        FailureKind::Unavailable => ("ServiceUnavailable", None),
+    };
+    let mut resp = error_body(f.kind.status(), reason, &f.message, Value::Null);
+    let headers = resp.headers_mut();
+    if let Some(c) = challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        headers.insert(header::WWW_AUTHENTICATE, c);
+    }
+    if f.kind == FailureKind::Unavailable {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}
+
+/// Followers refuse first (no review is spent on a request they would not serve), then
+/// authentication and authorization per the mode.
+async fn guard_v1(State(s): State<ApiState>, req: Request, next: Next) -> Response {
+    let leader = s.view.leader();
+    if !leader.is_leader {
+        let name = leader.leader_identity.clone();
+        let message = match &name {
+            Some(l) => format!(
+                "this hub replica is a follower; the leader is {l:?}: send /v1 requests to it"
+            ),
+            None => "this hub replica is a follower and the leader is not known yet; retry later"
+                .to_string(),
+        };
+        let mut resp = error_body(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "NotLeader",
+            &message,
+            json!({"leader": name}),
+        );
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        if let Some(v) = name.and_then(|n| HeaderValue::from_str(&n).ok()) {
+            resp.headers_mut().insert("x-kleym-leader", v);
+        }
+        return resp;
+    }
+    match s.auth.check(req.headers()).await {
+        AuthDecision::Deny(f) => failure_response(&f),
+        AuthDecision::Allow { warning, .. } => {
+            let mut resp = next.run(req).await;
+            if let Some(w) = warning {
+                // RFC 7234 warn-code 299 ("miscellaneous persistent warning"), as
+                // kube-apiserver uses for deprecations; kubectl-style clients print it.
+                let text = format!(
+                    "299 {REALM} \"permissive auth mode: this request would be refused with {}: {}\"",
+                    w.kind.status().as_u16(),
+                    w.message.replace(['"', '\\'], "'")
+                );
+                if let Ok(v) = HeaderValue::from_str(&text) {
+                    resp.headers_mut().insert(header::WARNING, v);
+                }
+            }
+            resp
+        }
+    }
+}
+
+async fn count_requests(State(s): State<ApiState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "other".to_string(), |m| m.as_str().to_string());
+    let resp = next.run(req).await;
+    s.metrics.request(&route, resp.status().as_u16());
+    resp
+}
+
+async fn readyz(State(s): State<ApiState>) -> Response {
+    let r = s.view.ready();
+    if r.is_ready() {
+        (StatusCode::OK, "ok").into_response()
+    } else {
+        let mut missing = Vec::new();
+        if !r.inventory_synced {
+            missing.push("the ClusterProfile inventory has not synced");
+        }
+        if !r.leadership_known {
+            missing.push("leadership is not known yet");
+        }
+        error_body(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "NotReady",
+            &missing.join("; "),
+            json!({"readiness": r}),
+        )
+    }
+}
+
+async fn metrics(State(s): State<ApiState>) -> Response {
+    let mut out = String::new();
+    match prometheus_client::encoding::text::encode(&mut out, &s.registry) {
+        Ok(()) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            out,
+        )
+            .into_response(),
+        Err(e) => error_body(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            &format!("encoding metrics: {e}"),
+            Value::Null,
+        ),
+    }
+}
+
+async fn report(State(s): State<ApiState>) -> Response {
+    axum::Json(s.view.report()).into_response()
+}
+
+async fn clusters(State(s): State<ApiState>) -> Response {
+    let items = s.view.clusters();
+    axum::Json(json!({"count": items.len(), "items": items})).into_response()
+}
+
+async fn cluster(
+    State(s): State<ApiState>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    match s.view.cluster(&namespace, &name) {
+        Some(c) => axum::Json(c).into_response(),
+        None => error_body(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("cluster {namespace}/{name} is not in the hub's inventory"),
+            json!({"cluster": {"namespace": namespace, "name": name}}),
+        ),
+    }
+}
+
+async fn not_found(req: Request) -> Response {
+    error_body(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!("no such path: {}", req.uri().path()),
+        Value::Null,
+    )
+}

@@ -1,0 +1,134 @@
+//! What the API serves, behind a trait so the server does not depend on the fleet
+//! supervisor or the report types.
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+
+/// This replica's view of leader election.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct LeaderState {
+    /// Whether this replica holds the Lease (and so serves `/v1/*`).
+    pub is_leader: bool,
+    /// The Lease holder's identity, when known (named in a follower's 503).
+    pub leader_identity: Option<String>,
+}
+
+/// The inputs of `/readyz`: ready = inventory synced AND leadership known. Spokes are
+/// deliberately absent: an unreachable spoke must not take the hub out of its Service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Readiness {
+    /// The ClusterProfile inventory has completed its initial list.
+    pub inventory_synced: bool,
+    /// This replica knows whether it leads (it won, or it sees another holder).
+    pub leadership_known: bool,
+}
+
+impl Readiness {
+    /// Both conditions hold.
+    pub fn is_ready(&self) -> bool {
+        self.inventory_synced && self.leadership_known
+    }
+}
+
+/// The hub state the API exposes. Implemented by the fleet supervisor; [`StaticHubView`]
+/// is a settable implementation for tests.
+pub trait HubView: Send + Sync + 'static {
+    /// The full, uncapped fleet report (`/v1/report`).
+    fn report(&self) -> Value;
+    /// One entry per cluster in the inventory (`/v1/clusters` serves `{"items": [...]}`).
+    fn clusters(&self) -> Vec<Value>;
+    /// The cluster `<namespace>/<name>` (`/v1/clusters/{namespace}/{name}`); `None` → 404.
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Value>;
+    /// `/readyz` inputs.
+    fn ready(&self) -> Readiness;
+    /// Leader election state (followers answer `/v1/*` with 503).
+    fn leader(&self) -> LeaderState;
+}
+
+/// A [`HubView`] whose content is set by hand.
+#[derive(Debug, Default)]
+pub struct StaticHubView {
+    state: RwLock<StaticState>,
+}
+
+#[derive(Debug, Default)]
+struct StaticState {
+    report: Value,
+    clusters: BTreeMap<(String, String), Value>,
+    ready: Readiness,
+    leader: LeaderState,
+}
+
+impl StaticHubView {
+    /// A ready leader with an empty report and no clusters.
+    pub fn leader() -> Self {
+        let v = Self::default();
+        v.set_ready(Readiness {
+            inventory_synced: true,
+            leadership_known: true,
+        });
+        v.set_leader(LeaderState {
+            is_leader: true,
+            leader_identity: None,
+        });
+        v.set_report(serde_json::json!({"findings": []}));
+        v
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, StaticState> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, StaticState> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replace the report.
+    pub fn set_report(&self, report: Value) {
+        self.write().report = report;
+    }
+
+    /// Add or replace the cluster `<namespace>/<name>`.
+    pub fn set_cluster(&self, namespace: &str, name: &str, value: Value) {
+        self.write()
+            .clusters
+            .insert((namespace.to_string(), name.to_string()), value);
+    }
+
+    /// Set the readiness inputs.
+    pub fn set_ready(&self, ready: Readiness) {
+        self.write().ready = ready;
+    }
+
+    /// Set the leader state.
+    pub fn set_leader(&self, leader: LeaderState) {
+        self.write().leader = leader;
+    }
+}
+
+impl HubView for StaticHubView {
+    fn report(&self) -> Value {
+        self.read().report.clone()
+    }
+
+    fn clusters(&self) -> Vec<Value> {
+        self.read().clusters.values().cloned().collect()
+    }
+
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.read()
+            .clusters
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn ready(&self) -> Readiness {
+        self.read().ready
+    }
+
+    fn leader(&self) -> LeaderState {
+        self.read().leader.clone()
+    }
+}

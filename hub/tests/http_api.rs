@@ -1,0 +1,695 @@
+//! Hub API behaviour with a fake reviewer: caches, single-flight, modes, bodies, followers.
+
+use axum::Router;
+use axum::body::Body;
+use futures::future::BoxFuture;
+use http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use kleym_hub::http::auth::{
+    AccessCheck, AccessDecision, ApiAuth, AuthConfig, AuthMode, Caller, ManualClock, ReviewError,
+    Reviewer, TokenReviewStatus,
+};
+use kleym_hub::http::{ApiMetrics, ApiState, LeaderState, Readiness, StaticHubView, router};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tower::ServiceExt;
+
+const AUDIENCE: &str = "kleym-hub";
+
+/// A TokenReview/SubjectAccessReview stand-in that counts what it is asked.
+#[derive(Debug, Default)]
+struct FakeReviewer {
+    /// token → (username, audiences) of a valid token.
+    valid: Mutex<HashMap<String, (String, Vec<String>)>>,
+    /// Usernames allowed by the SubjectAccessReview.
+    allowed: Mutex<HashSet<String>>,
+    token_calls: AtomicUsize,
+    per_token: Mutex<HashMap<String, usize>>,
+    access_calls: AtomicUsize,
+    fail_tokens: AtomicBool,
+    fail_access: AtomicBool,
+    /// Delay of every review, so concurrent requests overlap.
+    delay: Mutex<Duration>,
+}
+
+impl FakeReviewer {
+    fn with_user(self: &Arc<Self>, token: &str, user: &str, allowed: bool) -> Arc<Self> {
+        self.valid
+            .lock()
+            .unwrap()
+            .insert(token.into(), (user.into(), vec![AUDIENCE.into()]));
+        if allowed {
+            self.allowed.lock().unwrap().insert(user.into());
+        }
+        self.clone()
+    }
+    fn revoke(&self, token: &str) {
+        self.valid.lock().unwrap().remove(token);
+    }
+    fn calls_for(&self, token: &str) -> usize {
+        self.per_token
+            .lock()
+            .unwrap()
+            .get(token)
+            .copied()
+            .unwrap_or(0)
+    }
+    fn tokens(&self) -> usize {
+        self.token_calls.load(Ordering::SeqCst)
+    }
+    fn accesses(&self) -> usize {
+        self.access_calls.load(Ordering::SeqCst)
+    }
+}
+
+impl Reviewer for FakeReviewer {
+    fn review_token<'a>(
+        &'a self,
+        token: &'a str,
+        audience: &'a str,
+    ) -> BoxFuture<'a, Result<TokenReviewStatus, ReviewError>> {
+        Box::pin(async move {
+            self.token_calls.fetch_add(1, Ordering::SeqCst);
+            *self
+                .per_token
+                .lock()
+                .unwrap()
+                .entry(token.to_string())
+                .or_default() += 1;
+            let delay = *self.delay.lock().unwrap();
+            tokio::time::sleep(delay).await;
+            assert_eq!(audience, AUDIENCE, "the configured audience is asked for");
+            if self.fail_tokens.load(Ordering::SeqCst) {
+                return Err(ReviewError::Api {
+                    kind: "TokenReview",
+                    code: 500,
+                    message: "etcd is on fire".into(),
+                });
+            }
+            Ok(match self.valid.lock().unwrap().get(token) {
+                Some((user, auds)) => TokenReviewStatus {
+                    authenticated: true,
+                    user: Caller {
+                        username: user.clone(),
+                        groups: vec!["system:serviceaccounts".into()],
+                        ..Default::default()
+                    },
+                    audiences: auds.clone(),
+                    error: String::new(),
+                },
+                None => TokenReviewStatus {
+                    authenticated: false,
+                    error: "invalid bearer token".into(),
+                    ..Default::default()
+                },
+            })
+        })
+    }
+
+    fn review_access<'a>(
+        &'a self,
+        caller: &'a Caller,
+        check: &'a AccessCheck,
+    ) -> BoxFuture<'a, Result<AccessDecision, ReviewError>> {
+        Box::pin(async move {
+            self.access_calls.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(check, &AccessCheck::default());
+            if self.fail_access.load(Ordering::SeqCst) {
+                return Err(ReviewError::Transport {
+                    kind: "SubjectAccessReview",
+                    message: "connection refused".into(),
+                });
+            }
+            Ok(if self.allowed.lock().unwrap().contains(&caller.username) {
+                AccessDecision::Allowed
+            } else {
+                AccessDecision::Denied("no RBAC policy matched".into())
+            })
+        })
+    }
+}
+
+struct Harness {
+    app: Router,
+    reviewer: Arc<FakeReviewer>,
+    clock: Arc<ManualClock>,
+    view: Arc<StaticHubView>,
+    registry: Arc<Registry>,
+}
+
+fn harness_with(mode: AuthMode, tweak: impl FnOnce(&mut AuthConfig)) -> Harness {
+    let reviewer = Arc::new(FakeReviewer::default());
+    let clock = Arc::new(ManualClock::new());
+    let view = Arc::new(StaticHubView::leader());
+    view.set_report(json!({"findings": [{"kind": "IdentityCollision"}]}));
+    view.set_cluster(
+        "fleet",
+        "spoke-1",
+        json!({"name": "spoke-1", "ready": true}),
+    );
+    let mut registry = Registry::default();
+    let metrics = ApiMetrics::register(&mut registry);
+    let mut config = AuthConfig::new(mode, AUDIENCE);
+    tweak(&mut config);
+    let auth = ApiAuth::with_clock(config, reviewer.clone(), metrics.clone(), clock.clone());
+    let registry = Arc::new(registry);
+    let app = router(ApiState {
+        view: view.clone(),
+        registry: registry.clone(),
+        auth,
+        metrics,
+    });
+    Harness {
+        app,
+        reviewer,
+        clock,
+        view,
+        registry,
+    }
+}
+
+fn harness(mode: AuthMode) -> Harness {
+    harness_with(mode, |_| {})
+}
+
+struct Resp {
+    status: StatusCode,
+    headers: http::HeaderMap,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+async fn get(app: &Router, path: &str, token: Option<&str>) -> Resp {
+    let mut req = Request::get(path);
+    if let Some(t) = token {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    let resp = app
+        .clone()
+        .oneshot(req.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn metrics_text(h: &Harness) -> String {
+    let mut s = String::new();
+    prometheus_client::encoding::text::encode(&mut s, &h.registry).unwrap();
+    s
+}
+
+/// The value of the series whose line starts with `prefix` (0 when absent).
+fn metric(h: &Harness, prefix: &str) -> f64 {
+    metrics_text(h)
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn flood_of_distinct_bad_tokens_costs_at_most_one_review_each() {
+    let h = harness(AuthMode::Enforce);
+    let n = 200;
+    let flood = |app: Router| async move {
+        let reqs = (0..n).map(|i| {
+            let app = app.clone();
+            async move { get(&app, "/v1/report", Some(&format!("bad-{i}"))).await }
+        });
+        futures::future::join_all(reqs).await
+    };
+    for r in flood(h.app.clone()).await {
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(h.reviewer.tokens(), n);
+    assert!((0..n).all(|i| h.reviewer.calls_for(&format!("bad-{i}")) == 1));
+    // The same flood again within the negative TTL: answered from the negative cache.
+    for r in flood(h.app.clone()).await {
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(h.reviewer.tokens(), n);
+    assert_eq!(
+        h.reviewer.accesses(),
+        0,
+        "no SubjectAccessReview for a bad token"
+    );
+    assert_eq!(
+        metric(
+            &h,
+            "kleym_hub_api_auth_cache_hits_total{cache=\"token_negative\"}"
+        ),
+        n as f64
+    );
+    // Past the negative TTL a bad token is asked about again (once).
+    h.clock.advance(Duration::from_secs(11));
+    get(&h.app, "/v1/report", Some("bad-0")).await;
+    get(&h.app, "/v1/report", Some("bad-0")).await;
+    assert_eq!(h.reviewer.calls_for("bad-0"), 2);
+}
+
+#[tokio::test]
+async fn a_burst_of_one_bad_token_is_one_review() {
+    let h = harness(AuthMode::Enforce);
+    *h.reviewer.delay.lock().unwrap() = Duration::from_millis(20);
+    let reqs = (0..100).map(|_| get(&h.app, "/v1/report", Some("bad")));
+    let out = futures::future::join_all(reqs).await;
+    assert!(out.iter().all(|r| r.status == StatusCode::UNAUTHORIZED));
+    assert_eq!(h.reviewer.tokens(), 1);
+    // All 100 started before the review finished: they shared it (single-flight).
+    assert!(
+        metric(
+            &h,
+            "kleym_hub_api_auth_cache_hits_total{cache=\"token_inflight\"}"
+        ) > 0.0
+    );
+}
+
+#[tokio::test]
+async fn a_good_token_is_reviewed_once_per_ttl() {
+    let h = harness(AuthMode::Enforce);
+    h.reviewer
+        .with_user("good", "system:serviceaccount:ops:reader", true);
+    *h.reviewer.delay.lock().unwrap() = Duration::from_millis(10);
+    let burst = (0..50).map(|_| get(&h.app, "/v1/report", Some("good")));
+    for r in futures::future::join_all(burst).await {
+        assert_eq!(r.status, StatusCode::OK);
+    }
+    assert_eq!(h.reviewer.tokens(), 1);
+    h.clock.advance(Duration::from_secs(119));
+    assert_eq!(
+        get(&h.app, "/v1/report", Some("good")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(h.reviewer.tokens(), 1, "still inside the positive TTL");
+    h.clock.advance(Duration::from_secs(2));
+    assert_eq!(
+        get(&h.app, "/v1/report", Some("good")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(h.reviewer.tokens(), 2, "reviewed again after the TTL");
+    // A revoked token is accepted until the positive TTL ends, then refused.
+    h.reviewer.revoke("good");
+    assert_eq!(
+        get(&h.app, "/v1/report", Some("good")).await.status,
+        StatusCode::OK
+    );
+    h.clock.advance(Duration::from_secs(121));
+    assert_eq!(
+        get(&h.app, "/v1/report", Some("good")).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(h.reviewer.tokens(), 3);
+}
+
+fn jwt_with_exp(exp: u64) -> String {
+    use base64::Engine;
+    let e = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    format!(
+        "{}.{}.c2ln",
+        e.encode(br#"{"alg":"RS256","kid":"k"}"#),
+        e.encode(json!({"exp": exp, "sub": "system:serviceaccount:ops:reader"}).to_string())
+    )
+}
+
+#[tokio::test]
+async fn positive_cache_never_outlives_the_token_expiry() {
+    let h = harness(AuthMode::Enforce);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = jwt_with_exp(now + 30);
+    h.reviewer
+        .with_user(&token, "system:serviceaccount:ops:reader", true);
+    assert_eq!(
+        get(&h.app, "/v1/report", Some(&token)).await.status,
+        StatusCode::OK
+    );
+    h.clock.advance(Duration::from_secs(20));
+    get(&h.app, "/v1/report", Some(&token)).await;
+    assert_eq!(h.reviewer.tokens(), 1);
+    h.clock.advance(Duration::from_secs(15)); // past exp, well inside the 120 s TTL
+    get(&h.app, "/v1/report", Some(&token)).await;
+    assert_eq!(h.reviewer.tokens(), 2);
+}
+
+#[tokio::test]
+async fn transient_errors_are_not_cached_and_answer_503() {
+    let h = harness(AuthMode::Enforce);
+    h.reviewer
+        .with_user("good", "system:serviceaccount:ops:reader", true);
+    h.reviewer.fail_tokens.store(true, Ordering::SeqCst);
+    for expected_calls in 1..=3 {
+        let r = get(&h.app, "/v1/report", Some("good")).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers["retry-after"], "1");
+        assert_eq!(r.json()["reason"], "ServiceUnavailable");
+        assert!(
+            r.json()["message"]
+                .as_str()
+                .unwrap()
+                .contains("retry later")
+        );
+        assert_eq!(h.reviewer.tokens(), expected_calls);
+    }
+    h.reviewer.fail_tokens.store(false, Ordering::SeqCst);
+    assert_eq!(
+        get(&h.app, "/v1/report", Some("good")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(h.reviewer.tokens(), 4);
+    // Access review failures are not cached either.
+    h.reviewer.fail_access.store(true, Ordering::SeqCst);
+    h.clock.advance(Duration::from_secs(11)); // the access decision expires
+    for _ in 0..2 {
+        let r = get(&h.app, "/v1/report", Some("good")).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+    let before = h.reviewer.accesses();
+    h.reviewer.fail_access.store(false, Ordering::SeqCst);
+    assert_eq!(
+        get(&h.app, "/v1/report", Some("good")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(h.reviewer.accesses(), before + 1);
+    assert!(
+        metric(
+            &h,
+            "kleym_hub_api_auth_reviews_total{kind=\"token\",result=\"error\"}"
+        ) >= 3.0
+    );
+}
+
+#[tokio::test]
+async fn access_decisions_are_cached_briefly() {
+    let h = harness(AuthMode::Enforce);
+    h.reviewer
+        .with_user("good", "system:serviceaccount:ops:reader", true);
+    for _ in 0..5 {
+        assert_eq!(
+            get(&h.app, "/v1/clusters", Some("good")).await.status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(h.reviewer.accesses(), 1);
+    h.clock.advance(Duration::from_secs(11));
+    get(&h.app, "/v1/clusters", Some("good")).await;
+    assert_eq!(h.reviewer.accesses(), 2);
+}
+
+#[tokio::test]
+async fn enforce_401_and_403_bodies() {
+    let h = harness(AuthMode::Enforce);
+    h.reviewer
+        .with_user("no-rbac", "system:serviceaccount:ops:nobody", false);
+
+    let r = get(&h.app, "/v1/report", None).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        r.headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer")
+    );
+    assert_eq!(r.headers["content-type"], "application/json");
+    let b = r.json();
+    assert_eq!(b["code"], 401);
+    assert_eq!(b["reason"], "Unauthorized");
+    assert!(
+        b["message"].as_str().unwrap().contains("no bearer token"),
+        "{b}"
+    );
+
+    let r = get(&h.app, "/v1/report", Some("forged")).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert!(
+        r.headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer")
+    );
+    let msg = r.json()["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("rejected") && msg.contains(AUDIENCE), "{msg}");
+    assert!(!msg.contains("forged"), "the token is never echoed");
+
+    let r = get(&h.app, "/v1/clusters/fleet/spoke-1", Some("no-rbac")).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert!(
+        r.headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Bearer")
+    );
+    let b = r.json();
+    assert_eq!(b["code"], 403);
+    assert_eq!(b["reason"], "Forbidden");
+    let msg = b["message"].as_str().unwrap();
+    assert!(msg.contains("system:serviceaccount:ops:nobody"), "{msg}");
+    assert!(msg.contains("get fleetidentityreports.kleym.io"), "{msg}");
+
+    let before = h.reviewer.tokens();
+    let raw = Request::get("/v1/report")
+        .header("authorization", "Basic dXNlcjpwdw==")
+        .body(Body::empty())
+        .unwrap();
+    let r = h.app.clone().oneshot(raw).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        h.reviewer.tokens(),
+        before,
+        "a non-bearer credential is not reviewed"
+    );
+}
+
+#[tokio::test]
+async fn wrong_audience_is_a_cached_401() {
+    let h = harness(AuthMode::Enforce);
+    h.reviewer.valid.lock().unwrap().insert(
+        "other-aud".into(),
+        (
+            "system:serviceaccount:ops:reader".into(),
+            vec!["https://kubernetes.default.svc".into()],
+        ),
+    );
+    h.reviewer
+        .allowed
+        .lock()
+        .unwrap()
+        .insert("system:serviceaccount:ops:reader".into());
+    for _ in 0..3 {
+        let r = get(&h.app, "/v1/report", Some("other-aud")).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        assert!(
+            r.json()["message"]
+                .as_str()
+                .unwrap()
+                .contains("not valid for audience")
+        );
+    }
+    assert_eq!(h.reviewer.tokens(), 1);
+    assert_eq!(h.reviewer.accesses(), 0);
+    assert_eq!(
+        metric(&h, "kleym_hub_api_authn_total{outcome=\"wrong_audience\"}"),
+        3.0
+    );
+}
+
+#[tokio::test]
+async fn permissive_serves_failures_with_a_warning() {
+    let h = harness(AuthMode::Permissive);
+    h.reviewer
+        .with_user("good", "system:serviceaccount:ops:reader", true);
+    h.reviewer
+        .with_user("no-rbac", "system:serviceaccount:ops:nobody", false);
+
+    let ok = get(&h.app, "/v1/report", Some("good")).await;
+    assert_eq!(ok.status, StatusCode::OK);
+    assert!(!ok.headers.contains_key("warning"));
+
+    for (token, code) in [
+        (None, "401"),
+        (Some("bad"), "401"),
+        (Some("no-rbac"), "403"),
+    ] {
+        let r = get(&h.app, "/v1/report", token).await;
+        assert_eq!(r.status, StatusCode::OK, "{token:?}");
+        assert_eq!(r.json()["findings"][0]["kind"], "IdentityCollision");
+        let w = r.headers["warning"].to_str().unwrap();
+        assert!(w.starts_with("299 ") && w.contains(code), "{w}");
+    }
+    // Permissive still verifies: every token was reviewed.
+    assert_eq!(h.reviewer.calls_for("bad"), 1);
+    assert_eq!(h.reviewer.calls_for("no-rbac"), 1);
+    assert_eq!(
+        metric(&h, "kleym_hub_api_auth_permissive_allowed_total"),
+        3.0
+    );
+    // And a transient failure is served too.
+    h.reviewer.fail_tokens.store(true, Ordering::SeqCst);
+    let r = get(&h.app, "/v1/report", Some("fresh")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(r.headers["warning"].to_str().unwrap().contains("503"));
+}
+
+#[tokio::test]
+async fn off_serves_everything_without_reviews() {
+    let h = harness(AuthMode::Off);
+    for token in [None, Some("bad")] {
+        let r = get(&h.app, "/v1/clusters", token).await;
+        assert_eq!(r.status, StatusCode::OK);
+        assert_eq!(r.json()["count"], 1);
+        assert!(!r.headers.contains_key("warning"));
+    }
+    assert_eq!(h.reviewer.tokens() + h.reviewer.accesses(), 0);
+    assert_eq!(
+        metric(&h, "kleym_hub_api_authn_total{outcome=\"skipped\"}"),
+        2.0
+    );
+}
+
+#[tokio::test]
+async fn followers_answer_503_naming_the_leader_without_reviews() {
+    let h = harness(AuthMode::Enforce);
+    h.reviewer
+        .with_user("good", "system:serviceaccount:ops:reader", true);
+    h.view.set_leader(LeaderState {
+        is_leader: false,
+        leader_identity: Some("kleym-hub-7d9f-abcde".into()),
+    });
+    for path in ["/v1/report", "/v1/clusters", "/v1/clusters/fleet/spoke-1"] {
+        let r = get(&h.app, path, Some("good")).await;
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
+        let b = r.json();
+        assert_eq!(b["reason"], "NotLeader");
+        assert_eq!(b["leader"], "kleym-hub-7d9f-abcde");
+        assert!(
+            b["message"]
+                .as_str()
+                .unwrap()
+                .contains("kleym-hub-7d9f-abcde")
+        );
+        assert_eq!(r.headers["x-kleym-leader"], "kleym-hub-7d9f-abcde");
+    }
+    assert_eq!(h.reviewer.tokens(), 0);
+    // Probes and metrics are served by followers too.
+    assert_eq!(get(&h.app, "/healthz", None).await.status, StatusCode::OK);
+    assert_eq!(get(&h.app, "/readyz", None).await.status, StatusCode::OK);
+    h.view.set_leader(LeaderState::default());
+    let r = get(&h.app, "/v1/report", Some("good")).await;
+    assert_eq!(r.json()["leader"], Value::Null);
+    assert!(r.json()["message"].as_str().unwrap().contains("not known"));
+}
+
+#[tokio::test]
+async fn readiness_follows_inventory_and_leadership() {
+    let h = harness(AuthMode::Enforce);
+    assert_eq!(get(&h.app, "/readyz", None).await.status, StatusCode::OK);
+    h.view.set_ready(Readiness {
+        inventory_synced: false,
+        leadership_known: true,
+    });
+    let r = get(&h.app, "/readyz", None).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.json()["message"].as_str().unwrap().contains("inventory"));
+    h.view.set_ready(Readiness {
+        inventory_synced: true,
+        leadership_known: false,
+    });
+    let r = get(&h.app, "/readyz", None).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.json()["message"].as_str().unwrap().contains("leadership"));
+    assert_eq!(get(&h.app, "/healthz", None).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn routes_bodies_and_request_metrics() {
+    let h = harness(AuthMode::Enforce);
+    h.reviewer
+        .with_user("good", "system:serviceaccount:ops:reader", true);
+    let r = get(&h.app, "/v1/clusters/fleet/spoke-1", Some("good")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json()["name"], "spoke-1");
+    let r = get(&h.app, "/v1/clusters/fleet/nope", Some("good")).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    let b = r.json();
+    assert_eq!(b["reason"], "NotFound");
+    assert!(b["message"].as_str().unwrap().contains("fleet/nope"));
+    assert_eq!(b["cluster"], json!({"namespace": "fleet", "name": "nope"}));
+    let r = get(&h.app, "/v1/clusters", Some("good")).await;
+    assert_eq!(r.json()["items"][0]["name"], "spoke-1");
+    assert_eq!(
+        get(&h.app, "/nope", None).await.status,
+        StatusCode::NOT_FOUND
+    );
+
+    let m = get(&h.app, "/metrics", None).await;
+    assert_eq!(m.status, StatusCode::OK);
+    let text = String::from_utf8(m.body).unwrap();
+    for line in [
+        "kleym_hub_api_requests_total{route=\"/v1/clusters/{namespace}/{name}\",code=\"200\"} 1",
+        "kleym_hub_api_requests_total{route=\"/v1/clusters/{namespace}/{name}\",code=\"404\"} 1",
+        "kleym_hub_api_requests_total{route=\"/v1/clusters\",code=\"200\"} 1",
+        "kleym_hub_api_requests_total{route=\"other\",code=\"404\"} 1",
+        "kleym_hub_api_authn_total{outcome=\"authenticated\"} 3",
+        "kleym_hub_api_authz_total{outcome=\"allowed\"} 3",
+        "kleym_hub_api_auth_cache_hits_total{cache=\"token_positive\"} 2",
+    ] {
+        assert!(text.contains(line), "missing {line} in\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn caches_stay_bounded_under_a_flood() {
+    let h = harness_with(AuthMode::Enforce, |c| c.cache_capacity = 16);
+    for i in 0..100 {
+        get(&h.app, "/v1/report", Some(&format!("bad-{i}"))).await;
+    }
+    assert_eq!(h.reviewer.tokens(), 100);
+    // The most recent rejections are still cached; the oldest were evicted.
+    get(&h.app, "/v1/report", Some("bad-99")).await;
+    assert_eq!(h.reviewer.tokens(), 100);
+    get(&h.app, "/v1/report", Some("bad-0")).await;
+    assert_eq!(h.reviewer.tokens(), 101);
+}
+
+#[tokio::test]
+async fn review_timeouts_are_transient() {
+    let h = harness_with(AuthMode::Enforce, |c| {
+        c.review_timeout = Duration::from_millis(20)
+    });
+    h.reviewer
+        .with_user("good", "system:serviceaccount:ops:reader", true);
+    *h.reviewer.delay.lock().unwrap() = Duration::from_secs(30);
+    let r = get(&h.app, "/v1/report", Some("good")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.json()["message"].as_str().unwrap().contains("timed out"));
+    *h.reviewer.delay.lock().unwrap() = Duration::ZERO;
+    assert_eq!(
+        get(&h.app, "/v1/report", Some("good")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(h.reviewer.tokens(), 2);
+}
