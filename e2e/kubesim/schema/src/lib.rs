@@ -184,3 +184,38 @@ impl CompiledSchema {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn compiled_schema_can_be_shared_across_threads() {
+        assert_send_sync::<CompiledSchema>();
+        let schema = CompiledSchema::new(&serde_json::json!({
+            "type": "object",
+            "properties": {"spec": {"type": "object",
+                "x-kubernetes-validations": [{"rule": "has(self.a)", "message": "a is required"}],
+                "properties": {"a": {"type": "string"}}}}
+        }))
+        .unwrap();
+        let schema = Arc::new(schema);
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let schema = schema.clone();
+                std::thread::spawn(move || {
+                    let obj = if i % 2 == 0 {
+                        serde_json::json!({"spec": {"a": "x"}})
+                    } else {
+                        serde_json::json!({"spec": {}})
+                    };
+                    schema.validate(&obj, None).len()
+                })
+            })
+            .collect();
+        let counts: Vec<usize> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(counts, vec![0, 1, 0, 1]);
+    }
+}
