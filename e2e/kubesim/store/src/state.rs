@@ -103,7 +103,13 @@ impl WatchFilter {
             EventKind::Added => now.then(|| msg("ADDED", &ev.obj)),
             EventKind::Deleted => now.then(|| msg("DELETED", &ev.obj)),
             EventKind::Modified => {
-                let before = ev.prev.as_ref().is_some_and(|p| self.matches(p));
+                // without selectors, matching depends only on the namespace, which an
+                // object never changes
+                let before = if self.label.is_none() && self.field.is_none() {
+                    now
+                } else {
+                    ev.prev.as_ref().is_some_and(|p| self.matches(p))
+                };
                 match (before, now) {
                     (true, true) => Some(msg("MODIFIED", &ev.obj)),
                     (false, true) => Some(msg("ADDED", &ev.obj)),
@@ -183,11 +189,20 @@ impl TypeStore {
     /// history. `obj` is the event's object already parsed (the writer has it in hand).
     fn record(&mut self, ev: HistEvent, obj: Arc<Value>) {
         if !self.watchers.is_empty() {
+            // the previous state matters only to watchers with selectors
+            let need_prev = self
+                .watchers
+                .iter()
+                .any(|w| w.filter.label.is_some() || w.filter.field.is_some());
             let parsed = ParsedEvent {
                 rv: ev.rv,
                 kind: ev.kind,
                 obj,
-                prev: ev.prev.as_ref().map(|p| p.value()),
+                prev: if need_prev {
+                    ev.prev.as_ref().map(|p| p.value())
+                } else {
+                    None
+                },
             };
             self.watchers.retain(|w| match w.filter.translate(&parsed) {
                 Some(m) => w.tx.send(m).is_ok(),
