@@ -28,6 +28,8 @@ pub mod view;
 
 pub use args::ApiArgs;
 pub use metrics::ApiMetrics;
+/// The registry type `/metrics` renders (re-exported so users need no direct dependency).
+pub use prometheus_client::registry::Registry;
 pub use router::{ApiState, router};
 pub use serve::{load_tls_config, serve};
 pub use view::{HubView, LeaderState, Readiness, StaticHubView};
