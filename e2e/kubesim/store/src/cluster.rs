@@ -128,7 +128,11 @@ impl Inner {
             res: r.clone(),
             key: key.clone(),
             schema: None,
-            type_info: Arc::new(TypeInfo::deduced()),
+            type_info: self
+                .builtin_types
+                .get(&(r.group.clone(), r.version.clone(), r.plural.clone()))
+                .cloned()
+                .unwrap_or_else(|| Arc::new(TypeInfo::deduced())),
             conversion: if crate::convert::is_events_v1(r) {
                 Conversion::EventsV1
             } else {

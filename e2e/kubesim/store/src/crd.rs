@@ -295,7 +295,9 @@ pub fn parse_crd(obj: &Value) -> Result<CrdDef, Vec<Cause>> {
                 served,
                 storage,
                 schema,
-                type_info: Arc::new(TypeInfo::from_schema(&raw_schema)),
+                type_info: Arc::new(
+                    TypeInfo::from_schema(&raw_schema).with_status_subresource(has_status),
+                ),
                 raw_schema,
                 has_status,
                 printer_columns,

@@ -256,6 +256,8 @@ pub(crate) struct Inner {
     pub uids: HashMap<String, ObjKey>,
     /// Owner UID → objects whose ownerReferences name it.
     pub dependents: HashMap<String, BTreeSet<ObjKey>>,
+    /// Merge semantics of built-in resources for apply, by `(group, version, plural)`.
+    pub builtin_types: HashMap<(String, String, String), Arc<kubesim_apply::TypeInfo>>,
     /// Most watch events kept, over all types of the cluster.
     pub history_limit: usize,
     /// `(rv, type key)` of every event in the types' histories, oldest first.
@@ -284,6 +286,7 @@ impl Inner {
             crds: HashMap::new(),
             uids: HashMap::new(),
             dependents: HashMap::new(),
+            builtin_types: HashMap::new(),
             history_limit,
             history_order: VecDeque::new(),
         }
@@ -326,6 +329,14 @@ impl Inner {
 
     pub fn register(&mut self, r: ResourceInfo) {
         let key = crate::convert::storage_key(&r);
+        if !r.virtual_only && !r.custom {
+            let ti = kubesim_apply::TypeInfo::builtin(&r.api_version(), &r.kind)
+                .with_status_subresource(r.has_status);
+            self.builtin_types.insert(
+                (r.group.clone(), r.version.clone(), r.plural.clone()),
+                Arc::new(ti),
+            );
+        }
         if !r.virtual_only {
             let floor = self.rv;
             self.types
