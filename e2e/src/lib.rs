@@ -2,3 +2,4 @@
 //! many simulated clusters at once, plus the end-to-end tests, benchmarks and demo built on it.
 
 pub mod kubesim;
+pub mod fleet;

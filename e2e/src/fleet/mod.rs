@@ -1,0 +1,30 @@
+//! Shared fixtures for fleet (hub + many spokes) tests and `fleet-bench`: kubesim clusters
+//! with the real CRDs, ClusterProfiles pointing at spokes, credential plugin scripts,
+//! spoke environments with N bindings, convergence checks read straight from the spokes'
+//! stores, and a request-counting authenticator.
+
+pub mod counting;
+pub mod env;
+pub mod harness;
+pub mod plugins;
+pub mod profiles;
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::kubesim::load_crds;
+
+/// `/work/shared/crds/upstream` relative to this crate.
+pub fn upstream_crds_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds/upstream")
+}
+
+/// The upstream CRDs (ClusterProfile, inference, SPIRE) plus kleym's own.
+pub fn all_crds() -> Result<Vec<Value>, String> {
+    let mut out = load_crds(&upstream_crds_dir()).map_err(|e| e.to_string())?;
+    for crd in kleym_api::crds::all() {
+        out.push(serde_json::to_value(crd).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
