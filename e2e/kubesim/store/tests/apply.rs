@@ -195,3 +195,37 @@ fn apply_to_custom_resource_status() {
         .unwrap_err();
     assert_eq!(e.code, 404);
 }
+
+#[test]
+fn managers_share_finalizers_and_pod_status_is_not_applied_on_main() {
+    let c = cluster();
+    let cms = res(&c, "", "v1", "configmaps");
+    let with_fin = |f: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "fin", "finalizers": [f]}})
+    };
+    apply(&c, &cms, with_fin("a.example.com/x"), "alice", false).unwrap();
+    let o = apply(&c, &cms, with_fin("b.example.com/y"), "bob", false)
+        .unwrap()
+        .object;
+    let mut fins: Vec<&str> = o["metadata"]["finalizers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    fins.sort_unstable();
+    assert_eq!(fins, ["a.example.com/x", "b.example.com/y"]);
+
+    let pods = res(&c, "", "v1", "pods");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Running"}});
+    let p = apply(&c, &pods, pod, "alice", false).unwrap().object;
+    assert_eq!(p["status"]["phase"], "Pending");
+    let owns_status = p["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["manager"] == "alice" && e["fieldsV1"].get("f:status").is_some());
+    assert!(!owns_status, "{}", p["metadata"]["managedFields"]);
+}
