@@ -677,6 +677,18 @@ impl Cluster {
             .sum()
     }
 
+    /// Stored writes per resource type (`plural` or `plural.group`): every create, update,
+    /// patch or delete that changed something, including the store's own (namespace
+    /// termination, garbage collection, CRD status). No-op writes are not counted. A CRD's
+    /// counter restarts when the CRD is deleted.
+    pub fn write_counts(&self) -> std::collections::BTreeMap<String, u64> {
+        self.read()
+            .types
+            .iter()
+            .map(|(k, t)| (k.clone(), t.writes))
+            .collect()
+    }
+
     /// Number of stored objects (all resource types).
     pub fn object_count(&self) -> usize {
         self.read().types.values().map(|t| t.objects.len()).sum()

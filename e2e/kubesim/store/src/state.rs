@@ -175,6 +175,8 @@ pub(crate) struct TypeStore {
     /// Every event with a resourceVersion above `floor` is in `history`.
     pub floor: u64,
     pub watchers: Vec<Watcher>,
+    /// Stored writes (ADDED, MODIFIED, DELETED events) since the type was registered.
+    pub writes: u64,
 }
 
 impl TypeStore {
@@ -188,6 +190,7 @@ impl TypeStore {
     /// Fan the event out to this type's watchers (dropping closed ones) and keep it in the
     /// history. `obj` is the event's object already parsed (the writer has it in hand).
     fn record(&mut self, ev: HistEvent, obj: Arc<Value>) {
+        self.writes += 1;
         if !self.watchers.is_empty() {
             // the previous state matters only to watchers with selectors
             let need_prev = self

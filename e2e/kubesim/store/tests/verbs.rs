@@ -644,3 +644,45 @@ fn rbac_names_are_path_segments() {
         422
     );
 }
+
+#[test]
+fn write_counts_ignore_no_op_writes() {
+    let c = cluster();
+    let cms = res(&c, "", "v1", "configmaps");
+    let count =
+        |c: &kubesim_store::Cluster| c.write_counts().get("configmaps").copied().unwrap_or(0);
+    assert_eq!(count(&c), 0);
+    let o = c
+        .create(
+            &cms,
+            Some("default"),
+            cm("w", json!({"k": "v"})),
+            &opts("t"),
+        )
+        .unwrap()
+        .object;
+    c.update(
+        &cms,
+        Some("default"),
+        "w",
+        o.clone(),
+        Subresource::Main,
+        &opts("t"),
+    )
+    .unwrap();
+    assert_eq!(count(&c), 1);
+    c.patch(
+        &cms,
+        Some("default"),
+        "w",
+        PatchType::Merge,
+        &json!({"data": {"k": "x"}}),
+        Subresource::Main,
+        &opts("t"),
+    )
+    .unwrap();
+    c.delete(&cms, Some("default"), "w", &DeleteOptions::default())
+        .unwrap();
+    assert_eq!(count(&c), 3);
+    assert_eq!(c.write_counts()["namespaces"], 4);
+}
