@@ -25,7 +25,10 @@
 //! - **Metadata**: uid, creationTimestamp, cluster-wide monotonic resourceVersion,
 //!   generation (custom resources and CRDs; bumped when anything outside metadata — and
 //!   status, when it is a subresource — changes, and on deletion with finalizers),
-//!   generateName, label validation, managedFields via `kubesim-apply`. A write whose
+//!   generateName, name validation (DNS subdomain; DNS label for namespaces; path segment
+//!   for RBAC), label validation, immutable ConfigMaps/Secrets, managedFields via
+//!   `kubesim-apply` (built-in merge keys; `status` reset fields when it is a
+//!   subresource). A write whose
 //!   result equals the stored object (ignoring managedFields timestamps) stores nothing,
 //!   emits nothing and keeps the resourceVersion.
 //! - **Deletion**: preconditions, finalizers (`deletionTimestamp`,
@@ -47,13 +50,17 @@
 //! as parsed `serde_json::Value`s), indexed per resource type in a `BTreeMap` by
 //! (namespace, name). An event is fanned out only to the watchers of its type. Watch
 //! history is bounded per cluster ([`DEFAULT_HISTORY_LIMIT`] events over all types).
-//! One std `RwLock` per cluster, never held across `.await`.
+//! One std `RwLock` per cluster, never held across `.await`. [`Cluster::write_counts`]
+//! counts stored writes per type (for "no writes on resync" measurements).
 //!
 //! # Known differences from kube-apiserver
 //! - list ignores `resourceVersion`/`resourceVersionMatch` (always the latest state, with
 //!   the current resourceVersion); no `remainingItemCount`.
-//! - built-in kinds are not schema-validated (no unknown-field detection either); pods get
-//!   only `status.phase: Pending` and are deleted at once (there is no kubelet).
+//! - built-in kinds are not schema-validated (no unknown-field detection, no pod-spec
+//!   immutability); pods get only `status.phase: Pending` and are deleted at once (there
+//!   is no kubelet); no `kube-root-ca.crt` ConfigMaps.
+//! - `Foreground` deletion does not wait for dependents that have finalizers; continue
+//!   tokens are not snapshots (stable order, nothing skipped or repeated if nothing changes).
 //! - CRD name conflicts are not detected (`NamesAccepted` is always `True`); the
 //!   `customresourcecleanup` finalizer is not added.
 //! - custom-resource defaults are applied on write, not again on read.
