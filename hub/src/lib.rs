@@ -7,3 +7,4 @@ pub mod http;
 pub mod fleet;
 pub mod inventory;
 pub mod leader;
+pub mod report;

@@ -1,0 +1,201 @@
+//! `ClusterIdentityStatus` content of one spoke: conditions, binding counts, the list of
+//! non-ready bindings.
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kleym_api::fleet::{
+    BindingCounts, ClusterIdentityStatusStatus, NonReadyBinding, condition_types, reasons,
+};
+
+use super::bound::{Caps, shorten};
+use super::input::{BindingObservation, Health, SpokeObservation};
+
+/// The status of one spoke. `non_ready_cap` bounds the listed non-ready bindings (`None`:
+/// list all, as the HTTP API does). Conditions carry `now` as `lastTransitionTime`; the
+/// status writer keeps the previous time of a condition whose status did not change.
+pub fn cluster_status(
+    spoke: &SpokeObservation,
+    now: DateTime<Utc>,
+    caps: Option<&Caps>,
+) -> ClusterIdentityStatusStatus {
+    let counts = binding_counts(&spoke.bindings);
+    let mut non_ready: Vec<NonReadyBinding> = spoke
+        .bindings
+        .iter()
+        .filter(|b| !b.ready)
+        .map(|b| NonReadyBinding {
+            namespace: b.namespace.clone(),
+            name: b.name.clone(),
+            reason: b.reason.clone().unwrap_or_else(|| "Unknown".to_string()),
+            message: b
+                .message
+                .as_deref()
+                .map(|m| match caps {
+                    Some(c) => shorten(m, c.message_len),
+                    None => m.to_string(),
+                })
+                .unwrap_or_default(),
+        })
+        .collect();
+    non_ready.sort();
+    let mut truncated = false;
+    if let Some(c) = caps
+        && non_ready.len() > c.non_ready_bindings
+    {
+        non_ready.truncate(c.non_ready_bindings);
+        truncated = true;
+    }
+    ClusterIdentityStatusStatus {
+        conditions: conditions(spoke, &counts, now),
+        trust_domain: spoke.trust_domain.clone(),
+        spoke_version: spoke.spoke_version.clone(),
+        last_successful_sync: spoke.last_sync.map(super::k8s_time),
+        bindings: counts,
+        non_ready_bindings: non_ready,
+        non_ready_bindings_truncated: truncated,
+    }
+}
+
+/// Counts of bindings by state.
+pub fn binding_counts(bindings: &[BindingObservation]) -> BindingCounts {
+    let mut c = BindingCounts::default();
+    for b in bindings {
+        c.total += 1;
+        if !b.warnings.is_empty() {
+            c.with_warnings += 1;
+        }
+        if b.ready {
+            c.ready += 1;
+            continue;
+        }
+        c.not_ready += 1;
+        match b.reason.as_deref() {
+            Some(r) if r == kleym_api::conditions::CONFLICT || is_conflict_reason(r) => {
+                c.conflict += 1
+            }
+            Some(kleym_api::conditions::INVALID_REF) => c.invalid_ref += 1,
+            Some(kleym_api::conditions::UNSAFE_SELECTOR) => c.unsafe_selector += 1,
+            Some(kleym_api::conditions::RENDER_FAILURE) => c.render_failure += 1,
+            _ if !b.conflict_peers.is_empty() => c.conflict += 1,
+            _ => c.other += 1,
+        }
+    }
+    c
+}
+
+fn is_conflict_reason(r: &str) -> bool {
+    r == "IdentityCollision" || r == "DuplicateSPIFFEID"
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: String, now: Time) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message,
+        last_transition_time: now,
+        observed_generation: None,
+    }
+}
+
+fn health_condition(
+    type_: &str,
+    health: Health,
+    ok_message: &str,
+    error: Option<&str>,
+    now: &Time,
+) -> Condition {
+    match health {
+        Health::Ok => condition(
+            type_,
+            "True",
+            reasons::OK,
+            ok_message.to_string(),
+            now.clone(),
+        ),
+        Health::Unknown => condition(
+            type_,
+            "Unknown",
+            reasons::PENDING,
+            "not observed yet".to_string(),
+            now.clone(),
+        ),
+        Health::Failed(cat) => condition(
+            type_,
+            "False",
+            cat.reason(),
+            error.unwrap_or(cat.reason()).to_string(),
+            now.clone(),
+        ),
+    }
+}
+
+fn conditions(
+    spoke: &SpokeObservation,
+    counts: &BindingCounts,
+    now: DateTime<Utc>,
+) -> Vec<Condition> {
+    let now = super::k8s_time(now);
+    let err = spoke.error_message.as_deref();
+    let creds = health_condition(
+        condition_types::CREDENTIALS_AVAILABLE,
+        spoke.credentials,
+        "the access provider produced credentials",
+        err,
+        &now,
+    );
+    let reachable = health_condition(
+        condition_types::REACHABLE,
+        spoke.reachable,
+        "the spoke's API server answers",
+        err,
+        &now,
+    );
+    let synced = health_condition(
+        condition_types::SYNCED,
+        spoke.synced,
+        "the spoke's bindings are watched and reconciled",
+        err,
+        &now,
+    );
+    let ready = {
+        let parts = [&creds, &reachable, &synced];
+        if let Some(failed) = parts.iter().find(|c| c.status == "False") {
+            condition(
+                condition_types::READY,
+                "False",
+                &failed.reason,
+                format!("{} is False: {}", failed.type_, failed.message),
+                now.clone(),
+            )
+        } else if let Some(unknown) = parts.iter().find(|c| c.status == "Unknown") {
+            condition(
+                condition_types::READY,
+                "Unknown",
+                reasons::PENDING,
+                format!("{} is not observed yet", unknown.type_),
+                now.clone(),
+            )
+        } else if counts.not_ready > 0 {
+            condition(
+                condition_types::READY,
+                "False",
+                reasons::BINDINGS_NOT_READY,
+                format!(
+                    "{} of {} bindings are not ready (see nonReadyBindings)",
+                    counts.not_ready, counts.total
+                ),
+                now.clone(),
+            )
+        } else {
+            condition(
+                condition_types::READY,
+                "True",
+                reasons::OK,
+                format!("all {} bindings are ready", counts.total),
+                now.clone(),
+            )
+        }
+    };
+    vec![reachable, creds, synced, ready]
+}

@@ -1,0 +1,35 @@
+//! The fleet report: pure analysis of what the hub observed of its spokes.
+//!
+//! - [`input`]: [`SpokeObservation`] and [`BindingObservation`], the inputs (built by the
+//!   fleet supervisor, or by hand in tests).
+//! - [`analysis`]: the findings: within-spoke conflicts and warnings lifted from the spokes'
+//!   verdicts, cross-cluster drift found here.
+//! - [`cluster`]: one spoke's `ClusterIdentityStatus` content.
+//! - [`full`]: [`FullReport`], the uncapped report served by the HTTP API.
+//! - [`bound`]: caps that keep the objects written to the hub cluster small.
+//!
+//! No I/O and no clock: callers pass `now`.
+
+pub mod analysis;
+pub mod bound;
+pub mod cluster;
+pub mod full;
+pub mod input;
+
+pub use analysis::analyze;
+pub use bound::{Caps, bound_report};
+pub use cluster::cluster_status;
+pub use full::{FullReport, SpokeReport};
+pub use input::{BindingObservation, ErrorCategory, Health, SpokeObservation, WorkloadSignature};
+
+#[cfg(test)]
+mod tests;
+
+/// A chrono instant as a Kubernetes `Time` (second precision, as the API serialises it).
+pub fn k8s_time(
+    t: chrono::DateTime<chrono::Utc>,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    let ts = k8s_openapi::jiff::Timestamp::from_second(t.timestamp())
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts)
+}

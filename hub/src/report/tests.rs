@@ -1,0 +1,491 @@
+//! Analysis over planted observations.
+
+use std::collections::BTreeMap;
+
+use chrono::{TimeZone, Utc};
+use kleym_api::fleet::{FindingKind, FindingMember, Severity, condition_types, reasons};
+use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
+
+use super::*;
+
+fn binding(
+    ns: &str,
+    name: &str,
+    id: &str,
+    sa: &str,
+    container: Option<&str>,
+) -> BindingObservation {
+    BindingObservation {
+        namespace: ns.into(),
+        name: name.into(),
+        mode: if container.is_some() {
+            IdentityMode::PerObjective
+        } else {
+            IdentityMode::PoolOnly
+        },
+        spiffe_ids: vec![id.into()],
+        service_account: Some(sa.into()),
+        container_discriminator: container.map(|c| format!("k8s:container-name:{c}")),
+        pool_selector: BTreeMap::from([("app".to_string(), "vllm".to_string())]),
+        ready: true,
+        reason: Some("Ready".into()),
+        ..Default::default()
+    }
+}
+
+fn refused(mut b: BindingObservation, reason: &str, peers: &[&str]) -> BindingObservation {
+    b.ready = false;
+    b.reason = Some("Conflict".into());
+    b.conflict_peers = peers
+        .iter()
+        .map(|p| ConflictPeer {
+            name: p.to_string(),
+            reason: reason.into(),
+        })
+        .collect();
+    b
+}
+
+fn warned(mut b: BindingObservation, reason: &str, message: &str) -> BindingObservation {
+    b.warnings.push(IdentityWarning {
+        reason: reason.into(),
+        message: message.into(),
+    });
+    b
+}
+
+fn spoke(cluster: &str, bindings: Vec<BindingObservation>) -> SpokeObservation {
+    SpokeObservation {
+        cluster: cluster.into(),
+        trust_domain: Some("example.org".into()),
+        credentials: Health::Ok,
+        reachable: Health::Ok,
+        synced: Health::Ok,
+        bindings,
+        ..Default::default()
+    }
+}
+
+fn m(cluster: &str, ns: &str, b: &str) -> FindingMember {
+    FindingMember {
+        cluster: cluster.into(),
+        namespace: ns.into(),
+        binding: b.into(),
+    }
+}
+
+const TD: &str = "spiffe://example.org";
+
+/// A fleet with one instance of every finding, plus a consistent same-ID pair.
+fn planted() -> Vec<SpokeObservation> {
+    let pool_msg =
+        "PoolOnly binding(s) pool-id and PerObjective binding(s) chat select the same pods";
+    let overlap_msg = "ClusterSPIFFEID default-id also selects the pods of InferencePool team-b/p";
+    vec![
+        spoke(
+            "fleet/east",
+            vec![
+                // Within-spoke collision: same pods, SA and container.
+                refused(
+                    binding(
+                        "team-a",
+                        "chat",
+                        &format!("{TD}/ns/team-a/objective/chat"),
+                        "vllm",
+                        Some("vllm"),
+                    ),
+                    "IdentityCollision",
+                    &["summarize"],
+                ),
+                refused(
+                    binding(
+                        "team-a",
+                        "summarize",
+                        &format!("{TD}/ns/team-a/objective/summarize"),
+                        "vllm",
+                        Some("vllm"),
+                    ),
+                    "IdentityCollision",
+                    &["chat"],
+                ),
+                // Duplicate ID: one ID, different selectors.
+                refused(
+                    binding(
+                        "team-b",
+                        "x",
+                        &format!("{TD}/ns/team-b/shared"),
+                        "sa-x",
+                        Some("x"),
+                    ),
+                    "DuplicateSPIFFEID",
+                    &["y"],
+                ),
+                refused(
+                    binding(
+                        "team-b",
+                        "y",
+                        &format!("{TD}/ns/team-b/shared"),
+                        "sa-y",
+                        Some("y"),
+                    ),
+                    "DuplicateSPIFFEID",
+                    &["x"],
+                ),
+                // Overlapping default identity (warning, one binding).
+                warned(
+                    binding(
+                        "team-b",
+                        "z",
+                        &format!("{TD}/ns/team-b/objective/z"),
+                        "sa-z",
+                        Some("z"),
+                    ),
+                    "OverlappingDefaultIdentity",
+                    overlap_msg,
+                ),
+                // PoolOnly + PerObjective on one pool (warning, two bindings).
+                warned(
+                    binding(
+                        "team-c",
+                        "pool-id",
+                        &format!("{TD}/ns/team-c/pool/p"),
+                        "vllm",
+                        None,
+                    ),
+                    "PoolAndObjectiveIdentities",
+                    pool_msg,
+                ),
+                warned(
+                    binding(
+                        "team-c",
+                        "chat",
+                        &format!("{TD}/ns/team-c/objective/chat"),
+                        "vllm",
+                        Some("vllm"),
+                    ),
+                    "PoolAndObjectiveIdentities",
+                    pool_msg,
+                ),
+                // Drift: same ID as in west, different service account.
+                binding(
+                    "team-d",
+                    "drift",
+                    &format!("{TD}/ns/team-d/objective/o"),
+                    "sa-east",
+                    Some("c"),
+                ),
+                // Namespace sameness: same ID and signature as in west.
+                binding(
+                    "team-e",
+                    "same",
+                    &format!("{TD}/ns/team-e/objective/o"),
+                    "sa",
+                    Some("c"),
+                ),
+            ],
+        ),
+        spoke(
+            "fleet/west",
+            vec![
+                binding(
+                    "team-d",
+                    "drift",
+                    &format!("{TD}/ns/team-d/objective/o"),
+                    "sa-west",
+                    Some("c"),
+                ),
+                binding(
+                    "team-e",
+                    "same",
+                    &format!("{TD}/ns/team-e/objective/o"),
+                    "sa",
+                    Some("c"),
+                ),
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn planted_fleet_gives_exactly_the_expected_findings() {
+    let findings = analyze(&planted());
+    let summary: Vec<(FindingKind, Option<&str>, Vec<FindingMember>)> = findings
+        .iter()
+        .map(|f| (f.kind, f.spiffe_id.as_deref(), f.members.clone()))
+        .collect();
+    let drift_id = format!("{TD}/ns/team-d/objective/o");
+    let dup_id = format!("{TD}/ns/team-b/shared");
+    let z_id = format!("{TD}/ns/team-b/objective/z");
+    assert_eq!(
+        summary,
+        vec![
+            (
+                FindingKind::IdentityCollision,
+                None,
+                vec![
+                    m("fleet/east", "team-a", "chat"),
+                    m("fleet/east", "team-a", "summarize")
+                ]
+            ),
+            (
+                FindingKind::DuplicateSpiffeId,
+                Some(dup_id.as_str()),
+                vec![
+                    m("fleet/east", "team-b", "x"),
+                    m("fleet/east", "team-b", "y")
+                ]
+            ),
+            (
+                FindingKind::CrossClusterDrift,
+                Some(drift_id.as_str()),
+                vec![
+                    m("fleet/east", "team-d", "drift"),
+                    m("fleet/west", "team-d", "drift")
+                ]
+            ),
+            (
+                FindingKind::PoolOnlyAndPerObjective,
+                None,
+                vec![
+                    m("fleet/east", "team-c", "chat"),
+                    m("fleet/east", "team-c", "pool-id")
+                ]
+            ),
+            (
+                FindingKind::OverlappingDefaultIdentity,
+                Some(z_id.as_str()),
+                vec![m("fleet/east", "team-b", "z")]
+            ),
+        ]
+    );
+    for f in &findings {
+        assert_eq!(f.severity, f.kind.severity());
+        assert_eq!(f.member_count, f.members.len() as i64);
+    }
+    let drift = &findings[2];
+    assert!(
+        drift.message.contains("sa-east") && drift.message.contains("sa-west"),
+        "{}",
+        drift.message
+    );
+    assert!(drift.message.contains("fleet/east") && drift.message.contains("fleet/west"));
+    assert!(
+        findings[0].message.contains("spec.containerDiscriminator"),
+        "{}",
+        findings[0].message
+    );
+    assert!(
+        findings[1].message.contains("spec.spiffeIDTemplate"),
+        "{}",
+        findings[1].message
+    );
+    assert!(findings[3].message.contains(&"fleet/east".to_string()));
+}
+
+#[test]
+fn findings_clear_when_fixed() {
+    let mut fleet = planted();
+    // Fix every problem the way the messages say.
+    for s in &mut fleet {
+        for b in &mut s.bindings {
+            b.conflict_peers.clear();
+            b.warnings.clear();
+            b.ready = true;
+            if b.namespace == "team-d" {
+                b.service_account = Some("sa".into());
+            }
+        }
+    }
+    assert_eq!(analyze(&fleet), vec![]);
+    let report = FullReport::build(&fleet, Utc.timestamp_opt(1_700_000_000, 0).unwrap());
+    assert_eq!(report.summary.finding_counts.total, 0);
+    assert_eq!(report.summary.clusters.ready, 2);
+}
+
+#[test]
+fn same_id_same_signature_in_many_clusters_is_not_a_finding() {
+    let fleet: Vec<SpokeObservation> = (0..5)
+        .map(|i| {
+            spoke(
+                &format!("fleet/c{i}"),
+                vec![binding(
+                    "ns",
+                    "b",
+                    &format!("{TD}/ns/ns/objective/o"),
+                    "sa",
+                    Some("c"),
+                )],
+            )
+        })
+        .collect();
+    assert_eq!(analyze(&fleet), vec![]);
+    // Different trust domains are different IDs: not drift either.
+    let other = spoke(
+        "fleet/other-td",
+        vec![binding(
+            "ns",
+            "b",
+            "spiffe://other.org/ns/ns/objective/o",
+            "sa-2",
+            Some("c"),
+        )],
+    );
+    assert_eq!(analyze(&[fleet[0].clone(), other]), vec![]);
+}
+
+#[test]
+fn analysis_is_independent_of_input_order() {
+    let fleet = planted();
+    let mut reversed: Vec<SpokeObservation> = fleet.iter().rev().cloned().collect();
+    for s in &mut reversed {
+        s.bindings.reverse();
+    }
+    assert_eq!(analyze(&fleet), analyze(&reversed));
+}
+
+#[test]
+fn collision_peers_beyond_the_spoke_cap_join_one_finding() {
+    // A chain of peers (as a capped peer list can produce) is still one finding.
+    let bindings = (0..4)
+        .map(|i| {
+            let peer = format!("b{}", (i + 1) % 4);
+            refused(
+                binding(
+                    "n",
+                    &format!("b{i}"),
+                    &format!("{TD}/ns/n/objective/b{i}"),
+                    "sa",
+                    Some("c"),
+                ),
+                "IdentityCollision",
+                &[peer.as_str()],
+            )
+        })
+        .collect();
+    let findings = analyze(&[spoke("fleet/a", bindings)]);
+    assert_eq!(findings.len(), 1);
+    assert_eq!(findings[0].member_count, 4);
+}
+
+#[test]
+fn cluster_status_conditions_say_what_is_wrong() {
+    let now = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
+    let mut s = spoke("fleet/a", vec![]);
+    s.credentials = Health::Failed(ErrorCategory::CredentialPluginFailed);
+    s.reachable = Health::Unknown;
+    s.error_message = Some("plugin exited with status 1".into());
+    let st = cluster_status(&s, now, None);
+    let cond = |t: &str| st.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+    assert_eq!(cond(condition_types::CREDENTIALS_AVAILABLE).status, "False");
+    assert_eq!(
+        cond(condition_types::CREDENTIALS_AVAILABLE).reason,
+        reasons::CREDENTIAL_PLUGIN_FAILED
+    );
+    assert_eq!(cond(condition_types::REACHABLE).status, "Unknown");
+    let ready = cond(condition_types::READY);
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "CredentialPluginFailed")
+    );
+    assert!(ready.message.contains("plugin exited"));
+
+    let mut s = spoke("fleet/a", vec![]);
+    s.synced = Health::Failed(ErrorCategory::Forbidden);
+    let st = cluster_status(&s, now, None);
+    let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.reason, reasons::FORBIDDEN);
+    assert_eq!(st.conditions.len(), 4);
+}
+
+#[test]
+fn cluster_status_counts_and_caps_non_ready_bindings() {
+    let now = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
+    let mut bindings: Vec<BindingObservation> = (0..7)
+        .map(|i| {
+            let mut b = binding(
+                "n",
+                &format!("b{i}"),
+                &format!("{TD}/ns/n/o/{i}"),
+                "sa",
+                Some("c"),
+            );
+            b.ready = false;
+            b.reason = Some("InvalidRef".into());
+            b.message = Some("x".repeat(5000));
+            b
+        })
+        .collect();
+    bindings.push(binding(
+        "n",
+        "ok",
+        &format!("{TD}/ns/n/o/ok"),
+        "sa",
+        Some("c"),
+    ));
+    let s = spoke("fleet/a", bindings);
+    let caps = Caps {
+        non_ready_bindings: 3,
+        ..Caps::default()
+    };
+    let st = cluster_status(&s, now, Some(&caps));
+    assert_eq!(
+        (
+            st.bindings.total,
+            st.bindings.ready,
+            st.bindings.not_ready,
+            st.bindings.invalid_ref
+        ),
+        (8, 1, 7, 7)
+    );
+    assert_eq!(st.non_ready_bindings.len(), 3);
+    assert!(st.non_ready_bindings_truncated);
+    assert_eq!(st.non_ready_bindings[0].name, "b0");
+    assert!(st.non_ready_bindings[0].message.len() <= caps.message_len);
+    let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(ready.reason, reasons::BINDINGS_NOT_READY);
+    let uncapped = cluster_status(&s, now, None);
+    assert_eq!(uncapped.non_ready_bindings.len(), 7);
+    assert!(!uncapped.non_ready_bindings_truncated);
+}
+
+#[test]
+fn bounding_keeps_counts_and_marks_truncation() {
+    let fleet = planted();
+    let full = FullReport::build(&fleet, Utc.timestamp_opt(1_700_000_000, 0).unwrap());
+    let caps = Caps {
+        findings: 2,
+        members_per_finding: 1,
+        ..Caps::default()
+    };
+    let bounded = bound_report(&full.summary, &caps);
+    assert_eq!(bounded.finding_counts, full.summary.finding_counts);
+    assert_eq!(bounded.findings.len(), 2);
+    assert!(bounded.findings_truncated);
+    assert_eq!(bounded.findings[0].members.len(), 1);
+    assert_eq!(bounded.findings[0].member_count, 2);
+    let all = bound_report(&full.summary, &Caps::default());
+    assert!(!all.findings_truncated);
+    assert_eq!(all.findings, full.summary.findings);
+    assert_eq!(full.summary.finding_counts.collisions, 3);
+    assert_eq!(full.summary.finding_counts.warnings, 2);
+    assert_eq!(full.summary.findings[0].severity, Severity::Collision);
+}
+
+#[test]
+fn shorten_cuts_at_char_boundaries() {
+    assert_eq!(bound::shorten("abc", 10), "abc");
+    let s = bound::shorten(&"é".repeat(100), 11);
+    assert!(s.len() <= 11 && s.ends_with('…'), "{s}");
+}
+
+#[test]
+fn full_report_parses_as_the_crd_status() {
+    let full = FullReport::build(&planted(), Utc.timestamp_opt(1_700_000_000, 0).unwrap());
+    let json = serde_json::to_value(&full).unwrap();
+    assert!(json["spokes"].is_array());
+    let as_status: kleym_api::fleet::FleetIdentityReportStatus =
+        serde_json::from_value(json.clone()).unwrap();
+    assert_eq!(as_status, full.summary);
+    let back: FullReport = serde_json::from_value(json).unwrap();
+    assert_eq!(back, full);
+}
