@@ -32,6 +32,8 @@ struct FakeReviewer {
     access_calls: AtomicUsize,
     fail_tokens: AtomicBool,
     fail_access: AtomicBool,
+    /// Panic inside the token review (a bug in a reviewer must not wedge a token).
+    panic_tokens: AtomicBool,
     /// Delay of every review, so concurrent requests overlap.
     delay: Mutex<Duration>,
 }
@@ -83,6 +85,10 @@ impl Reviewer for FakeReviewer {
             let delay = *self.delay.lock().unwrap();
             tokio::time::sleep(delay).await;
             assert_eq!(audience, AUDIENCE, "the configured audience is asked for");
+            assert!(
+                !self.panic_tokens.load(Ordering::SeqCst),
+                "reviewer panics (on purpose)"
+            );
             if self.fail_tokens.load(Ordering::SeqCst) {
                 return Err(ReviewError::Api {
                     kind: "TokenReview",
@@ -687,6 +693,22 @@ async fn review_timeouts_are_transient() {
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.json()["message"].as_str().unwrap().contains("timed out"));
     *h.reviewer.delay.lock().unwrap() = Duration::ZERO;
+    assert_eq!(
+        get(&h.app, "/v1/report", Some("good")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(h.reviewer.tokens(), 2);
+}
+
+#[tokio::test]
+async fn a_panicking_review_does_not_wedge_the_token() {
+    let h = harness(AuthMode::Enforce);
+    h.reviewer
+        .with_user("good", "system:serviceaccount:ops:reader", true);
+    h.reviewer.panic_tokens.store(true, Ordering::SeqCst);
+    let r = get(&h.app, "/v1/report", Some("good")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    h.reviewer.panic_tokens.store(false, Ordering::SeqCst);
     assert_eq!(
         get(&h.app, "/v1/report", Some("good")).await.status,
         StatusCode::OK

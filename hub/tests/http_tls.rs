@@ -6,7 +6,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use kleym_hub::http::auth::{ApiAuth, AuthConfig, AuthMode, KubeReviewer};
 use kleym_hub::http::{
-    ApiArgs, ApiMetrics, ApiState, StaticHubView, load_tls_config, router, serve,
+    ApiArgs, ApiMetrics, ApiState, StaticHubView, load_tls_config, load_tls_config_with, router,
+    serve,
 };
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
@@ -51,6 +52,14 @@ async fn get_over_tls(
     ca_pem: &str,
     alpn: &[u8],
 ) -> (u16, String, Vec<u8>) {
+    try_get_over_tls(addr, ca_pem, alpn).await.unwrap()
+}
+
+async fn try_get_over_tls(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    alpn: &[u8],
+) -> Result<(u16, String, Vec<u8>), String> {
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
@@ -68,7 +77,7 @@ async fn get_over_tls(
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await
-        .unwrap();
+        .map_err(|e| e.to_string())?;
     let negotiated = tls
         .get_ref()
         .1
@@ -96,11 +105,11 @@ async fn get_over_tls(
     };
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (
+    Ok((
         status,
         String::from_utf8_lossy(&body).into_owned(),
         negotiated,
-    )
+    ))
 }
 
 #[tokio::test]
@@ -236,4 +245,55 @@ fn tls_loading_errors_name_the_file() {
     });
     let err = load_tls_config(&cert, &other_key).unwrap_err().to_string();
     assert!(err.contains("usable pair"), "{err}");
+}
+
+/// Overwrite the pair at `cert`/`key` with a new self-signed one and give both files a
+/// distinct mtime (file timestamps can be too coarse to differ between quick writes).
+fn rotate(cert: &std::path::Path, key: &std::path::Path, cert_pem: &str, key_pem: &str, secs: u64) {
+    std::fs::write(cert, cert_pem).unwrap();
+    std::fs::write(key, key_pem).unwrap();
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    for p in [cert, key] {
+        std::fs::File::options()
+            .write(true)
+            .open(p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn rotated_certificate_files_are_picked_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key, ca_a) = write_cert(dir.path());
+    let tls = load_tls_config_with(&cert, &key, std::time::Duration::ZERO).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, app(), Some(tls), async {
+        let _ = stopped.await;
+    }));
+    assert_eq!(get_over_tls(addr, &ca_a, b"http/1.1").await.0, 200);
+
+    let b = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let ca_b = b.cert.pem();
+    rotate(
+        &cert,
+        &key,
+        &ca_b,
+        &b.signing_key.serialize_pem(),
+        1_000_000,
+    );
+    assert_eq!(get_over_tls(addr, &ca_b, b"http/1.1").await.0, 200);
+    assert!(
+        try_get_over_tls(addr, &ca_a, b"http/1.1").await.is_err(),
+        "the old certificate is gone"
+    );
+
+    // A broken replacement is ignored: the last good pair keeps serving.
+    rotate(&cert, &key, "garbage", "garbage", 2_000_000);
+    assert_eq!(get_over_tls(addr, &ca_b, b"http/1.1").await.0, 200);
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
 }

@@ -77,7 +77,7 @@ impl ApiArgs {
             self.api_insecure_http,
         ) {
             (Some(cert), Some(key), false) => {
-                crate::http::serve::load_tls_config(cert, key).map(Some)
+                crate::http::tls::load_tls_config(cert, key).map(Some)
             }
             (None, None, true) => Ok(None),
             _ => Err(HttpError::Config(

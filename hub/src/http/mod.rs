@@ -24,6 +24,7 @@ pub mod auth;
 pub mod metrics;
 pub mod router;
 pub mod serve;
+pub mod tls;
 pub mod view;
 
 pub use args::ApiArgs;
@@ -31,7 +32,8 @@ pub use metrics::ApiMetrics;
 /// The registry type `/metrics` renders (re-exported so users need no direct dependency).
 pub use prometheus_client::registry::Registry;
 pub use router::{ApiState, router};
-pub use serve::{load_tls_config, serve};
+pub use serve::serve;
+pub use tls::{load_tls_config, load_tls_config_with};
 pub use view::{HubView, LeaderState, Readiness, StaticHubView};
 
 /// Errors of the hub API server.

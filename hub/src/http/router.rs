@@ -91,7 +91,7 @@ pub fn failure_response(f: &AuthFailure) -> Response {
 
 /// Followers refuse first (no review is spent on a request they would not serve), then
 /// authentication and authorization per the mode.
-async fn guard_v1(State(s): State<ApiState>, req: Request, next: Next) -> Response {
+async fn guard_v1(State(s): State<ApiState>, mut req: Request, next: Next) -> Response {
     let leader = s.view.leader();
     if !leader.is_leader {
         let name = leader.leader_identity.clone();
@@ -117,7 +117,11 @@ async fn guard_v1(State(s): State<ApiState>, req: Request, next: Next) -> Respon
     }
     match s.auth.check(req.headers()).await {
         AuthDecision::Deny(f) => failure_response(&f),
-        AuthDecision::Allow { warning, .. } => {
+        AuthDecision::Allow { caller, warning } => {
+            // Handlers may read the caller (`Extension<Caller>`), e.g. for audit logs.
+            if let Some(c) = caller {
+                req.extensions_mut().insert(c);
+            }
             let mut resp = next.run(req).await;
             if let Some(w) = warning {
                 // RFC 7234 warn-code 299 ("miscellaneous persistent warning"), as

@@ -6,7 +6,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -15,50 +14,6 @@ use tokio::net::TcpListener;
 const DRAIN: Duration = Duration::from_secs(5);
 /// A TLS handshake that takes longer than this is abandoned (slowloris protection).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A rustls server configuration from PEM files (certificate chain, private key), offering
-/// HTTP/2 and HTTP/1.1.
-pub fn load_tls_config(
-    cert_file: &Path,
-    key_file: &Path,
-) -> Result<Arc<rustls::ServerConfig>, HttpError> {
-    let tls = |m: String| HttpError::Tls(m);
-    let cert_pem = std::fs::read(cert_file).map_err(|e| {
-        tls(format!(
-            "reading --tls-cert-file {}: {e}",
-            cert_file.display()
-        ))
-    })?;
-    let key_pem = std::fs::read(key_file).map_err(|e| {
-        tls(format!(
-            "reading --tls-key-file {}: {e}",
-            key_file.display()
-        ))
-    })?;
-    let certs = rustls_pemfile::certs(&mut cert_pem.as_slice())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| tls(format!("parsing {}: {e}", cert_file.display())))?;
-    if certs.is_empty() {
-        return Err(tls(format!("{} holds no certificate", cert_file.display())));
-    }
-    let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
-        .map_err(|e| tls(format!("parsing {}: {e}", key_file.display())))?
-        .ok_or_else(|| tls(format!("{} holds no private key", key_file.display())))?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| tls(e.to_string()))?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .map_err(|e| {
-        tls(format!(
-            "certificate and key do not form a usable pair: {e}"
-        ))
-    })?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
 
 /// Serve `app` on `listener` until `shutdown` completes: over TLS with `tls`, else plain
 /// HTTP (only ever on explicit request: `--api-insecure-http`).

@@ -276,12 +276,14 @@ impl ApiAuth {
                 let task_inner = inner.clone();
                 let token = token.to_string();
                 tokio::spawn(async move {
-                    let outcome = task_inner.review_token(hash, &token).await;
-                    task_inner
-                        .inflight
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&hash);
+                    // Leaves the in-flight map even if the review panics, so the token is
+                    // not stuck on a dead review.
+                    let guard = InflightGuard {
+                        inner: task_inner,
+                        hash,
+                    };
+                    let outcome = guard.inner.review_token(hash, &token).await;
+                    drop(guard);
                     let _ = tx.send(Some(outcome));
                 });
                 rx
@@ -354,6 +356,22 @@ impl ApiAuth {
                 })
             }
         }
+    }
+}
+
+/// Removes a token's entry from the in-flight map when its review task ends, however it ends.
+struct InflightGuard {
+    inner: Arc<Inner>,
+    hash: TokenHash,
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.inner
+            .inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.hash);
     }
 }
 
