@@ -462,3 +462,52 @@ fn quantity_library() {
         ]
     );
 }
+
+#[test]
+fn common_rule_idioms_evaluate() {
+    let props = json!({
+        "name": {"type": "string"},
+        "id": {"type": "string"},
+        "ttl": {"type": "string"},
+        "n": {"type": "integer"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "conditions": {"type": "array", "items": {"type": "object", "properties": {
+            "type": {"type": "string"}, "lastTransitionTime": {"type": "string", "format": "date-time"}}}},
+        "opt": {"type": "object", "properties": {"v": {"type": "string"}}}
+    });
+    let idioms = [
+        "self.?opt.?v.orValue('none') == 'none'",
+        "has(self.opt) ? self.opt.v == 'x' : true",
+        "self.labels.all(k, k.startsWith('app'))",
+        "self.labels.exists(k, self.labels[k] == 'web')",
+        "size(self.labels) <= 3 && self.labels.size() == 1",
+        "'app' in self.labels",
+        "self.conditions.exists(c, c.type == 'Ready')",
+        "self.conditions.all(c, c.lastTransitionTime > timestamp('2020-01-01T00:00:00Z'))",
+        "duration(self.ttl) < duration('24h')",
+        "self.id.startsWith('spiffe://') && self.id.split('/').size() == 5",
+        "self.name.lowerAscii() == self.name && self.name.matches('^[a-z-]+$')",
+        "!(self.name in ['a', 'b'])",
+        "int(self.n) == 3 && string(self.n) == '3' && self.n % 2 == 1",
+        "type(self.name) == string",
+        "self.name.indexOf('-') == 3 && self.name.substring(0, 3) == 'web'",
+        "self.conditions.map(c, c.type).filter(t, t != 'Ready').size() == 0",
+        "self.n <= 3.5 && 3.0 < self.n + 1",
+    ];
+    let rules: Vec<serde_json::Value> = idioms
+        .iter()
+        .map(|r| json!({"rule": r, "message": r}))
+        .collect();
+    let s = spec_with_rules(props, json!(rules));
+    assert!(
+        s.unevaluable_rules().is_empty(),
+        "{:?}",
+        s.unevaluable_rules()
+    );
+    let good = obj(json!({
+        "name": "web-a", "id": "spiffe://td/ns/a", "ttl": "1h", "n": 3,
+        "labels": {"app": "web"},
+        "conditions": [{"type": "Ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    }));
+    assert_eq!(errors(&s, good, None), Vec::<String>::new());
+}
