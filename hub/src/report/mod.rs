@@ -13,6 +13,7 @@
 pub mod analysis;
 pub mod bound;
 pub mod cluster;
+pub mod from_fleet;
 pub mod full;
 pub mod input;
 

@@ -1,0 +1,266 @@
+//! Conversion from the fleet supervisor's published state ([`crate::fleet::state`]) to the
+//! analysis inputs.
+
+use std::collections::BTreeMap;
+
+use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
+use kleym_spoke::reconciler::snapshot::BindingSnapshot;
+
+use super::input::{BindingObservation, ErrorCategory, Health, SpokeObservation};
+use crate::fleet::state::{ErrorCategory as FleetCategory, Phase, SpokeState};
+
+/// Prefix of the pool-label selectors in a [`BindingSnapshot`].
+const POD_LABEL_PREFIX: &str = "k8s:pod-label:";
+
+impl From<&SpokeState> for SpokeObservation {
+    fn from(s: &SpokeState) -> Self {
+        let (credentials, reachable, synced, message) = health_of(s);
+        SpokeObservation {
+            cluster: s.name.clone(),
+            trust_domain: s.trust_domain.clone(),
+            credentials,
+            reachable,
+            synced,
+            error_message: message,
+            spoke_version: s.version.clone(),
+            last_sync: s.last_sync,
+            bindings: s.bindings.iter().map(BindingObservation::from).collect(),
+        }
+    }
+}
+
+/// Every spoke of `state` as an observation, sorted by name.
+pub fn observations(state: &crate::fleet::state::FleetState) -> Vec<SpokeObservation> {
+    state.spokes().iter().map(SpokeObservation::from).collect()
+}
+
+impl super::full::FullReport {
+    /// The full report of the fleet as the supervisor currently publishes it (the body of
+    /// `GET /v1/report`).
+    pub fn from_fleet(
+        state: &crate::fleet::state::FleetState,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Self {
+        Self::build(&observations(state), now)
+    }
+}
+
+/// The three health aspects and the message to show, from the phase and last error.
+fn health_of(s: &SpokeState) -> (Health, Health, Health, Option<String>) {
+    use Health::{Failed, Ok as Up, Unknown};
+    let error = s.last_error.as_ref();
+    let message = error.map(|e| e.message.clone());
+    match s.phase {
+        Phase::Engaged => (Up, Up, Up, None),
+        Phase::Syncing => (Up, Up, Unknown, None),
+        Phase::Refused => (
+            Failed(ErrorCategory::ProfileRefused),
+            Unknown,
+            Unknown,
+            s.reason.clone().or(message),
+        ),
+        Phase::Degraded | Phase::BackingOff => {
+            let Some(e) = error else {
+                return (Unknown, Unknown, Unknown, None);
+            };
+            let (c, r, y) = match e.category {
+                FleetCategory::Credentials => (
+                    Failed(ErrorCategory::CredentialPluginFailed),
+                    Unknown,
+                    Unknown,
+                ),
+                FleetCategory::Unauthorized => (Failed(ErrorCategory::Unauthorized), Up, Unknown),
+                FleetCategory::Unreachable => (Up, Failed(ErrorCategory::Unreachable), Unknown),
+                FleetCategory::Tls => (Up, Failed(ErrorCategory::TlsFailure), Unknown),
+                FleetCategory::Forbidden => (Up, Up, Failed(ErrorCategory::Forbidden)),
+                FleetCategory::CrdMissing => (Up, Up, Failed(ErrorCategory::CrdMissing)),
+                FleetCategory::ServerError | FleetCategory::SyncTimeout | FleetCategory::Other => {
+                    (Up, Up, Failed(ErrorCategory::Other))
+                }
+            };
+            (c, r, y, message)
+        }
+        Phase::Pending
+        | Phase::Queued
+        | Phase::Connecting
+        | Phase::Waiting
+        | Phase::Standby
+        | Phase::Removing => (Unknown, Unknown, Unknown, s.reason.clone()),
+    }
+}
+
+impl From<&BindingSnapshot> for BindingObservation {
+    fn from(b: &BindingSnapshot) -> Self {
+        let pool_selector: BTreeMap<String, String> = b
+            .pool_selector
+            .iter()
+            .filter_map(|s| s.strip_prefix(POD_LABEL_PREFIX)?.split_once(':'))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        BindingObservation {
+            namespace: b.namespace.clone(),
+            name: b.name.clone(),
+            mode: if b.mode == IdentityMode::PoolOnly.as_str() {
+                IdentityMode::PoolOnly
+            } else {
+                IdentityMode::PerObjective
+            },
+            spiffe_ids: b.spiffe_ids.clone(),
+            service_account: b.service_account.clone(),
+            container_discriminator: b.container_discriminator.as_deref().map(discriminator),
+            pool_selector,
+            ready: b.ready,
+            reason: Some(b.reason.clone()).filter(|r| !r.is_empty()),
+            message: Some(b.message.clone()).filter(|m| !m.is_empty()),
+            conflict_peers: b
+                .conflict_peers
+                .iter()
+                .filter_map(|p| p.split_once(": "))
+                .map(|(name, reason)| ConflictPeer {
+                    name: name.to_string(),
+                    reason: reason.to_string(),
+                })
+                .collect(),
+            warnings: b
+                .warnings
+                .iter()
+                .filter_map(|w| w.split_once(": "))
+                .map(|(reason, message)| IdentityWarning {
+                    reason: reason.to_string(),
+                    message: message.to_string(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `ContainerName=vllm` → `k8s:container-name:vllm` (the selector the spoke renders).
+fn discriminator(d: &str) -> String {
+    match d.split_once('=') {
+        Some(("ContainerName", v)) => format!("k8s:container-name:{v}"),
+        Some(("ContainerImage", v)) => format!("k8s:container-image:{v}"),
+        _ => d.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use chrono::Utc;
+
+    use super::*;
+    use crate::fleet::state::SpokeError;
+
+    fn snapshot() -> BindingSnapshot {
+        BindingSnapshot {
+            namespace: "team-a".into(),
+            name: "chat".into(),
+            mode: "PerObjective".into(),
+            spiffe_ids: vec!["spiffe://td/ns/team-a/objective/chat".into()],
+            service_account: Some("vllm".into()),
+            container_discriminator: Some("ContainerName=vllm".into()),
+            pool_selector: vec![
+                "k8s:pod-label:app:vllm".into(),
+                "k8s:pod-label:example.com/tier:gpu".into(),
+            ],
+            ready: false,
+            reason: "IdentityCollision".into(),
+            message: "collides".into(),
+            conflict_peers: vec!["summarize: IdentityCollision".into()],
+            warnings: vec!["OverlappingDefaultIdentity: set fallback: true on x".into()],
+            cluster_spiffe_id: None,
+        }
+    }
+
+    #[test]
+    fn binding_snapshot_converts_to_observation() {
+        let o = BindingObservation::from(&snapshot());
+        assert_eq!(
+            o.container_discriminator.as_deref(),
+            Some("k8s:container-name:vllm")
+        );
+        assert_eq!(
+            o.pool_selector.get("example.com/tier").map(String::as_str),
+            Some("gpu")
+        );
+        assert_eq!(o.pool_selector.len(), 2);
+        assert_eq!(o.conflict_peers[0].name, "summarize");
+        assert_eq!(o.conflict_peers[0].reason, "IdentityCollision");
+        assert_eq!(o.warnings[0].reason, "OverlappingDefaultIdentity");
+        assert_eq!(o.warnings[0].message, "set fallback: true on x");
+        assert_eq!(o.reason.as_deref(), Some("IdentityCollision"));
+        assert_eq!(o.mode, IdentityMode::PerObjective);
+    }
+
+    #[test]
+    fn spoke_phases_map_to_health() {
+        let mut s = SpokeState::new("fleet/east");
+        s.bindings = Arc::new(vec![snapshot()]);
+        s.phase = Phase::Engaged;
+        let o = SpokeObservation::from(&s);
+        assert!(o.healthy());
+        assert_eq!(o.bindings.len(), 1);
+
+        s.phase = Phase::BackingOff;
+        for (cat, want) in [
+            (
+                FleetCategory::Credentials,
+                (
+                    Health::Failed(ErrorCategory::CredentialPluginFailed),
+                    Health::Unknown,
+                    Health::Unknown,
+                ),
+            ),
+            (
+                FleetCategory::Unreachable,
+                (
+                    Health::Ok,
+                    Health::Failed(ErrorCategory::Unreachable),
+                    Health::Unknown,
+                ),
+            ),
+            (
+                FleetCategory::Tls,
+                (
+                    Health::Ok,
+                    Health::Failed(ErrorCategory::TlsFailure),
+                    Health::Unknown,
+                ),
+            ),
+            (
+                FleetCategory::Forbidden,
+                (
+                    Health::Ok,
+                    Health::Ok,
+                    Health::Failed(ErrorCategory::Forbidden),
+                ),
+            ),
+            (
+                FleetCategory::CrdMissing,
+                (
+                    Health::Ok,
+                    Health::Ok,
+                    Health::Failed(ErrorCategory::CrdMissing),
+                ),
+            ),
+        ] {
+            s.last_error = Some(SpokeError {
+                category: cat,
+                message: "boom".into(),
+                at: Utc::now(),
+            });
+            let o = SpokeObservation::from(&s);
+            assert_eq!((o.credentials, o.reachable, o.synced), want, "{cat:?}");
+            assert_eq!(o.error_message.as_deref(), Some("boom"));
+        }
+        s.phase = Phase::Refused;
+        s.reason = Some("no access provider matches".into());
+        let o = SpokeObservation::from(&s);
+        assert_eq!(o.credentials, Health::Failed(ErrorCategory::ProfileRefused));
+        assert_eq!(
+            o.error_message.as_deref(),
+            Some("no access provider matches")
+        );
+    }
+}
