@@ -113,7 +113,14 @@ impl EngageError {
     pub fn to_spoke_error(&self) -> SpokeError {
         let message = match self {
             // The transport chain says more than kube's top-level message.
-            EngageError::Kube { action, source } if !matches!(source, kube::Error::Api(_)) => {
+            EngageError::Kube {
+                action,
+                source: kube::Error::Api(status),
+            } => format!(
+                "{action}: {} {}: {}",
+                status.code, status.reason, status.message
+            ),
+            EngageError::Kube { action, source } => {
                 format!("{action}: {}", chain_text(source))
             }
             other => other.to_string(),
