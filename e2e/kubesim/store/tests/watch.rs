@@ -350,3 +350,50 @@ async fn events_are_shared_between_core_and_events_k8s_io() {
     assert_eq!(c.get(&core, Some("default"), "e1").unwrap()["count"], 2);
     assert_eq!(next(&mut w).await.unwrap().event_type, "MODIFIED");
 }
+
+#[tokio::test]
+async fn history_is_bounded_per_cluster_across_types() {
+    let c = cluster();
+    let cms = res(&c, "", "v1", "configmaps");
+    let secrets = res(&c, "", "v1", "secrets");
+    c.set_history_limit(5);
+    let a = c
+        .create(&cms, Some("default"), cm("a", "x"), &opts("t"))
+        .unwrap()
+        .object;
+    c.create(&cms, Some("default"), cm("b", "x"), &opts("t"))
+        .unwrap();
+    // still within the limit: replay works
+    let mut w = c
+        .watch(
+            &cms,
+            None,
+            &WatchOptions {
+                resource_version: Some(rv(&a).to_string()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(name_of(&next(&mut w).await.unwrap()), "b");
+    // five writes to another type push the configmap events out
+    for i in 0..5 {
+        c.create(
+            &secrets,
+            Some("default"),
+            json!({"metadata": {"name": format!("s{i}")}}),
+            &opts("t"),
+        )
+        .unwrap();
+    }
+    let mut w = c
+        .watch(
+            &cms,
+            None,
+            &WatchOptions {
+                resource_version: Some(rv(&a).to_string()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(next(&mut w).await.unwrap().event_type, "ERROR");
+}
