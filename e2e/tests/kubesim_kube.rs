@@ -455,6 +455,15 @@ async fn client_certificate_identity_is_authorized_by_rbac() {
         &other.list(&ListParams::default()).await.unwrap_err(),
         403
     ));
+    // Removing the binding takes effect on the next request.
+    Api::<RoleBinding>::namespaced(c.kube_client().await.unwrap(), "default")
+        .delete("devs-read", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(is_status(
+        &cms.list(&ListParams::default()).await.unwrap_err(),
+        403
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

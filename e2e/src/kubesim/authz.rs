@@ -4,10 +4,11 @@
 use crate::kubesim::server::ClusterServer;
 use crate::kubesim::server::request::RequestInfo;
 use crate::kubesim::server::response::{self, Body};
+use futures::FutureExt;
 use http::Response;
 use kubesim_auth::UserInfo;
 use kubesim_auth::rbac::{self, RbacSnapshot};
-use kubesim_store::ListOptions;
+use kubesim_store::{ListOptions, WatchOptions};
 use std::sync::{Arc, Mutex};
 
 pub use kubesim_auth::rbac::{Decision, RequestAttributes as Attributes};
@@ -28,10 +29,19 @@ pub fn attributes(user: &UserInfo, info: &RequestInfo) -> Attributes {
     }
 }
 
-/// The RBAC snapshot of a cluster, rebuilt only when the store's resourceVersion moved
-/// (reads never move it, so read-heavy traffic reuses one snapshot).
+/// The RBAC snapshot of a cluster, rebuilt only when an RBAC object changed.
+///
+/// Changes are detected with a store watch on the four RBAC types, polled without waiting
+/// at each lookup: the store queues watch events while the write holds its lock, so any
+/// write that completed before the lookup is seen, and unrelated writes cost nothing.
 #[derive(Default)]
-pub struct RbacCache(Mutex<Option<(u64, Arc<RbacSnapshot>)>>);
+pub struct RbacCache(Mutex<CacheState>);
+
+#[derive(Default)]
+struct CacheState {
+    snapshot: Option<Arc<RbacSnapshot>>,
+    changes: Option<futures::stream::SelectAll<kubesim_store::WatchStream>>,
+}
 
 const RBAC_RESOURCES: [&str; 4] = [
     "roles",
@@ -40,14 +50,47 @@ const RBAC_RESOURCES: [&str; 4] = [
     "clusterrolebindings",
 ];
 
-fn snapshot(server: &ClusterServer) -> Arc<RbacSnapshot> {
-    let rv = server.store.current_resource_version();
-    if let Ok(guard) = server.rbac_cache.0.lock()
-        && let Some((cached_rv, snap)) = guard.as_ref()
-        && *cached_rv == rv
-    {
-        return snap.clone();
+/// Drain queued change events without waiting; `true` if anything changed or the watch
+/// ended (then it must be re-established).
+fn drain_changes(state: &mut CacheState) -> bool {
+    let Some(changes) = state.changes.as_mut() else {
+        return true;
+    };
+    let mut changed = false;
+    loop {
+        match futures::StreamExt::next(changes).now_or_never() {
+            Some(Some(ev)) => {
+                changed = true;
+                if ev.event_type == "ERROR" {
+                    state.changes = None;
+                    return true;
+                }
+            }
+            Some(None) => {
+                state.changes = None;
+                return true;
+            }
+            None => return changed,
+        }
     }
+}
+
+fn watch_changes(server: &ClusterServer) -> futures::stream::SelectAll<kubesim_store::WatchStream> {
+    let rv = server.store.current_resource_version();
+    let opts = WatchOptions {
+        resource_version: (rv > 0).then(|| rv.to_string()),
+        ..Default::default()
+    };
+    let streams = RBAC_RESOURCES.iter().filter_map(|plural| {
+        let res = server
+            .store
+            .resolve("rbac.authorization.k8s.io", "v1", plural)?;
+        server.store.watch(&res, None, &opts).ok()
+    });
+    futures::stream::select_all(streams)
+}
+
+fn build_snapshot(server: &ClusterServer) -> RbacSnapshot {
     let mut objects = Vec::new();
     for plural in RBAC_RESOURCES {
         let Some(res) = server
@@ -66,13 +109,26 @@ fn snapshot(server: &ClusterServer) -> Arc<RbacSnapshot> {
             }
         }
     }
-    let snap = Arc::new(RbacSnapshot::from_values(objects.iter()).unwrap_or_else(|e| {
+    RbacSnapshot::from_values(objects.iter()).unwrap_or_else(|e| {
         tracing::warn!(cluster = %server.name, error = %e, "invalid RBAC object; ignoring all RBAC");
         RbacSnapshot::default()
-    }));
-    if let Ok(mut guard) = server.rbac_cache.0.lock() {
-        *guard = Some((rv, snap.clone()));
+    })
+}
+
+fn snapshot(server: &ClusterServer) -> Arc<RbacSnapshot> {
+    let Ok(mut state) = server.rbac_cache.0.lock() else {
+        return Arc::new(build_snapshot(server));
+    };
+    let changed = drain_changes(&mut state);
+    if let (false, Some(snap)) = (changed, state.snapshot.as_ref()) {
+        return snap.clone();
     }
+    if state.changes.is_none() {
+        // Watch first, then read: a write racing the read shows up as a change next time.
+        state.changes = Some(watch_changes(server));
+    }
+    let snap = Arc::new(build_snapshot(server));
+    state.snapshot = Some(snap.clone());
     snap
 }
 

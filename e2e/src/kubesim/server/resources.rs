@@ -60,6 +60,15 @@ async fn dispatch(
         return Err(no_such_resource());
     }
     let ns = info.store_namespace();
+    // Namespaced kinds are only routed under /namespaces/<ns>/ for writes and single objects
+    // (lists and watches across all namespaces are fine).
+    if res.namespaced && ns.is_none() && matches!(info.verb.as_str(), "create" | "deletecollection")
+    {
+        return Err(no_such_resource());
+    }
+    if info.name.is_none() && matches!(info.verb.as_str(), "update" | "patch") {
+        return Err(method_not_allowed());
+    }
 
     if res.virtual_only {
         if info.verb != "create" || info.name.is_some() {
