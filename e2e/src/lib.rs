@@ -1,5 +1,5 @@
 //! kleym end-to-end support: `kubesim`, an in-process Kubernetes API simulator that serves
 //! many simulated clusters at once, plus the end-to-end tests, benchmarks and demo built on it.
 
-pub mod kubesim;
 pub mod fleet;
+pub mod kubesim;
