@@ -1,0 +1,153 @@
+//! The real `kleym hub` binary against kubesim: engages a spoke through a plugin script,
+//! compiles its bindings, serves `/healthz`, `/readyz` and `/metrics`, never logs the token
+//! (logs captured at trace level for kleym), and exits cleanly on SIGTERM.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use kleym_e2e::fleet::env;
+use kleym_e2e::fleet::harness::{FleetHarness, grant_admin, wait_for};
+use kleym_e2e::fleet::plugins::{kleym_binary, static_token_plugin};
+use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const TOKEN: &str = "tok-binary-secret-0123456789abcdef";
+const LIMIT: Duration = Duration::from_secs(60);
+
+async fn get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
+    let kleym = kleym_binary().expect("kleym binary");
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    let s = f.spoke("spoke");
+    s.add_static_token(
+        TOKEN,
+        kubesim_auth::UserInfo {
+            username: "hub".into(),
+            ..Default::default()
+        },
+    );
+    grant_admin(&s, "hub").unwrap();
+    let store = s.store();
+    env::seed_environment(&store, 2).unwrap();
+    env::create_bindings(&store, 0..2).unwrap();
+    let plugin = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
+    let pf = dir.path().join("providers.json");
+    std::fs::write(
+        &pf,
+        json!({"providers": [{"name": "ok", "execConfig": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": plugin.to_str().unwrap()}}]})
+        .to_string(),
+    )
+    .unwrap();
+    apply_profile(
+        &f.hub_client,
+        "spoke",
+        status(
+            vec![access_provider("ok", &s, None)],
+            true,
+            "2026-01-01T00:00:00Z",
+            &[],
+        ),
+    )
+    .await
+    .unwrap();
+
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut child = tokio::process::Command::new(&kleym)
+        .args(["hub", "--kubeconfig"])
+        .arg(f.hub_kubeconfig())
+        .arg("--clusterprofile-provider-file")
+        .arg(&pf)
+        .args([
+            "--trust-domain",
+            "bin.example",
+            "--leader-elect=false",
+            "--log-format",
+            "json",
+        ])
+        .args(["--log-level", "info,kleym_hub=trace,kleym_spoke=trace"])
+        .args(["--metrics-addr", &addr.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out_task = tokio::spawn(async move {
+        let mut o = String::new();
+        let _ = stdout.read_to_string(&mut o).await;
+        o
+    });
+    let err_task = tokio::spawn(async move {
+        let mut e = String::new();
+        let _ = stderr.read_to_string(&mut e).await;
+        e
+    });
+
+    wait_for("bindings compiled by the kleym binary", LIMIT, || {
+        let store = store.clone();
+        async move { env::converged(&store, 2).then_some(()) }
+    })
+    .await
+    .unwrap();
+    assert!(env::csids(&store).iter().all(|o| {
+        o["spec"]["spiffeIDTemplate"]
+            .as_str()
+            .unwrap()
+            .starts_with("spiffe://bin.example/")
+    }));
+    let healthz = get(addr, "/healthz").await.unwrap();
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+    let readyz = wait_for("readyz", LIMIT, || async move {
+        get(addr, "/readyz")
+            .await
+            .filter(|r| r.starts_with("HTTP/1.1 200"))
+    })
+    .await
+    .unwrap();
+    assert!(readyz.ends_with("ok"));
+    let metrics = wait_for("engaged in metrics", LIMIT, || async move {
+        get(addr, "/metrics")
+            .await
+            .filter(|m| m.contains("kleym_hub_spokes{phase=\"Engaged\"} 1"))
+    })
+    .await
+    .unwrap();
+    assert!(
+        metrics.contains("provider=\"ok\""),
+        "exec metrics by provider: {metrics}"
+    );
+
+    // SIGTERM → clean exit.
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let exit = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .expect("kleym hub exits after SIGTERM")
+        .unwrap();
+    assert!(exit.success(), "{exit:?}");
+    let logs = format!("{}{}", out_task.await.unwrap(), err_task.await.unwrap());
+    assert!(logs.contains("spoke engaged"), "{logs}");
+    assert!(logs.contains("kleym hub stopped"), "{logs}");
+    assert!(!logs.contains(TOKEN), "the token leaked into the logs");
+}
