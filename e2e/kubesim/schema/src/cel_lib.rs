@@ -1,7 +1,8 @@
 //! The CEL environment: cel-rust's standard library and its strings/lists/math extensions,
 //! plus the Kubernetes library functions kubesim implements (`isURL`, `url(...).getX()`,
-//! list `isSorted/sum/min/max/indexOf/lastIndexOf`, regex `find/findAll`, and the
-//! `quantity` library with quantities represented as doubles).
+//! list `isSorted/sum/min/max/indexOf/lastIndexOf`, regex `find/findAll`, the
+//! `quantity` library with quantities represented as doubles, and the IP/CIDR library with
+//! addresses and prefixes represented as their strings).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -93,6 +94,7 @@ fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
         list_last_index_of,
     )?;
     add_quantity_library(env)?;
+    add_ip_library(env)?;
     env.add_member_overload("find", "string_find", STRING_TYPE, vec![STRING_TYPE], find)?;
     env.add_member_overload(
         "findAll",
@@ -611,6 +613,241 @@ fn q_sign<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execution
     } else {
         0
     }))
+}
+
+/// Kubernetes' IP and CIDR libraries. `ip(s)` and `cidr(s)` check their argument and
+/// return it as a string; the methods work on such strings.
+fn add_ip_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    env.add_overload("isIP", "is_ip_string", vec![STRING_TYPE], is_ip)?;
+    env.add_overload("ip", "string_to_ip", vec![STRING_TYPE], ip)?;
+    env.add_overload("isCIDR", "is_cidr_string", vec![STRING_TYPE], is_cidr)?;
+    env.add_overload("cidr", "string_to_cidr", vec![STRING_TYPE], cidr)?;
+    let unary: [(&str, cel::common::functions::Function); 9] = [
+        ("family", ip_family),
+        ("isUnspecified", ip_is_unspecified),
+        ("isLoopback", ip_is_loopback),
+        ("isLinkLocalMulticast", ip_is_link_local_multicast),
+        ("isLinkLocalUnicast", ip_is_link_local_unicast),
+        ("isGlobalUnicast", ip_is_global_unicast),
+        ("prefixLength", cidr_prefix_length),
+        ("masked", cidr_masked),
+        ("ip", cidr_ip),
+    ];
+    for (name, f) in unary {
+        env.add_member_overload(name, &format!("ipcidr_{name}"), STRING_TYPE, vec![], f)?;
+    }
+    env.add_member_overload(
+        "containsIP",
+        "cidr_containsIP",
+        STRING_TYPE,
+        vec![STRING_TYPE],
+        cidr_contains_ip,
+    )?;
+    env.add_member_overload(
+        "containsCIDR",
+        "cidr_containsCIDR",
+        STRING_TYPE,
+        vec![STRING_TYPE],
+        cidr_contains_cidr,
+    )?;
+    Ok(())
+}
+
+/// An IP address as Kubernetes' `isIP` accepts it (no zone, no IPv4-mapped IPv6).
+fn parse_ip(s: &str) -> Option<std::net::IpAddr> {
+    let addr: std::net::IpAddr = s.parse().ok()?;
+    match addr {
+        std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => None,
+        a => Some(a),
+    }
+}
+
+/// A CIDR as `(address, prefix length)`.
+fn parse_cidr(s: &str) -> Option<(std::net::IpAddr, u8)> {
+    let (addr, bits) = s.split_once('/')?;
+    let addr = parse_ip(addr)?;
+    let bits: u8 = bits.parse().ok()?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    (bits <= max).then_some((addr, bits))
+}
+
+fn as_bits(a: std::net::IpAddr) -> (u128, u32) {
+    match a {
+        std::net::IpAddr::V4(v4) => (u128::from(u32::from(v4)), 32),
+        std::net::IpAddr::V6(v6) => (u128::from(v6), 128),
+    }
+}
+
+fn mask(a: std::net::IpAddr, bits: u8) -> u128 {
+    let (v, width) = as_bits(a);
+    let host_bits = width - u32::from(bits);
+    if host_bits >= 128 {
+        0
+    } else {
+        (v >> host_bits) << host_bits
+    }
+}
+
+fn from_bits(v: u128, v4: bool) -> std::net::IpAddr {
+    if v4 {
+        std::net::IpAddr::V4(std::net::Ipv4Addr::from(v as u32))
+    } else {
+        std::net::IpAddr::V6(std::net::Ipv6Addr::from(v))
+    }
+}
+
+fn one_string(args: &[CowVal<'_, '_>], function: &str) -> Result<String, ExecutionError> {
+    let a = values(args)?;
+    string_arg(a.first().unwrap_or(&Value::Null), function)
+}
+
+fn two_strings(
+    args: &[CowVal<'_, '_>],
+    function: &str,
+) -> Result<(String, String), ExecutionError> {
+    let a = values(args)?;
+    Ok((
+        string_arg(a.first().unwrap_or(&Value::Null), function)?,
+        string_arg(a.get(1).unwrap_or(&Value::Null), function)?,
+    ))
+}
+
+fn ip_of(s: &str, function: &str) -> Result<std::net::IpAddr, ExecutionError> {
+    parse_ip(s).ok_or_else(|| {
+        ExecutionError::function_error(
+            function,
+            format!("IP Address '{s}' parse error during conversion from string"),
+        )
+    })
+}
+
+fn cidr_of(s: &str, function: &str) -> Result<(std::net::IpAddr, u8), ExecutionError> {
+    parse_cidr(s).ok_or_else(|| {
+        ExecutionError::function_error(
+            function,
+            format!("network address parse error during conversion from string: {s}"),
+        )
+    })
+}
+
+fn is_ip<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    ret(Value::Bool(parse_ip(&one_string(&args, "isIP")?).is_some()))
+}
+
+fn ip<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let s = one_string(&args, "ip")?;
+    ip_of(&s, "ip")?;
+    ret(Value::String(Arc::new(s)))
+}
+
+fn is_cidr<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    ret(Value::Bool(
+        parse_cidr(&one_string(&args, "isCIDR")?).is_some(),
+    ))
+}
+
+fn cidr<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let s = one_string(&args, "cidr")?;
+    cidr_of(&s, "cidr")?;
+    ret(Value::String(Arc::new(s)))
+}
+
+fn ip_family<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = ip_of(&one_string(&args, "family")?, "family")?;
+    ret(Value::Int(if a.is_ipv4() { 4 } else { 6 }))
+}
+
+fn ip_predicate<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+    function: &str,
+    test: fn(std::net::IpAddr) -> bool,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = ip_of(&one_string(&args, function)?, function)?;
+    ret(Value::Bool(test(a)))
+}
+
+fn ip_is_unspecified<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    ip_predicate(args, "isUnspecified", |a| a.is_unspecified())
+}
+
+fn ip_is_loopback<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    ip_predicate(args, "isLoopback", |a| a.is_loopback())
+}
+
+fn ip_is_link_local_multicast<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    ip_predicate(args, "isLinkLocalMulticast", |a| match a {
+        std::net::IpAddr::V4(v4) => v4.octets()[..3] == [224, 0, 0],
+        std::net::IpAddr::V6(v6) => v6.segments()[0] & 0xff0f == 0xff02,
+    })
+}
+
+fn ip_is_link_local_unicast<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    ip_predicate(args, "isLinkLocalUnicast", |a| match a {
+        std::net::IpAddr::V4(v4) => v4.is_link_local(),
+        std::net::IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+    })
+}
+
+fn ip_is_global_unicast<'b, 'v>(
+    args: Vec<CowVal<'b, 'v>>,
+) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    // Go's net.IP.IsGlobalUnicast: not unspecified, loopback, multicast, link-local or
+    // (IPv4) broadcast.
+    ip_predicate(args, "isGlobalUnicast", |a| match a {
+        std::net::IpAddr::V4(v4) => {
+            !(v4.is_unspecified()
+                || v4.is_loopback()
+                || v4.is_multicast()
+                || v4.is_link_local()
+                || v4.is_broadcast())
+        }
+        std::net::IpAddr::V6(v6) => {
+            !(v6.is_unspecified()
+                || v6.is_loopback()
+                || v6.is_multicast()
+                || v6.segments()[0] & 0xffc0 == 0xfe80)
+        }
+    })
+}
+
+fn cidr_prefix_length<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (_, bits) = cidr_of(&one_string(&args, "prefixLength")?, "prefixLength")?;
+    ret(Value::Int(i64::from(bits)))
+}
+
+fn cidr_masked<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (a, bits) = cidr_of(&one_string(&args, "masked")?, "masked")?;
+    let masked = from_bits(mask(a, bits), a.is_ipv4());
+    ret(Value::String(Arc::new(format!("{masked}/{bits}"))))
+}
+
+fn cidr_ip<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (a, _) = cidr_of(&one_string(&args, "ip")?, "ip")?;
+    ret(Value::String(Arc::new(a.to_string())))
+}
+
+fn cidr_contains_ip<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (c, i) = two_strings(&args, "containsIP")?;
+    let (net, bits) = cidr_of(&c, "containsIP")?;
+    let addr = ip_of(&i, "containsIP")?;
+    let same_family = net.is_ipv4() == addr.is_ipv4();
+    ret(Value::Bool(
+        same_family && mask(addr, bits) == mask(net, bits),
+    ))
+}
+
+fn cidr_contains_cidr<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let (c, other) = two_strings(&args, "containsCIDR")?;
+    let (net, bits) = cidr_of(&c, "containsCIDR")?;
+    let (sub, sub_bits) = cidr_of(&other, "containsCIDR")?;
+    let same_family = net.is_ipv4() == sub.is_ipv4();
+    ret(Value::Bool(
+        same_family && sub_bits >= bits && mask(sub, bits) == mask(net, bits),
+    ))
 }
 
 #[cfg(test)]

@@ -299,13 +299,13 @@ fn unsupported_rules_never_pass_silently() {
     let s = spec_with_rules(
         json!({"ip": {"type": "string"}}),
         json!([
-            {"rule": "cidr('10.0.0.0/8').containsIP(ip(self.ip))", "message": "outside"},
+            {"rule": "!format.dns1123Label().validate(self.ip).hasValue()", "message": "bad label"},
             {"rule": "self.ip != ''"}
         ]),
     );
     assert_eq!(
         s.unevaluable_rules(),
-        vec!["cidr('10.0.0.0/8').containsIP(ip(self.ip))".to_string()]
+        vec!["!format.dns1123Label().validate(self.ip).hasValue()".to_string()]
     );
     let mut o = obj(json!({"ip": "10.1.2.3"}));
     s.apply_defaults(&mut o);
@@ -314,7 +314,7 @@ fn unsupported_rules_never_pass_silently() {
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].kind, FieldErrorKind::InternalError);
     assert_eq!(errs[0].path, "spec");
-    assert!(errs[0].detail.starts_with("Internal error: kubesim cannot evaluate this rule: unsupported function(s): cidr, containsIP, ip"), "{}", errs[0].detail);
+    assert!(errs[0].detail.starts_with("Internal error: kubesim cannot evaluate this rule: unsupported function(s): dns1123Label, validate"), "{}", errs[0].detail);
 
     let unparsable = spec_with_rules(json!({}), json!([{"rule": "self.a ==", "message": "m"}]));
     assert_eq!(
@@ -510,4 +510,40 @@ fn common_rule_idioms_evaluate() {
         "conditions": [{"type": "Ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
     }));
     assert_eq!(errors(&s, good, None), Vec::<String>::new());
+}
+
+#[test]
+fn ip_and_cidr_library() {
+    let s = spec_with_rules(
+        json!({"ip": {"type": "string"}, "net": {"type": "string"}}),
+        json!([
+            {"rule": "isIP(self.ip) && ip(self.ip).family() == 4 && !ip(self.ip).isLoopback() && ip(self.ip).isGlobalUnicast()", "message": "ip"},
+            {"rule": "isCIDR(self.net) && cidr(self.net).containsIP(self.ip) && cidr(self.net).prefixLength() == 8", "message": "net"},
+            {"rule": "cidr('10.1.2.3/8').masked() == '10.0.0.0/8' && cidr('10.0.0.0/8').containsCIDR('10.2.0.0/16') && !cidr('10.0.0.0/16').containsCIDR('10.0.0.0/8') && ip('::1').family() == 6 && ip('::1').isLoopback() && !isIP('10.0.0.256') && !isCIDR('10.0.0.0/33')", "message": "identities"}
+        ]),
+    );
+    assert!(
+        s.unevaluable_rules().is_empty(),
+        "{:?}",
+        s.unevaluable_rules()
+    );
+    assert_eq!(
+        errors(
+            &s,
+            obj(json!({"ip": "10.1.2.3", "net": "10.0.0.0/8"})),
+            None
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        errors(
+            &s,
+            obj(json!({"ip": "127.0.0.1", "net": "192.168.0.0/16"})),
+            None
+        ),
+        vec![
+            r#"spec: Invalid value: "object": ip"#,
+            r#"spec: Invalid value: "object": net"#,
+        ]
+    );
 }
