@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
@@ -269,6 +270,95 @@ fn add_conflicts(
     }
 }
 
+fn fingerprint(value: impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
+}
+
+/// Namespace, pool labels and service account: the pods an identity can land on.
+fn pod_set_key(id: &CompiledIdentity) -> (&str, Labels<'_>, &str) {
+    (
+        id.binding.namespace.as_str(),
+        &id.pool_labels,
+        id.service_account.as_str(),
+    )
+}
+
+/// The IdentityCollision key: PerObjective only, pod set plus container selector.
+fn collision_key(id: &CompiledIdentity) -> Option<(&str, Labels<'_>, &str, &str)> {
+    (id.mode == IdentityMode::PerObjective).then(|| {
+        let (ns, labels, sa) = pod_set_key(id);
+        (
+            ns,
+            labels,
+            sa,
+            id.container_selector.as_deref().unwrap_or(""),
+        )
+    })
+}
+
+/// 64-bit fingerprints of every grouping key, computed in one pass so that each
+/// identity's (heap-scattered) fields are read once; exact keys are compared only inside
+/// groups whose fingerprints match.
+struct Fingerprints {
+    pod_set: Vec<u64>,
+    collision: Vec<Option<u64>>,
+    spiffe_id: Vec<u64>,
+}
+
+impl Fingerprints {
+    fn new(ids: &[CompiledIdentity]) -> Self {
+        let mut fp = Fingerprints {
+            pod_set: Vec::with_capacity(ids.len()),
+            collision: Vec::with_capacity(ids.len()),
+            spiffe_id: Vec::with_capacity(ids.len()),
+        };
+        for id in ids {
+            fp.pod_set.push(fingerprint(pod_set_key(id)));
+            fp.collision.push(collision_key(id).map(fingerprint));
+            fp.spiffe_id.push(fingerprint(&id.spiffe_id));
+        }
+        fp
+    }
+}
+
+/// Groups of at least two indices with equal exact `key`, each sorted by binding.
+fn groups_by<'a, K: PartialEq>(
+    ids: &'a [CompiledIdentity],
+    fingerprints: impl Iterator<Item = Option<u64>>,
+    key: impl Fn(&'a CompiledIdentity) -> K,
+) -> Vec<Vec<usize>> {
+    // Sorting (fingerprint, index) pairs groups without a heap allocation per key.
+    let mut pairs: Vec<(u64, usize)> = fingerprints
+        .enumerate()
+        .filter_map(|(i, fp)| fp.map(|fp| (fp, i)))
+        .collect();
+    pairs.sort_unstable();
+    let mut out = Vec::new();
+    for run in pairs.chunk_by(|a, b| a.0 == b.0) {
+        if run.len() < 2 {
+            continue;
+        }
+        // Split a fingerprint group by exact key (almost always a single part).
+        let mut parts: Vec<(K, Vec<usize>)> = Vec::new();
+        for &(_, m) in run {
+            let k = key(&ids[m]);
+            match parts.iter_mut().find(|(pk, _)| *pk == k) {
+                Some((_, v)) => v.push(m),
+                None => parts.push((k, vec![m])),
+            }
+        }
+        out.extend(
+            parts
+                .into_iter()
+                .map(|(_, v)| sorted_members(ids, v))
+                .filter(|v| v.len() >= 2),
+        );
+    }
+    out
+}
+
 /// Analyze all compiled bindings of one cluster (one entry per binding) against each
 /// other and against the cluster's foreign ClusterSPIFFEIDs.
 pub fn analyze(
@@ -277,29 +367,16 @@ pub fn analyze(
     namespaces: &NamespaceLabels,
 ) -> Analysis {
     let mut verdicts: BTreeMap<BindingRef, Verdict> = BTreeMap::new();
+    let fps = Fingerprints::new(identities);
 
     // IdentityCollision: PerObjective, same namespace, pod set, service account, container.
-    let mut collision_groups: Groups<(&str, Labels, &str, &str)> =
-        HashMap::with_capacity(identities.len());
-    for (i, id) in identities.iter().enumerate() {
-        if id.mode == IdentityMode::PerObjective {
-            let key = (
-                id.binding.namespace.as_str(),
-                &id.pool_labels,
-                id.service_account.as_str(),
-                id.container_selector.as_deref().unwrap_or(""),
-            );
-            collision_groups.entry(key).or_default().push(i);
-        }
-    }
-    for ((_, pool_labels, sa, container), members) in collision_groups {
-        if members.len() < 2 {
-            continue;
-        }
-        let members = sorted_members(identities, members);
+    for members in groups_by(identities, fps.collision.iter().copied(), collision_key) {
+        let first = &identities[members[0]];
         let detail = format!(
-            "pool selector {}, service account {sa}, {container}",
-            labels_desc(pool_labels)
+            "pool selector {}, service account {}, {}",
+            labels_desc(&first.pool_labels),
+            first.service_account,
+            first.container_selector.as_deref().unwrap_or("")
         );
         add_conflicts(
             identities,
@@ -312,15 +389,10 @@ pub fn analyze(
     }
 
     // DuplicateSPIFFEID: one ID, several selector sets.
-    let mut by_id: Groups<&str> = HashMap::with_capacity(identities.len());
-    for (i, id) in identities.iter().enumerate() {
-        by_id.entry(id.spiffe_id.as_str()).or_default().push(i);
-    }
-    for (spiffe_id, members) in by_id {
-        if members.len() < 2 {
-            continue;
-        }
-        let members = sorted_members(identities, members);
+    let by_id = groups_by(identities, fps.spiffe_id.iter().copied().map(Some), |id| {
+        id.spiffe_id.as_str()
+    });
+    for members in by_id {
         let distinct: BTreeSet<&Vec<String>> =
             members.iter().map(|&m| &identities[m].selectors).collect();
         if distinct.len() < 2 {
@@ -331,7 +403,7 @@ pub fn analyze(
             &mut verdicts,
             &members,
             Reason::DuplicateSPIFFEID,
-            spiffe_id,
+            &identities[members[0]].spiffe_id,
             |m| {
                 members
                     .iter()
@@ -342,7 +414,12 @@ pub fn analyze(
         );
     }
 
-    pool_and_objective_warnings(identities, &mut verdicts);
+    let pod_sets = groups_by(
+        identities,
+        fps.pod_set.iter().copied().map(Some),
+        pod_set_key,
+    );
+    pool_and_objective_warnings(identities, &pod_sets, &mut verdicts);
     overlapping_default_warnings(identities, foreign, namespaces, &mut verdicts);
 
     for v in verdicts.values_mut() {
@@ -356,25 +433,13 @@ pub fn analyze(
 
 fn pool_and_objective_warnings(
     ids: &[CompiledIdentity],
+    pod_sets: &[Vec<usize>],
     verdicts: &mut BTreeMap<BindingRef, Verdict>,
 ) {
-    let mut groups: Groups<(&str, Labels, &str)> = HashMap::with_capacity(ids.len() / 2);
-    for (i, id) in ids.iter().enumerate() {
-        let key = (
-            id.binding.namespace.as_str(),
-            &id.pool_labels,
-            id.service_account.as_str(),
-        );
-        groups.entry(key).or_default().push(i);
-    }
-    for ((_, pool_labels, sa), members) in groups {
-        if members.len() < 2 {
-            continue;
-        }
-        let members = sorted_members(ids, members);
+    for members in pod_sets {
         let (pool_only, per_objective): (Vec<usize>, Vec<usize>) = members
-            .into_iter()
-            .partition(|&m| ids[m].mode == IdentityMode::PoolOnly);
+            .iter()
+            .partition(|&&m| ids[m].mode == IdentityMode::PoolOnly);
         if pool_only.is_empty() || per_objective.is_empty() {
             continue;
         }
@@ -390,11 +455,13 @@ fn pool_and_objective_warnings(
             }
             s
         };
+        let first = &ids[members[0]];
         let message = format!(
-            "PoolOnly binding(s) {} and PerObjective binding(s) {} select the same pods (pool selector {}, service account {sa}): the discriminated containers receive two SVIDs",
+            "PoolOnly binding(s) {} and PerObjective binding(s) {} select the same pods (pool selector {}, service account {}): the discriminated containers receive two SVIDs",
             names(&pool_only),
             names(&per_objective),
-            labels_desc(pool_labels)
+            labels_desc(&first.pool_labels),
+            first.service_account
         );
         for &m in pool_only.iter().chain(&per_objective) {
             verdicts
