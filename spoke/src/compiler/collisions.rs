@@ -13,8 +13,10 @@
 //!   same `className` and `fallback` unset, provably selects the pool's pods; the fix is
 //!   `fallback: true` on that object.
 //!
-//! Work is grouping by hash keys: O(n) in the number of bindings (plus the size of the
-//! groups found), independent of input order, and symmetric (every member of a finding
+//! Work is grouping, never pairwise: one pass computes 64-bit fingerprints of the keys,
+//! a sort groups them (O(n log n) on integers), and exact keys are compared only within
+//! equal-fingerprint runs (plus the size of the groups found). Results are independent
+//! of input order, and symmetric (every member of a finding
 //! sees the others).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
