@@ -123,6 +123,8 @@ impl Reviewer for FakeReviewer {
     ) -> BoxFuture<'a, Result<AccessDecision, ReviewError>> {
         Box::pin(async move {
             self.access_calls.fetch_add(1, Ordering::SeqCst);
+            let delay = *self.delay.lock().unwrap();
+            tokio::time::sleep(delay).await;
             assert_eq!(check, &AccessCheck::default());
             if self.fail_access.load(Ordering::SeqCst) {
                 return Err(ReviewError::Transport {
@@ -304,6 +306,11 @@ async fn a_good_token_is_reviewed_once_per_ttl() {
         assert_eq!(r.status, StatusCode::OK);
     }
     assert_eq!(h.reviewer.tokens(), 1);
+    assert_eq!(
+        h.reviewer.accesses(),
+        1,
+        "the burst shares one SubjectAccessReview too"
+    );
     h.clock.advance(Duration::from_secs(119));
     assert_eq!(
         get(&h.app, "/v1/report", Some("good")).await.status,

@@ -35,7 +35,7 @@ pub struct ReviewLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CacheLabels {
     /// `token_positive`, `token_negative`, `token_inflight` (joined a review already under
-    /// way) or `access`.
+    /// way), `access` or `access_inflight`.
     pub cache: String,
 }
 

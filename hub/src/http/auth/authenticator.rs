@@ -6,12 +6,12 @@ use super::cache::TtlCache;
 use super::clock::{Clock, SystemClock};
 use super::mode::AuthMode;
 use super::reviewer::{AccessCheck, AccessDecision, Caller, ReviewError, Reviewer};
+use super::single_flight::{SingleFlight, Source};
 use super::token::{TokenHash, bearer_token, jwt_expiry};
 use crate::http::metrics::ApiMetrics;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 
 /// Settings of [`ApiAuth`].
 #[derive(Debug, Clone)]
@@ -119,8 +119,6 @@ enum TokenOutcome {
     Failed(ReviewError),
 }
 
-type Inflight = Mutex<HashMap<TokenHash, watch::Receiver<Option<TokenOutcome>>>>;
-
 #[derive(Debug)]
 struct Inner {
     config: AuthConfig,
@@ -130,7 +128,8 @@ struct Inner {
     positive: TtlCache<TokenHash, Arc<Caller>>,
     negative: TtlCache<TokenHash, Rejection>,
     access: TtlCache<Caller, AccessDecision>,
-    inflight: Inflight,
+    token_flight: Arc<SingleFlight<TokenHash, TokenOutcome>>,
+    access_flight: Arc<SingleFlight<Caller, Result<AccessDecision, ReviewError>>>,
     slots: Semaphore,
 }
 
@@ -175,7 +174,8 @@ impl ApiAuth {
                 positive: TtlCache::new(cap),
                 negative: TtlCache::new(cap),
                 access: TtlCache::new(cap),
-                inflight: Mutex::new(HashMap::new()),
+                token_flight: SingleFlight::new(),
+                access_flight: SingleFlight::new(),
                 slots,
             }),
         }
@@ -260,79 +260,68 @@ impl ApiAuth {
         if let Some(hit) = inner.cached(hash) {
             return hit;
         }
-        let mut rx = {
-            let mut inflight = inner.inflight.lock().unwrap_or_else(|p| p.into_inner());
-            // Re-check under the lock: a review may have finished (cached, then left the
-            // in-flight map) since the check above.
-            if let Some(hit) = inner.cached(hash) {
-                return hit;
+        let task_inner = inner.clone();
+        let token = token.to_string();
+        let flight = inner
+            .token_flight
+            .run(
+                hash,
+                || inner.cached(hash),
+                move || async move { task_inner.review_token(hash, &token).await },
+            )
+            .await;
+        match flight {
+            Some((outcome, source)) => {
+                if source == Source::Joined {
+                    inner.metrics.cache_hit("token_inflight");
+                }
+                outcome
             }
-            if let Some(rx) = inflight.get(&hash) {
-                inner.metrics.cache_hit("token_inflight");
-                rx.clone()
-            } else {
-                let (tx, rx) = watch::channel(None);
-                inflight.insert(hash, rx.clone());
-                let task_inner = inner.clone();
-                let token = token.to_string();
-                tokio::spawn(async move {
-                    // Leaves the in-flight map even if the review panics, so the token is
-                    // not stuck on a dead review.
-                    let guard = InflightGuard {
-                        inner: task_inner,
-                        hash,
-                    };
-                    let outcome = guard.inner.review_token(hash, &token).await;
-                    drop(guard);
-                    let _ = tx.send(Some(outcome));
-                });
-                rx
-            }
-        };
-        match rx.wait_for(Option::is_some).await {
-            Ok(v) => v.clone().unwrap_or_else(|| {
-                TokenOutcome::Failed(internal("the token review ended without an answer"))
-            }),
-            Err(_) => TokenOutcome::Failed(internal("the token review task stopped")),
+            None => TokenOutcome::Failed(internal("TokenReview", "the review task stopped")),
         }
     }
 
     async fn authorize(&self, caller: &Caller) -> Result<(), AuthFailure> {
         let inner = &self.inner;
         let check = &inner.config.access;
-        let now = inner.clock.now();
-        let decision = if let Some(d) = inner.access.get(caller, now) {
-            inner.metrics.cache_hit("access");
-            d
-        } else {
-            let answer = async {
-                let _slot = inner.slots.acquire().await;
-                inner.reviewer.review_access(caller, check).await
-            };
-            let result = match tokio::time::timeout(inner.config.review_timeout, answer).await {
-                Ok(r) => r,
-                Err(_) => Err(ReviewError::Timeout("SubjectAccessReview")),
-            };
-            inner.metrics.review("access", result.is_ok());
-            match result {
-                Ok(d) => {
-                    let now = inner.clock.now();
-                    inner.access.insert(
-                        caller.clone(),
-                        d.clone(),
-                        now + inner.config.access_ttl,
-                        now,
-                    );
-                    d
+        let cached = || {
+            let hit = inner.access.get(caller, inner.clock.now());
+            if hit.is_some() {
+                inner.metrics.cache_hit("access");
+            }
+            hit.map(Ok)
+        };
+        let result = match cached() {
+            Some(hit) => hit,
+            None => {
+                let task_inner = inner.clone();
+                let task_caller = caller.clone();
+                let flight = inner
+                    .access_flight
+                    .run(caller.clone(), cached, move || async move {
+                        task_inner.review_access(task_caller).await
+                    })
+                    .await;
+                match flight {
+                    Some((result, source)) => {
+                        if source == Source::Joined {
+                            inner.metrics.cache_hit("access_inflight");
+                        }
+                        result
+                    }
+                    None => Err(internal("SubjectAccessReview", "the review task stopped")),
                 }
-                Err(e) => {
-                    inner.metrics.authz("error");
-                    tracing::warn!(user = %caller.username, error = %e, "hub API: access review failed");
-                    return Err(AuthFailure {
-                        kind: FailureKind::Unavailable,
-                        message: format!("cannot check access right now ({e}); retry later"),
-                    });
-                }
+            }
+        };
+        let decision = match result {
+            Ok(d) => d,
+            Err(e) => {
+                inner.metrics.authz("error");
+                tracing::warn!(user = %caller.username, error = %e, "hub API: access review failed");
+                return Err(AuthFailure {
+                    kind: FailureKind::Unavailable,
+                    message: format!("cannot check access right now ({e}); retry later"),
+                });
             }
         };
         match decision {
@@ -359,25 +348,9 @@ impl ApiAuth {
     }
 }
 
-/// Removes a token's entry from the in-flight map when its review task ends, however it ends.
-struct InflightGuard {
-    inner: Arc<Inner>,
-    hash: TokenHash,
-}
-
-impl Drop for InflightGuard {
-    fn drop(&mut self) {
-        self.inner
-            .inflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.hash);
-    }
-}
-
-fn internal(message: &str) -> ReviewError {
+fn internal(kind: &'static str, message: &str) -> ReviewError {
     ReviewError::Transport {
-        kind: "TokenReview",
+        kind,
         message: message.to_string(),
     }
 }
@@ -394,6 +367,27 @@ impl Inner {
             return Some(TokenOutcome::Rejected(r));
         }
         None
+    }
+
+    /// Send one SubjectAccessReview and cache its decision (allowed or denied).
+    async fn review_access(&self, caller: Caller) -> Result<AccessDecision, ReviewError> {
+        let answer = async {
+            let _slot = self.slots.acquire().await;
+            self.reviewer
+                .review_access(&caller, &self.config.access)
+                .await
+        };
+        let result = match tokio::time::timeout(self.config.review_timeout, answer).await {
+            Ok(r) => r,
+            Err(_) => Err(ReviewError::Timeout("SubjectAccessReview")),
+        };
+        self.metrics.review("access", result.is_ok());
+        if let Ok(d) = &result {
+            let now = self.clock.now();
+            self.access
+                .insert(caller, d.clone(), now + self.config.access_ttl, now);
+        }
+        result
     }
 
     /// Send one TokenReview and cache a definite answer.

@@ -7,6 +7,7 @@ mod clock;
 mod kube_reviewer;
 mod mode;
 mod reviewer;
+mod single_flight;
 mod token;
 
 pub use authenticator::{ApiAuth, AuthConfig, AuthDecision, AuthFailure, FailureKind};
