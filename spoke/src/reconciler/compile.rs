@@ -3,8 +3,8 @@
 //! then [`compiler::analyze`] for collisions and warnings) and returns one verdict per
 //! binding for the reconcile to apply.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use kleym_api::{
     ComputedSpiffeId, ConflictPeer, IdentityWarning, InferenceIdentityBinding, TargetKind,
@@ -15,6 +15,7 @@ use super::api_availability::{ApiKind, ServedApis};
 use super::context::Context;
 use super::error::Error;
 use super::plan::DesiredOutput;
+use super::queue::ObjectKey;
 use super::reconcile::current_binding;
 use crate::compiler::{
     self, BindingInput, BindingRef, ClusterConfig, ForeignSpiffeId, Lookup, NamespaceLabels,
@@ -94,11 +95,40 @@ fn require_synced(ctx: &Context) -> Result<(), Error> {
     Ok(())
 }
 
-fn lookup<T, K>(served: bool, found: Option<Arc<K>>, view: impl Fn(&K) -> T) -> Lookup<T> {
+/// What a cache lookup saw, for the compile memo: the group and resourceVersion of the
+/// object found, or why nothing was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeenFp {
+    /// Found: group and resourceVersion.
+    Found(&'static str, String),
+    /// Served, absent.
+    NotFound,
+    /// Not served.
+    CrdNotServed,
+}
+
+/// Everything a binding's compile result depends on besides the (fixed) cluster config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFingerprint {
+    binding_uid: Option<String>,
+    binding_generation: Option<i64>,
+    target: SeenFp,
+    pool: SeenFp,
+}
+
+fn lookup<T, K: kube::Resource>(
+    group: &'static str,
+    served: bool,
+    found: Option<Arc<K>>,
+    view: impl Fn(&K) -> T,
+) -> (Lookup<T>, SeenFp) {
     match (served, found) {
-        (false, _) => Lookup::CrdNotServed,
-        (true, Some(o)) => Lookup::Found(view(&o)),
-        (true, None) => Lookup::NotFound,
+        (false, _) => (Lookup::CrdNotServed, SeenFp::CrdNotServed),
+        (true, Some(o)) => (
+            Lookup::Found(view(&o)),
+            SeenFp::Found(group, o.meta().resource_version.clone().unwrap_or_default()),
+        ),
+        (true, None) => (Lookup::NotFound, SeenFp::NotFound),
     }
 }
 
@@ -107,50 +137,73 @@ pub fn gather(
     ctx: &Context,
     served: &ServedApis,
     binding: &InferenceIdentityBinding,
-) -> BindingInput {
+) -> (BindingInput, InputFingerprint) {
+    use kleym_api::external::{model, objective, pool};
     let ns = binding.namespace().unwrap_or_default();
     let name = binding.spec.target_ref.name.as_str();
     let c = &ctx.caches;
-    let target = match binding.spec.target_ref.kind {
-        TargetKind::InferenceObjective => resolve::prefer_objective(
-            lookup(
+    let (target, target_fp) = match binding.spec.target_ref.kind {
+        TargetKind::InferenceObjective => {
+            let (llmd, llmd_fp) = lookup(
+                objective::GROUP_LLMD,
                 served.serves(ApiKind::ObjectivesLlmd),
                 c.objectives_llmd.get(&ns, name),
                 TargetView::from_llmd_objective,
-            ),
-            lookup(
+            );
+            let (gaie, gaie_fp) = lookup(
+                objective::GROUP_GAIE,
                 served.serves(ApiKind::ObjectivesGaie),
                 c.objectives_gaie.get(&ns, name),
                 TargetView::from_gaie_objective,
-            ),
-        ),
+            );
+            // Same preference as the compiler: llm-d when it holds the object.
+            let fp = match (&llmd_fp, &gaie_fp) {
+                (SeenFp::Found(..), _) => llmd_fp.clone(),
+                (_, SeenFp::Found(..)) => gaie_fp.clone(),
+                (SeenFp::CrdNotServed, SeenFp::CrdNotServed) => SeenFp::CrdNotServed,
+                _ => SeenFp::NotFound,
+            };
+            (resolve::prefer_objective(llmd, gaie), fp)
+        }
         TargetKind::InferenceModel => lookup(
+            model::GROUP,
             served.serves(ApiKind::Models),
             c.models.get(&ns, name),
             TargetView::from_model,
         ),
     };
-    let pool = match target.found().map(|t| resolve::pool_key(&ns, t)) {
-        Some(Ok(key)) if key.group == kleym_api::external::pool::GROUP_V1 => lookup(
+    let (pool, pool_fp) = match target.found().map(|t| resolve::pool_key(&ns, t)) {
+        Some(Ok(key)) if key.group == pool::GROUP_V1 => lookup(
+            pool::GROUP_V1,
             served.serves(ApiKind::PoolsV1),
             c.pools_v1.get(&ns, &key.name),
             PoolView::from_v1,
         ),
-        Some(Ok(key)) if key.group == kleym_api::external::pool::GROUP_LEGACY => lookup(
+        Some(Ok(key)) if key.group == pool::GROUP_LEGACY => lookup(
+            pool::GROUP_LEGACY,
             served.serves(ApiKind::PoolsLegacy),
             c.pools_legacy.get(&ns, &key.name),
             PoolView::from_v1alpha2,
         ),
         // Unsupported references are refused by the compiler from the target alone.
-        _ => Lookup::NotFound,
+        _ => (Lookup::NotFound, SeenFp::NotFound),
     };
-    BindingInput {
-        namespace: ns,
-        name: binding.name_any(),
-        spec: binding.spec.clone(),
-        target,
-        pool,
-    }
+    let fp = InputFingerprint {
+        binding_uid: binding.uid(),
+        binding_generation: binding.metadata.generation,
+        target: target_fp,
+        pool: pool_fp,
+    };
+    (
+        BindingInput {
+            namespace: ns,
+            name: binding.name_any(),
+            spec: binding.spec.clone(),
+            target,
+            pool,
+        },
+        fp,
+    )
 }
 
 /// ClusterSPIFFEIDs not managed by kleym (for overlap warnings).
@@ -176,27 +229,68 @@ pub fn evaluate_namespace(
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .bindings_in_namespace(namespace);
-    let inputs: Vec<BindingInput> = keys
-        .iter()
-        .filter_map(|k| current_binding(ctx, k))
-        // A binding being deleted no longer claims an identity.
-        .filter(|b| b.metadata.deletion_timestamp.is_none())
-        .map(|b| gather(ctx, served, &b))
-        .collect();
     let config = ClusterConfig {
         trust_domain: ctx.config.trust_domain.clone(),
         class_name: ctx.config.class_name.clone(),
     };
+    let mut results = Vec::with_capacity(keys.len());
+    for key in &keys {
+        let Some(b) = current_binding(ctx, key) else {
+            continue;
+        };
+        // A binding being deleted no longer claims an identity.
+        if b.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let (input, fp) = gather(ctx, served, &b);
+        let result = ctx
+            .compile_memo
+            .get_or_compile(key, fp, || compiler::compile(&input, &config));
+        results.push((input, result));
+    }
     let mut ns_labels = NamespaceLabels::new();
     if let Some(ns) = ctx.caches.namespaces.get("", namespace) {
         ns_labels.insert(namespace.to_string(), ns.labels().clone());
     }
-    Ok(compile_namespace(
-        &inputs,
-        &config,
-        &foreign_spiffe_ids(ctx),
-        &ns_labels,
-    ))
+    Ok(merge(results, &foreign_spiffe_ids(ctx), &ns_labels))
+}
+
+/// Memo of compile results per binding, valid while the binding's inputs (binding
+/// generation, target and pool resourceVersions, served APIs) are unchanged: a reconcile
+/// compiles its namespace peers only when they changed.
+#[derive(Debug, Default)]
+pub struct CompileMemo(Mutex<HashMap<ObjectKey, MemoEntry>>);
+
+type MemoEntry = (
+    InputFingerprint,
+    Result<compiler::CompiledIdentity, Refusal>,
+);
+
+impl CompileMemo {
+    /// The memoised result for `key` if `fp` matches, else `compile()` (remembered).
+    pub fn get_or_compile(
+        &self,
+        key: &ObjectKey,
+        fp: InputFingerprint,
+        compile: impl FnOnce() -> Result<compiler::CompiledIdentity, Refusal>,
+    ) -> Result<compiler::CompiledIdentity, Refusal> {
+        if let Some((seen, result)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(key)
+            && *seen == fp
+        {
+            return result.clone();
+        }
+        let result = compile();
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), (fp, result.clone()));
+        result
+    }
+
+    /// Forgets a deleted binding.
+    pub fn forget(&self, key: &ObjectKey) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
 }
 
 /// The pure part: compile each binding, analyse the namespace, merge into verdicts.
@@ -206,10 +300,18 @@ pub fn compile_namespace(
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
 ) -> BTreeMap<String, Verdict> {
-    let results: Vec<(&BindingInput, Result<compiler::CompiledIdentity, Refusal>)> = inputs
+    let results = inputs
         .iter()
-        .map(|i| (i, compiler::compile(i, config)))
+        .map(|i| (i.clone(), compiler::compile(i, config)))
         .collect();
+    merge(results, foreign, namespaces)
+}
+
+fn merge(
+    results: Vec<(BindingInput, Result<compiler::CompiledIdentity, Refusal>)>,
+    foreign: &[ForeignSpiffeId],
+    namespaces: &NamespaceLabels,
+) -> BTreeMap<String, Verdict> {
     let compiled: Vec<compiler::CompiledIdentity> = results
         .iter()
         .filter_map(|(_, r)| r.as_ref().ok().cloned())
@@ -251,7 +353,7 @@ pub fn compile_namespace(
                     }
                 }
             };
-            (input.name.clone(), verdict)
+            (input.name, verdict)
         })
         .collect()
 }

@@ -11,6 +11,7 @@ use kube::runtime::events::Reporter;
 
 use super::api_availability::ServedApis;
 use super::caches::Caches;
+use super::compile::CompileMemo;
 use super::events::EventPublisher;
 use super::index::Index;
 use super::metrics::SpokeMetrics;
@@ -117,6 +118,8 @@ pub struct Context {
     pub csid_overlay: Overlay<ClusterSPIFFEID>,
     /// ClusterSPIFFEIDs kleym does not manage, by name (overlap warnings).
     pub foreign_spiffe_ids: RwLock<BTreeMap<String, ForeignSpiffeId>>,
+    /// Compile results of unchanged bindings.
+    pub compile_memo: CompileMemo,
 }
 
 impl Context {
@@ -138,6 +141,7 @@ impl Context {
             binding_overlay: Overlay::default(),
             csid_overlay: Overlay::default(),
             foreign_spiffe_ids: RwLock::new(BTreeMap::new()),
+            compile_memo: CompileMemo::default(),
         }
     }
 

@@ -66,6 +66,17 @@ impl<K: kube::Resource + Clone> Overlay<K> {
             .remove(&(namespace.to_string(), name.to_string()));
     }
 
+    /// Is `rv` the resourceVersion our own last write of `namespace/name` returned? (Its
+    /// watch echo then needs no reconcile: the writer already acted on it.)
+    pub fn is_own_write(&self, namespace: &str, name: &str, rv: Option<&str>) -> bool {
+        let Some(rv) = rv else { return false };
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(namespace.to_string(), name.to_string()))
+            .is_some_and(|mine| mine.resource_version().as_deref() == Some(rv))
+    }
+
     /// The newest known version of `namespace/name`, given the cached one.
     pub fn resolve(&self, namespace: &str, name: &str, cached: Option<Arc<K>>) -> Option<Arc<K>> {
         let cached = cached.filter(|c| {
@@ -125,6 +136,15 @@ mod tests {
         // Dropped once caught up.
         let got = o.resolve("ns", "a", Some(Arc::new(cm("8", "u")))).unwrap();
         assert_eq!(got.resource_version().as_deref(), Some("8"));
+    }
+
+    #[test]
+    fn own_write_is_recognised_by_resource_version() {
+        let o: Overlay<ConfigMap> = Overlay::default();
+        o.record(cm("7", "u"));
+        assert!(o.is_own_write("ns", "a", Some("7")));
+        assert!(!o.is_own_write("ns", "a", Some("8")));
+        assert!(!o.is_own_write("ns", "b", Some("7")));
     }
 
     #[test]

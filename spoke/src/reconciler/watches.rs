@@ -185,13 +185,19 @@ fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>) {
                     || o.metadata.uid != new.metadata.uid
                     || o.status.is_none() != new.status.is_none()
             });
-            if relevant {
+            let own_echo = ctx.binding_overlay.is_own_write(
+                &key.namespace,
+                &key.name,
+                new.metadata.resource_version.as_deref(),
+            );
+            if relevant && !own_echo {
                 ctx.queue.enqueue(key);
             }
         }
         Change::Removed(gone) => {
             let key = object_key(gone.as_ref());
             ctx.binding_overlay.forget(&key.namespace, &key.name);
+            ctx.compile_memo.forget(&key);
             ctx.index
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
@@ -333,6 +339,14 @@ fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID>) {
                 foreign.remove(&name);
             }
         }
+    }
+    // The echo of our own apply: the binding that wrote it already acted on it.
+    if let Change::Upsert { new, .. } = &change
+        && ctx
+            .csid_overlay
+            .is_own_write("", &name, new.metadata.resource_version.as_deref())
+    {
+        return;
     }
     let obj_labels = obj.labels();
     let ours =
