@@ -251,6 +251,17 @@ pub fn parse_crd(obj: &Value) -> Result<CrdDef, Vec<Cause>> {
             ));
             continue;
         };
+        // Refuse schemas kube-apiserver refuses (non-structural, `$ref`, invalid defaults …).
+        let schema_path = format!("spec.versions[{i}].schema.openAPIV3Schema");
+        let structural = kubesim_schema::structural_errors(&raw_schema, &schema_path);
+        if !structural.is_empty() {
+            errs.extend(structural.into_iter().map(|e| Cause {
+                reason: e.kind.reason().to_string(),
+                field: e.path,
+                detail: e.detail,
+            }));
+            continue;
+        }
         let schema = match CompiledSchema::new(&raw_schema) {
             Ok(s) => Arc::new(s),
             Err(e) => {
