@@ -2,7 +2,7 @@
 
 use crate::http::HttpError;
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use std::future::Future;
@@ -12,6 +12,8 @@ use tokio::net::TcpListener;
 
 /// How long open connections may finish after shutdown is requested.
 const DRAIN: Duration = Duration::from_secs(5);
+/// Time allowed to send HTTP/1 request headers.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// A TLS handshake that takes longer than this is abandoned (slowloris protection).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -69,7 +71,13 @@ async fn serve_tls(
                     return;
                 }
             };
-            let builder = auto::Builder::new(TokioExecutor::new());
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            // A client that opens a connection and trickles its request headers must not
+            // hold a task forever.
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             if let Err(e) = watcher.watch(conn.into_owned()).await {
                 tracing::debug!(%peer, error = %e, "hub API: connection ended with an error");
