@@ -158,6 +158,15 @@ async fn apply_client_side_is_idempotent_then_server_side() {
     let obj = env.json(&["get", "configmap", "ssa"]).await;
     assert_eq!(obj["metadata"]["resourceVersion"], rv);
 
+    // Client-side apply with a server dry run stores nothing either.
+    let dry_cs = changed.replace("c: \"3\"", "c: \"dry\"");
+    let out = env
+        .ok_stdin(&["apply", "--dry-run=server", "-f", "-"], &dry_cs)
+        .await;
+    assert!(out.contains("server dry run"), "{out}");
+    let after_dry = env.json(&["get", "configmap", "settings"]).await;
+    assert_eq!(after_dry["data"]["c"], "3");
+
     // Server-side dry run stores nothing.
     let dry = ss.replace("k: v", "k: changed");
     env.ok_stdin(
@@ -174,6 +183,14 @@ async fn apply_client_side_is_idempotent_then_server_side() {
     .await;
     let obj = env.json(&["get", "configmap", "ssa"]).await;
     assert_eq!(obj["data"]["k"], "v");
+    // A plain delete (kubectl waits for the object to be gone by watching it).
+    let out = env.ok(&["delete", "configmap", "ssa", "settings"]).await;
+    assert_eq!(out.matches("deleted").count(), 2, "{out}");
+    let left = env.ok(&["get", "configmaps", "-o", "name"]).await;
+    assert!(
+        !left.contains("ssa") && !left.contains("settings"),
+        "{left}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
