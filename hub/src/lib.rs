@@ -8,3 +8,4 @@ pub mod fleet;
 pub mod inventory;
 pub mod leader;
 pub mod report;
+pub mod status;

@@ -1,0 +1,298 @@
+//! The hub's status writers against kubesim: server-side apply, owner reference to the
+//! ClusterProfile (garbage collection), no write when nothing changed (counted by
+//! resourceVersion changes), rate limiting with coalescing.
+
+use std::time::{Duration, Instant};
+
+use chrono::{TimeZone, Utc};
+use k8s_openapi::api::core::v1::Namespace;
+use kleym_api::external::clusterprofile::ClusterProfile;
+use kleym_api::fleet::{
+    ClusterIdentityStatus, FLEET_REPORT_NAME, FindingKind, FleetIdentityReport,
+};
+use kleym_e2e::kubesim::{ClusterHandle, Kubesim, KubesimOptions, install_crd};
+use kleym_hub::report::{
+    BindingObservation, Caps, ErrorCategory, FullReport, Health, SpokeObservation, bound_report,
+    cluster_status,
+};
+use kleym_hub::status::{FIELD_MANAGER, ProfileRef, StatusWriter, WriterOptions};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use serde_json::json;
+
+const NS: &str = "fleet";
+
+async fn start() -> (Kubesim, ClusterHandle, kube::Client) {
+    let sim = Kubesim::start(&["hub"], KubesimOptions::default())
+        .await
+        .expect("kubesim starts");
+    let hub = sim.cluster("hub").unwrap();
+    for crd in kleym_e2e::fleet::all_crds().unwrap() {
+        install_crd(&hub.store(), crd).unwrap();
+    }
+    let client = hub.kube_client().await.unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: ObjectMeta {
+                    name: Some(NS.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    (sim, hub, client)
+}
+
+async fn create_profile(client: &kube::Client, name: &str) -> ProfileRef {
+    let profile: ClusterProfile = serde_json::from_value(json!({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+        "kind": "ClusterProfile",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"displayName": name, "clusterManager": {"name": "test"}},
+    }))
+    .unwrap();
+    let created = Api::<ClusterProfile>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &profile)
+        .await
+        .unwrap();
+    ProfileRef {
+        namespace: NS.into(),
+        name: name.into(),
+        uid: created.metadata.uid.unwrap(),
+    }
+}
+
+fn spoke(at: i64, healthy: bool, bindings: usize) -> SpokeObservation {
+    SpokeObservation {
+        cluster: format!("{NS}/east"),
+        trust_domain: Some("example.org".into()),
+        credentials: Health::Ok,
+        reachable: if healthy {
+            Health::Ok
+        } else {
+            Health::Failed(ErrorCategory::Unreachable)
+        },
+        synced: Health::Ok,
+        error_message: (!healthy).then(|| "dial tcp 10.0.0.1:443: connection refused".into()),
+        spoke_version: Some("v1.33.1".into()),
+        last_sync: Some(Utc.timestamp_opt(at, 0).unwrap()),
+        bindings: (0..bindings)
+            .map(|i| BindingObservation {
+                namespace: "team".into(),
+                name: format!("b{i}"),
+                spiffe_ids: vec![format!("spiffe://example.org/ns/team/objective/o{i}")],
+                service_account: Some("sa".into()),
+                ready: i != 0,
+                reason: Some(if i == 0 { "InvalidRef" } else { "Ready" }.into()),
+                ..Default::default()
+            })
+            .collect(),
+    }
+}
+
+fn status_at(
+    at: i64,
+    healthy: bool,
+    bindings: usize,
+) -> kleym_api::fleet::ClusterIdentityStatusStatus {
+    cluster_status(
+        &spoke(at, healthy, bindings),
+        Utc.timestamp_opt(at, 0).unwrap(),
+        Some(&Caps::default()),
+    )
+}
+
+async fn cis(client: &kube::Client, name: &str) -> Option<ClusterIdentityStatus> {
+    Api::<ClusterIdentityStatus>::namespaced(client.clone(), NS)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+fn rv(o: &ClusterIdentityStatus) -> String {
+    o.metadata.resource_version.clone().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_status_is_owned_written_once_and_only_on_change() {
+    let (_sim, _hub, client) = start().await;
+    let profile = create_profile(&client, "east").await;
+    let options = WriterOptions {
+        min_interval: Duration::from_secs(3600),
+        sync_refresh: Duration::from_secs(300),
+    };
+    let mut writer = StatusWriter::new(client.clone(), options);
+    let t0 = Instant::now();
+
+    writer.submit_cluster(profile.clone(), status_at(1_000, true, 3));
+    let stats = writer.flush(t0).await;
+    assert_eq!((stats.written, stats.failed), (1, 0), "{stats:?}");
+    let obj = cis(&client, "east").await.expect("created");
+    let owner = &obj.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("ClusterProfile", profile.uid.as_str())
+    );
+    assert!(
+        obj.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .all(|m| m.manager.as_deref() == Some(FIELD_MANAGER))
+    );
+    let st = obj.status.clone().unwrap();
+    assert_eq!(st.bindings.total, 3);
+    assert_eq!(st.bindings.not_ready, 1);
+    assert_eq!(st.non_ready_bindings[0].reason, "InvalidRef");
+    assert_eq!(st.trust_domain.as_deref(), Some("example.org"));
+    let first_rv = rv(&obj);
+
+    // Same content, later timestamps (sync 30 s later): no write, even long after the interval.
+    for (i, at) in [1_030, 1_060, 1_090].into_iter().enumerate() {
+        writer.submit_cluster(profile.clone(), status_at(at, true, 3));
+        let stats = writer
+            .flush(t0 + Duration::from_secs(7200 * (i as u64 + 1)))
+            .await;
+        assert_eq!((stats.written, stats.unchanged), (0, 1), "{stats:?}");
+    }
+    assert_eq!(rv(&cis(&client, "east").await.unwrap()), first_rv);
+
+    // A new writer (hub restart) reads the object and still writes nothing.
+    let mut restarted = StatusWriter::new(client.clone(), options);
+    restarted.submit_cluster(profile.clone(), status_at(1_100, true, 3));
+    let stats = restarted.flush(Instant::now()).await;
+    assert_eq!((stats.written, stats.unchanged), (0, 1), "{stats:?}");
+    assert_eq!(rv(&cis(&client, "east").await.unwrap()), first_rv);
+
+    // A change is written; the transition time of an unchanged condition is kept.
+    let later = t0 + Duration::from_secs(100_000);
+    writer.submit_cluster(profile.clone(), status_at(2_000, false, 3));
+    assert_eq!(writer.flush(later).await.written, 1);
+    let obj = cis(&client, "east").await.unwrap();
+    assert_ne!(rv(&obj), first_rv);
+    let st = obj.status.unwrap();
+    let cond = |t: &str| st.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+    assert_eq!(cond("Reachable").status, "False");
+    assert_eq!(cond("Reachable").reason, "Unreachable");
+    assert!(cond("Reachable").message.contains("connection refused"));
+    assert_eq!(cond("Ready").reason, "Unreachable");
+    let kept = cond("CredentialsAvailable")
+        .last_transition_time
+        .0
+        .as_second();
+    assert_eq!(kept, 1_000, "unchanged condition keeps its transition time");
+    assert_eq!(cond("Reachable").last_transition_time.0.as_second(), 2_000);
+
+    // Deleting the profile garbage-collects its status.
+    Api::<ClusterProfile>::namespaced(client.clone(), NS)
+        .delete("east", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cis(&client, "east").await.is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "ClusterIdentityStatus not collected with its profile"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_rate_limited_and_coalesced() {
+    let (_sim, _hub, client) = start().await;
+    let profile = create_profile(&client, "east").await;
+    let mut writer = StatusWriter::new(
+        client.clone(),
+        WriterOptions {
+            min_interval: Duration::from_secs(10),
+            sync_refresh: Duration::from_secs(300),
+        },
+    );
+    let t0 = Instant::now();
+    writer.submit_cluster(profile.clone(), status_at(1_000, true, 1));
+    assert_eq!(writer.flush(t0).await.written, 1);
+    let rv0 = rv(&cis(&client, "east").await.unwrap());
+
+    // Three changes within the interval: deferred, then one write of the last.
+    for (i, n) in [2, 3, 4].into_iter().enumerate() {
+        writer.submit_cluster(profile.clone(), status_at(1_001, true, n));
+        let stats = writer.flush(t0 + Duration::from_secs(i as u64 + 1)).await;
+        assert_eq!((stats.written, stats.deferred), (0, 1), "{stats:?}");
+    }
+    assert_eq!(rv(&cis(&client, "east").await.unwrap()), rv0);
+    assert!(writer.next_due().is_some());
+    let stats = writer.flush(t0 + Duration::from_secs(10)).await;
+    assert_eq!(stats.written, 1, "{stats:?}");
+    let obj = cis(&client, "east").await.unwrap();
+    assert_eq!(
+        obj.status.unwrap().bindings.total,
+        4,
+        "the last submission wins"
+    );
+    assert!(writer.next_due().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_report_is_written_only_when_findings_change() {
+    let (_sim, _hub, client) = start().await;
+    let mut writer = StatusWriter::new(
+        client.clone(),
+        WriterOptions {
+            min_interval: Duration::ZERO,
+            sync_refresh: Duration::from_secs(300),
+        },
+    );
+    let api = Api::<FleetIdentityReport>::all(client.clone());
+    let drift = |sa: &str, cluster: &str| SpokeObservation {
+        cluster: cluster.into(),
+        bindings: vec![BindingObservation {
+            namespace: "n".into(),
+            name: "b".into(),
+            spiffe_ids: vec!["spiffe://example.org/ns/n/objective/o".into()],
+            service_account: Some(sa.into()),
+            ready: true,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let build = |at: i64, sa_west: &str| {
+        let fleet = vec![drift("sa", "fleet/east"), drift(sa_west, "fleet/west")];
+        bound_report(
+            &FullReport::build(&fleet, Utc.timestamp_opt(at, 0).unwrap()).summary,
+            &Caps::default(),
+        )
+    };
+    let t0 = Instant::now();
+    writer.submit_report(build(1_000, "other"));
+    assert_eq!(writer.flush(t0).await.written, 1);
+    let obj = api.get(FLEET_REPORT_NAME).await.unwrap();
+    let st = obj.status.clone().unwrap();
+    assert_eq!(st.findings.len(), 1);
+    assert_eq!(st.findings[0].kind, FindingKind::CrossClusterDrift);
+    assert_eq!(st.generated_at.as_ref().unwrap().0.as_second(), 1_000);
+    let rv1 = obj.metadata.resource_version.clone();
+
+    // Rebuilt later with the same findings: generatedAt would move, but nothing is written.
+    writer.submit_report(build(2_000, "other"));
+    assert_eq!(writer.flush(t0 + Duration::from_secs(1)).await.unchanged, 1);
+    assert_eq!(
+        api.get(FLEET_REPORT_NAME)
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        rv1
+    );
+
+    // Fixed: the finding clears and generatedAt moves with the content.
+    writer.submit_report(build(3_000, "sa"));
+    assert_eq!(writer.flush(t0 + Duration::from_secs(2)).await.written, 1);
+    let st = api.get(FLEET_REPORT_NAME).await.unwrap().status.unwrap();
+    assert!(st.findings.is_empty());
+    assert_eq!(st.finding_counts.total, 0);
+    assert_eq!(st.generated_at.unwrap().0.as_second(), 3_000);
+}

@@ -1,0 +1,17 @@
+//! Status writers: `ClusterIdentityStatus` per spoke and the `FleetIdentityReport`, written
+//! to the hub cluster with server-side apply (field manager [`FIELD_MANAGER`]).
+//!
+//! - [`compare`]: what counts as a change (timestamps that move on every sync do not).
+//! - [`writer`]: [`StatusWriter`], which writes only changed content, at most once per
+//!   object per interval (later submissions coalesce into one write).
+//! - [`run`]: the loop that turns the supervisor's `FleetState` into submissions.
+
+pub mod compare;
+pub mod run;
+pub mod writer;
+
+pub use run::{StatusLoopOptions, run_status_loop};
+pub use writer::{ProfileRef, StatusError, StatusWriter, WriteStats, WriterOptions};
+
+/// Field manager of every hub status write.
+pub const FIELD_MANAGER: &str = "kleym-hub";

@@ -1,0 +1,367 @@
+//! [`StatusWriter`]: change-only, rate-limited, server-side-apply writes of the hub's status
+//! objects.
+//!
+//! Callers [`submit`](StatusWriter::submit_cluster) the content they want and call
+//! [`flush`](StatusWriter::flush) (the status loop does so on every fleet change and on a
+//! tick). A flush writes an object only when its content differs from what was last written
+//! (or, after a restart, from what the server holds: the first flush reads each object once),
+//! and at most once per object per [`WriterOptions::min_interval`]; submissions in between
+//! replace each other, so a burst of changes costs one write.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use kleym_api::fleet::{
+    ClusterIdentityStatus, ClusterIdentityStatusStatus, FLEET_REPORT_NAME, FleetIdentityReport,
+    FleetIdentityReportStatus,
+};
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::FIELD_MANAGER;
+use super::compare::{carry_transition_times, cluster_status_changed, report_changed};
+
+/// Errors writing status objects.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// A request to the hub's API server failed.
+    #[error("{verb} {kind} {name}: {source}")]
+    Api {
+        /// `get`, `apply` or `apply status`.
+        verb: &'static str,
+        /// Object kind.
+        kind: &'static str,
+        /// `namespace/name` or `name`.
+        name: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Tuning of a [`StatusWriter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// At most one write per object per this interval.
+    pub min_interval: Duration,
+    /// `lastSuccessfulSync` alone triggers a write only when it moved by at least this much.
+    pub sync_refresh: Duration,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            min_interval: Duration::from_secs(10),
+            sync_refresh: Duration::from_secs(300),
+        }
+    }
+}
+
+/// The ClusterProfile a `ClusterIdentityStatus` belongs to (and is owned by).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProfileRef {
+    /// Namespace (also the status object's).
+    pub namespace: String,
+    /// Name (also the status object's).
+    pub name: String,
+    /// UID, recorded in the ownerReference so the status goes with the profile.
+    pub uid: String,
+}
+
+/// What one flush did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriteStats {
+    /// Objects written (main object and/or status).
+    pub written: usize,
+    /// Submissions dropped because nothing changed.
+    pub unchanged: usize,
+    /// Submissions kept for later because their object was written too recently.
+    pub deferred: usize,
+    /// Writes that failed (kept for the next flush).
+    pub failed: usize,
+}
+
+/// Per-object bookkeeping.
+#[derive(Debug)]
+struct Slot<T> {
+    /// Content last written or read from the server; `None` until known.
+    written: Option<T>,
+    /// Whether the server was consulted (or written) since start.
+    known: bool,
+    /// The owner UID the main object carries (cluster statuses).
+    owner_uid: Option<String>,
+    /// When this object was last written.
+    last_write: Option<Instant>,
+    /// Content waiting to be written.
+    pending: Option<T>,
+}
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Slot {
+            written: None,
+            known: false,
+            owner_uid: None,
+            last_write: None,
+            pending: None,
+        }
+    }
+}
+
+impl<T> Slot<T> {
+    /// When the pending content may be written (`now` if never written).
+    fn due_at(&self, min_interval: Duration, now: Instant) -> Option<Instant> {
+        self.pending.as_ref()?;
+        Some(self.last_write.map_or(now, |t| t + min_interval))
+    }
+}
+
+/// Writes `ClusterIdentityStatus` and `FleetIdentityReport` objects (see the module docs).
+pub struct StatusWriter {
+    client: kube::Client,
+    options: WriterOptions,
+    clusters: HashMap<ProfileRef, Slot<ClusterIdentityStatusStatus>>,
+    report: Slot<FleetIdentityReportStatus>,
+}
+
+impl StatusWriter {
+    /// A writer using `client` (the hub cluster).
+    pub fn new(client: kube::Client, options: WriterOptions) -> Self {
+        StatusWriter {
+            client,
+            options,
+            clusters: HashMap::new(),
+            report: Slot::default(),
+        }
+    }
+
+    /// Want `status` on the `ClusterIdentityStatus` of `profile`.
+    pub fn submit_cluster(&mut self, profile: ProfileRef, status: ClusterIdentityStatusStatus) {
+        // A profile recreated under the same name has a new UID: start over.
+        self.clusters.retain(|k, _| {
+            !(k.namespace == profile.namespace && k.name == profile.name) || *k == profile
+        });
+        self.clusters.entry(profile).or_default().pending = Some(status);
+    }
+
+    /// Want `status` on the fleet's `FleetIdentityReport`.
+    pub fn submit_report(&mut self, status: FleetIdentityReportStatus) {
+        self.report.pending = Some(status);
+    }
+
+    /// Stop tracking a profile that is gone (its status object is garbage-collected with it).
+    pub fn forget_cluster(&mut self, namespace: &str, name: &str) {
+        self.clusters
+            .retain(|k, _| !(k.namespace == namespace && k.name == name));
+    }
+
+    /// Profiles currently tracked.
+    pub fn tracked_clusters(&self) -> Vec<ProfileRef> {
+        self.clusters.keys().cloned().collect()
+    }
+
+    /// When the earliest deferred submission becomes writable (`None`: nothing pending).
+    pub fn next_due(&self) -> Option<Instant> {
+        let (interval, now) = (self.options.min_interval, Instant::now());
+        self.clusters
+            .values()
+            .filter_map(|s| s.due_at(interval, now))
+            .chain(self.report.due_at(interval, now))
+            .min()
+    }
+
+    /// Write what is due and changed. Errors are counted and logged, the content stays
+    /// pending; one failing object does not stop the others.
+    pub async fn flush(&mut self, now: Instant) -> WriteStats {
+        let mut stats = WriteStats::default();
+        let interval = self.options.min_interval;
+        let refresh = self.options.sync_refresh.as_secs() as i64;
+        let keys: Vec<ProfileRef> = self
+            .clusters
+            .iter()
+            .filter(|(_, s)| s.due_at(interval, now).is_some_and(|t| t <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        stats.deferred += self
+            .clusters
+            .values()
+            .filter(|s| s.due_at(interval, now).is_some_and(|t| t > now))
+            .count();
+        for key in keys {
+            match self.flush_cluster(&key, now, refresh).await {
+                Ok(true) => stats.written += 1,
+                Ok(false) => stats.unchanged += 1,
+                Err(e) => {
+                    stats.failed += 1;
+                    tracing::warn!(error = %e, "writing ClusterIdentityStatus failed; will retry");
+                }
+            }
+        }
+        match self.report.due_at(interval, now) {
+            Some(t) if t <= now => match self.flush_report(now).await {
+                Ok(true) => stats.written += 1,
+                Ok(false) => stats.unchanged += 1,
+                Err(e) => {
+                    stats.failed += 1;
+                    tracing::warn!(error = %e, "writing FleetIdentityReport failed; will retry");
+                }
+            },
+            Some(_) => stats.deferred += 1,
+            None => {}
+        }
+        stats
+    }
+
+    async fn flush_cluster(
+        &mut self,
+        key: &ProfileRef,
+        now: Instant,
+        refresh: i64,
+    ) -> Result<bool, StatusError> {
+        let api: Api<ClusterIdentityStatus> = Api::namespaced(self.client.clone(), &key.namespace);
+        let full_name = format!("{}/{}", key.namespace, key.name);
+        let err = |verb, source| StatusError::Api {
+            verb,
+            kind: "ClusterIdentityStatus",
+            name: full_name.clone(),
+            source,
+        };
+        let Some(slot) = self.clusters.get_mut(key) else {
+            return Ok(false);
+        };
+        if !slot.known {
+            let current = api.get_opt(&key.name).await.map_err(|e| err("get", e))?;
+            if let Some(obj) = current {
+                slot.owner_uid = obj
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.kind == "ClusterProfile" && o.name == key.name)
+                    .map(|o| o.uid.clone());
+                slot.written = obj.status;
+            }
+            slot.known = true;
+        }
+        let Some(mut want) = slot.pending.take() else {
+            return Ok(false);
+        };
+        carry_transition_times(slot.written.as_ref(), &mut want);
+        let owner_ok = slot.owner_uid.as_deref() == Some(key.uid.as_str());
+        let changed = slot
+            .written
+            .as_ref()
+            .is_none_or(|old| cluster_status_changed(old, &want, refresh));
+        if owner_ok && !changed {
+            return Ok(false);
+        }
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        if !owner_ok {
+            let obj = json!({
+                "apiVersion": "kleym.io/v1alpha1",
+                "kind": "ClusterIdentityStatus",
+                "metadata": {
+                    "name": key.name,
+                    "namespace": key.namespace,
+                    "labels": {kleym_api::labels::MANAGED_BY: kleym_api::labels::MANAGED_BY_VALUE},
+                    "ownerReferences": [{
+                        "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+                        "kind": "ClusterProfile",
+                        "name": key.name,
+                        "uid": key.uid,
+                        "controller": true,
+                    }],
+                },
+                "spec": {"clusterProfile": key.name},
+            });
+            if let Err(e) = api.patch(&key.name, &params, &Patch::Apply(obj)).await {
+                slot.pending = Some(want);
+                return Err(err("apply", e));
+            }
+            slot.owner_uid = Some(key.uid.clone());
+        }
+        let body = json!({
+            "apiVersion": "kleym.io/v1alpha1",
+            "kind": "ClusterIdentityStatus",
+            "status": want,
+        });
+        if let Err(e) = api
+            .patch_status(&key.name, &params, &Patch::Apply(body))
+            .await
+        {
+            slot.pending = Some(want);
+            return Err(err("apply status", e));
+        }
+        slot.written = Some(want);
+        slot.last_write = Some(now);
+        Ok(true)
+    }
+
+    async fn flush_report(&mut self, now: Instant) -> Result<bool, StatusError> {
+        let api: Api<FleetIdentityReport> = Api::all(self.client.clone());
+        let err = |verb, source| StatusError::Api {
+            verb,
+            kind: "FleetIdentityReport",
+            name: FLEET_REPORT_NAME.to_string(),
+            source,
+        };
+        let slot = &mut self.report;
+        let mut exists = slot.known;
+        if !slot.known {
+            let current = api
+                .get_opt(FLEET_REPORT_NAME)
+                .await
+                .map_err(|e| err("get", e))?;
+            exists = current.is_some();
+            slot.written = current.and_then(|o| o.status);
+            slot.known = exists;
+        }
+        let Some(mut want) = slot.pending.take() else {
+            return Ok(false);
+        };
+        if let Some(old) = &slot.written
+            && !report_changed(old, &want)
+        {
+            return Ok(false);
+        }
+        // `generatedAt` is the time of this content change; keep it when only it differs.
+        if want.generated_at.is_none() {
+            want.generated_at = slot.written.as_ref().and_then(|o| o.generated_at.clone());
+        }
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        if !exists {
+            let obj = json!({
+                "apiVersion": "kleym.io/v1alpha1",
+                "kind": "FleetIdentityReport",
+                "metadata": {
+                    "name": FLEET_REPORT_NAME,
+                    "labels": {kleym_api::labels::MANAGED_BY: kleym_api::labels::MANAGED_BY_VALUE},
+                },
+                "spec": {},
+            });
+            if let Err(e) = api
+                .patch(FLEET_REPORT_NAME, &params, &Patch::Apply(obj))
+                .await
+            {
+                slot.pending = Some(want);
+                return Err(err("apply", e));
+            }
+            slot.known = true;
+        }
+        let body = json!({
+            "apiVersion": "kleym.io/v1alpha1",
+            "kind": "FleetIdentityReport",
+            "status": want,
+        });
+        if let Err(e) = api
+            .patch_status(FLEET_REPORT_NAME, &params, &Patch::Apply(body))
+            .await
+        {
+            slot.pending = Some(want);
+            return Err(err("apply status", e));
+        }
+        slot.written = Some(want);
+        slot.last_write = Some(now);
+        Ok(true)
+    }
+}
