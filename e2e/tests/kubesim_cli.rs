@@ -50,6 +50,14 @@ async fn kubesim_command_serves_until_sigterm() {
         assert!(server.starts_with("https://127.0.0.1:"), "{server}");
         let ca = std::fs::read_to_string(d.join("ca.crt")).unwrap();
         assert!(ca.contains("BEGIN CERTIFICATE"));
+        use std::os::unix::fs::PermissionsExt;
+        for secret in ["admin.token", "kubeconfig"] {
+            let mode = std::fs::metadata(d.join(secret))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o077, 0, "{secret} must be private");
+        }
         let token = std::fs::read_to_string(d.join("admin.token")).unwrap();
         assert!(!token.trim().is_empty());
         let kc = std::fs::read_to_string(d.join("kubeconfig")).unwrap();

@@ -38,16 +38,7 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let names: Vec<&str> = args.clusters.iter().map(String::as_str).collect();
     let sim = Kubesim::start(&names, options).await?;
-    std::fs::create_dir_all(&args.state_dir)?;
-    for c in sim.clusters() {
-        let dir = args.state_dir.join(c.name());
-        std::fs::create_dir_all(&dir)?;
-        write_private(&dir.join("kubeconfig"), &c.kubeconfig_yaml())?;
-        std::fs::write(dir.join("ca.crt"), c.ca_pem())?;
-        write_private(&dir.join("admin.token"), &c.admin_token())?;
-        std::fs::write(dir.join("server"), c.url())?;
-    }
-    write_private(&args.state_dir.join("kubeconfig"), &sim.kubeconfig_yaml())?;
+    sim.write_state_dir(&args.state_dir)?;
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "ready")?;
@@ -56,18 +47,6 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     wait_for_signal().await?;
     sim.shutdown();
     Ok(())
-}
-
-/// Write a file readable only by the owner (it holds credentials).
-fn write_private(path: &std::path::Path, content: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(content.as_bytes())
 }
 
 async fn wait_for_signal() -> std::io::Result<()> {

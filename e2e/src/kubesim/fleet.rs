@@ -167,10 +167,40 @@ impl Kubesim {
         kubeconfig::render(&entries)
     }
 
+    /// Write the files the `kubesim` command writes: for each cluster
+    /// `dir/<name>/{kubeconfig,ca.crt,admin.token,server}`, plus `dir/kubeconfig` with a
+    /// context per cluster. Credential files are created with mode 0600.
+    pub fn write_state_dir(&self, dir: &Path) -> Result<(), KubesimError> {
+        std::fs::create_dir_all(dir)?;
+        for c in self.clusters() {
+            let d = dir.join(c.name());
+            std::fs::create_dir_all(&d)?;
+            write_private(&d.join("kubeconfig"), &c.kubeconfig_yaml())?;
+            std::fs::write(d.join("ca.crt"), c.ca_pem())?;
+            write_private(&d.join("admin.token"), &c.admin_token())?;
+            std::fs::write(d.join("server"), c.url())?;
+        }
+        write_private(&dir.join("kubeconfig"), &self.kubeconfig_yaml())?;
+        Ok(())
+    }
+
     /// Stop every server.
     pub fn shutdown(&self) {
         self.shutdown.cancel();
     }
+}
+
+/// Write a file readable only by its owner (it holds credentials).
+fn write_private(path: &Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(content.as_bytes())
 }
 
 /// rustls needs a process-wide provider for clients built without an explicit one

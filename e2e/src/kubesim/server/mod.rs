@@ -156,6 +156,26 @@ impl ClusterServer {
         peer_user: Option<UserInfo>,
         req: Request<hyper::body::Incoming>,
     ) -> Response<Body> {
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        let resp = self.clone().handle_inner(peer_user, req).await;
+        // Access log (debug level); never the query string or headers, which may carry
+        // credentials.
+        tracing::debug!(
+            cluster = %self.name,
+            %method,
+            %path,
+            status = resp.status().as_u16(),
+            "request"
+        );
+        resp
+    }
+
+    async fn handle_inner(
+        self: Arc<Self>,
+        peer_user: Option<UserInfo>,
+        req: Request<hyper::body::Incoming>,
+    ) -> Response<Body> {
         let (parts, body) = req.into_parts();
         let path = parts.uri.path().to_string();
         let query = Query::parse(parts.uri.query());
