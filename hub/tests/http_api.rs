@@ -722,3 +722,53 @@ async fn a_panicking_review_does_not_wedge_the_token() {
     );
     assert_eq!(h.reviewer.tokens(), 2);
 }
+
+/// Collects log output in memory.
+#[derive(Clone, Default)]
+struct LogBuf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn tokens_never_reach_the_logs() {
+    let logs = LogBuf::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let secret_good = "good-SECRET-token-value";
+    let secret_bad = "bad-SECRET-token-value";
+    let h = harness(AuthMode::Permissive);
+    h.reviewer
+        .with_user(secret_good, "system:serviceaccount:ops:nobody", false);
+    get(&h.app, "/v1/report", Some(secret_good)).await; // 403, served
+    get(&h.app, "/v1/report", Some(secret_bad)).await; // 401, served
+    h.reviewer.fail_tokens.store(true, Ordering::SeqCst);
+    get(&h.app, "/v1/report", Some("fresh-SECRET-token")).await; // 503, served
+
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        text.contains("permissive"),
+        "violations are logged:\n{text}"
+    );
+    assert!(
+        !text.contains("SECRET"),
+        "a token leaked into the logs:\n{text}"
+    );
+    let prefix = kleym_hub::http::auth::TokenHash::of(secret_bad).prefix();
+    assert!(
+        text.contains(&prefix),
+        "the hash prefix identifies the token:\n{text}"
+    );
+}

@@ -87,6 +87,8 @@ pub struct AuthFailure {
     pub kind: FailureKind,
     /// A human-readable explanation.
     pub message: String,
+    /// The first 12 hex digits of the token's SHA-256, when a token was sent (for logs).
+    pub token_hash_prefix: Option<String>,
 }
 
 /// The result of [`ApiAuth::check`].
@@ -206,6 +208,7 @@ impl ApiAuth {
                 inner.metrics.permissive_allowed.inc();
                 tracing::warn!(
                     kind = ?failure.kind,
+                    token = failure.token_hash_prefix.as_deref().unwrap_or("none"),
                     reason = %failure.message,
                     "hub API: request failed auth; served because --api-auth-mode=permissive"
                 );
@@ -224,6 +227,7 @@ impl ApiAuth {
             AuthFailure {
                 kind: FailureKind::Unauthenticated,
                 message: e.to_string(),
+                token_hash_prefix: None,
             }
         })?;
         let hash = TokenHash::of(token);
@@ -238,6 +242,7 @@ impl ApiAuth {
                 return Err(AuthFailure {
                     kind: FailureKind::Unauthenticated,
                     message: r.message,
+                    token_hash_prefix: Some(hash.prefix()),
                 });
             }
             TokenOutcome::Failed(e) => {
@@ -246,10 +251,14 @@ impl ApiAuth {
                 return Err(AuthFailure {
                     kind: FailureKind::Unavailable,
                     message: format!("cannot verify the token right now ({e}); retry later"),
+                    token_hash_prefix: Some(hash.prefix()),
                 });
             }
         };
-        self.authorize(&caller).await?;
+        self.authorize(&caller).await.map_err(|mut f| {
+            f.token_hash_prefix = Some(hash.prefix());
+            f
+        })?;
         Ok(Caller::clone(&caller))
     }
 
@@ -321,6 +330,7 @@ impl ApiAuth {
                 return Err(AuthFailure {
                     kind: FailureKind::Unavailable,
                     message: format!("cannot check access right now ({e}); retry later"),
+                    token_hash_prefix: None,
                 });
             }
         };
@@ -342,6 +352,7 @@ impl ApiAuth {
                 Err(AuthFailure {
                     kind: FailureKind::Forbidden,
                     message,
+                    token_hash_prefix: None,
                 })
             }
         }
