@@ -490,3 +490,103 @@ async fn watch_streams_events() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_bound_token_dies_with_its_pod() {
+    use k8s_openapi::api::authentication::v1::BoundObjectReference;
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    let (_sim, c) = start().await;
+    make_sa(&c, "apps", "bot").await;
+    let admin = c.kube_client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "apps");
+    let pod = pods
+        .create(
+            &PostParams::default(),
+            &Pod {
+                metadata: ObjectMeta {
+                    name: Some("worker".into()),
+                    ..Default::default()
+                },
+                spec: Some(PodSpec {
+                    service_account_name: Some("bot".into()),
+                    containers: vec![Container {
+                        name: "main".into(),
+                        image: Some("busybox".into()),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), "apps");
+    let request = |uid: Option<String>| TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(600),
+            bound_object_ref: Some(BoundObjectReference {
+                kind: Some("Pod".into()),
+                api_version: Some("v1".into()),
+                name: Some("worker".into()),
+                uid,
+            }),
+        },
+        ..Default::default()
+    };
+    // A stale UID is refused, as kube-apiserver does.
+    let err = sas
+        .create_token_request(
+            "bot",
+            &PostParams::default(),
+            &request(Some("not-the-uid".into())),
+        )
+        .await
+        .unwrap_err();
+    assert!(is_status(&err, 409), "{err:?}");
+    let tr = sas
+        .create_token_request(
+            "bot",
+            &PostParams::default(),
+            &request(pod.metadata.uid.clone()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        tr.spec.audiences,
+        vec![c.url()],
+        "defaults to the API audience"
+    );
+    let token = tr.status.unwrap().token;
+    let review = Api::<TokenReview>::all(admin)
+        .create(
+            &PostParams::default(),
+            &TokenReview {
+                spec: TokenReviewSpec {
+                    token: Some(token.clone()),
+                    audiences: None,
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let user = review.status.unwrap().user.unwrap();
+    assert_eq!(
+        user.extra.unwrap()["authentication.kubernetes.io/pod-name"],
+        vec!["worker".to_string()]
+    );
+    let as_pod: Api<ConfigMap> = Api::namespaced(c.client_for_token(&token).await.unwrap(), "apps");
+    assert!(is_status(
+        &as_pod.list(&ListParams::default()).await.unwrap_err(),
+        403
+    ));
+    pods.delete("worker", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    assert!(
+        is_status(&as_pod.list(&ListParams::default()).await.unwrap_err(), 401),
+        "the token dies with its pod"
+    );
+}
