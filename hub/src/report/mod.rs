@@ -7,6 +7,7 @@
 //! - [`cluster`]: one spoke's `ClusterIdentityStatus` content.
 //! - [`full`]: [`FullReport`], the uncapped report served by the HTTP API.
 //! - [`bound`]: caps that keep the objects written to the hub cluster small.
+//! - [`source`] and [`render`]: reading and printing a report (`kleym report`).
 //!
 //! No I/O and no clock: callers pass `now`.
 
@@ -16,6 +17,8 @@ pub mod cluster;
 pub mod from_fleet;
 pub mod full;
 pub mod input;
+pub mod render;
+pub mod source;
 
 pub use analysis::analyze;
 pub use bound::{Caps, bound_report};

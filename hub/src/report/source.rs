@@ -1,0 +1,141 @@
+//! Where `kleym report` reads the report from: the hub cluster's `FleetIdentityReport`, the
+//! hub's HTTP API (`GET /v1/report`, the full form), or a file.
+
+use kleym_api::fleet::{FleetIdentityReport, FleetIdentityReportStatus};
+use kube::api::Api;
+
+/// A report as read: the document to print for `-o json|yaml`, and its parsed form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportDocument {
+    /// The document as received (the object's `status`, or the API's full report).
+    pub raw: serde_json::Value,
+    /// Parsed counts and findings.
+    pub report: FleetIdentityReportStatus,
+}
+
+/// Errors reading a report.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The hub cluster has no such `FleetIdentityReport`.
+    #[error(
+        "FleetIdentityReport {0:?} not found in the hub cluster (is the kleym hub running and leading, with its CRDs installed?)"
+    )]
+    NotFound(String),
+    /// A request failed.
+    #[error("{what}: {source}")]
+    Request {
+        /// What was requested.
+        what: String,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The server URL is not valid.
+    #[error("invalid --server URL {url:?}: {reason}")]
+    BadUrl {
+        /// The URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The CA file holds no usable certificate.
+    #[error("--ca-file: {0}")]
+    BadCa(String),
+    /// The document is not a report.
+    #[error("not a kleym fleet report: {0}")]
+    Parse(String),
+}
+
+impl ReportDocument {
+    /// Parse a report document: a `FleetIdentityReport` object, its `status`, or the full
+    /// report of `/v1/report`; JSON or YAML.
+    pub fn parse(bytes: &[u8]) -> Result<Self, SourceError> {
+        let value: serde_json::Value = match serde_json::from_slice(bytes) {
+            Ok(v) => v,
+            Err(_) => {
+                serde_yaml_ng::from_slice(bytes).map_err(|e| SourceError::Parse(e.to_string()))?
+            }
+        };
+        let raw = if value.get("kind").and_then(|k| k.as_str()) == Some("FleetIdentityReport") {
+            value
+                .get("status")
+                .cloned()
+                .unwrap_or_else(|| serde_json::json!({}))
+        } else {
+            value
+        };
+        if !raw.is_object() {
+            return Err(SourceError::Parse("expected a JSON/YAML object".into()));
+        }
+        let report =
+            serde_json::from_value(raw.clone()).map_err(|e| SourceError::Parse(e.to_string()))?;
+        Ok(ReportDocument { raw, report })
+    }
+}
+
+/// Read the `FleetIdentityReport` `name` from the hub cluster.
+pub async fn from_cluster(client: kube::Client, name: &str) -> Result<ReportDocument, SourceError> {
+    let api: Api<FleetIdentityReport> = Api::all(client);
+    let obj = api
+        .get_opt(name)
+        .await
+        .map_err(|source| SourceError::Request {
+            what: format!("reading FleetIdentityReport {name}"),
+            source,
+        })?
+        .ok_or_else(|| SourceError::NotFound(name.to_string()))?;
+    let report = obj.status.unwrap_or_default();
+    let raw = serde_json::to_value(&report).map_err(|e| SourceError::Parse(e.to_string()))?;
+    Ok(ReportDocument { raw, report })
+}
+
+/// Read the full report from the hub API: `GET <server>/v1/report` with `token` as bearer
+/// token and `ca_pem` (PEM) as the only trusted CA when given.
+pub async fn from_api(
+    server: &str,
+    token: Option<&str>,
+    ca_pem: Option<&[u8]>,
+) -> Result<ReportDocument, SourceError> {
+    let url: http::Uri =
+        server
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| SourceError::BadUrl {
+                url: server.to_string(),
+                reason: e.to_string(),
+            })?;
+    if !matches!(url.scheme_str(), Some("https" | "http")) {
+        return Err(SourceError::BadUrl {
+            url: server.to_string(),
+            reason: "the scheme must be https or http".into(),
+        });
+    }
+    let mut config = kube::Config::new(url);
+    if let Some(pem) = ca_pem {
+        let certs: Vec<Vec<u8>> = rustls_pemfile::certs(&mut &pem[..])
+            .map(|c| c.map(|c| c.to_vec()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| SourceError::BadCa(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(SourceError::BadCa("no PEM certificate found".into()));
+        }
+        config.root_cert = Some(certs);
+    }
+    let what = format!("GET {server}/v1/report");
+    let client = kube::Client::try_from(config).map_err(|source| SourceError::Request {
+        what: what.clone(),
+        source,
+    })?;
+    let mut request =
+        http::Request::get("/v1/report").header(http::header::ACCEPT, "application/json");
+    if let Some(token) = token {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request
+        .body(Vec::new())
+        .map_err(|e| SourceError::Parse(e.to_string()))?;
+    let body = client
+        .request_text(request)
+        .await
+        .map_err(|source| SourceError::Request { what, source })?;
+    ReportDocument::parse(body.as_bytes())
+}
