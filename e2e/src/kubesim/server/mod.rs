@@ -271,10 +271,10 @@ impl ClusterServer {
             };
             return resources::handle(&self, &user, &info, &query, &parts.headers, body).await;
         }
-        self.non_resource(&info, &parts.headers).await
+        self.non_resource(&info).await
     }
 
-    async fn non_resource(&self, info: &RequestInfo, headers: &http::HeaderMap) -> Response<Body> {
+    async fn non_resource(&self, info: &RequestInfo) -> Response<Body> {
         if info.verb != "get" && info.verb != "head" {
             return response::error(&ApiError::new(
                 405,
@@ -295,7 +295,6 @@ impl ClusterServer {
             ["openapi", "v3", rest @ ..] => openapi::document(&self.store, &rest.join("/")),
             _ => None,
         };
-        let _ = headers;
         match found {
             Some(v) => response::json(200, &v),
             None => response::not_found_path(),

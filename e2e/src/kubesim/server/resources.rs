@@ -142,7 +142,7 @@ async fn dispatch(
             check_namespace_matches(&obj, ns, &res)?;
             let opts = write_options(query, headers, false)?;
             let r = server.store.create(&res, ns, obj, &opts)?;
-            Ok(write_response(r, true))
+            Ok(write_response(r))
         }
         "update" => {
             let name = info.name.as_deref().unwrap_or_default();
@@ -157,7 +157,7 @@ async fn dispatch(
             }
             let opts = write_options(query, headers, false)?;
             let r = server.store.update(&res, ns, name, obj, sub, &opts)?;
-            Ok(write_response(r, true))
+            Ok(write_response(r))
         }
         "patch" => {
             let name = info.name.as_deref().unwrap_or_default();
@@ -169,7 +169,7 @@ async fn dispatch(
             };
             let opts = write_options(query, headers, pt == PatchType::Apply)?;
             let r = server.store.patch(&res, ns, name, pt, &patch, sub, &opts)?;
-            Ok(write_response(r, true))
+            Ok(write_response(r))
         }
         "delete" => {
             let name = info.name.as_deref().unwrap_or_default();
@@ -201,7 +201,7 @@ fn method_not_allowed() -> ApiError {
     )
 }
 
-fn write_response(r: WriteResult, _created_is_201: bool) -> Response<Body> {
+fn write_response(r: WriteResult) -> Response<Body> {
     let mut resp = response::json(if r.created { 201 } else { 200 }, &r.object);
     response::add_warnings(&mut resp, &r.warnings);
     resp
