@@ -270,3 +270,69 @@ async fn table_output_and_warnings() {
     assert!(rows.iter().any(|r| r["cells"][0] == "t"));
     assert_eq!(rows[0]["object"]["kind"], "PartialObjectMetadata");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregated_discovery_when_asked_first() {
+    let (_sim, c) = start().await;
+    let admin = c.admin_token();
+    let accept =
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let r = kleym_e2e::kubesim::testing::raw_request_with_headers(
+        &c,
+        Method::GET,
+        "/apis",
+        Some(&admin),
+        &[("accept", accept)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.headers.get("content-type").unwrap(),
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    let doc = r.json();
+    assert_eq!(doc["kind"], "APIGroupDiscoveryList");
+    let rbac = doc["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["metadata"]["name"] == "rbac.authorization.k8s.io")
+        .expect("rbac group");
+    assert!(
+        rbac["versions"][0]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resource"] == "clusterroles" && r["scope"] == "Cluster")
+    );
+    let core = kleym_e2e::kubesim::testing::raw_request_with_headers(
+        &c,
+        Method::GET,
+        "/api",
+        Some(&admin),
+        &[("accept", accept)],
+    )
+    .await
+    .unwrap()
+    .json();
+    let pods = core["items"][0]["versions"][0]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "pods")
+        .cloned()
+        .unwrap();
+    assert_eq!(pods["subresources"][0]["subresource"], "status");
+    // Without the v2 media type first, the legacy document.
+    let legacy = raw_request(
+        &c,
+        Method::GET,
+        "/api",
+        Some(&admin),
+        None,
+        HttpVersion::Http1,
+    )
+    .await
+    .unwrap();
+    assert_eq!(legacy.json()["kind"], "APIVersions");
+}

@@ -1,8 +1,9 @@
 //! Legacy discovery documents (`/api`, `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`) as
 //! kube-apiserver serves them, built from the store's served resources.
 //!
-//! Aggregated discovery (`apidiscovery.k8s.io/v2`) is not served: clients that ask for it in
-//! `Accept` also accept `application/json` and fall back to these documents.
+//! Aggregated discovery (`apidiscovery.k8s.io/v2` `APIGroupDiscoveryList` at `/api` and
+//! `/apis`) is served when the client asks for it first in `Accept`, as kubectl does; other
+//! clients get the legacy documents.
 
 use kubesim_store::ResourceInfo;
 use serde_json::{Value, json};
@@ -124,6 +125,89 @@ pub fn api_resource_list(resources: &[ResourceInfo], group: &str, version: &str)
     }))
 }
 
+/// The media type of aggregated discovery responses.
+pub const AGGREGATED_CONTENT_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether `Accept` asks for aggregated discovery (v2) before anything else.
+pub fn wants_aggregated(accept: Option<&str>) -> bool {
+    let Some(first) = accept.and_then(|a| a.split(',').next()) else {
+        return false;
+    };
+    let params: Vec<&str> = first.split(';').map(str::trim).collect();
+    params.contains(&"g=apidiscovery.k8s.io")
+        && params.contains(&"v=v2")
+        && params.contains(&"as=APIGroupDiscoveryList")
+}
+
+fn aggregated_resource(r: &ResourceInfo) -> Value {
+    let mut subresources = Vec::new();
+    if r.has_status {
+        subresources.push(json!({
+            "subresource": "status",
+            "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    for s in &r.subresources {
+        subresources.push(json!({
+            "subresource": s.name,
+            "responseKind": {"group": s.group, "version": s.version, "kind": s.kind},
+            "verbs": s.verbs,
+        }));
+    }
+    let mut v = json!({
+        "resource": r.plural,
+        "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": r.singular,
+        "verbs": r.verbs,
+    });
+    if !r.short_names.is_empty() {
+        v["shortNames"] = json!(r.short_names);
+    }
+    if !r.categories.is_empty() {
+        v["categories"] = json!(r.categories);
+    }
+    if !subresources.is_empty() {
+        v["subresources"] = json!(subresources);
+    }
+    v
+}
+
+fn aggregated_group(resources: &[ResourceInfo], group: &str, versions: &[String]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|version| {
+            let rs: Vec<Value> = resources
+                .iter()
+                .filter(|r| r.group == group && &r.version == version)
+                .map(aggregated_resource)
+                .collect();
+            json!({"version": version, "resources": rs, "freshness": "Current"})
+        })
+        .collect();
+    json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": versions})
+}
+
+/// Aggregated discovery: `core = true` for `/api` (the core group), else `/apis`.
+pub fn aggregated(resources: &[ResourceInfo], core: bool) -> Value {
+    let items: Vec<Value> = if core {
+        vec![aggregated_group(resources, "", &["v1".to_string()])]
+    } else {
+        groups(resources)
+            .iter()
+            .map(|(name, versions)| aggregated_group(resources, name, versions))
+            .collect()
+    };
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    })
+}
+
 /// Kubernetes version priority (`v1` > `v1beta2` > `v1beta1` > `v1alpha1` > other strings),
 /// as `Ordering::Less` for the preferred one.
 pub fn compare_kube_versions(a: &str, b: &str) -> Ordering {
@@ -175,6 +259,31 @@ mod tests {
             printer_columns: vec![],
             custom: false,
         }
+    }
+
+    #[test]
+    fn aggregated_negotiation_and_shape() {
+        assert!(wants_aggregated(Some(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+        )));
+        assert!(!wants_aggregated(Some("application/json")));
+        assert!(!wants_aggregated(None));
+        let rs = vec![
+            res("x.io", "v1", "things", "Thing"),
+            res("", "v1", "pods", "Pod"),
+        ];
+        let apis = aggregated(&rs, false);
+        assert_eq!(apis["items"].as_array().unwrap().len(), 1);
+        let thing = &apis["items"][0]["versions"][0]["resources"][0];
+        assert_eq!(thing["resource"], "things");
+        assert_eq!(thing["scope"], "Namespaced");
+        assert_eq!(thing["subresources"][0]["subresource"], "status");
+        let core = aggregated(&rs, true);
+        assert_eq!(core["items"][0]["metadata"]["name"], "");
+        assert_eq!(
+            core["items"][0]["versions"][0]["resources"][0]["resource"],
+            "pods"
+        );
     }
 
     #[test]

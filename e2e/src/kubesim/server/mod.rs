@@ -271,10 +271,10 @@ impl ClusterServer {
             };
             return resources::handle(&self, &user, &info, &query, &parts.headers, body).await;
         }
-        self.non_resource(&info).await
+        self.non_resource(&info, &parts.headers).await
     }
 
-    async fn non_resource(&self, info: &RequestInfo) -> Response<Body> {
+    async fn non_resource(&self, info: &RequestInfo, headers: &http::HeaderMap) -> Response<Body> {
         if info.verb != "get" && info.verb != "head" {
             return response::error(&ApiError::new(
                 405,
@@ -285,6 +285,18 @@ impl ClusterServer {
         let path = info.path.trim_end_matches('/');
         let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         let resources = self.store.resources();
+        let accept = headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok());
+        if matches!(parts.as_slice(), ["api"] | ["apis"]) && discovery::wants_aggregated(accept) {
+            let doc = discovery::aggregated(&resources, parts == ["api"]);
+            let mut resp = response::json(200, &doc);
+            resp.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(discovery::AGGREGATED_CONTENT_TYPE),
+            );
+            return resp;
+        }
         let found = match parts.as_slice() {
             ["api"] => Some(discovery::api_versions(&self.addr.to_string())),
             ["api", "v1"] => discovery::api_resource_list(&resources, "", "v1"),
