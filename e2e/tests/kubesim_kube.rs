@@ -49,7 +49,7 @@ async fn discovery_lists_builtins_and_crds() {
     )
     .unwrap();
     kleym_e2e::kubesim::install_crd(&c.store(), crd[0].clone()).unwrap();
-    let discovery = Discovery::new(client).run().await.unwrap();
+    let discovery = Discovery::new(client.clone()).run().await.unwrap();
     let mut kinds = BTreeSet::new();
     for group in discovery.groups() {
         for (ar, caps) in group.recommended_resources() {
@@ -69,6 +69,15 @@ async fn discovery_lists_builtins_and_crds() {
     ] {
         assert!(kinds.contains(want), "discovery lacks {want}: {kinds:?}");
     }
+    // The same through aggregated discovery (two requests, typed v2 documents).
+    let aggregated = Discovery::new(client).run_aggregated().await.unwrap();
+    let mut agg_kinds = BTreeSet::new();
+    for group in aggregated.groups() {
+        for (ar, _) in group.recommended_resources() {
+            agg_kinds.insert(format!("{}/{}", ar.group, ar.kind));
+        }
+    }
+    assert_eq!(agg_kinds, kinds, "aggregated and legacy discovery agree");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
