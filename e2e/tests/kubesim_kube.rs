@@ -599,3 +599,43 @@ async fn pod_bound_token_dies_with_its_pod() {
         "the token dies with its pod"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_list_and_watch() {
+    let (_sim, c) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(c.kube_client().await.unwrap(), "default");
+    api.create(&PostParams::default(), &cm("meta-1", "x"))
+        .await
+        .unwrap();
+    let list = api.list_metadata(&ListParams::default()).await.unwrap();
+    let names: Vec<String> = list
+        .items
+        .iter()
+        .filter_map(|m| m.metadata.name.clone())
+        .collect();
+    assert!(names.contains(&"meta-1".to_string()), "{names:?}");
+    let rv = list.metadata.resource_version.unwrap();
+    let stream = api
+        .watch_metadata(&kube::api::WatchParams::default().timeout(10), &rv)
+        .await
+        .unwrap();
+    futures::pin_mut!(stream);
+    api.create(&PostParams::default(), &cm("meta-2", "y"))
+        .await
+        .unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match ev {
+        kube::api::WatchEvent::Added(m) => {
+            assert_eq!(m.metadata.name.as_deref(), Some("meta-2"));
+            assert_eq!(
+                m.types.map(|t| t.kind),
+                Some("PartialObjectMetadata".to_string())
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
