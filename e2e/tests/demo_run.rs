@@ -1,0 +1,133 @@
+//! The demo end to end (`kleym-demo --exit-when-converged`): a hub and three spokes on
+//! kubesim, the hub engaging them through both bundled credential plugins, and a fleet
+//! report with exactly the two planted findings.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use serde_json::Value;
+
+fn members(f: &Value) -> BTreeSet<String> {
+    f["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            format!(
+                "{}: {}/{}",
+                m["cluster"].as_str().unwrap(),
+                m["namespace"].as_str().unwrap(),
+                m["binding"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn demo_converges_and_reports_exactly_the_planted_findings() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kleym-demo"))
+        .args(["--exit-when-converged", "--spokes", "3", "--timeout", "120"])
+        .args(["--trust-domain", "test.example"])
+        .arg("--state-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("FLEET REPORT: 3 clusters"), "{stdout}");
+
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["bindings"], 10);
+    assert_eq!(report["clusters"]["total"], 3);
+    let findings = report["findings"].as_array().unwrap();
+    assert_eq!(findings.len(), 2, "{findings:#?}");
+
+    let collision = findings
+        .iter()
+        .find(|f| f["kind"] == "IdentityCollision")
+        .expect("the planted collision");
+    assert_eq!(
+        members(collision),
+        BTreeSet::from([
+            "fleet/spoke-1: llm/summarize".to_string(),
+            "fleet/spoke-1: llm/summarize-canary".to_string()
+        ])
+    );
+    let drift = findings
+        .iter()
+        .find(|f| f["kind"] == "CrossClusterDrift")
+        .expect("the planted drift");
+    assert_eq!(
+        drift["spiffeID"],
+        "spiffe://test.example/ns/llm/objective/chat"
+    );
+    assert_eq!(
+        members(drift),
+        (1..=3)
+            .map(|i| format!("fleet/spoke-{i}: llm/chat"))
+            .collect::<BTreeSet<_>>()
+    );
+    // The state directory holds what the printed next steps point at.
+    for f in [
+        "kubeconfig",
+        "spoke-1/kubeconfig",
+        "hub/kubeconfig",
+        "providers.json",
+        "report.txt",
+    ] {
+        assert!(dir.path().join(f).is_file(), "{f} missing");
+    }
+    // Only spoke-1 (the collision) is not ready.
+    let ready: Vec<(String, String)> = report["spokes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let c = s["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "Ready")
+                .unwrap();
+            (
+                s["cluster"].as_str().unwrap().to_string(),
+                c["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ready,
+        vec![
+            ("fleet/spoke-1".to_string(), "False".to_string()),
+            ("fleet/spoke-2".to_string(), "True".to_string()),
+            ("fleet/spoke-3".to_string(), "True".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn demo_fails_clearly_without_its_options_making_sense() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kleym-demo"))
+        .args(["--spokes", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let help = Command::new(env!("CARGO_BIN_EXE_kleym-demo"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--state-dir",
+        "--spokes",
+        "--keep-running",
+        "--exit-when-converged",
+        "--timeout",
+    ] {
+        assert!(text.contains(flag), "--help lacks {flag}: {text}");
+    }
+}
