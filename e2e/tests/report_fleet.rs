@@ -267,6 +267,7 @@ async fn planted_fleet_findings_and_spoke_conditions() {
             caps: Caps::default(),
             min_rebuild: Duration::from_millis(100),
             tick: Duration::from_millis(500),
+            resync: Duration::from_secs(600),
         },
         stop_status.clone(),
     ));

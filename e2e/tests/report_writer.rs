@@ -186,6 +186,28 @@ async fn cluster_status_is_owned_written_once_and_only_on_change() {
     assert_eq!(kept, 1_000, "unchanged condition keeps its transition time");
     assert_eq!(cond("Reachable").last_transition_time.0.as_second(), 2_000);
 
+    // Deleted behind the writer's back: repaired after a resync, not before.
+    let rv_before = rv(&cis(&client, "east").await.unwrap());
+    Api::<ClusterIdentityStatus>::namespaced(client.clone(), NS)
+        .delete("east", &DeleteParams::default())
+        .await
+        .unwrap();
+    writer.submit_cluster(profile.clone(), status_at(2_010, false, 3));
+    assert_eq!(
+        writer.flush(later + Duration::from_secs(4_000)).await.unchanged,
+        1
+    );
+    assert!(cis(&client, "east").await.is_none());
+    writer.resync();
+    writer.submit_cluster(profile.clone(), status_at(2_020, false, 3));
+    assert_eq!(
+        writer.flush(later + Duration::from_secs(8_000)).await.written,
+        1
+    );
+    let again = cis(&client, "east").await.expect("recreated");
+    assert_ne!(rv(&again), rv_before);
+    assert_eq!(again.metadata.owner_references.unwrap()[0].uid, profile.uid);
+
     // Deleting the profile garbage-collects its status.
     Api::<ClusterProfile>::namespaced(client.clone(), NS)
         .delete("east", &DeleteParams::default())

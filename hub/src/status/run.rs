@@ -26,6 +26,10 @@ pub struct StatusLoopOptions {
     /// Rebuild and flush at least this often even without changes (retries failed writes,
     /// refreshes `lastSuccessfulSync`).
     pub tick: Duration,
+    /// Re-read every object and profile UID this often ([`StatusWriter::resync`]), so
+    /// objects deleted or edited behind the hub's back, or a profile recreated under the
+    /// same name, are repaired.
+    pub resync: Duration,
 }
 
 impl Default for StatusLoopOptions {
@@ -35,6 +39,7 @@ impl Default for StatusLoopOptions {
             caps: Caps::default(),
             min_rebuild: Duration::from_secs(2),
             tick: Duration::from_secs(30),
+            resync: Duration::from_secs(600),
         }
     }
 }
@@ -49,8 +54,14 @@ pub async fn run_status_loop(
     let mut writer = StatusWriter::new(client.clone(), options.writer);
     let mut uids: HashMap<String, String> = HashMap::new();
     let mut changes = state.subscribe();
+    let mut last_resync = Instant::now();
     loop {
         let started = Instant::now();
+        if started.duration_since(last_resync) >= options.resync {
+            writer.resync();
+            uids.clear();
+            last_resync = started;
+        }
         if state.is_leader() {
             sync_once(&client, &state, &options, &mut writer, &mut uids).await;
         }

@@ -155,6 +155,19 @@ impl StatusWriter {
             .retain(|k, _| !(k.namespace == namespace && k.name == name));
     }
 
+    /// Forget what the server holds: the next flush of each object reads it again and
+    /// rewrites it if it differs (an object deleted or edited behind the hub's back, or
+    /// garbage-collected after its profile was recreated). Costs one read per object.
+    pub fn resync(&mut self) {
+        for slot in self.clusters.values_mut() {
+            slot.known = false;
+            slot.written = None;
+            slot.owner_uid = None;
+        }
+        self.report.known = false;
+        self.report.written = None;
+    }
+
     /// Profiles currently tracked.
     pub fn tracked_clusters(&self) -> Vec<ProfileRef> {
         self.clusters.keys().cloned().collect()
