@@ -194,14 +194,20 @@ async fn cluster_status_is_owned_written_once_and_only_on_change() {
         .unwrap();
     writer.submit_cluster(profile.clone(), status_at(2_010, false, 3));
     assert_eq!(
-        writer.flush(later + Duration::from_secs(4_000)).await.unchanged,
+        writer
+            .flush(later + Duration::from_secs(4_000))
+            .await
+            .unchanged,
         1
     );
     assert!(cis(&client, "east").await.is_none());
     writer.resync();
     writer.submit_cluster(profile.clone(), status_at(2_020, false, 3));
     assert_eq!(
-        writer.flush(later + Duration::from_secs(8_000)).await.written,
+        writer
+            .flush(later + Duration::from_secs(8_000))
+            .await
+            .written,
         1
     );
     let again = cis(&client, "east").await.expect("recreated");
@@ -259,8 +265,8 @@ async fn writes_are_rate_limited_and_coalesced() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fleet_report_is_written_only_when_findings_change() {
-    let (_sim, _hub, client) = start().await;
+async fn fleet_report_is_written_only_when_findings_change_and_kleym_report_reads_it() {
+    let (_sim, hub, client) = start().await;
     let mut writer = StatusWriter::new(
         client.clone(),
         WriterOptions {
@@ -297,6 +303,31 @@ async fn fleet_report_is_written_only_when_findings_change() {
     assert_eq!(st.findings[0].kind, FindingKind::CrossClusterDrift);
     assert_eq!(st.generated_at.as_ref().unwrap().0.as_second(), 1_000);
     let rv1 = obj.metadata.resource_version.clone();
+
+    // `kleym report` reads it from the hub cluster through a kubeconfig.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("hub.kubeconfig");
+    std::fs::write(&kubeconfig, hub.kubeconfig_yaml()).unwrap();
+    let kleym = kleym_e2e::fleet::plugins::kleym_binary().expect("kleym binary");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["report", "--kubeconfig", kubeconfig.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        std::process::Command::new(&kleym)
+            .args(&args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("[1] COLLISION CrossClusterDrift"), "{table}");
+    assert!(table.contains("fleet/west"), "{table}");
+    let out = run(&["-o", "json", "--fail-on", "none"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let doc: kleym_api::fleet::FleetIdentityReportStatus =
+        serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc, st);
+    assert_eq!(run(&["--name", "nope"]).status.code(), Some(2));
 
     // Rebuilt later with the same findings: generatedAt would move, but nothing is written.
     writer.submit_report(build(2_000, "other"));
