@@ -173,7 +173,11 @@ fn conditions(
                 condition_types::READY,
                 "Unknown",
                 reasons::PENDING,
-                format!("{} is not observed yet", unknown.type_),
+                match err {
+                    // E.g. the profile's control plane is not healthy yet (Waiting).
+                    Some(why) => format!("{} is not observed yet: {why}", unknown.type_),
+                    None => format!("{} is not observed yet", unknown.type_),
+                },
                 now.clone(),
             )
         } else if counts.not_ready > 0 {

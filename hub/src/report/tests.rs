@@ -390,6 +390,21 @@ fn cluster_status_conditions_say_what_is_wrong() {
     assert!(ready.message.contains("plugin exited"));
 
     let mut s = spoke("fleet/a", vec![]);
+    s.credentials = Health::Unknown;
+    s.error_message = Some("ControlPlaneHealthy is False".into());
+    let st = cluster_status(&s, now, None);
+    let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("Unknown", reasons::PENDING)
+    );
+    assert!(
+        ready.message.contains("ControlPlaneHealthy is False"),
+        "{}",
+        ready.message
+    );
+
+    let mut s = spoke("fleet/a", vec![]);
     s.synced = Health::Failed(ErrorCategory::Forbidden);
     let st = cluster_status(&s, now, None);
     let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
