@@ -172,6 +172,48 @@ async fn wait_condition(
     .await
 }
 
+/// A hub-cluster client limited to what the status loop needs.
+async fn status_writer_client(f: &FleetHarness) -> kube::Client {
+    let store = f.hub.store();
+    kv(
+        &store,
+        "clusterroles",
+        "rbac.authorization.k8s.io",
+        "v1",
+        None,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "kleym-status"},
+            "rules": [
+                {"apiGroups": ["multicluster.x-k8s.io"], "resources": ["clusterprofiles"], "verbs": ["list", "watch"]},
+                {"apiGroups": ["kleym.io"], "resources": ["clusteridentitystatuses", "fleetidentityreports"],
+                 "verbs": ["get", "list", "watch", "create", "patch"]},
+                {"apiGroups": ["kleym.io"], "resources": ["clusteridentitystatuses/status", "fleetidentityreports/status"],
+                 "verbs": ["get", "patch"]}
+            ]
+        }),
+    );
+    kv(
+        &store,
+        "clusterrolebindings",
+        "rbac.authorization.k8s.io",
+        "v1",
+        None,
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "kleym-status"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kleym-status"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kleym-status"}]
+        }),
+    );
+    f.hub
+        .add_static_token("tok-kleym-status-0123456789", user("kleym-status", &[]));
+    f.hub
+        .client_for_token("tok-kleym-status-0123456789")
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planted_fleet_findings_and_spoke_conditions() {
     let dir = tempfile::tempdir().unwrap();
@@ -255,9 +297,12 @@ async fn planted_fleet_findings_and_spoke_conditions() {
         ])
         .await
         .unwrap();
+    // The status loop runs with exactly the hub-cluster permissions the Helm chart grants
+    // for it (charts/kleym/templates/hub-rbac.yaml), not as admin.
+    let status_client = status_writer_client(&f).await;
     let stop_status = CancellationToken::new();
     let status_loop = tokio::spawn(run_status_loop(
-        f.hub_client.clone(),
+        status_client,
         hub.handle.state.clone(),
         StatusLoopOptions {
             writer: WriterOptions {

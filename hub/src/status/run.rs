@@ -52,7 +52,7 @@ pub async fn run_status_loop(
     shutdown: CancellationToken,
 ) {
     let mut writer = StatusWriter::new(client.clone(), options.writer);
-    let mut uids: HashMap<String, String> = HashMap::new();
+    let mut uids = ProfileUids::default();
     let mut changes = state.subscribe();
     let mut last_resync = Instant::now();
     loop {
@@ -87,20 +87,72 @@ pub async fn run_status_loop(
     }
 }
 
+/// At most one ClusterProfile list per this interval while some profile's UID is unknown.
+const RELIST_MIN: Duration = Duration::from_secs(10);
+
+/// ClusterProfile UIDs by spoke name (`<namespace>/<name>`), from a list of the profiles
+/// (the hub's RBAC allows `list`/`watch` on them, not `get`).
+#[derive(Debug, Default)]
+struct ProfileUids {
+    uids: HashMap<String, String>,
+    last_list: Option<Instant>,
+}
+
+impl ProfileUids {
+    /// Forget everything (the next lookup lists again).
+    fn clear(&mut self) {
+        self.uids.clear();
+        self.last_list = None;
+    }
+
+    /// Make sure `names` are known if they exist, listing the profiles at most once per
+    /// [`RELIST_MIN`].
+    async fn refresh_for(&mut self, client: &kube::Client, names: &[&str]) {
+        let missing = names.iter().any(|n| !self.uids.contains_key(*n));
+        let now = Instant::now();
+        if !missing
+            || self
+                .last_list
+                .is_some_and(|t| now.duration_since(t) < RELIST_MIN)
+        {
+            return;
+        }
+        self.last_list = Some(now);
+        match Api::<ClusterProfile>::all(client.clone())
+            .list(&Default::default())
+            .await
+        {
+            Ok(list) => {
+                self.uids = list
+                    .items
+                    .into_iter()
+                    .filter_map(|p| {
+                        let ns = p.metadata.namespace?;
+                        let name = p.metadata.name?;
+                        Some((format!("{ns}/{name}"), p.metadata.uid?))
+                    })
+                    .collect();
+            }
+            Err(e) => tracing::warn!(error = %e, "listing ClusterProfiles for their UIDs failed"),
+        }
+    }
+}
+
 /// One rebuild and flush.
 async fn sync_once(
     client: &kube::Client,
     state: &FleetState,
     options: &StatusLoopOptions,
     writer: &mut StatusWriter,
-    uids: &mut HashMap<String, String>,
+    uids: &mut ProfileUids,
 ) {
     let now = chrono::Utc::now();
     let spokes = observations(state);
-    uids.retain(|name, _| spokes.iter().any(|s| &s.cluster == name));
+    let names: Vec<&str> = spokes.iter().map(|s| s.cluster.as_str()).collect();
+    uids.refresh_for(client, &names).await;
     for tracked in writer.tracked_clusters() {
         let name = format!("{}/{}", tracked.namespace, tracked.name);
-        if !uids.contains_key(&name) {
+        if !names.contains(&name.as_str()) || uids.uids.get(&name) != Some(&tracked.uid) {
             writer.forget_cluster(&tracked.namespace, &tracked.name);
         }
     }
@@ -108,26 +160,9 @@ async fn sync_once(
         let Some((namespace, name)) = spoke.cluster.split_once('/') else {
             continue;
         };
-        let uid = match uids.get(&spoke.cluster) {
-            Some(uid) => uid.clone(),
-            None => {
-                let api: Api<ClusterProfile> = Api::namespaced(client.clone(), namespace);
-                match api.get_opt(name).await {
-                    Ok(Some(p)) => match p.metadata.uid {
-                        Some(uid) => {
-                            uids.insert(spoke.cluster.clone(), uid.clone());
-                            uid
-                        }
-                        None => continue,
-                    },
-                    // Gone: its status goes with it; nothing to write.
-                    Ok(None) => continue,
-                    Err(e) => {
-                        tracing::warn!(cluster = %spoke.cluster, error = %e, "reading ClusterProfile for its UID failed");
-                        continue;
-                    }
-                }
-            }
+        // No UID: the profile is gone (its status goes with it) or not listed yet.
+        let Some(uid) = uids.uids.get(&spoke.cluster).cloned() else {
+            continue;
         };
         writer.submit_cluster(
             ProfileRef {
