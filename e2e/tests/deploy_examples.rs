@@ -1,0 +1,167 @@
+//! Every manifest under `deploy/` is accepted by an API server with every CRD installed
+//! (`kubectl apply --dry-run=server` against kubesim), the example provider file loads as
+//! the hub loads it, and the hub-access binding grants exactly `deploy/spoke/`'s ClusterRole.
+
+mod deploy_support;
+
+use std::path::{Path, PathBuf};
+
+use deploy_support::{documents, repo_root};
+use kleym_e2e::fleet::all_crds;
+use kleym_e2e::kubesim::testing::Kubectl;
+use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
+
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            yaml_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "yaml")
+            && p.file_name().is_some_and(|n| n != "kustomization.yaml")
+            && !p.starts_with(repo_root().join("deploy/examples/providers"))
+        {
+            out.push(p);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_deploy_manifest_passes_server_side_dry_run() {
+    let sim = Kubesim::start(
+        &["c"],
+        KubesimOptions {
+            crds: all_crds().unwrap(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let c = sim.cluster("c").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let k = Kubectl::admin(&c, dir.path()).expect("kubectl is required for this test");
+    // Namespaces the examples live in (a dry run does not create them).
+    for ns in ["fleet", "kleym-system", "llm"] {
+        k.run_async(&["create", "namespace", ns], None)
+            .await
+            .unwrap();
+    }
+    let mut files = Vec::new();
+    yaml_files(&repo_root().join("deploy"), &mut files);
+    assert!(files.len() >= 10, "{files:?}");
+    let mut checked = 0;
+    for f in &files {
+        let path = f.display().to_string();
+        for doc in documents(&std::fs::read_to_string(f).unwrap()).unwrap() {
+            // kubesim serves no workload API (apps/v1): Deployments are checked by the chart
+            // test's and deploy/spoke's own tests, not here.
+            if doc["kind"] == "Deployment" {
+                continue;
+            }
+            let body = serde_json::to_string(&doc).unwrap();
+            let out = k
+                .run_async(&["apply", "--dry-run=server", "-f", "-"], Some(&body))
+                .await
+                .unwrap_or_else(|e| panic!("{path} {}: {e:?}", doc["metadata"]["name"]));
+            assert!(out.contains("(server dry run)"), "{path}: {out}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 20, "only {checked} objects checked");
+    // The GAIE example is also valid for real, and every binding compiles in kleym's eyes
+    // only later (the reconciler's tests); here: it is stored as written.
+    let gaie = repo_root().join("deploy/examples/gaie/environment.yaml");
+    k.run_async(&["apply", "-f", &gaie.to_string_lossy()], None)
+        .await
+        .unwrap();
+    let got = k
+        .run_async(
+            &[
+                "get",
+                "inferenceidentitybindings",
+                "-n",
+                "llm",
+                "-o",
+                "name",
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.lines().count(), 3, "{got}");
+}
+
+#[test]
+fn example_provider_file_loads_like_the_hub_loads_it() {
+    let pf = repo_root().join("deploy/examples/providers/providers.yaml");
+    let args = kleym_e2e::fleet::harness::parse_hub_args(&[
+        "--clusterprofile-provider-file".into(),
+        pf.to_string_lossy().into(),
+    ])
+    .unwrap();
+    args.access.provider_set().expect("example provider file");
+    // Every provider an example ClusterProfile names is configured.
+    let text = std::fs::read_to_string(&pf).unwrap();
+    let file: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+    let names: Vec<&str> = file["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    let mut profiles = Vec::new();
+    yaml_files(
+        &repo_root().join("deploy/examples/clusterprofiles"),
+        &mut profiles,
+    );
+    for f in profiles {
+        for d in documents(&std::fs::read_to_string(&f).unwrap()).unwrap() {
+            if d["kind"] != "ClusterProfile" {
+                continue;
+            }
+            for p in d["status"]["accessProviders"].as_array().unwrap() {
+                let n = p["name"].as_str().unwrap();
+                assert!(
+                    names.contains(&n),
+                    "{}: provider {n} not in providers.yaml",
+                    f.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn hub_access_binds_the_deploy_spoke_clusterrole() {
+    let role: serde_json::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo_root().join("deploy/spoke/clusterrole.yaml")).unwrap(),
+    )
+    .unwrap();
+    let binding: serde_json::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo_root().join("deploy/hub-access/clusterrolebinding.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    // No second copy of the rules anywhere under deploy/ (the chart's copy is tested in
+    // deploy_chart.rs): only deploy/spoke defines a ClusterRole.
+    let mut files = Vec::new();
+    yaml_files(&repo_root().join("deploy"), &mut files);
+    let roles: Vec<_> = files
+        .iter()
+        .filter(|f| {
+            documents(&std::fs::read_to_string(f).unwrap())
+                .unwrap()
+                .iter()
+                .any(|d| d["kind"] == "ClusterRole")
+        })
+        .collect();
+    assert_eq!(
+        roles,
+        vec![&repo_root().join("deploy/spoke/clusterrole.yaml")]
+    );
+}
