@@ -1,0 +1,27 @@
+# The kleym image: one static-ish binary, `kleym` (hub, spoke, report, crds, credential
+# plugins), on a distroless base with no shell, running as the distroless `nonroot` user.
+#
+#   docker build -t kleym:dev .
+#
+# Not built in this repository's CI (no container engine there); see docs/README.md.
+
+# --- build ---------------------------------------------------------------------------------
+FROM rust:1.89-bookworm AS build
+WORKDIR /src
+# The workspace manifests first, so dependency builds are cached across source changes.
+COPY . .
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p kleym-hub --bin kleym \
+ && install -D -m 0755 target/release/kleym /out/kleym
+
+# --- run -----------------------------------------------------------------------------------
+# distroless/cc: glibc and libgcc for the Rust binary; TLS is rustls (no OpenSSL), CA roots
+# come with the image.
+FROM gcr.io/distroless/cc-debian12:nonroot
+COPY --from=build /out/kleym /usr/local/bin/kleym
+# 65532 = distroless nonroot; the chart and deploy/ also set runAsNonRoot.
+USER 65532:65532
+EXPOSE 8080 8443
+ENTRYPOINT ["/usr/local/bin/kleym"]
+CMD ["--help"]
