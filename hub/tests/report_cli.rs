@@ -278,6 +278,22 @@ fn server_form_reads_the_full_report_with_a_bearer_token() {
     assert_eq!(back.summary.finding_counts.collisions, 2);
     assert_eq!(back.spokes.len(), 2, "the full form carries every spoke");
     let head = requests.recv().unwrap();
+    // The full form's table also lists the spokes.
+    let (url2, _requests2) = serve(vec![(
+        200,
+        serde_json::to_string(&full(true, false)).unwrap(),
+    )]);
+    let out = kleym(&["report", "--server", &url2, "--fail-on", "none"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("CLUSTER     READY  REASON            BINDINGS  NOT READY"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fleet/east  False  BindingsNotReady  3         2"),
+        "{text}"
+    );
     assert!(head.starts_with("GET /v1/report HTTP/1.1"), "{head}");
     assert!(
         head.to_ascii_lowercase()

@@ -4,7 +4,7 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
-use kleym_hub::report::render::{FailOn, findings_exit_code, render_table};
+use kleym_hub::report::render::{FailOn, findings_exit_code, render_spokes, render_table};
 use kleym_hub::report::source::{self, ReportDocument};
 
 /// Output formats.
@@ -90,7 +90,10 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 fn execute(args: &Args, out: &mut impl Write) -> anyhow::Result<u8> {
     let doc = read(args)?;
     match args.output {
-        Output::Table => render_table(&doc.report, out).context("writing the table")?,
+        Output::Table => {
+            render_table(&doc.report, out).context("writing the table")?;
+            render_spokes(&doc.spokes, out).context("writing the table")?;
+        }
         Output::Json => {
             serde_json::to_writer_pretty(&mut *out, &doc.raw).context("writing JSON")?;
             writeln!(out)?;

@@ -49,6 +49,54 @@ fn columns(out: &mut impl Write, indent: &str, rows: &[[&str; 3]]) -> io::Result
     Ok(())
 }
 
+/// The spokes of a full report as a table (CLUSTER, READY, REASON, BINDINGS, NOT READY),
+/// not-ready spokes first.
+pub fn render_spokes(spokes: &[super::full::SpokeReport], out: &mut impl Write) -> io::Result<()> {
+    if spokes.is_empty() {
+        return Ok(());
+    }
+    let ready_of = |s: &super::full::SpokeReport| {
+        s.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == kleym_api::fleet::condition_types::READY)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+            .unwrap_or_else(|| ("Unknown".into(), "Pending".into()))
+    };
+    let mut rows: Vec<[String; 5]> = spokes
+        .iter()
+        .map(|s| {
+            let (status, reason) = ready_of(s);
+            [
+                s.cluster.clone(),
+                status,
+                reason,
+                s.status.bindings.total.to_string(),
+                s.status.bindings.not_ready.to_string(),
+            ]
+        })
+        .collect();
+    rows.sort_by(|a, b| (a[1] == "True", &a[0]).cmp(&(b[1] == "True", &b[0])));
+    let header = ["CLUSTER", "READY", "REASON", "BINDINGS", "NOT READY"].map(String::from);
+    let mut widths = [0usize; 5];
+    for row in std::iter::once(&header).chain(&rows) {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    writeln!(out)?;
+    for row in std::iter::once(&header).chain(&rows) {
+        let line = row
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ");
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
 /// The readable form: a header with the counts, then one block per finding (kind, severity,
 /// SPIFFE ID, members as a table, what to change).
 pub fn render_table(report: &FleetIdentityReportStatus, out: &mut impl Write) -> io::Result<()> {
@@ -156,6 +204,41 @@ mod tests {
             findings,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn spokes_table_puts_not_ready_first() {
+        use crate::report::{ErrorCategory, FullReport, Health, SpokeObservation};
+        let ok = SpokeObservation {
+            cluster: "fleet/a".into(),
+            credentials: Health::Ok,
+            reachable: Health::Ok,
+            synced: Health::Ok,
+            ..Default::default()
+        };
+        let bad = SpokeObservation {
+            cluster: "fleet/b".into(),
+            credentials: Health::Ok,
+            reachable: Health::Failed(ErrorCategory::TlsFailure),
+            ..ok.clone()
+        };
+        let full = FullReport::build(&[ok, bad], Utc.timestamp_opt(0, 0).unwrap());
+        let mut out = Vec::new();
+        render_spokes(&full.spokes, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(
+            lines[0], "CLUSTER  READY  REASON      BINDINGS  NOT READY",
+            "{text}"
+        );
+        assert_eq!(
+            lines[1], "fleet/b  False  TLSFailure  0         0",
+            "{text}"
+        );
+        assert_eq!(
+            lines[2], "fleet/a  True   Ok          0         0",
+            "{text}"
+        );
     }
 
     #[test]

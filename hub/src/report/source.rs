@@ -11,6 +11,8 @@ pub struct ReportDocument {
     pub raw: serde_json::Value,
     /// Parsed counts and findings.
     pub report: FleetIdentityReportStatus,
+    /// Per-spoke status, present in the full report of the hub API only.
+    pub spokes: Vec<super::full::SpokeReport>,
 }
 
 /// Errors reading a report.
@@ -69,7 +71,17 @@ impl ReportDocument {
         }
         let report =
             serde_json::from_value(raw.clone()).map_err(|e| SourceError::Parse(e.to_string()))?;
-        Ok(ReportDocument { raw, report })
+        let spokes = match raw.get("spokes") {
+            Some(v) => {
+                serde_json::from_value(v.clone()).map_err(|e| SourceError::Parse(e.to_string()))?
+            }
+            None => Vec::new(),
+        };
+        Ok(ReportDocument {
+            raw,
+            report,
+            spokes,
+        })
     }
 }
 
@@ -86,7 +98,11 @@ pub async fn from_cluster(client: kube::Client, name: &str) -> Result<ReportDocu
         .ok_or_else(|| SourceError::NotFound(name.to_string()))?;
     let report = obj.status.unwrap_or_default();
     let raw = serde_json::to_value(&report).map_err(|e| SourceError::Parse(e.to_string()))?;
-    Ok(ReportDocument { raw, report })
+    Ok(ReportDocument {
+        raw,
+        report,
+        spokes: Vec::new(),
+    })
 }
 
 /// Read the full report from the hub API: `GET <server>/v1/report` with `token` as bearer
