@@ -1,8 +1,8 @@
 //! The fleet report end to end: an in-process `kleym hub` with the status loop on kubesim
 //! (hub + 6 spokes). A planted fleet (within-spoke collision, duplicate SPIFFE ID,
-//! overlapping default identity, cross-cluster drift, and a consistent same-ID set that is
-//! not a finding) gives exactly the expected `FleetIdentityReport` findings, which clear
-//! when fixed; an unreachable spoke, a spoke whose credential plugin fails and a spoke whose
+//! overlapping default identity, PoolOnly + PerObjective on one pool, cross-cluster drift,
+//! and a consistent same-ID set that is not a finding) gives exactly the expected
+//! `FleetIdentityReport` findings, which clear when fixed; an unreachable spoke, a spoke whose credential plugin fails and a spoke whose
 //! RBAC denies kleym show the right `ClusterIdentityStatus` conditions, and recover.
 
 use std::path::Path;
@@ -248,6 +248,14 @@ async fn planted_fleet_findings_and_spoke_conditions() {
     let dup = "spiffe://{{ .TrustDomain }}/ns/llm/shared";
     create_binding(&west, binding("dup-x", "obj-3", "dx", Some(dup)));
     create_binding(&west, binding("dup-y", "obj-4", "dy", Some(dup)));
+    // west: a PoolOnly identity on the pool the PerObjective ones use.
+    create_binding(
+        &west,
+        json!({"apiVersion": "kleym.io/v1alpha1", "kind": "InferenceIdentityBinding",
+        "metadata": {"name": "pool-id", "namespace": NS},
+        "spec": {"targetRef": {"name": "obj-5"}, "mode": "PoolOnly",
+                 "workloadSelectorTemplates": ["k8s:ns:{{ .Namespace }}", format!("k8s:sa:{SA}")]}}),
+    );
     // south: b-1 is re-created on another container (drift with east and west's b-1) …
     delete(
         &south,
@@ -355,7 +363,19 @@ async fn planted_fleet_findings_and_spoke_conditions() {
                         .all(|mm| mm.cluster == format!("{PROFILE_NS}/south"))
                     && f.members.len() == 3
             });
-            if collisions == expected && overlap && r.finding_counts.total == 4 {
+            let pool_and_objective = r.findings.iter().any(|f| {
+                f.kind == FindingKind::PoolOnlyAndPerObjective
+                    && f.members.contains(&m("west", "pool-id"))
+                    && f.members
+                        .iter()
+                        .all(|mm| mm.cluster == format!("{PROFILE_NS}/west"))
+                    && f.members.len() == 6
+            });
+            if collisions == expected
+                && overlap
+                && pool_and_objective
+                && r.finding_counts.total == 5
+            {
                 Ok(r)
             } else {
                 Err(format!("{:#?}", r.findings))
@@ -375,7 +395,7 @@ async fn planted_fleet_findings_and_spoke_conditions() {
     );
     assert!(overlap.message.contains(POOL), "{}", overlap.message);
     assert_eq!(got.finding_counts.collisions, 3);
-    assert_eq!(got.finding_counts.warnings, 1);
+    assert_eq!(got.finding_counts.warnings, 2);
 
     // Spoke conditions: unreachable, failing credential plugin, RBAC denied.
     let c = wait_condition(&client, UNREACHABLE, "Reachable", ("False", "Unreachable")).await;
@@ -425,6 +445,14 @@ async fn planted_fleet_findings_and_spoke_conditions() {
         "inferenceidentitybindings",
         Some(NS),
         "dup-y",
+    );
+    delete(
+        &west,
+        "kleym.io",
+        "v1alpha1",
+        "inferenceidentitybindings",
+        Some(NS),
+        "pool-id",
     );
     Api::<kleym_api::InferenceIdentityBinding>::namespaced(south.kube_client().await.unwrap(), NS)
         .patch(
