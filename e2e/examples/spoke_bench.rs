@@ -191,6 +191,10 @@ async fn main() {
     let ctx = spoke.context();
     let t = Instant::now();
     let run = tokio::spawn(spoke.run(token.clone()));
+    while !ctx.readiness.is_ready() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let synced = t.elapsed();
     loop {
         if ctx.queue.is_idle()
             && ctx.readiness.is_ready()
@@ -204,7 +208,7 @@ async fn main() {
     let writes = metrics.total_writes();
     let ready = ready_count(&api).await;
     println!(
-        "cold start: {ready}/{n} Ready in {converge:?}; {writes} writes = {:.2} per binding; {} reconciles",
+        "cold start: caches synced after {synced:?}; {ready}/{n} Ready in {converge:?}; {writes} writes = {:.2} per binding; {} reconciles",
         writes as f64 / n as f64,
         metrics.reconciles_total()
     );
@@ -220,11 +224,32 @@ async fn main() {
         .iter()
         .map(|b| b.resource_version().unwrap_or_default())
         .collect();
+    let t = Instant::now();
+    let csid_api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &resource(
+            "spire.spiffe.io",
+            "v1alpha1",
+            "ClusterSPIFFEID",
+            "clusterspiffeids",
+        ),
+    );
+    let listed = csid_api
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .len();
+    println!("list of {listed} ClusterSPIFFEIDs took {:?}", t.elapsed());
     let metrics = Arc::new(SpokeMetrics::default());
     let (token, spoke) = start(client.clone(), metrics.clone());
     let ctx = spoke.context();
     let t = Instant::now();
     let run = tokio::spawn(spoke.run(token.clone()));
+    while !ctx.readiness.is_ready() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let synced = t.elapsed();
     loop {
         if ctx.queue.is_idle()
             && ctx.readiness.is_ready()
@@ -244,7 +269,7 @@ async fn main() {
         .map(|b| b.resource_version().unwrap_or_default())
         .collect();
     println!(
-        "restart resync: {} reconciles in {resync:?}; {} writes; binding resourceVersions unchanged: {}",
+        "restart resync: caches synced after {synced:?}; {} reconciles done after {resync:?}; {} writes; binding resourceVersions unchanged: {}",
         metrics.reconciles_total(),
         metrics.total_writes(),
         rv_before == rv_after

@@ -340,3 +340,100 @@ pub fn conflict_view_differs(peer: &InferenceIdentityBinding, v: &Verdict) -> bo
         || recorded_peers != new_peers
         || recorded_warnings != new_warnings
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use kleym_api::{ConflictPeer, IdentityWarning, InferenceIdentityBindingStatus};
+
+    fn peer(conflict: bool, peers: &[&str], warnings: &[&str]) -> InferenceIdentityBinding {
+        let spec = serde_json::from_value(serde_json::json!({
+            "targetRef": {"name": "chat"},
+            "mode": "PoolOnly",
+            "workloadSelectorTemplates": ["k8s:ns:a", "k8s:sa:s"]
+        }))
+        .unwrap();
+        let mut b = InferenceIdentityBinding::new("p", spec);
+        b.status = Some(InferenceIdentityBindingStatus {
+            conditions: vec![Condition {
+                type_: CONFLICT.into(),
+                status: if conflict { "True" } else { "False" }.into(),
+                reason: "x".into(),
+                message: String::new(),
+                observed_generation: Some(1),
+                last_transition_time: Time(k8s_openapi::jiff::Timestamp::from_second(1).unwrap()),
+            }],
+            conflict_peers: peers
+                .iter()
+                .map(|p| ConflictPeer {
+                    name: p.to_string(),
+                    reason: "IdentityCollision".into(),
+                })
+                .collect(),
+            warnings: warnings
+                .iter()
+                .map(|w| IdentityWarning {
+                    reason: w.to_string(),
+                    message: "m".into(),
+                })
+                .collect(),
+            ..Default::default()
+        });
+        b
+    }
+
+    fn verdict(conflict: bool, peers: &[&str], warnings: &[&str]) -> Verdict {
+        Verdict {
+            output: None,
+            refusal: conflict.then(|| Refusal::new(Reason::IdentityCollision, "m")),
+            computed_spiffe_ids: Vec::new(),
+            rendered_selectors: Vec::new(),
+            conflict_peers: peers
+                .iter()
+                .map(|p| ConflictPeer {
+                    name: p.to_string(),
+                    reason: "IdentityCollision".into(),
+                })
+                .collect(),
+            warnings: warnings
+                .iter()
+                .map(|w| IdentityWarning {
+                    reason: w.to_string(),
+                    message: "m".into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn peer_is_enqueued_only_when_its_namespace_findings_changed() {
+        // Unchanged: no enqueue.
+        assert!(!conflict_view_differs(
+            &peer(true, &["a"], &[]),
+            &verdict(true, &["a"], &[])
+        ));
+        assert!(!conflict_view_differs(
+            &peer(false, &[], &["W"]),
+            &verdict(false, &[], &["W"])
+        ));
+        // Collision appears, resolves, or changes members.
+        assert!(conflict_view_differs(
+            &peer(false, &[], &[]),
+            &verdict(true, &["a"], &[])
+        ));
+        assert!(conflict_view_differs(
+            &peer(true, &["a"], &[]),
+            &verdict(false, &[], &[])
+        ));
+        assert!(conflict_view_differs(
+            &peer(true, &["a"], &[]),
+            &verdict(true, &["a", "b"], &[])
+        ));
+        // A warning naming peers changed.
+        assert!(conflict_view_differs(
+            &peer(false, &[], &["W"]),
+            &verdict(false, &[], &[])
+        ));
+    }
+}

@@ -136,6 +136,16 @@ fn spawn<K>(
                 None => break,
                 Some(Ok(event)) => {
                     for change in cache(&ctx).apply(event) {
+                        // A relist returns unchanged objects: nothing happened to them.
+                        if let Change::Upsert {
+                            old: Some(old),
+                            new,
+                        } = &change
+                            && old.meta().resource_version.is_some()
+                            && old.meta().resource_version == new.meta().resource_version
+                        {
+                            continue;
+                        }
                         handler(&ctx, change);
                     }
                 }
@@ -176,15 +186,7 @@ fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>) {
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
                 .upsert_binding(&key, binding_target(&new));
-            // Our own status writes come back as events: only spec, metadata (deletion,
-            // finalizers) or a first sight need a reconcile.
-            let relevant = old.as_ref().is_none_or(|o| {
-                o.metadata.generation != new.metadata.generation
-                    || o.metadata.deletion_timestamp != new.metadata.deletion_timestamp
-                    || o.metadata.finalizers != new.metadata.finalizers
-                    || o.metadata.uid != new.metadata.uid
-                    || o.status.is_none() != new.status.is_none()
-            });
+            let relevant = binding_change_needs_reconcile(old.as_deref(), &new);
             let own_echo = ctx.binding_overlay.is_own_write(
                 &key.namespace,
                 &key.name,
@@ -208,6 +210,22 @@ fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>) {
             ctx.queue.enqueue_all(peers);
         }
     }
+}
+
+/// Does this version of a binding need a reconcile? Our own status writes come back as
+/// events: only a first sight, a spec change (generation), deletion, finalizer or UID
+/// changes, or a status that vanished need one.
+pub fn binding_change_needs_reconcile(
+    old: Option<&InferenceIdentityBinding>,
+    new: &InferenceIdentityBinding,
+) -> bool {
+    old.is_none_or(|o| {
+        o.metadata.generation != new.metadata.generation
+            || o.metadata.deletion_timestamp != new.metadata.deletion_timestamp
+            || o.metadata.finalizers != new.metadata.finalizers
+            || o.metadata.uid != new.metadata.uid
+            || o.status.is_none() != new.status.is_none()
+    })
 }
 
 /// Bindings in the namespace that recorded `gone` as a conflict peer, or that `gone`
@@ -394,5 +412,65 @@ fn on_namespace(ctx: &Context, change: Change<Namespace>) {
             .unwrap_or_else(|p| p.into_inner())
             .bindings_in_namespace(&ns);
         ctx.queue.enqueue_all(affected);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kleym_api::{ConflictPeer, InferenceIdentityBindingStatus};
+
+    fn binding(generation: i64) -> InferenceIdentityBinding {
+        let spec = serde_json::from_value(serde_json::json!({
+            "targetRef": {"name": "chat"},
+            "containerDiscriminator": {"type": "ContainerName", "value": "c"},
+            "workloadSelectorTemplates": ["k8s:ns:a", "k8s:sa:s"]
+        }))
+        .unwrap();
+        let mut b = InferenceIdentityBinding::new("b", spec);
+        b.metadata.namespace = Some("a".into());
+        b.metadata.generation = Some(generation);
+        b.metadata.uid = Some("u".into());
+        b
+    }
+
+    #[test]
+    fn status_echo_needs_no_reconcile_but_spec_and_deletion_do() {
+        let old = binding(1);
+        assert!(binding_change_needs_reconcile(None, &old), "first sight");
+        let mut with_status = old.clone();
+        with_status.status = Some(InferenceIdentityBindingStatus::default());
+        assert!(
+            binding_change_needs_reconcile(Some(&old), &with_status),
+            "status appeared"
+        );
+        let mut status_changed = with_status.clone();
+        status_changed.status.as_mut().unwrap().conflict_peers = vec![ConflictPeer {
+            name: "x".into(),
+            reason: "IdentityCollision".into(),
+        }];
+        assert!(
+            !binding_change_needs_reconcile(Some(&with_status), &status_changed),
+            "a status update (ours) alone"
+        );
+        let mut labels_only = with_status.clone();
+        labels_only.metadata.labels = Some([("team".to_string(), "x".to_string())].into());
+        assert!(!binding_change_needs_reconcile(
+            Some(&with_status),
+            &labels_only
+        ));
+        assert!(
+            binding_change_needs_reconcile(Some(&with_status), &binding(2)),
+            "spec"
+        );
+        let mut deleting = with_status.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(5).unwrap(),
+            ));
+        assert!(binding_change_needs_reconcile(
+            Some(&with_status),
+            &deleting
+        ));
     }
 }
