@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kleym_api::external::objective::llmd;
 use kleym_api::external::pool::v1 as pool_v1;
@@ -402,6 +403,26 @@ async fn environment_converges_collides_resolves_deletes_and_restarts_without_wr
         let b = wait_ready(&bindings, name, "True").await;
         assert!(b.status.as_ref().unwrap().conflict_peers.is_empty());
     }
+    // Events (events.k8s.io/v1) for the collision and its resolution, on chat-id.
+    let events: Api<Event> = Api::namespaced(client.clone(), NS);
+    eventually("collision and resolution events", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        let reasons: Vec<(String, String)> = list
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("chat-id"))
+            .map(|e| {
+                (
+                    e.type_.clone().unwrap_or_default(),
+                    e.reason.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let has = |t: &str, r: &str| reasons.iter().any(|(a, b)| a == t && b == r);
+        (has("Warning", "IdentityCollision") && has("Normal", "IdentityCollisionResolved"))
+            .then_some(())
+    })
+    .await;
 
     // Deleting a binding removes its ClusterSPIFFEID, then the binding itself goes.
     let code_name = cluster_spiffe_id_name(NS, "code-id");
@@ -563,26 +584,6 @@ async fn operator_client(cluster: &ClusterHandle, admin: &Client, role: Value) -
         .chain([role])
         .chain(load_yaml_docs("deploy/spoke/clusterrolebinding.yaml"))
     {
-        create_manifest(admin, &doc).await;
-    }
-    // Stand-in for kube-apiserver's default `system:discovery` binding (discovery for every
-    // authenticated user), in case the simulator's bootstrap roles are missing; it grants
-    // only non-resource discovery paths, nothing of the operator's resources.
-    for doc in [
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": "test-discovery"},
-            "rules": [{"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*"], "verbs": ["get"]}]
-        }),
-        json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "test-discovery"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "test-discovery"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]
-        }),
-    ] {
         create_manifest(admin, &doc).await;
     }
     let token = cluster
