@@ -59,12 +59,14 @@ pub enum Command {
     Hub(Box<hub::Args>),
     /// Print the fleet's identity findings (collisions, duplicate IDs, cross-cluster drift,
     /// warnings); exit 1 when findings at or above --fail-on exist.
-    #[command(long_about = "Print the fleet's identity findings as a table grouped by finding \
+    #[command(
+        long_about = "Print the fleet's identity findings as a table grouped by finding \
         (kind, severity, SPIFFE ID, members, what to change), or as JSON/YAML with -o.\n\n\
         Reads the FleetIdentityReport from the hub cluster (--kubeconfig/--context, else \
         KUBECONFIG or ~/.kube/config, else in-cluster), the full report from the hub API with \
         --server URL --token-file F [--ca-file F], or a saved report with --file.\n\n\
-        Exit status: 0 no findings at or above --fail-on, 1 such findings exist, 2 error.")]
+        Exit status: 0 no findings at or above --fail-on, 1 such findings exist, 2 error."
+    )]
     Report(report::Args),
     /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`, `token-request`.
     Credential(credential::Args),
