@@ -212,6 +212,11 @@ async fn main() {
         writes as f64 / n as f64,
         metrics.reconciles_total()
     );
+    println!(
+        "  mean reconcile (incl. its API writes): {:?}",
+        metrics.reconcile_time_total()
+            / u32::try_from(metrics.reconciles_total().max(1)).unwrap_or(u32::MAX)
+    );
     token.cancel();
     let _ = run.await;
 
@@ -273,6 +278,11 @@ async fn main() {
         metrics.reconciles_total(),
         metrics.total_writes(),
         rv_before == rv_after
+    );
+    println!(
+        "  mean reconcile: {:?}",
+        metrics.reconcile_time_total()
+            / u32::try_from(metrics.reconciles_total().max(1)).unwrap_or(u32::MAX)
     );
     token.cancel();
     let _ = run.await;

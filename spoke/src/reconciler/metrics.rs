@@ -67,6 +67,7 @@ pub struct SpokeMetrics {
     per_binding: Mutex<HashMap<ObjectKey, String>>,
     reconciles_total: AtomicU64,
     failures_total: AtomicU64,
+    reconcile_nanos_total: AtomicU64,
 }
 
 impl Default for SpokeMetrics {
@@ -82,6 +83,7 @@ impl Default for SpokeMetrics {
             per_binding: Mutex::new(HashMap::new()),
             reconciles_total: AtomicU64::new(0),
             failures_total: AtomicU64::new(0),
+            reconcile_nanos_total: AtomicU64::new(0),
         }
     }
 }
@@ -128,6 +130,10 @@ impl SpokeMetrics {
     pub fn observe_reconcile(&self, elapsed: Duration, error_category: Option<&str>) {
         self.duration.observe(elapsed.as_secs_f64());
         self.reconciles_total.fetch_add(1, Ordering::Relaxed);
+        self.reconcile_nanos_total.fetch_add(
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
         if error_category.is_some() {
             self.failures_total.fetch_add(1, Ordering::Relaxed);
         }
@@ -211,6 +217,11 @@ impl SpokeMetrics {
     /// Reconciles so far (all results).
     pub fn reconciles_total(&self) -> u64 {
         self.reconciles_total.load(Ordering::Relaxed)
+    }
+
+    /// Time spent in reconciles so far (sum over all reconciles, including API writes).
+    pub fn reconcile_time_total(&self) -> Duration {
+        Duration::from_nanos(self.reconcile_nanos_total.load(Ordering::Relaxed))
     }
 
     /// Failed reconciles so far (all categories).
