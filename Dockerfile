@@ -8,7 +8,7 @@
 # --- build ---------------------------------------------------------------------------------
 FROM rust:1.89-bookworm AS build
 WORKDIR /src
-# The workspace manifests first, so dependency builds are cached across source changes.
+# Cache mounts keep the registry and target dir between builds (BuildKit).
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \

@@ -16,6 +16,7 @@ use kleym_e2e::fleet::upstream_crds_dir;
 use kleym_hub::fleet::runtime::serve_health;
 use kleym_hub::fleet::state::Phase;
 use kleym_hub::report::FullReport;
+use kleym_hub::status::{StatusLoopOptions, WriterOptions, run_status_loop};
 use serde_json::Value;
 
 /// What the demo does.
@@ -142,6 +143,26 @@ pub async fn run(opts: &Options, plugin: &setup::PluginCommand) -> Result<(), De
         listener,
         hub.handle.readiness.clone(),
         hub.handle.registry.clone(),
+        hub.shutdown.clone(),
+    ));
+    // The hub's status writers: ClusterIdentityStatus per spoke, FleetIdentityReport `fleet`.
+    let status_client = fleet
+        .hub
+        .kube_client()
+        .await
+        .map_err(|e| DemoError::Setup(e.to_string()))?;
+    tokio::spawn(run_status_loop(
+        status_client,
+        hub.handle.state.clone(),
+        StatusLoopOptions {
+            writer: WriterOptions {
+                min_interval: Duration::from_millis(500),
+                ..WriterOptions::default()
+            },
+            min_rebuild: Duration::from_millis(200),
+            tick: Duration::from_secs(2),
+            ..StatusLoopOptions::default()
+        },
         hub.shutdown.clone(),
     ));
     println!("  kleym hub running (health and metrics on http://{hub_addr})\n");
