@@ -36,7 +36,11 @@ fn demo_converges_and_reports_exactly_the_planted_findings() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    assert!(stdout.contains("FLEET REPORT: 3 clusters"), "{stdout}");
+    assert!(
+        stdout.contains("Clusters: 3 (2 ready, 0 unhealthy)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("exactly the planted findings"), "{stdout}");
 
     let report: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("report.json")).unwrap())
