@@ -3,8 +3,9 @@
 
 pub mod access;
 pub mod credentials;
-pub mod http;
 pub mod fleet;
+pub mod http;
+pub mod hub_view;
 pub mod inventory;
 pub mod leader;
 pub mod report;

@@ -1,6 +1,8 @@
 //! The hub process's machinery as a library, so `kleym hub`, the end-to-end tests and
-//! `fleet-bench` run the same code: flags ([`HubArgs`]), [`start_hub`] (leader election,
-//! inventory watch, supervisor, metrics) and the minimal health server [`serve_health`].
+//! `fleet-bench` run the same code: flags ([`HubArgs`]), [`start_hub_with`] (leader
+//! election, inventory watch, supervisor, status writers, metrics), the hub API
+//! ([`api_router`], served on `--api-addr`) and the plain-HTTP health server
+//! ([`health_router`], on `--metrics-addr`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -23,8 +25,12 @@ use crate::access::{AccessFlags, SelectOptions};
 use crate::credentials::{
     CacheOptions, ClientOptions, CredentialCache, CredentialMetrics, ExecOptions,
 };
+use crate::http::auth::{ApiAuth, KubeReviewer};
+use crate::http::{ApiArgs, ApiMetrics, ApiState, HubView};
+use crate::hub_view::{FleetCollector, FleetHubView, LeaderInfo, observe_lease};
 use crate::inventory::{InventoryEvent, InventoryOptions, WatchOptions, watch};
 use crate::leader::{self, LeaderOptions};
+use crate::status::{StatusLoopOptions, run_status_loop};
 
 /// Log output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -92,9 +98,16 @@ pub struct HubArgs {
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=3600))]
     pub lease_duration_seconds: u64,
 
-    /// Address serving `/healthz`, `/readyz` and `/metrics`.
+    /// Address serving `/healthz`, `/readyz` and `/metrics` over plain HTTP (for probes and
+    /// scrapers; no `/v1`). The same three paths and the authenticated `/v1/*` are also
+    /// served on `--api-addr`.
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     pub metrics_addr: SocketAddr,
+
+    /// The hub API (`--api-addr`, TLS, auth). Without `--tls-cert-file`/`--tls-key-file`
+    /// or `--api-insecure-http` the API listener is not started (a warning is logged).
+    #[command(flatten)]
+    pub api: ApiArgs,
 
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
@@ -235,8 +248,8 @@ pub async fn hub_client(args: &HubArgs) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("building the hub client")
 }
 
-/// What `/readyz` reports: the inventory has been listed once.
-#[derive(Clone, Default)]
+/// Whether the ClusterProfile inventory has been listed once (one input of `/readyz`).
+#[derive(Clone, Debug, Default)]
 pub struct HubReadiness(Arc<AtomicBool>);
 
 impl HubReadiness {
@@ -250,14 +263,26 @@ impl HubReadiness {
     }
 }
 
+/// What [`start_hub_with`] runs besides the supervisor.
+#[derive(Debug, Clone, Default)]
+pub struct HubStartOptions {
+    /// Run the status loop (writes `ClusterIdentityStatus` and `FleetIdentityReport` while
+    /// leading) with these options; `None` leaves status writing to the caller.
+    pub status: Option<StatusLoopOptions>,
+}
+
 /// The running pieces of a hub, for in-process use (tests, benchmarks).
 pub struct HubHandle {
     /// Published fleet state.
     pub state: FleetState,
-    /// Readiness.
+    /// Inventory listed once.
     pub readiness: HubReadiness,
-    /// Metrics registry (credential and fleet metrics).
+    /// What the HTTP API serves (report, clusters, readiness, leadership).
+    pub view: Arc<FleetHubView>,
+    /// Metrics registry: credential, fleet, per-spoke/findings and API metrics.
     pub registry: Arc<Registry>,
+    /// The API's metrics (registered on [`HubHandle::registry`]).
+    pub api_metrics: ApiMetrics,
     /// Credential cache (exec counts are in its metrics).
     pub credentials: Arc<CredentialCache>,
     /// Ends when the hub stopped.
@@ -265,10 +290,22 @@ pub struct HubHandle {
 }
 
 /// Starts the hub's fleet machinery (leader election, inventory watch, supervisor) on
-/// `client` without the HTTP server; it stops when `shutdown` fires.
+/// `client` without the HTTP server and without the status loop; it stops when `shutdown`
+/// fires. See [`start_hub_with`].
 pub fn start_hub(
     args: &HubArgs,
     client: kube::Client,
+    shutdown: CancellationToken,
+) -> anyhow::Result<HubHandle> {
+    start_hub_with(args, client, HubStartOptions::default(), shutdown)
+}
+
+/// [`start_hub`] plus what `options` asks for (the status loop); `kleym hub` runs this with
+/// the status loop on.
+pub fn start_hub_with(
+    args: &HubArgs,
+    client: kube::Client,
+    options: HubStartOptions,
     shutdown: CancellationToken,
 ) -> anyhow::Result<HubHandle> {
     let providers = Arc::new(
@@ -279,6 +316,7 @@ pub fn start_hub(
     let mut registry = Registry::default();
     let cred_metrics = CredentialMetrics::register(&mut registry);
     let fleet_metrics = FleetMetrics::register(&mut registry);
+    let api_metrics = ApiMetrics::register(&mut registry);
     let credentials = Arc::new(CredentialCache::new(args.cache_options(), cred_metrics));
     let state = FleetState::new();
     let supervisor = Supervisor::new(
@@ -287,13 +325,40 @@ pub fn start_hub(
         credentials.clone(),
         state.clone(),
     );
-    let (leader_rx, election) = if args.leader_elect {
-        let (rx, h) = leader::spawn(client.clone(), args.leader_options(), shutdown.clone());
-        (rx, Some(h))
+    registry.register_collector(Box::new(FleetCollector::new(state.clone())));
+    let (leader_rx, election, leader_info) = if args.leader_elect {
+        let opts = args.leader_options();
+        let info = LeaderInfo::default();
+        // The election only says whether *we* lead; followers also need the holder's name
+        // (named in their 503) and `/readyz` needs to know leadership is settled.
+        tokio::spawn(observe_lease(
+            client.clone(),
+            opts.namespace.clone(),
+            opts.lease_name.clone(),
+            opts.retry_period,
+            info.clone(),
+            shutdown.clone(),
+        ));
+        let (rx, h) = leader::spawn(client.clone(), opts, shutdown.clone());
+        (rx, Some(h), info)
     } else {
-        (leader::always_leader(), None)
+        (leader::always_leader(), None, LeaderInfo::always_leader())
     };
     let readiness = HubReadiness::default();
+    let view = Arc::new(FleetHubView::new(
+        state.clone(),
+        readiness.clone(),
+        leader_info,
+    ));
+    // The loop writes only while `state.is_leader()`, which the supervisor keeps current.
+    let status = options.status.map(|o| {
+        tokio::spawn(run_status_loop(
+            client.clone(),
+            state.clone(),
+            o,
+            shutdown.clone(),
+        ))
+    });
     let ready = readiness.clone();
     let events = watch(client, &args.watch_options()).inspect(move |ev| {
         if matches!(ev, InventoryEvent::Resynced(_)) {
@@ -303,6 +368,9 @@ pub fn start_hub(
     tokio::spawn(fleet_metrics.follow(state.clone(), Duration::from_millis(500)));
     let task = tokio::spawn(async move {
         supervisor.run(events, leader_rx, shutdown).await;
+        if let Some(h) = status {
+            let _ = h.await;
+        }
         // Releases the lease after every spoke task stopped.
         if let Some(h) = election {
             let _ = h.await;
@@ -311,30 +379,146 @@ pub fn start_hub(
     Ok(HubHandle {
         state,
         readiness,
+        view,
         registry: Arc::new(registry),
+        api_metrics,
         credentials,
         task,
     })
 }
 
-/// Runs the hub (fleet machinery plus the health/metrics server) until `shutdown`.
+/// The hub API router (`/healthz`, `/readyz`, `/metrics`, `/v1/*`) over `hub`, reviewing
+/// callers' tokens with `client` (the hub cluster) as `api` configures.
+pub fn api_router(hub: &HubHandle, api: &ApiArgs, client: kube::Client) -> Router {
+    let view: Arc<dyn HubView> = hub.view.clone();
+    let auth = ApiAuth::new(
+        api.auth_config(),
+        Arc::new(KubeReviewer::new(client)),
+        hub.api_metrics.clone(),
+    );
+    crate::http::router(ApiState {
+        view,
+        registry: hub.registry.clone(),
+        auth,
+        metrics: hub.api_metrics.clone(),
+    })
+}
+
+/// `/healthz`, `/readyz` (the API's readiness: inventory synced and leadership known) and
+/// `/metrics` only, for the plain-HTTP `--metrics-addr` listener.
+pub fn health_router(hub: &HubHandle) -> Router {
+    #[derive(Clone)]
+    struct S {
+        view: Arc<FleetHubView>,
+        registry: Arc<Registry>,
+    }
+    async fn readyz(State(s): State<S>) -> axum::response::Response {
+        let r = s.view.ready();
+        if r.is_ready() {
+            (StatusCode::OK, "ok").into_response()
+        } else {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(serde_json::json!({"reason": "NotReady", "readiness": r})),
+            )
+                .into_response()
+        }
+    }
+    async fn metrics(State(s): State<S>) -> axum::response::Response {
+        encode_metrics(&s.registry)
+    }
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(S {
+            view: hub.view.clone(),
+            registry: hub.registry.clone(),
+        })
+}
+
+fn encode_metrics(registry: &Registry) -> axum::response::Response {
+    let mut out = String::new();
+    match prometheus_client::encoding::text::encode(&mut out, registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            out,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Runs the hub (fleet machinery, status writers, the health/metrics server on
+/// `--metrics-addr` and the hub API on `--api-addr`) until `shutdown`.
 pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let client = hub_client(args).await?;
-    let hub = start_hub(args, client, shutdown.clone())?;
+    // TLS problems (unreadable files) are fatal before anything starts; a missing TLS
+    // configuration disables only the API listener.
+    let tls = match args.api.tls() {
+        Ok(tls) => Some(tls),
+        Err(crate::http::HttpError::Config(msg)) => {
+            tracing::warn!("hub API (/v1) disabled: {msg}");
+            None
+        }
+        Err(e) => return Err(e).context("hub API TLS configuration"),
+    };
+    let api_listener = match &tls {
+        Some(_) => Some(
+            tokio::net::TcpListener::bind(args.api.api_addr)
+                .await
+                .with_context(|| format!("binding --api-addr {}", args.api.api_addr))?,
+        ),
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
-    tracing::info!(addr = %args.metrics_addr, leader_elect = args.leader_elect, "kleym hub starting");
-    let http = tokio::spawn(serve_health(
-        listener,
-        hub.readiness.clone(),
-        hub.registry.clone(),
+    let hub = start_hub_with(
+        args,
+        client.clone(),
+        HubStartOptions {
+            status: Some(StatusLoopOptions::default()),
+        },
         shutdown.clone(),
-    ));
+    )?;
+    tracing::info!(
+        metrics_addr = %args.metrics_addr,
+        api_addr = ?api_listener.as_ref().map(|_| args.api.api_addr),
+        api_auth_mode = ?args.api.auth_mode(),
+        leader_elect = args.leader_elect,
+        "kleym hub starting"
+    );
+    let health_app = health_router(&hub);
+    let health_shutdown = shutdown.clone();
+    let health = tokio::spawn(async move {
+        axum::serve(listener, health_app)
+            .with_graceful_shutdown(async move { health_shutdown.cancelled().await })
+            .await
+    });
+    let api = match (api_listener, tls) {
+        (Some(l), Some(tls)) => {
+            let app = api_router(&hub, &args.api, client);
+            let api_shutdown = shutdown.clone();
+            Some(tokio::spawn(crate::http::serve(l, app, tls, async move {
+                api_shutdown.cancelled().await
+            })))
+        }
+        _ => None,
+    };
     let _ = hub.task.await;
     shutdown.cancel();
-    if let Ok(Err(err)) = http.await {
+    if let Ok(Err(err)) = health.await {
         tracing::warn!(error = %err, "health server failed");
+    }
+    if let Some(api) = api
+        && let Ok(Err(err)) = api.await
+    {
+        tracing::warn!(error = %err, "hub API server failed");
     }
     tracing::info!("kleym hub stopped");
     Ok(())
@@ -346,7 +530,8 @@ struct HttpState {
     registry: Arc<Registry>,
 }
 
-/// The minimal `/healthz`, `/readyz`, `/metrics` server (replaceable by the full HTTP API).
+/// A standalone `/healthz`, `/readyz` (inventory listed once), `/metrics` server (used by the
+/// demo; `kleym hub` itself serves [`health_router`] and [`api_router`]).
 pub async fn serve_health(
     listener: tokio::net::TcpListener,
     readiness: HubReadiness,

@@ -1,0 +1,371 @@
+//! The real hub's [`HubView`] (what the HTTP API serves) over the supervisor's
+//! [`FleetState`], the inventory-synced flag and leader election, plus the scrape-time
+//! metrics collector of per-spoke state and findings.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kleym_api::fleet::FindingKind;
+use kleym_spoke::reconciler::CancellationToken;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use serde_json::{Value, json};
+
+use crate::fleet::runtime::HubReadiness;
+use crate::fleet::state::FleetState;
+use crate::http::{HubView, LeaderState, Readiness};
+use crate::report::{FullReport, SpokeObservation, cluster_status};
+
+/// What this replica knows of the Lease holder.
+#[derive(Debug, Clone, Default)]
+pub struct LeaderInfo {
+    inner: Arc<RwLock<LeaderInfoState>>,
+}
+
+#[derive(Debug, Default)]
+struct LeaderInfoState {
+    /// Election disabled: this replica always leads.
+    always: bool,
+    /// The Lease holder last read (`None`: not read yet, absent, or released).
+    holder: Option<String>,
+}
+
+impl LeaderInfo {
+    /// Leader election is disabled: leadership is known and this replica leads.
+    pub fn always_leader() -> Self {
+        let info = Self::default();
+        info.write().always = true;
+        info
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, LeaderInfoState> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, LeaderInfoState> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the holder read from the Lease.
+    pub fn set_holder(&self, holder: Option<String>) {
+        self.write().holder = holder.filter(|h| !h.is_empty());
+    }
+
+    /// The holder last read.
+    pub fn holder(&self) -> Option<String> {
+        self.read().holder.clone()
+    }
+
+    fn always(&self) -> bool {
+        self.read().always
+    }
+}
+
+/// Reads the Lease `namespace/name` every `period` until `shutdown`, recording its holder
+/// into `info` (so a follower can name the leader and `/readyz` knows leadership).
+pub async fn observe_lease(
+    client: kube::Client,
+    namespace: String,
+    name: String,
+    period: Duration,
+    info: LeaderInfo,
+    shutdown: CancellationToken,
+) {
+    let api: kube::Api<Lease> = kube::Api::namespaced(client, &namespace);
+    loop {
+        match api.get_opt(&name).await {
+            Ok(lease) => {
+                info.set_holder(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity))
+            }
+            // Keep the last holder: a transient error does not make leadership unknown.
+            Err(e) => tracing::debug!(error = %e, lease = %name, "reading the leader Lease failed"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+        }
+    }
+}
+
+/// [`HubView`] over the running hub.
+#[derive(Debug, Clone)]
+pub struct FleetHubView {
+    state: FleetState,
+    inventory: HubReadiness,
+    leader: LeaderInfo,
+}
+
+impl FleetHubView {
+    /// A view of `state`, ready once `inventory` synced and `leader` is known.
+    pub fn new(state: FleetState, inventory: HubReadiness, leader: LeaderInfo) -> Self {
+        Self {
+            state,
+            inventory,
+            leader,
+        }
+    }
+
+    fn cluster_value(
+        s: &crate::fleet::state::SpokeState,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Value {
+        let (namespace, name) = s.name.split_once('/').unwrap_or(("", s.name.as_str()));
+        let obs = SpokeObservation::from(s);
+        json!({
+            "cluster": s.name,
+            "namespace": namespace,
+            "name": name,
+            "phase": s.phase.as_str(),
+            "consecutiveFailures": s.consecutive_failures,
+            "status": cluster_status(&obs, now, None),
+        })
+    }
+}
+
+impl HubView for FleetHubView {
+    fn report(&self) -> Value {
+        let report = FullReport::from_fleet(&self.state, chrono::Utc::now());
+        serde_json::to_value(report).unwrap_or_else(|e| json!({"error": e.to_string()}))
+    }
+
+    fn clusters(&self) -> Vec<Value> {
+        let now = chrono::Utc::now();
+        self.state
+            .spokes()
+            .iter()
+            .map(|s| Self::cluster_value(s, now))
+            .collect()
+    }
+
+    fn cluster(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.state
+            .get(&format!("{namespace}/{name}"))
+            .map(|s| Self::cluster_value(&s, chrono::Utc::now()))
+    }
+
+    fn ready(&self) -> Readiness {
+        let l = self.leader();
+        Readiness {
+            inventory_synced: self.inventory.is_ready(),
+            leadership_known: l.is_leader || l.leader_identity.is_some(),
+        }
+    }
+
+    fn leader(&self) -> LeaderState {
+        if self.leader.always() {
+            return LeaderState {
+                is_leader: true,
+                leader_identity: None,
+            };
+        }
+        LeaderState {
+            is_leader: self.state.is_leader(),
+            leader_identity: self.leader.holder(),
+        }
+    }
+}
+
+/// `cluster`, `phase` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SpokePhaseLabels {
+    cluster: String,
+    phase: String,
+}
+
+/// `cluster` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    cluster: String,
+}
+
+/// `kind` label.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+/// Per-spoke and findings gauges computed from [`FleetState`] at scrape time (so a removed
+/// spoke's series disappear with it):
+/// `kleym_hub_spoke_phase{cluster,phase}` (1 for the current phase),
+/// `kleym_hub_spoke_last_sync_timestamp_seconds{cluster}`,
+/// `kleym_hub_spoke_consecutive_failures{cluster}`, `kleym_hub_spoke_bindings{cluster}` and
+/// `kleym_hub_findings{kind}` (every kind, zeros included).
+#[derive(Debug, Clone)]
+pub struct FleetCollector {
+    state: FleetState,
+}
+
+impl FleetCollector {
+    /// A collector of `state`.
+    pub fn new(state: FleetState) -> Self {
+        Self { state }
+    }
+}
+
+fn encode_family<L>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    family: &Family<L, Gauge>,
+) -> Result<(), std::fmt::Error>
+where
+    L: EncodeLabelSet + Clone + std::hash::Hash + Eq + std::fmt::Debug,
+{
+    let metric = encoder.encode_descriptor(name, help, None, family.metric_type())?;
+    family.encode(metric)
+}
+
+impl Collector for FleetCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let spokes = self.state.spokes();
+        let phase = Family::<SpokePhaseLabels, Gauge>::default();
+        let last_sync = Family::<ClusterLabels, Gauge>::default();
+        let failures = Family::<ClusterLabels, Gauge>::default();
+        let bindings = Family::<ClusterLabels, Gauge>::default();
+        for s in &spokes {
+            let cluster = ClusterLabels {
+                cluster: s.name.clone(),
+            };
+            phase
+                .get_or_create(&SpokePhaseLabels {
+                    cluster: s.name.clone(),
+                    phase: s.phase.as_str().to_string(),
+                })
+                .set(1);
+            if let Some(t) = s.last_sync {
+                last_sync.get_or_create(&cluster).set(t.timestamp());
+            }
+            failures
+                .get_or_create(&cluster)
+                .set(i64::from(s.consecutive_failures));
+            bindings
+                .get_or_create(&cluster)
+                .set(i64::try_from(s.bindings.len()).unwrap_or(i64::MAX));
+        }
+        let observations: Vec<SpokeObservation> =
+            spokes.iter().map(SpokeObservation::from).collect();
+        let findings = crate::report::analyze(&observations);
+        let by_kind = Family::<KindLabels, Gauge>::default();
+        for kind in FindingKind::ALL {
+            let n = findings.iter().filter(|f| f.kind == kind).count();
+            by_kind
+                .get_or_create(&KindLabels {
+                    kind: kind.as_str().to_string(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        encode_family(
+            &mut encoder,
+            "kleym_hub_spoke_phase",
+            "1 for each spoke's current phase",
+            &phase,
+        )?;
+        encode_family(
+            &mut encoder,
+            "kleym_hub_spoke_last_sync_timestamp_seconds",
+            "Unix time of each spoke's last successful sync",
+            &last_sync,
+        )?;
+        encode_family(
+            &mut encoder,
+            "kleym_hub_spoke_consecutive_failures",
+            "Consecutive failed attempts of each spoke",
+            &failures,
+        )?;
+        encode_family(
+            &mut encoder,
+            "kleym_hub_spoke_bindings",
+            "InferenceIdentityBindings observed in each spoke",
+            &bindings,
+        )?;
+        encode_family(
+            &mut encoder,
+            "kleym_hub_findings",
+            "Current fleet report findings by kind",
+            &by_kind,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::state::Phase;
+
+    fn fleet() -> FleetState {
+        let state = FleetState::new();
+        state.update("fleet/a", |s| {
+            s.phase = Phase::Engaged;
+            s.last_sync = chrono::DateTime::from_timestamp(1_700_000_000, 0);
+        });
+        state.update("fleet/b", |s| {
+            s.phase = Phase::BackingOff;
+            s.consecutive_failures = 3;
+        });
+        state
+    }
+
+    #[test]
+    fn ready_needs_inventory_and_known_leadership() {
+        let state = fleet();
+        let inventory = HubReadiness::default();
+        let leader = LeaderInfo::default();
+        let view = FleetHubView::new(state.clone(), inventory.clone(), leader.clone());
+        assert_eq!(view.ready(), Readiness::default());
+        assert!(!view.leader().is_leader);
+        leader.set_holder(Some("other-replica".into()));
+        let l = view.leader();
+        assert!(!l.is_leader);
+        assert_eq!(l.leader_identity.as_deref(), Some("other-replica"));
+        assert!(view.ready().leadership_known);
+        assert!(!view.ready().inventory_synced);
+        leader.set_holder(None);
+        state.set_leader(true);
+        assert!(view.ready().leadership_known && view.leader().is_leader);
+        let always = FleetHubView::new(state, inventory, LeaderInfo::always_leader());
+        assert!(always.leader().is_leader);
+    }
+
+    #[test]
+    fn clusters_and_report_come_from_the_fleet_state() {
+        let view = FleetHubView::new(fleet(), HubReadiness::default(), LeaderInfo::default());
+        let clusters = view.clusters();
+        assert_eq!(clusters.len(), 2);
+        assert_eq!(clusters[0]["cluster"], "fleet/a");
+        assert_eq!(clusters[1]["phase"], "BackingOff");
+        let b = view.cluster("fleet", "b").unwrap();
+        assert_eq!(b["name"], "b");
+        assert_eq!(b["consecutiveFailures"], 3);
+        assert!(b["status"]["conditions"].is_array(), "{b}");
+        assert!(view.cluster("fleet", "c").is_none());
+        let report = view.report();
+        assert_eq!(report["clusters"]["total"], 2, "{report}");
+        assert_eq!(report["spokes"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn collector_exposes_per_spoke_series_and_findings_by_kind() {
+        let state = fleet();
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(FleetCollector::new(state.clone())));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        assert!(
+            out.contains("kleym_hub_spoke_phase{cluster=\"fleet/a\",phase=\"Engaged\"} 1"),
+            "{out}"
+        );
+        assert!(out.contains(
+            "kleym_hub_spoke_last_sync_timestamp_seconds{cluster=\"fleet/a\"} 1700000000"
+        ));
+        assert!(out.contains("kleym_hub_spoke_consecutive_failures{cluster=\"fleet/b\"} 3"));
+        assert!(out.contains("kleym_hub_findings{kind=\"CrossClusterDrift\"} 0"));
+        // A removed spoke's series go with it.
+        state.remove("fleet/b");
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        assert!(!out.contains("fleet/b"), "{out}");
+    }
+}
