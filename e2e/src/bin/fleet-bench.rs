@@ -4,14 +4,14 @@
 //! namespace, a pool and M objectives; register one ClusterProfile per spoke (plugin: a
 //! static-token script); start the hub and wait until every spoke is engaged; then create
 //! M bindings per spoke and measure, per binding, the time from its creation to its
-//! ClusterSPIFFEID appearing (stores polled in-process every 20 ms, so latencies are ±20 ms).
+//! ClusterSPIFFEID appearing (seen through an in-process watch on each spoke's store).
 //!
 //! Reports: time to engage, time to converge, p50/p99/max binding→ClusterSPIFFEID latency,
 //! peak RSS (VmHWM of *this* process, which holds kubesim's N+1 API servers and the hub),
 //! API requests per spoke (counted by an authenticator on each spoke) and credential-plugin
 //! execs per spoke.
 
-use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,7 @@ use kleym_e2e::fleet::harness::{FleetHarness, wait_for};
 use kleym_e2e::fleet::plugins::{count_runs, static_token_plugin};
 use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
 use kleym_hub::fleet::Phase;
+use kubesim_store::WatchOptions;
 use serde_json::json;
 
 /// fleet-bench: hub convergence over N spokes × M bindings on kubesim.
@@ -178,54 +179,72 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let requests_engage: Vec<u64> = counters.iter().map(|c| c.count()).collect();
     println!("time to engage {n} spokes: {time_to_engage:.1?}");
 
-    // Create every binding, interleaved across spokes; remember when each was created.
+    // Watch every spoke's ClusterSPIFFEIDs (in-process store watch: exact arrival times, no
+    // polling load), then create every binding, interleaved across spokes.
     let stores: Vec<_> = names.iter().map(|nm| f.spoke(nm).store()).collect();
+    let index: Arc<HashMap<String, usize>> =
+        Arc::new((0..m).map(|i| (env::csid_name(i), i)).collect());
+    let mut watchers = Vec::with_capacity(n);
+    for store in &stores {
+        let res = store
+            .resolve("spire.spiffe.io", "v1alpha1", "clusterspiffeids")
+            .ok_or_else(|| anyhow::anyhow!("ClusterSPIFFEIDs not served"))?;
+        let opts = WatchOptions {
+            resource_version: Some(store.current_resource_version().to_string()),
+            ..WatchOptions::default()
+        };
+        let mut stream = store
+            .watch(&res, None, &opts)
+            .map_err(|e| anyhow::anyhow!("watch: {}", e.message))?;
+        let index = index.clone();
+        watchers.push(tokio::spawn(async move {
+            let mut seen: Vec<Option<Instant>> = vec![None; m];
+            let mut left = m;
+            let deadline = tokio::time::Instant::now() + limit;
+            while left > 0 {
+                match tokio::time::timeout_at(deadline, stream.next()).await {
+                    Ok(Some(ev)) if ev.event_type == "ADDED" => {
+                        let name = ev.object["metadata"]["name"].as_str().unwrap_or_default();
+                        if let Some(&i) = index.get(name)
+                            && seen[i].is_none()
+                        {
+                            seen[i] = Some(Instant::now());
+                            left -= 1;
+                        }
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            seen
+        }));
+    }
     let mut created = vec![vec![None::<Instant>; m]; n];
-    let mut seen = vec![vec![None::<Instant>; m]; n];
-    let csid_names: Vec<String> = (0..m).map(env::csid_name).collect();
     let first_create = Instant::now();
     for i in 0..m {
-        for (s, store) in stores.iter().enumerate() {
+        for (store, row) in stores.iter().zip(created.iter_mut()) {
             env::create_bindings(store, i..i + 1).map_err(anyhow::Error::msg)?;
-            created[s][i] = Some(Instant::now());
+            row[i] = Some(Instant::now());
         }
     }
     let create_time = first_create.elapsed();
-    let mut pending: BTreeSet<usize> = (0..n).collect();
-    let deadline = Instant::now() + limit;
-    while !pending.is_empty() {
-        if Instant::now() > deadline {
-            anyhow::bail!("{} spokes did not converge within {limit:?}", pending.len());
-        }
-        let now = Instant::now();
-        let mut done = Vec::new();
-        for &s in &pending {
-            let present = env::csid_names(&stores[s]);
-            let mut all = true;
-            for (i, name) in csid_names.iter().enumerate() {
-                if seen[s][i].is_none() {
-                    if present.contains(name) {
-                        seen[s][i] = Some(now);
-                    } else {
-                        all = false;
-                    }
-                }
-            }
-            if all {
-                done.push(s);
-            }
-        }
-        for s in done {
-            pending.remove(&s);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut seen = Vec::with_capacity(n);
+    for w in watchers {
+        seen.push(w.await?);
     }
-    let converge = first_create.elapsed();
+    let last_seen = seen.iter().flatten().flatten().max().copied();
+    let converge = last_seen
+        .map(|t| t.saturating_duration_since(first_create))
+        .unwrap_or_default();
+    let missing = seen.iter().flatten().filter(|s| s.is_none()).count();
+    if missing > 0 {
+        println!("{missing} bindings got no ClusterSPIFFEID within {limit:?}");
+    }
     let mut lat: Vec<Duration> = Vec::with_capacity(n * m);
-    for s in 0..n {
-        for i in 0..m {
-            if let (Some(c), Some(v)) = (created[s][i], seen[s][i]) {
-                lat.push(v.saturating_duration_since(c));
+    for (c_row, s_row) in created.iter().zip(&seen) {
+        for (c, v) in c_row.iter().zip(s_row) {
+            if let (Some(c), Some(v)) = (c, v) {
+                lat.push(v.saturating_duration_since(*c));
             }
         }
     }
@@ -238,7 +257,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "time to converge (first binding created -> last ClusterSPIFFEID seen): {converge:.1?}"
     );
     println!(
-        "binding -> ClusterSPIFFEID latency: p50 {:.0?}, p99 {:.0?}, max {:.0?} (poll resolution 20 ms)",
+        "binding -> ClusterSPIFFEID latency: p50 {:.0?}, p99 {:.0?}, max {:.0?}",
         percentile(&lat, 0.50),
         percentile(&lat, 0.99),
         lat.last().copied().unwrap_or_default()
