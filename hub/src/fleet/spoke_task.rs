@@ -47,6 +47,19 @@ impl StopSignal {
     }
 }
 
+/// Publishes into the fleet state unless the task was told to stop: once stopped, the
+/// supervisor owns the spoke's published phase (refused, waiting, standby, removing).
+fn publish(
+    shared: &TaskShared,
+    stop: &CancellationToken,
+    name: &str,
+    f: impl FnOnce(&mut super::state::SpokeState),
+) {
+    if !stop.is_cancelled() {
+        shared.state.update(name, f);
+    }
+}
+
 enum Outcome {
     /// The stop signal fired.
     Stopped,
@@ -114,7 +127,7 @@ async fn engage_once(
 ) -> Outcome {
     let opts = &shared.opts;
     let name = spec.name.as_str();
-    shared.state.update(name, |s| s.phase = Phase::Connecting);
+    publish(shared, stop, name, |s| s.phase = Phase::Connecting);
     let sc = match client.take() {
         Some(c) => c,
         None => match connect(shared, spec).await {
@@ -140,9 +153,7 @@ async fn engage_once(
         Ok(v) => v.git_version,
         Err(e) => return Outcome::Failed(e),
     };
-    shared
-        .state
-        .update(name, |s| s.version = Some(version.clone()));
+    publish(shared, stop, name, |s| s.version = Some(version.clone()));
     let bindings: Api<InferenceIdentityBinding> = Api::all(sc.client.clone());
     if let Err(e) = bounded(
         opts.request_timeout,
@@ -160,7 +171,7 @@ async fn engage_once(
     }
 
     // Only a bounded number of spokes list and sync at once.
-    shared.state.update(name, |s| s.phase = Phase::Queued);
+    publish(shared, stop, name, |s| s.phase = Phase::Queued);
     let permit = tokio::select! {
         _ = stop.cancelled() => return Outcome::Stopped,
         p = shared.sync_slots.clone().acquire_owned() => match p {
@@ -179,7 +190,7 @@ async fn engage_once(
     let ctx = spoke.context();
     let run_token = stop.child_token();
     let handle = tokio::spawn(spoke.run(run_token.clone()));
-    shared.state.update(name, |s| s.phase = Phase::Syncing);
+    publish(shared, stop, name, |s| s.phase = Phase::Syncing);
     let deadline = Instant::now() + opts.initial_sync_timeout;
     while !snapshot::synced(&ctx) {
         if Instant::now() >= deadline {
@@ -201,7 +212,7 @@ async fn engage_once(
     }
     drop(permit);
     *failures = 0;
-    shared.state.update(name, |s| {
+    publish(shared, stop, name, |s| {
         s.phase = Phase::Engaged;
         s.consecutive_failures = 0;
         s.last_error = None;
@@ -223,7 +234,7 @@ async fn engage_once(
         }
         let idle = snapshot::synced(&ctx) && snapshot::idle(&ctx);
         let current = snapshot::bindings(&ctx);
-        shared.state.update(name, |s| {
+        publish(shared, stop, name, |s| {
             let changed = *s.bindings != current;
             if changed {
                 s.bindings = Arc::new(current);
@@ -256,7 +267,7 @@ async fn engage_once(
         )
         .await;
         match probe {
-            Ok(v) => shared.state.update(name, |s| {
+            Ok(v) => publish(shared, stop, name, |s| {
                 s.version = Some(v.git_version);
                 if s.phase == Phase::Degraded {
                     s.phase = Phase::Engaged;
@@ -265,7 +276,7 @@ async fn engage_once(
             }),
             Err(e) => {
                 tracing::warn!(spoke = %name, category = e.category().as_str(), error = %e, "spoke health probe failed");
-                shared.state.update(name, |s| {
+                publish(shared, stop, name, |s| {
                     s.phase = Phase::Degraded;
                     s.consecutive_failures = s.consecutive_failures.saturating_add(1);
                     s.last_error = Some(e.to_spoke_error());
@@ -308,7 +319,7 @@ pub(crate) async fn run_spoke(
                     retry_in = ?delay,
                     "spoke engagement failed"
                 );
-                shared.state.update(&name, |s| {
+                publish(&shared, &stop.token, &name, |s| {
                     s.phase = Phase::BackingOff;
                     s.consecutive_failures = failures;
                     s.last_error = Some(err.to_spoke_error());
