@@ -271,3 +271,109 @@ impl Loop {
         self.removals.abort_all();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::credentials::{CacheOptions, CredentialMetrics};
+    use crate::fleet::{ErrorCategory, FleetOptions};
+    use crate::inventory::InventoryOptions;
+    use serde_json::json;
+
+    fn profile(heartbeat: &str, td: &str) -> InventoryEvent {
+        let cp: ClusterProfile = serde_json::from_value(json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "kind": "ClusterProfile",
+            "metadata": {"name": "c1", "namespace": "fleet"},
+            "spec": {"clusterManager": {"name": "t"}},
+            "status": {
+                "accessProviders": [{"name": "p", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "conditions": [{"type": "ControlPlaneHealthy", "status": "True", "reason": "R",
+                    "message": "", "lastTransitionTime": heartbeat}],
+                "properties": [{"name": "kleym.io/trust-domain", "value": td}]
+            }
+        }))
+        .unwrap();
+        InventoryEvent::Upsert(Box::new(cp))
+    }
+
+    async fn wait(state: &FleetState, what: &str, f: impl Fn(&FleetState) -> bool) {
+        for _ in 0..200 {
+            if f(state) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("timed out waiting for {what}: {:?}", state.spokes());
+    }
+
+    #[tokio::test]
+    async fn engages_once_per_spec_stands_by_without_lease_and_forgets_deleted() {
+        // The plugin always fails: the spoke backs off with a credentials error.
+        let providers = Arc::new(ProviderSet::load(None, &["p=/bin/false".to_string()]).unwrap());
+        let opts = FleetOptions {
+            inventory: InventoryOptions::default(),
+            ..FleetOptions::default()
+        };
+        let cache = Arc::new(CredentialCache::new(
+            CacheOptions::default(),
+            CredentialMetrics::default(),
+        ));
+        let state = FleetState::new();
+        let sup = Supervisor::new(opts, providers, cache, state.clone());
+        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (leader_tx, leader_rx) = watch::channel(true);
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(sup.run(tokio_stream_from(events_rx), leader_rx, shutdown.clone()));
+
+        events_tx
+            .send(profile("2026-01-01T00:00:00Z", "a.example"))
+            .unwrap();
+        wait(&state, "backing off", |s| {
+            s.get("fleet/c1").is_some_and(|x| {
+                x.phase == Phase::BackingOff
+                    && x.last_error
+                        .as_ref()
+                        .is_some_and(|e| e.category == ErrorCategory::Credentials)
+            })
+        })
+        .await;
+        // A heartbeat: same spec, no new engagement.
+        events_tx
+            .send(profile("2026-01-01T00:01:00Z", "a.example"))
+            .unwrap();
+        // A real change: re-engaged.
+        events_tx
+            .send(profile("2026-01-01T00:02:00Z", "b.example"))
+            .unwrap();
+        wait(&state, "re-engaged", |s| {
+            s.get("fleet/c1").is_some_and(|x| {
+                x.engagements == 2 && x.trust_domain.as_deref() == Some("b.example")
+            })
+        })
+        .await;
+        // Losing the lease: standby.
+        leader_tx.send(false).unwrap();
+        wait(&state, "standby", |s| {
+            !s.is_leader() && s.get("fleet/c1").is_some_and(|x| x.phase == Phase::Standby)
+        })
+        .await;
+        assert_eq!(state.get("fleet/c1").unwrap().engagements, 2);
+        // Deleted: forgotten.
+        events_tx
+            .send(InventoryEvent::Deleted("fleet/c1".into()))
+            .unwrap();
+        wait(&state, "forgotten", |s| s.get("fleet/c1").is_none()).await;
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(30), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    fn tokio_stream_from(
+        mut rx: tokio::sync::mpsc::UnboundedReceiver<InventoryEvent>,
+    ) -> impl Stream<Item = InventoryEvent> {
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+    }
+}
