@@ -1,0 +1,266 @@
+//! Two wired hubs in process (status loop and hub API on each) sharing one Lease: the
+//! follower is ready (leadership known), answers `/v1/*` with 503 `NotLeader` naming the
+//! holder, and writes no status while following (its status loop runs, ticking); once the
+//! leader stops, the follower takes over, serves `/v1/report` to an authorized token and
+//! writes the `FleetIdentityReport`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use kleym_api::fleet::{FLEET_REPORT_NAME, FleetIdentityReport};
+use kleym_e2e::fleet::env;
+use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, grant_admin, parse_hub_args, wait_for};
+use kleym_e2e::fleet::plugins::static_token_plugin;
+use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
+use kleym_hub::fleet::Phase;
+use kleym_hub::fleet::runtime::{HubHandle, HubStartOptions, api_router, start_hub_with};
+use kleym_hub::http::HubView;
+use kleym_hub::status::StatusLoopOptions;
+use kleym_spoke::reconciler::CancellationToken;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const TOKEN: &str = "tok-wired-leader-0123456789";
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// One HTTP/1.1 GET; returns the raw response.
+async fn get(addr: SocketAddr, path: &str, token: &str) -> String {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+async fn create<K>(api: &Api<K>, obj: Value)
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
+{
+    let obj: K = serde_json::from_value(obj).unwrap();
+    api.create(&PostParams::default(), &obj).await.unwrap();
+}
+
+/// A `kleym-hub`-audience token of `reader`, who may get fleetidentityreports.
+async fn reader_token(hub: &kube::Client) -> String {
+    let sas: Api<ServiceAccount> = Api::namespaced(hub.clone(), HUB_NS);
+    create(&sas, json!({"metadata": {"name": "reader"}})).await;
+    create(
+        &Api::<ClusterRole>::all(hub.clone()),
+        json!({
+            "metadata": {"name": "kleym-report-reader"},
+            "rules": [{"apiGroups": ["kleym.io"], "resources": ["fleetidentityreports"], "verbs": ["get"]}],
+        }),
+    )
+    .await;
+    create(
+        &Api::<ClusterRoleBinding>::all(hub.clone()),
+        json!({
+            "metadata": {"name": "kleym-report-reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kleym-report-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": HUB_NS}],
+        }),
+    )
+    .await;
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec!["kleym-hub".into()],
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    sas.create_token_request("reader", &PostParams::default(), &req)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+}
+
+struct Replica {
+    handle: HubHandle,
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+}
+
+async fn start_replica(f: &FleetHarness, pf: &std::path::Path, with_status: bool) -> Replica {
+    let flags: Vec<String> = [
+        "--clusterprofile-provider-file",
+        pf.to_str().unwrap(),
+        "--trust-domain",
+        "fleet.example",
+        "--namespace",
+        HUB_NS,
+        "--lease-duration-seconds",
+        "2",
+        "--api-insecure-http",
+        "--api-auth-mode",
+        "enforce",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let args = parse_hub_args(&flags).unwrap();
+    let client = f.hub.kube_client().await.unwrap();
+    let shutdown = CancellationToken::new();
+    let status = StatusLoopOptions {
+        min_rebuild: Duration::from_millis(100),
+        tick: Duration::from_millis(500),
+        ..StatusLoopOptions::default()
+    };
+    let handle = start_hub_with(
+        &args,
+        client.clone(),
+        HubStartOptions {
+            status: with_status.then_some(status),
+        },
+        shutdown.clone(),
+    )
+    .unwrap();
+    let app = api_router(&handle, &args.api, client);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop = shutdown.clone();
+    tokio::spawn(kleym_hub::http::serve(listener, app, None, async move {
+        stop.cancelled().await
+    }));
+    Replica {
+        handle,
+        addr,
+        shutdown,
+    }
+}
+
+async fn fleet_report(hub: &kube::Client) -> Option<FleetIdentityReport> {
+    Api::<FleetIdentityReport>::all(hub.clone())
+        .get_opt(FLEET_REPORT_NAME)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_names_the_leader_writes_nothing_and_takes_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    let s = f.spoke("spoke");
+    s.add_static_token(
+        TOKEN,
+        kubesim_auth::UserInfo {
+            username: "hub".into(),
+            ..Default::default()
+        },
+    );
+    grant_admin(&s, "hub").unwrap();
+    let store = s.store();
+    env::seed_environment(&store, 1).unwrap();
+    env::create_bindings(&store, 0..1).unwrap();
+    apply_profile(
+        &f.hub_client,
+        "spoke",
+        status(
+            vec![access_provider("ok", &s, None)],
+            true,
+            "2026-01-01T00:00:00Z",
+            &[],
+        ),
+    )
+    .await
+    .unwrap();
+    let plugin = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
+    let pf = dir.path().join("providers.json");
+    std::fs::write(
+        &pf,
+        json!({"providers": [{"name": "ok", "execConfig": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": plugin.to_str().unwrap()}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let token = reader_token(&f.hub_client).await;
+
+    // Replica a runs no status loop, so any status object can only come from b.
+    let a = start_replica(&f, &pf, false).await;
+    let a_view = a.handle.view.clone();
+    let leader = wait_for("replica a leads and reads its own Lease", LIMIT, || {
+        let v = a_view.clone();
+        async move {
+            let l = v.leader();
+            if l.is_leader { l.leader_identity } else { None }
+        }
+    })
+    .await
+    .unwrap();
+    let b = start_replica(&f, &pf, true).await;
+    let b_view = b.handle.view.clone();
+    let want = leader.clone();
+    wait_for("replica b knows the leader and is ready", LIMIT, || {
+        let v = b_view.clone();
+        let want = want.clone();
+        async move {
+            (v.ready().is_ready() && v.leader().leader_identity == Some(want)).then_some(())
+        }
+    })
+    .await
+    .unwrap();
+    // a has engaged the spoke (b's state would show it as Standby only); let b's status
+    // loop tick a few times (500 ms) as a follower: it must write nothing.
+    wait_for("the spoke engaged by a", LIMIT, || {
+        let st = a.handle.state.clone();
+        async move { (st.get("fleet/spoke")?.phase == Phase::Engaged).then_some(()) }
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        fleet_report(&f.hub_client).await.is_none(),
+        "a follower wrote the FleetIdentityReport"
+    );
+
+    let follower = get(b.addr, "/v1/report", &token).await;
+    assert!(follower.starts_with("HTTP/1.1 503"), "{follower}");
+    assert!(follower.contains("NotLeader"), "{follower}");
+    assert!(
+        follower.contains(&format!("x-kleym-leader: {leader}")),
+        "{follower}"
+    );
+    assert!(!b.handle.view.leader().is_leader);
+    let led = get(a.addr, "/v1/report", &token).await;
+    assert!(led.starts_with("HTTP/1.1 200"), "{led}");
+
+    // a stops (releasing the Lease); b takes over, serves /v1 and writes the report again.
+    a.shutdown.cancel();
+    tokio::time::timeout(LIMIT, a.handle.task)
+        .await
+        .unwrap()
+        .unwrap();
+    wait_for("b leads", LIMIT, || {
+        let v = b.handle.view.clone();
+        async move { v.leader().is_leader.then_some(()) }
+    })
+    .await
+    .unwrap();
+    let report = wait_for("b rewrites the FleetIdentityReport", LIMIT, || {
+        let c = f.hub_client.clone();
+        async move { fleet_report(&c).await?.status }
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.clusters.total, 1, "{report:?}");
+    let served = get(b.addr, "/v1/report", &token).await;
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    b.shutdown.cancel();
+    tokio::time::timeout(LIMIT, b.handle.task)
+        .await
+        .unwrap()
+        .unwrap();
+}
