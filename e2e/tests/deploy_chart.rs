@@ -212,6 +212,16 @@ fn optional_parts_render_as_valid_yaml() {
         args.contains("--clusterprofile-selector=env=prod"),
         "{args}"
     );
+    // With the API on, the flags are still those of `kleym hub`.
+    let argv: Vec<String> = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    let parsed = kleym_e2e::fleet::harness::parse_hub_args(&argv).unwrap();
+    assert_eq!(parsed.api.api_addr.port(), 8443);
 }
 
 #[test]

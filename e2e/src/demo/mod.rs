@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use kleym_e2e::fleet::harness::{FleetHarness, RunningHub};
 use kleym_e2e::fleet::upstream_crds_dir;
-use kleym_hub::fleet::runtime::serve_health;
+use kleym_hub::fleet::runtime::api_router;
 use kleym_hub::fleet::state::Phase;
 use kleym_hub::report::FullReport;
 use kleym_hub::status::{StatusLoopOptions, WriterOptions, run_status_loop};
@@ -95,9 +95,14 @@ fn progress_of(bindings: &[Value]) -> Progress {
 pub async fn run(opts: &Options, plugin: &setup::PluginCommand) -> Result<(), DemoError> {
     let crds = upstream_crds_dir();
     if !crds.is_dir() {
-        return Err(DemoError::MissingCrds(
-            crds.canonicalize().unwrap_or(crds.clone()),
-        ));
+        // Show a clean absolute path: <parent of the repository>/shared/crds/upstream.
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let shown = repo
+            .canonicalize()
+            .ok()
+            .and_then(|r| r.parent().map(|p| p.join("shared/crds/upstream")))
+            .unwrap_or(crds);
+        return Err(DemoError::MissingCrds(shown));
     }
     std::fs::create_dir_all(&opts.state_dir)?;
     let state_dir = opts.state_dir.canonicalize()?;
@@ -137,14 +142,27 @@ pub async fn run(opts: &Options, plugin: &setup::PluginCommand) -> Result<(), De
     .map(|s| s.to_string())
     .collect();
     let hub = fleet.start_hub(&flags).await.map_err(DemoError::Setup)?;
+    // The hub API (/healthz, /readyz, /metrics, /v1/report, /v1/clusters) on loopback, plain
+    // HTTP, authentication off: a local demo only (docs/http-api.md has the real setup).
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let hub_addr = listener.local_addr()?;
-    tokio::spawn(serve_health(
-        listener,
-        hub.handle.readiness.clone(),
-        hub.handle.registry.clone(),
-        hub.shutdown.clone(),
-    ));
+    let api_args = kleym_e2e::fleet::harness::parse_hub_args(&[
+        "--api-insecure-http".to_string(),
+        "--api-auth-mode=off".to_string(),
+    ])
+    .map_err(DemoError::Setup)?;
+    let review_client = fleet
+        .hub
+        .kube_client()
+        .await
+        .map_err(|e| DemoError::Setup(e.to_string()))?;
+    let app = api_router(&hub.handle, &api_args.api, review_client);
+    let api_shutdown = hub.shutdown.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { api_shutdown.cancelled().await })
+            .await
+    });
     // The hub's status writers: ClusterIdentityStatus per spoke, FleetIdentityReport `fleet`.
     let status_client = fleet
         .hub
@@ -165,7 +183,7 @@ pub async fn run(opts: &Options, plugin: &setup::PluginCommand) -> Result<(), De
         },
         hub.shutdown.clone(),
     ));
-    println!("  kleym hub running (health and metrics on http://{hub_addr})\n");
+    println!("  kleym hub running (API, health and metrics on http://{hub_addr})\n");
 
     let result = converge(&fleet, &hub, opts).await;
     let report = match result {
