@@ -51,11 +51,16 @@ pub enum Command {
     Spoke(spoke::Args),
     /// Run the fleet hub: engage every healthy ClusterProfile's cluster and compile its
     /// InferenceIdentityBindings there.
-    #[command(long_about = "Run the fleet hub: watch ClusterProfiles in the hub cluster, \
+    #[command(
+        long_about = "Run the fleet hub: watch ClusterProfiles in the hub cluster, \
         build a client per spoke from its access provider and credential plugin \
         (--clusterprofile-provider-file / --clusterprofile-access-provider), and run one spoke \
-        reconciler per engaged spoke while this replica holds the leader Lease. Serves /healthz, \
-        /readyz and /metrics on --metrics-addr; stops cleanly on SIGTERM or SIGINT.")]
+        reconciler per engaged spoke while this replica holds the leader Lease. The leader writes \
+        a ClusterIdentityStatus per profile and the fleet-wide FleetIdentityReport. Serves \
+        /healthz, /readyz and /metrics on --metrics-addr, and the authenticated API (/v1/report, \
+        /v1/clusters) on --api-addr when TLS files or --api-insecure-http are given; stops \
+        cleanly on SIGTERM or SIGINT."
+    )]
     Hub(Box<hub::Args>),
     /// Print the fleet's identity findings (collisions, duplicate IDs, cross-cluster drift,
     /// warnings); exit 1 when findings at or above --fail-on exist.
