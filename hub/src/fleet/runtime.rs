@@ -326,6 +326,9 @@ pub fn start_hub_with(
         state.clone(),
     );
     registry.register_collector(Box::new(FleetCollector::new(state.clone())));
+    registry.register_collector(Box::new(super::SpokeMetricsCollector::new(
+        state.spoke_metrics().clone(),
+    )));
     let (leader_rx, election, leader_info) = if args.leader_elect {
         let opts = args.leader_options();
         let info = LeaderInfo::default();

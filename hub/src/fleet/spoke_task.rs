@@ -124,6 +124,7 @@ async fn engage_once(
     stop: &CancellationToken,
     client: &mut Option<SpokeClient>,
     failures: &mut u32,
+    metrics: &Arc<SpokeMetrics>,
 ) -> Outcome {
     let opts = &shared.opts;
     let name = spec.name.as_str();
@@ -179,11 +180,7 @@ async fn engage_once(
             Err(_) => return Outcome::Stopped,
         },
     };
-    let spoke = match Spoke::new(
-        sc.client.clone(),
-        spoke_config(opts, spec),
-        Arc::new(SpokeMetrics::default()),
-    ) {
+    let spoke = match Spoke::new(sc.client.clone(), spoke_config(opts, spec), metrics.clone()) {
         Ok(s) => s,
         Err(e) => return Outcome::Failed(EngageError::Reconciler(e.to_string())),
     };
@@ -302,8 +299,21 @@ pub(crate) async fn run_spoke(
     let name = spec.name.clone();
     let mut client: Option<SpokeClient> = None;
     let mut failures: u32 = 0;
+    // One instance for the task's life (reconnects keep counting); listed on the hub's
+    // `/metrics` until the task ends or is aborted.
+    let metrics = shared.state.spoke_metrics().attach(&name);
+    let reconciler_metrics = metrics.metrics();
     while !stop.token.is_cancelled() {
-        match engage_once(&shared, &spec, &stop.token, &mut client, &mut failures).await {
+        match engage_once(
+            &shared,
+            &spec,
+            &stop.token,
+            &mut client,
+            &mut failures,
+            &reconciler_metrics,
+        )
+        .await
+        {
             Outcome::Stopped => break,
             Outcome::Restart => continue,
             Outcome::Failed(err) => {
@@ -331,6 +341,7 @@ pub(crate) async fn run_spoke(
             }
         }
     }
+    drop(metrics);
     let removal = stop
         .removal
         .lock()

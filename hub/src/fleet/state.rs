@@ -13,6 +13,8 @@ use dashmap::DashMap;
 use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 use tokio::sync::watch;
 
+use super::spoke_metrics::SpokeMetricsMap;
+
 /// Where a spoke is in its life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Phase {
@@ -165,6 +167,7 @@ struct Inner {
     spokes: DashMap<String, SpokeState>,
     changed: watch::Sender<u64>,
     leading: AtomicBool,
+    spoke_metrics: SpokeMetricsMap,
 }
 
 /// Shared, cheaply clonable fleet state.
@@ -187,6 +190,7 @@ impl FleetState {
                 spokes: DashMap::new(),
                 changed: watch::channel(0).0,
                 leading: AtomicBool::new(false),
+                spoke_metrics: SpokeMetricsMap::default(),
             }),
         }
     }
@@ -226,6 +230,11 @@ impl FleetState {
     /// Whether this replica currently leads (engages spokes and writes).
     pub fn is_leader(&self) -> bool {
         self.inner.leading.load(Ordering::Acquire)
+    }
+
+    /// The live spoke reconcilers' metrics (each spoke task lists its own while it runs).
+    pub fn spoke_metrics(&self) -> &SpokeMetricsMap {
+        &self.inner.spoke_metrics
     }
 
     /// Records leadership (supervisor only).

@@ -9,7 +9,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -68,6 +69,25 @@ pub struct SpokeMetrics {
     reconciles_total: AtomicU64,
     failures_total: AtomicU64,
     reconcile_nanos_total: AtomicU64,
+    /// Label sets created so far, per family: prometheus-client cannot enumerate a
+    /// `Family`, and [`SpokeMetrics::encode_labelled`] needs them.
+    seen: Mutex<SeenLabels>,
+}
+
+/// Label sets of each family, in creation order (small: bounded by categories).
+#[derive(Debug, Default)]
+struct SeenLabels {
+    reconciles: Vec<ResultLabels>,
+    failures: Vec<ReasonLabels>,
+    outcomes: Vec<OutcomeLabels>,
+    bindings: Vec<ConditionLabels>,
+    writes: Vec<WriteLabels>,
+}
+
+fn note<L: PartialEq + Clone>(list: &mut Vec<L>, labels: &L) {
+    if !list.contains(labels) {
+        list.push(labels.clone());
+    }
 }
 
 impl Default for SpokeMetrics {
@@ -84,6 +104,7 @@ impl Default for SpokeMetrics {
             reconciles_total: AtomicU64::new(0),
             failures_total: AtomicU64::new(0),
             reconcile_nanos_total: AtomicU64::new(0),
+            seen: Mutex::new(SeenLabels::default()),
         }
     }
 }
@@ -142,28 +163,28 @@ impl SpokeMetrics {
         } else {
             "success"
         };
-        self.reconciles
-            .get_or_create(&ResultLabels {
-                result: result.into(),
-            })
-            .inc();
+        let labels = ResultLabels {
+            result: result.into(),
+        };
+        self.note(|s| note(&mut s.reconciles, &labels));
+        self.reconciles.get_or_create(&labels).inc();
         if let Some(reason) = error_category {
-            self.failures
-                .get_or_create(&ReasonLabels {
-                    reason: reason.into(),
-                })
-                .inc();
+            let labels = ReasonLabels {
+                reason: reason.into(),
+            };
+            self.note(|s| note(&mut s.failures, &labels));
+            self.failures.get_or_create(&labels).inc();
         }
     }
 
     /// Records the outcome of a binding (the condition that holds) and updates the gauge.
     pub fn observe_outcome(&self, key: &ObjectKey, condition: &str, reason: &str) {
-        self.outcomes
-            .get_or_create(&OutcomeLabels {
-                condition: condition.into(),
-                reason: reason.into(),
-            })
-            .inc();
+        let labels = OutcomeLabels {
+            condition: condition.into(),
+            reason: reason.into(),
+        };
+        self.note(|s| note(&mut s.outcomes, &labels));
+        self.outcomes.get_or_create(&labels).inc();
         let mut map = self.per_binding.lock().unwrap_or_else(|p| p.into_inner());
         let previous = map.insert(key.clone(), condition.to_string());
         if previous.as_deref() != Some(condition) {
@@ -172,11 +193,11 @@ impl SpokeMetrics {
                     .get_or_create(&ConditionLabels { condition: prev })
                     .dec();
             }
-            self.bindings
-                .get_or_create(&ConditionLabels {
-                    condition: condition.into(),
-                })
-                .inc();
+            let labels = ConditionLabels {
+                condition: condition.into(),
+            };
+            self.note(|s| note(&mut s.bindings, &labels));
+            self.bindings.get_or_create(&labels).inc();
         }
     }
 
@@ -192,9 +213,95 @@ impl SpokeMetrics {
 
     /// Counts one API write of `kind`.
     pub fn count_write(&self, kind: &str) {
-        self.writes
-            .get_or_create(&WriteLabels { write: kind.into() })
-            .inc();
+        let labels = WriteLabels { write: kind.into() };
+        self.note(|s| note(&mut s.writes, &labels));
+        self.writes.get_or_create(&labels).inc();
+    }
+
+    fn note(&self, f: impl FnOnce(&mut SeenLabels)) {
+        f(&mut self.seen.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// Encodes the metrics of several reconcilers as one set of `kleym_spoke_*` families
+    /// (the names and help of [`SpokeMetrics::register`]), every sample carrying its
+    /// reconciler's `labels` first (the hub passes `cluster="<ns>/<name>"`). Each family's
+    /// descriptor is written once, so the exposition stays valid for any number of
+    /// reconcilers, none included.
+    pub fn encode_labelled<L>(
+        encoder: &mut DescriptorEncoder,
+        spokes: &[(L, &SpokeMetrics)],
+    ) -> Result<(), std::fmt::Error>
+    where
+        L: EncodeLabelSet + Clone + std::fmt::Debug,
+    {
+        let seen: Vec<(&L, &SpokeMetrics, SeenSnapshot)> = spokes
+            .iter()
+            .map(|(l, m)| {
+                let s = m.seen.lock().unwrap_or_else(|p| p.into_inner());
+                let snap = SeenSnapshot {
+                    reconciles: s.reconciles.clone(),
+                    failures: s.failures.clone(),
+                    outcomes: s.outcomes.clone(),
+                    bindings: s.bindings.clone(),
+                    writes: s.writes.clone(),
+                };
+                (l, *m, snap)
+            })
+            .collect();
+        encode_samples(
+            encoder,
+            "kleym_spoke_reconciles",
+            "Binding reconciles by result.",
+            MetricType::Counter,
+            &seen,
+            |m| &m.reconciles,
+            |s| &s.reconciles,
+        )?;
+        encode_samples(
+            encoder,
+            "kleym_spoke_reconcile_failures",
+            "Failed binding reconciles by error category.",
+            MetricType::Counter,
+            &seen,
+            |m| &m.failures,
+            |s| &s.failures,
+        )?;
+        encode_samples(
+            encoder,
+            "kleym_spoke_binding_outcomes",
+            "Reconcile outcomes by the condition that holds and its reason.",
+            MetricType::Counter,
+            &seen,
+            |m| &m.outcomes,
+            |s| &s.outcomes,
+        )?;
+        let mut metric = encoder.encode_descriptor(
+            "kleym_spoke_reconcile_duration_seconds",
+            "Duration of one binding reconcile.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (labels, m, _) in &seen {
+            m.duration.encode(metric.encode_family(*labels)?)?;
+        }
+        encode_samples(
+            encoder,
+            "kleym_spoke_bindings",
+            "Bindings by the condition that holds (Ready or the refusal).",
+            MetricType::Gauge,
+            &seen,
+            |m| &m.bindings,
+            |s| &s.bindings,
+        )?;
+        encode_samples(
+            encoder,
+            "kleym_spoke_api_writes",
+            "API writes by kind (a reconcile that changes nothing writes nothing).",
+            MetricType::Counter,
+            &seen,
+            |m| &m.writes,
+            |s| &s.writes,
+        )
     }
 
     /// Total API writes so far (all kinds).
@@ -239,6 +346,43 @@ impl SpokeMetrics {
     }
 }
 
+/// The label sets of one reconciler, copied out of its lock before encoding.
+struct SeenSnapshot {
+    reconciles: Vec<ResultLabels>,
+    failures: Vec<ReasonLabels>,
+    outcomes: Vec<OutcomeLabels>,
+    bindings: Vec<ConditionLabels>,
+    writes: Vec<WriteLabels>,
+}
+
+/// One descriptor, then every reconciler's samples of the family with `(labels, set)`.
+fn encode_samples<L, S, M>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    spokes: &[(&L, &SpokeMetrics, SeenSnapshot)],
+    family: impl Fn(&SpokeMetrics) -> &Family<S, M>,
+    seen: impl Fn(&SeenSnapshot) -> &Vec<S>,
+) -> Result<(), std::fmt::Error>
+where
+    L: EncodeLabelSet + Clone,
+    S: EncodeLabelSet + Clone + std::hash::Hash + Eq,
+    M: EncodeMetric + Default,
+{
+    let mut metric = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for (labels, m, snap) in spokes {
+        let fam = family(m);
+        for set in seen(snap) {
+            if let Some(value) = fam.get(set) {
+                let both = ((*labels).clone(), set.clone());
+                value.encode(metric.encode_family(&both)?)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,5 +417,83 @@ mod tests {
         assert!(out.contains("kleym_spoke_api_writes_total{write=\"status_apply\"} 1"));
         assert!(out.contains("kleym_spoke_reconcile_duration_seconds_count 1"));
         assert_eq!(m.total_writes(), 1);
+    }
+
+    #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+    struct Cluster {
+        cluster: String,
+    }
+
+    struct Labelled(Vec<(Cluster, std::sync::Arc<SpokeMetrics>)>);
+
+    impl std::fmt::Debug for Labelled {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Labelled")
+        }
+    }
+
+    impl prometheus_client::collector::Collector for Labelled {
+        fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+            let refs: Vec<(Cluster, &SpokeMetrics)> = self
+                .0
+                .iter()
+                .map(|(c, m)| (c.clone(), m.as_ref()))
+                .collect();
+            SpokeMetrics::encode_labelled(&mut encoder, &refs)
+        }
+    }
+
+    fn cluster(name: &str) -> Cluster {
+        Cluster {
+            cluster: name.into(),
+        }
+    }
+
+    #[test]
+    fn labelled_encoding_keeps_names_and_adds_the_label_once_per_family() {
+        let a = std::sync::Arc::new(SpokeMetrics::default());
+        let b = std::sync::Arc::new(SpokeMetrics::default());
+        a.observe_reconcile(Duration::from_millis(2), None);
+        a.count_write("status_apply");
+        b.observe_reconcile(Duration::from_millis(2), Some("Forbidden"));
+        b.observe_outcome(&ObjectKey::new("ns", "x"), "Conflict", "IdentityCollision");
+        let mut reg = Registry::default();
+        reg.register_collector(Box::new(Labelled(vec![
+            (cluster("fleet/a"), a.clone()),
+            (cluster("fleet/b"), b.clone()),
+        ])));
+        let mut out = String::new();
+        encode(&mut out, &reg).unwrap();
+        for line in [
+            "kleym_spoke_reconciles_total{cluster=\"fleet/a\",result=\"success\"} 1",
+            "kleym_spoke_reconciles_total{cluster=\"fleet/b\",result=\"error\"} 1",
+            "kleym_spoke_reconcile_failures_total{cluster=\"fleet/b\",reason=\"Forbidden\"} 1",
+            "kleym_spoke_api_writes_total{cluster=\"fleet/a\",write=\"status_apply\"} 1",
+            "kleym_spoke_bindings{cluster=\"fleet/b\",condition=\"Conflict\"} 1",
+            "kleym_spoke_reconcile_duration_seconds_count{cluster=\"fleet/a\"} 1",
+        ] {
+            assert!(out.contains(line), "missing {line}: {out}");
+        }
+        assert!(!out.contains("cluster=\"fleet/a\",reason"), "{out}");
+        // One descriptor per family, whatever the number of reconcilers.
+        assert_eq!(
+            out.matches("# TYPE kleym_spoke_reconciles counter").count(),
+            1
+        );
+        // Same families as a registered reconciler (`kleym spoke`) exposes.
+        let mut own = Registry::default();
+        let m = SpokeMetrics::register(&mut own);
+        m.observe_reconcile(Duration::from_millis(1), Some("Conflict"));
+        m.observe_outcome(&ObjectKey::new("ns", "y"), "Ready", "Reconciled");
+        m.count_write("finalizer");
+        let mut own_out = String::new();
+        encode(&mut own_out, &own).unwrap();
+        let types = |s: &str| -> Vec<String> {
+            s.lines()
+                .filter(|l| l.starts_with("# TYPE") || l.starts_with("# HELP"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(types(&out), types(&own_out));
     }
 }
