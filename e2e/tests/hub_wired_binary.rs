@@ -262,6 +262,7 @@ async fn kleym_hub_binary_writes_status_and_serves_the_authenticated_api() {
         "kleym_hub_findings{kind=\"CrossClusterDrift\"}",
         "kleym_hub_spokes{phase=\"Engaged\"} 2",
         "kleym_hub_leader 1",
+        "kleym_spoke_reconciles_total{cluster=\"fleet/west\",result=",
         "kleym_hub_api_requests_total{route=\"/v1/report\",code=\"200\"}",
         "kleym_hub_api_authz_total{outcome=\"denied\"}",
     ] {
