@@ -1,8 +1,9 @@
 //! Prometheus metrics of one spoke reconciler.
 //!
 //! No process-global registry: [`SpokeMetrics::register`] registers into the registry the
-//! caller passes (the hub passes a sub-registry labelled with the spoke's name, `kleym
-//! spoke` its own), and an unregistered [`SpokeMetrics::default`] works too.
+//! caller passes (`kleym spoke` its own), and an unregistered [`SpokeMetrics::default`]
+//! works too: the hub keeps one per spoke and encodes them all, with a `cluster` label,
+//! through [`SpokeMetrics::encode_labelled`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
