@@ -235,7 +235,7 @@ fn labels_desc(labels: &BTreeMap<String, String>) -> String {
 }
 
 /// Members of one group, as indices into the identity slice, sorted by binding.
-fn sorted_members(ids: &[CompiledIdentity], mut members: Vec<usize>) -> Vec<usize> {
+fn sorted_members(ids: &[&CompiledIdentity], mut members: Vec<usize>) -> Vec<usize> {
     members.sort_by(|a, b| ids[*a].binding.cmp(&ids[*b].binding));
     members.dedup_by(|a, b| ids[*a].binding == ids[*b].binding);
     members
@@ -243,7 +243,7 @@ fn sorted_members(ids: &[CompiledIdentity], mut members: Vec<usize>) -> Vec<usiz
 
 /// Record for each member of `members` a finding naming the others in `peers_of`.
 fn add_conflicts(
-    ids: &[CompiledIdentity],
+    ids: &[&CompiledIdentity],
     verdicts: &mut BTreeMap<BindingRef, Verdict>,
     members: &[usize],
     reason: Reason,
@@ -310,7 +310,7 @@ struct Fingerprints {
 }
 
 impl Fingerprints {
-    fn new(ids: &[CompiledIdentity]) -> Self {
+    fn new(ids: &[&CompiledIdentity]) -> Self {
         let mut fp = Fingerprints {
             pod_set: Vec::with_capacity(ids.len()),
             collision: Vec::with_capacity(ids.len()),
@@ -327,7 +327,7 @@ impl Fingerprints {
 
 /// Groups of at least two indices with equal exact `key`, each sorted by binding.
 fn groups_by<'a, K: PartialEq>(
-    ids: &'a [CompiledIdentity],
+    ids: &[&'a CompiledIdentity],
     fingerprints: impl Iterator<Item = Option<u64>>,
     key: impl Fn(&'a CompiledIdentity) -> K,
 ) -> Vec<Vec<usize>> {
@@ -345,7 +345,7 @@ fn groups_by<'a, K: PartialEq>(
         // Split a fingerprint group by exact key (almost always a single part).
         let mut parts: Vec<(K, Vec<usize>)> = Vec::new();
         for &(_, m) in run {
-            let k = key(&ids[m]);
+            let k = key(ids[m]);
             match parts.iter_mut().find(|(pk, _)| *pk == k) {
                 Some((_, v)) => v.push(m),
                 None => parts.push((k, vec![m])),
@@ -365,6 +365,17 @@ fn groups_by<'a, K: PartialEq>(
 /// other and against the cluster's foreign ClusterSPIFFEIDs.
 pub fn analyze(
     identities: &[CompiledIdentity],
+    foreign: &[ForeignSpiffeId],
+    namespaces: &NamespaceLabels,
+) -> Analysis {
+    let refs: Vec<&CompiledIdentity> = identities.iter().collect();
+    analyze_refs(&refs, foreign, namespaces)
+}
+
+/// [`analyze`] over borrowed identities, so a caller holding them elsewhere (the
+/// reconciler's compile memo) need not clone every identity of the namespace per call.
+pub fn analyze_refs(
+    identities: &[&CompiledIdentity],
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
 ) -> Analysis {
@@ -434,7 +445,7 @@ pub fn analyze(
 }
 
 fn pool_and_objective_warnings(
-    ids: &[CompiledIdentity],
+    ids: &[&CompiledIdentity],
     pod_sets: &[Vec<usize>],
     verdicts: &mut BTreeMap<BindingRef, Verdict>,
 ) {
@@ -479,7 +490,7 @@ fn pool_and_objective_warnings(
 }
 
 fn overlapping_default_warnings(
-    ids: &[CompiledIdentity],
+    ids: &[&CompiledIdentity],
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
     verdicts: &mut BTreeMap<BindingRef, Verdict>,

@@ -223,6 +223,19 @@ pub fn evaluate_namespace(
     namespace: &str,
     served: &ServedApis,
 ) -> Result<BTreeMap<String, Verdict>, Error> {
+    evaluate_namespace_for(ctx, namespace, served, None)
+}
+
+/// [`evaluate_namespace`], building [`Verdict::output`] only for the binding named `focus`
+/// (every binding when `None`): peers' verdicts are read only for their namespace-wide
+/// findings, and cloning each peer's ClusterSPIFFEID spec on every reconcile dominated
+/// the cost of large namespaces.
+pub fn evaluate_namespace_for(
+    ctx: &Context,
+    namespace: &str,
+    served: &ServedApis,
+    focus: Option<&str>,
+) -> Result<BTreeMap<String, Verdict>, Error> {
     require_synced(ctx)?;
     let keys = ctx
         .index
@@ -245,14 +258,14 @@ pub fn evaluate_namespace(
         let (input, fp) = gather(ctx, served, &b);
         let result = ctx
             .compile_memo
-            .get_or_compile(key, fp, || compiler::compile(&input, &config));
+            .get_or_compile_shared(key, fp, || compiler::compile(&input, &config));
         results.push((input, result));
     }
     let mut ns_labels = NamespaceLabels::new();
     if let Some(ns) = ctx.caches.namespaces.get("", namespace) {
         ns_labels.insert(namespace.to_string(), ns.labels().clone());
     }
-    Ok(merge(results, &foreign_spiffe_ids(ctx), &ns_labels))
+    Ok(merge(results, &foreign_spiffe_ids(ctx), &ns_labels, focus))
 }
 
 /// Memo of compile results per binding, valid while the binding's inputs (binding
@@ -261,10 +274,10 @@ pub fn evaluate_namespace(
 #[derive(Debug, Default)]
 pub struct CompileMemo(Mutex<HashMap<ObjectKey, MemoEntry>>);
 
-type MemoEntry = (
-    InputFingerprint,
-    Result<compiler::CompiledIdentity, Refusal>,
-);
+type CompileResult = Result<compiler::CompiledIdentity, Refusal>;
+
+/// Shared so a hit costs a reference count, not a deep clone of the identity.
+type MemoEntry = (InputFingerprint, Arc<CompileResult>);
 
 impl CompileMemo {
     /// The memoised result for `key` if `fp` matches, else `compile()` (remembered).
@@ -274,16 +287,26 @@ impl CompileMemo {
         fp: InputFingerprint,
         compile: impl FnOnce() -> Result<compiler::CompiledIdentity, Refusal>,
     ) -> Result<compiler::CompiledIdentity, Refusal> {
+        (*self.get_or_compile_shared(key, fp, compile)).clone()
+    }
+
+    /// [`Self::get_or_compile`] without cloning the result.
+    pub fn get_or_compile_shared(
+        &self,
+        key: &ObjectKey,
+        fp: InputFingerprint,
+        compile: impl FnOnce() -> CompileResult,
+    ) -> Arc<CompileResult> {
         if let Some((seen, result)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(key)
             && *seen == fp
         {
-            return result.clone();
+            return Arc::clone(result);
         }
-        let result = compile();
+        let result = Arc::new(compile());
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), (fp, result.clone()));
+            .insert(key.clone(), (fp, Arc::clone(&result)));
         result
     }
 
@@ -304,26 +327,30 @@ pub fn compile_namespace(
         .iter()
         .map(|i| (i.clone(), compiler::compile(i, config)))
         .collect();
-    merge(results, foreign, namespaces)
+    merge(results, foreign, namespaces, None)
 }
 
-fn merge(
-    results: Vec<(BindingInput, Result<compiler::CompiledIdentity, Refusal>)>,
+/// Merges compile results with the namespace analysis; `focus` as in
+/// [`evaluate_namespace_for`].
+fn merge<R: std::borrow::Borrow<CompileResult>>(
+    results: Vec<(BindingInput, R)>,
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
+    focus: Option<&str>,
 ) -> BTreeMap<String, Verdict> {
-    let compiled: Vec<compiler::CompiledIdentity> = results
+    let compiled: Vec<&compiler::CompiledIdentity> = results
         .iter()
-        .filter_map(|(_, r)| r.as_ref().ok().cloned())
+        .filter_map(|(_, r)| r.borrow().as_ref().ok())
         .collect();
-    let analysis = compiler::analyze(&compiled, foreign, namespaces);
+    let analysis = compiler::analyze_refs(&compiled, foreign, namespaces);
     results
         .into_iter()
         .map(|(input, result)| {
-            let verdict = match result {
+            let wants_output = focus.is_none_or(|f| f == input.name);
+            let verdict = match result.borrow() {
                 Err(refusal) => Verdict {
                     output: None,
-                    refusal: Some(refusal),
+                    refusal: Some(refusal.clone()),
                     computed_spiffe_ids: Vec::new(),
                     rendered_selectors: Vec::new(),
                     conflict_peers: Vec::new(),
@@ -337,7 +364,7 @@ fn merge(
                     let findings = analysis.verdict(&bref);
                     let refusal = findings.refusal(&bref);
                     Verdict {
-                        output: refusal.is_none().then(|| DesiredOutput {
+                        output: (refusal.is_none() && wants_output).then(|| DesiredOutput {
                             name: id.output.name.clone(),
                             spec: id.output.spec.clone(),
                             labels: id.output.labels.clone(),

@@ -50,8 +50,10 @@ pub async fn reconcile(ctx: &Context, key: &ObjectKey) -> Result<(), Error> {
         return cleanup(ctx, key, &binding).await;
     }
     let served = ctx.served();
-    let verdicts = compile::evaluate_namespace(ctx, &key.namespace, &served)?;
-    let Some(verdict) = verdicts.get(&key.name).cloned() else {
+    let mut verdicts =
+        compile::evaluate_namespace_for(ctx, &key.namespace, &served, Some(&key.name))?;
+    // Taken out, not cloned: enqueue_changed_peers skips the binding itself.
+    let Some(verdict) = verdicts.remove(&key.name) else {
         return Ok(()); // vanished between the index read and now
     };
     enqueue_changed_peers(ctx, key, &verdicts);
@@ -276,7 +278,9 @@ async fn cleanup(
     release_claims(ctx, key);
     ctx.metrics.forget(key);
     // Peers that collided with this binding may be free now.
-    let analysis = compile::evaluate_namespace(ctx, &key.namespace, &ctx.served())?;
+    // Peers only: no verdict here needs its output built.
+    let analysis =
+        compile::evaluate_namespace_for(ctx, &key.namespace, &ctx.served(), Some(&key.name))?;
     enqueue_changed_peers(ctx, key, &analysis);
     Ok(())
 }
