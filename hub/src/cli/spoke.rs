@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use kleym_spoke::reconciler::{CancellationToken, Readiness, Spoke, SpokeConfig, SpokeMetrics};
@@ -156,20 +156,8 @@ async fn readyz(State(s): State<HttpState>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
-    let mut out = String::new();
-    match prometheus_client::encoding::text::encode(&mut out, &s.registry) {
-        Ok(()) => (
-            StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            out,
-        )
-            .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
+async fn metrics(State(s): State<HttpState>) -> axum::response::Response {
+    kleym_hub::http::metrics::metrics_response(&s.registry)
 }
 
 async fn run_async(args: &Args) -> anyhow::Result<()> {

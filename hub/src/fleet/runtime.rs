@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use futures::StreamExt;
@@ -441,19 +441,7 @@ pub fn health_router(hub: &HubHandle) -> Router {
 }
 
 fn encode_metrics(registry: &Registry) -> axum::response::Response {
-    let mut out = String::new();
-    match prometheus_client::encoding::text::encode(&mut out, registry) {
-        Ok(()) => (
-            StatusCode::OK,
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            out,
-        )
-            .into_response(),
-        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-    }
+    crate::http::metrics::metrics_response(registry)
 }
 
 /// Runs the hub (fleet machinery, status writers, the health/metrics server on
@@ -548,20 +536,8 @@ pub async fn serve_health(
             (StatusCode::SERVICE_UNAVAILABLE, "inventory not listed yet")
         }
     }
-    async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
-        let mut out = String::new();
-        match prometheus_client::encoding::text::encode(&mut out, &s.registry) {
-            Ok(()) => (
-                StatusCode::OK,
-                [(
-                    header::CONTENT_TYPE,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )],
-                out,
-            )
-                .into_response(),
-            Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
-        }
+    async fn metrics(State(s): State<HttpState>) -> axum::response::Response {
+        crate::http::metrics::metrics_response(&s.registry)
     }
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))

@@ -138,3 +138,27 @@ impl ApiMetrics {
             .inc();
     }
 }
+
+/// The Prometheus text exposition (OpenMetrics) of `registry` as an HTTP response: what every
+/// kleym `/metrics` endpoint (hub API, hub health port, `kleym spoke`) answers.
+pub fn metrics_response(registry: &Registry) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let mut out = String::new();
+    match prometheus_client::encoding::text::encode(&mut out, registry) {
+        Ok(()) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            out,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {e}"),
+        )
+            .into_response(),
+    }
+}
