@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, grant_admin, wait_for};
+use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, wait_for};
 use kleym_e2e::fleet::plugins::{count_runs, static_token_plugin};
-use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
+use kleym_e2e::fleet::profiles::register_admin_token_spoke;
 use kleym_hub::fleet::Phase;
 use kube::Api;
 use serde_json::json;
@@ -37,29 +37,10 @@ async fn only_the_leader_engages_and_the_standby_takes_over() {
     let dir = tempfile::tempdir().unwrap();
     let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
     let s = f.spoke("spoke");
-    s.add_static_token(
-        TOKEN,
-        kubesim_auth::UserInfo {
-            username: "hub".into(),
-            ..Default::default()
-        },
-    );
-    grant_admin(&s, "hub").unwrap();
+    register_admin_token_spoke(&f.hub_client, "spoke", &s, "ok", TOKEN, 3, 0..1)
+        .await
+        .unwrap();
     let store = s.store();
-    env::seed_environment(&store, 3).unwrap();
-    env::create_bindings(&store, 0..1).unwrap();
-    apply_profile(
-        &f.hub_client,
-        "spoke",
-        status(
-            vec![access_provider("ok", &s, None)],
-            true,
-            "2026-01-01T00:00:00Z",
-            &[],
-        ),
-    )
-    .await
-    .unwrap();
     // Each replica has its own plugin script so their execs can be told apart.
     let mut pfs = Vec::new();
     let mut counts = Vec::new();

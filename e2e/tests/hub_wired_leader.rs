@@ -11,10 +11,9 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kleym_api::fleet::{FLEET_REPORT_NAME, FleetIdentityReport};
-use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, grant_admin, parse_hub_args, wait_for};
+use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
 use kleym_e2e::fleet::plugins::static_token_plugin;
-use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
+use kleym_e2e::fleet::profiles::register_admin_token_spoke;
 use kleym_hub::fleet::Phase;
 use kleym_hub::fleet::runtime::{HubHandle, HubStartOptions, api_router, start_hub_with};
 use kleym_hub::http::HubView;
@@ -154,29 +153,9 @@ async fn follower_names_the_leader_writes_nothing_and_takes_over() {
     let dir = tempfile::tempdir().unwrap();
     let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
     let s = f.spoke("spoke");
-    s.add_static_token(
-        TOKEN,
-        kubesim_auth::UserInfo {
-            username: "hub".into(),
-            ..Default::default()
-        },
-    );
-    grant_admin(&s, "hub").unwrap();
-    let store = s.store();
-    env::seed_environment(&store, 1).unwrap();
-    env::create_bindings(&store, 0..1).unwrap();
-    apply_profile(
-        &f.hub_client,
-        "spoke",
-        status(
-            vec![access_provider("ok", &s, None)],
-            true,
-            "2026-01-01T00:00:00Z",
-            &[],
-        ),
-    )
-    .await
-    .unwrap();
+    register_admin_token_spoke(&f.hub_client, "spoke", &s, "ok", TOKEN, 1, 0..1)
+        .await
+        .unwrap();
     let plugin = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
     let pf = dir.path().join("providers.json");
     std::fs::write(

@@ -93,3 +93,41 @@ pub async fn create_profile_namespace(hub: &kube::Client) -> Result<(), kube::Er
         Err(e) => Err(e),
     }
 }
+
+/// The common single-spoke setup: `spoke` accepts the static `token` as user `hub` (bound to
+/// `cluster-admin`), holds the standard environment with `objectives` objectives and the
+/// bindings `bindings`, and is registered as a healthy ClusterProfile `spoke` reached through
+/// the access provider `provider`.
+pub async fn register_admin_token_spoke(
+    hub: &kube::Client,
+    spoke_name: &str,
+    spoke: &ClusterHandle,
+    provider: &str,
+    token: &str,
+    objectives: usize,
+    bindings: std::ops::Range<usize>,
+) -> Result<(), String> {
+    spoke.add_static_token(
+        token,
+        kubesim_auth::UserInfo {
+            username: "hub".into(),
+            ..Default::default()
+        },
+    );
+    super::harness::grant_admin(spoke, "hub")?;
+    let store = spoke.store();
+    super::env::seed_environment(&store, objectives)?;
+    super::env::create_bindings(&store, bindings)?;
+    apply_profile(
+        hub,
+        spoke_name,
+        status(
+            vec![access_provider(provider, spoke, None)],
+            true,
+            "2026-01-01T00:00:00Z",
+            &[],
+        ),
+    )
+    .await
+    .map_err(|e| format!("apply ClusterProfile {spoke_name}: {e}"))
+}
