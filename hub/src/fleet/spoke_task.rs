@@ -209,10 +209,17 @@ async fn engage_once(
     }
     drop(permit);
     *failures = 0;
+    // Engaged and the first snapshot of the synced binding cache in one update: published
+    // apart, readers would briefly see an engaged spoke with the previous (for a new spoke:
+    // no) bindings, and the status would claim "Ready, all 0 bindings ready".
+    let first = snapshot::bindings(&ctx);
     publish(shared, stop, name, |s| {
         s.phase = Phase::Engaged;
         s.consecutive_failures = 0;
         s.last_error = None;
+        if *s.bindings != first {
+            s.bindings = Arc::new(first);
+        }
     });
     tracing::info!(spoke = %name, version = %version, "spoke engaged");
 

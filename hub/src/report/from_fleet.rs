@@ -9,6 +9,9 @@ use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 use super::input::{BindingObservation, ErrorCategory, Health, SpokeObservation};
 use crate::fleet::state::{ErrorCategory as FleetCategory, Phase, SpokeState};
 
+/// Why a syncing spoke is not ready yet (shown in its `Ready` condition).
+pub const SYNCING_MESSAGE: &str = "the spoke's reconciler is doing its initial cache sync";
+
 /// Prefix of the pool-label selectors in a [`BindingSnapshot`].
 const POD_LABEL_PREFIX: &str = "k8s:pod-label:";
 
@@ -52,7 +55,9 @@ fn health_of(s: &SpokeState) -> (Health, Health, Health, Option<String>) {
     let message = error.map(|e| e.message.clone());
     match s.phase {
         Phase::Engaged => (Up, Up, Up, None),
-        Phase::Syncing => (Up, Up, Unknown, None),
+        // Not Ready until the initial sync completed: the bindings are not known yet (or are
+        // the previous engagement's), so no "all bindings ready" may be derived from them.
+        Phase::Syncing => (Up, Up, Unknown, Some(SYNCING_MESSAGE.to_string())),
         Phase::Refused => (
             Failed(ErrorCategory::ProfileRefused),
             Unknown,
@@ -191,6 +196,62 @@ mod tests {
         assert_eq!(o.warnings[0].message, "set fallback: true on x");
         assert_eq!(o.reason.as_deref(), Some("IdentityCollision"));
         assert_eq!(o.mode, IdentityMode::PerObjective);
+    }
+
+    /// The `Ready` condition's status, reason and message, and the total binding count, of
+    /// the status built from `s`.
+    fn ready_of(s: &SpokeState) -> (String, String, String, i64) {
+        let status = super::super::cluster_status(&SpokeObservation::from(s), Utc::now(), None);
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == kleym_api::fleet::condition_types::READY)
+            .unwrap();
+        (
+            ready.status.clone(),
+            ready.reason.clone(),
+            ready.message.clone(),
+            status.bindings.total,
+        )
+    }
+
+    #[test]
+    fn only_an_engaged_spoke_is_ready_and_a_syncing_one_says_so() {
+        let mut ready = snapshot();
+        ready.ready = true;
+        ready.reason = "Ready".into();
+        ready.conflict_peers.clear();
+        for phase in [
+            Phase::Pending,
+            Phase::Queued,
+            Phase::Connecting,
+            Phase::Syncing,
+            Phase::Engaged,
+            Phase::Degraded,
+            Phase::BackingOff,
+            Phase::Waiting,
+            Phase::Refused,
+            Phase::Standby,
+            Phase::Removing,
+        ] {
+            // A new spoke (nothing observed yet) and one re-syncing with earlier bindings.
+            for bindings in [vec![], vec![ready.clone(), ready.clone()]] {
+                let mut s = SpokeState::new("fleet/east");
+                s.phase = phase;
+                s.bindings = Arc::new(bindings);
+                let (status, reason, message, total) = ready_of(&s);
+                if phase == Phase::Engaged {
+                    assert_eq!(status, "True", "{phase:?}: {message}");
+                    assert_eq!(message, format!("all {total} bindings are ready"));
+                } else {
+                    assert_ne!(status, "True", "{phase:?} with {total} bindings: {message}");
+                }
+                if phase == Phase::Syncing {
+                    assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "Pending"));
+                    assert!(message.contains(SYNCING_MESSAGE), "{message}");
+                }
+            }
+        }
     }
 
     #[test]
