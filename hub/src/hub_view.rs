@@ -1,6 +1,10 @@
 //! The real hub's [`HubView`] (what the HTTP API serves) over the supervisor's
 //! [`FleetState`], the inventory-synced flag and leader election, plus the scrape-time
 //! metrics collector of per-spoke state and findings.
+//!
+//! The fleet-wide bodies (`/v1/report`, `/v1/clusters`) and the collector's series are built
+//! at most once per change of the fleet state (its change counter): at 1000 spokes x 100
+//! bindings a build costs a large fraction of a second, a kept one nothing.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -14,9 +18,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
 
+use bytes::Bytes;
+
 use crate::fleet::runtime::HubReadiness;
 use crate::fleet::state::FleetState;
-use crate::http::{HubView, LeaderState, Readiness};
+use crate::http::cached::Versioned;
+use crate::http::view::{clusters_body, json_bytes};
+use crate::http::{EncodeError, HubView, LeaderState, Readiness};
 use crate::report::{FullReport, SpokeObservation, cluster_status};
 
 /// What this replica knows of the Lease holder.
@@ -90,12 +98,17 @@ pub async fn observe_lease(
     }
 }
 
+/// A JSON body kept until the fleet state changes.
+type CachedBody = Versioned<Result<Bytes, EncodeError>>;
+
 /// [`HubView`] over the running hub.
 #[derive(Debug, Clone)]
 pub struct FleetHubView {
     state: FleetState,
     inventory: HubReadiness,
     leader: LeaderInfo,
+    report_body: Arc<CachedBody>,
+    clusters_body: Arc<CachedBody>,
 }
 
 impl FleetHubView {
@@ -105,7 +118,20 @@ impl FleetHubView {
             state,
             inventory,
             leader,
+            report_body: Arc::default(),
+            clusters_body: Arc::default(),
         }
+    }
+
+    /// `body` of the current fleet state, built once per state change.
+    fn cached(
+        &self,
+        cache: &CachedBody,
+        build: impl FnOnce() -> Result<Bytes, EncodeError>,
+    ) -> Result<Bytes, EncodeError> {
+        // The counter is read before the build reads the state (see `change_counter`).
+        let version = self.state.change_counter();
+        cache.get_or_build(version, build).as_ref().clone()
     }
 
     fn cluster_value(
@@ -154,6 +180,18 @@ impl HubView for FleetHubView {
         }
     }
 
+    /// Built once per fleet state change: `generatedAt` (and the status conditions' times)
+    /// say when, i.e. the first request after the change.
+    fn report_json(&self) -> Result<Bytes, EncodeError> {
+        self.cached(&self.report_body, || {
+            json_bytes(&FullReport::from_fleet(&self.state, chrono::Utc::now()))
+        })
+    }
+
+    fn clusters_json(&self) -> Result<Bytes, EncodeError> {
+        self.cached(&self.clusters_body, || clusters_body(&self.clusters()))
+    }
+
     fn leader(&self) -> LeaderState {
         if self.leader.always() {
             return LeaderState {
@@ -192,16 +230,74 @@ struct KindLabels {
 /// `kleym_hub_spoke_phase{cluster,phase}` (1 for the current phase),
 /// `kleym_hub_spoke_last_sync_timestamp_seconds{cluster}`,
 /// `kleym_hub_spoke_consecutive_failures{cluster}`, `kleym_hub_spoke_bindings{cluster}` and
-/// `kleym_hub_findings{kind}` (every kind, zeros included).
+/// `kleym_hub_findings{kind}` (every kind, zeros included). The series are rebuilt only
+/// when the fleet state changed since the last scrape.
 #[derive(Debug, Clone)]
 pub struct FleetCollector {
     state: FleetState,
+    series: Arc<Versioned<FleetSeries>>,
 }
 
 impl FleetCollector {
     /// A collector of `state`.
     pub fn new(state: FleetState) -> Self {
-        Self { state }
+        Self {
+            state,
+            series: Arc::default(),
+        }
+    }
+}
+
+/// The collector's series at one fleet state.
+#[derive(Default)]
+struct FleetSeries {
+    phase: Family<SpokePhaseLabels, Gauge>,
+    last_sync: Family<ClusterLabels, Gauge>,
+    failures: Family<ClusterLabels, Gauge>,
+    bindings: Family<ClusterLabels, Gauge>,
+    findings: Family<KindLabels, Gauge>,
+}
+
+impl FleetSeries {
+    fn of(state: &FleetState) -> Self {
+        let series = Self::default();
+        let spokes = state.spokes();
+        for s in &spokes {
+            let cluster = ClusterLabels {
+                cluster: s.name.clone(),
+            };
+            series
+                .phase
+                .get_or_create(&SpokePhaseLabels {
+                    cluster: s.name.clone(),
+                    phase: s.phase.as_str().to_string(),
+                })
+                .set(1);
+            if let Some(t) = s.last_sync {
+                series.last_sync.get_or_create(&cluster).set(t.timestamp());
+            }
+            series
+                .failures
+                .get_or_create(&cluster)
+                .set(i64::from(s.consecutive_failures));
+            series
+                .bindings
+                .get_or_create(&cluster)
+                .set(i64::try_from(s.bindings.len()).unwrap_or(i64::MAX));
+        }
+        let observations: Vec<SpokeObservation> =
+            spokes.iter().map(SpokeObservation::from).collect();
+        let findings = crate::report::analyze(&observations);
+        for kind in FindingKind::ALL {
+            let n = findings.iter().filter(|f| f.kind == kind).count();
+            series
+                .findings
+                .get_or_create(&KindLabels {
+                    kind: kind.as_str().to_string(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+        series
     }
 }
 
@@ -220,72 +316,40 @@ where
 
 impl Collector for FleetCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let spokes = self.state.spokes();
-        let phase = Family::<SpokePhaseLabels, Gauge>::default();
-        let last_sync = Family::<ClusterLabels, Gauge>::default();
-        let failures = Family::<ClusterLabels, Gauge>::default();
-        let bindings = Family::<ClusterLabels, Gauge>::default();
-        for s in &spokes {
-            let cluster = ClusterLabels {
-                cluster: s.name.clone(),
-            };
-            phase
-                .get_or_create(&SpokePhaseLabels {
-                    cluster: s.name.clone(),
-                    phase: s.phase.as_str().to_string(),
-                })
-                .set(1);
-            if let Some(t) = s.last_sync {
-                last_sync.get_or_create(&cluster).set(t.timestamp());
-            }
-            failures
-                .get_or_create(&cluster)
-                .set(i64::from(s.consecutive_failures));
-            bindings
-                .get_or_create(&cluster)
-                .set(i64::try_from(s.bindings.len()).unwrap_or(i64::MAX));
-        }
-        let observations: Vec<SpokeObservation> =
-            spokes.iter().map(SpokeObservation::from).collect();
-        let findings = crate::report::analyze(&observations);
-        let by_kind = Family::<KindLabels, Gauge>::default();
-        for kind in FindingKind::ALL {
-            let n = findings.iter().filter(|f| f.kind == kind).count();
-            by_kind
-                .get_or_create(&KindLabels {
-                    kind: kind.as_str().to_string(),
-                })
-                .set(i64::try_from(n).unwrap_or(i64::MAX));
-        }
+        // The counter is read before the state (see `FleetState::change_counter`).
+        let version = self.state.change_counter();
+        let series = self
+            .series
+            .get_or_build(version, || FleetSeries::of(&self.state));
         encode_family(
             &mut encoder,
             "kleym_hub_spoke_phase",
             "1 for each spoke's current phase",
-            &phase,
+            &series.phase,
         )?;
         encode_family(
             &mut encoder,
             "kleym_hub_spoke_last_sync_timestamp_seconds",
             "Unix time of each spoke's last successful sync",
-            &last_sync,
+            &series.last_sync,
         )?;
         encode_family(
             &mut encoder,
             "kleym_hub_spoke_consecutive_failures",
             "Consecutive failed attempts of each spoke",
-            &failures,
+            &series.failures,
         )?;
         encode_family(
             &mut encoder,
             "kleym_hub_spoke_bindings",
             "InferenceIdentityBindings observed in each spoke",
-            &bindings,
+            &series.bindings,
         )?;
         encode_family(
             &mut encoder,
             "kleym_hub_findings",
             "Current fleet report findings by kind",
-            &by_kind,
+            &series.findings,
         )
     }
 }
@@ -344,6 +408,80 @@ mod tests {
         let report = view.report();
         assert_eq!(report["clusters"]["total"], 2, "{report}");
         assert_eq!(report["spokes"].as_array().unwrap().len(), 2);
+    }
+
+    fn body(b: Result<Bytes, EncodeError>) -> (Bytes, Value) {
+        let b = b.unwrap();
+        let v = serde_json::from_slice(&b).unwrap();
+        (b, v)
+    }
+
+    /// Makes spoke `fleet/b` fail once more, with a TLS error.
+    fn tls_failure(state: &FleetState) {
+        state.update("fleet/b", |s| {
+            s.consecutive_failures += 1;
+            s.last_error = Some(crate::fleet::state::SpokeError {
+                category: crate::fleet::state::ErrorCategory::Tls,
+                message: "certificate expired".into(),
+                at: chrono::Utc::now(),
+            });
+        });
+    }
+
+    #[test]
+    fn report_body_is_kept_until_the_state_changes_and_rebuilt_on_the_next_request() {
+        let state = fleet();
+        let view = FleetHubView::new(
+            state.clone(),
+            HubReadiness::default(),
+            LeaderInfo::default(),
+        );
+        let (first, before) = body(view.report_json());
+        let (again, _) = body(view.report_json());
+        // The very same buffer: nothing was rebuilt.
+        assert_eq!(first.as_ptr(), again.as_ptr());
+        assert_eq!(before["clusters"], view.report()["clusters"]);
+        tls_failure(&state);
+        let (_, after) = body(view.report_json());
+        let reason = |r: &Value| r["spokes"][1]["status"]["conditions"][0]["reason"].clone();
+        assert_eq!(reason(&before), "Pending", "{before}");
+        assert_eq!(reason(&after), "TLSFailure", "{after}");
+    }
+
+    #[test]
+    fn clusters_body_is_kept_until_the_state_changes_and_rebuilt_on_the_next_request() {
+        let state = fleet();
+        let view = FleetHubView::new(
+            state.clone(),
+            HubReadiness::default(),
+            LeaderInfo::default(),
+        );
+        let (first, before) = body(view.clusters_json());
+        let (again, _) = body(view.clusters_json());
+        assert_eq!(first.as_ptr(), again.as_ptr());
+        assert_eq!(before["count"], 2);
+        assert_eq!(before["items"], Value::Array(view.clusters()));
+        tls_failure(&state);
+        let (_, after) = body(view.clusters_json());
+        assert_eq!(before["items"][1]["consecutiveFailures"], 3);
+        assert_eq!(after["items"][1]["consecutiveFailures"], 4);
+    }
+
+    #[test]
+    fn collector_series_follow_the_next_change() {
+        let state = fleet();
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(FleetCollector::new(state.clone())));
+        let scrape = || {
+            let mut out = String::new();
+            prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+            out
+        };
+        let line = "kleym_hub_spoke_consecutive_failures{cluster=\"fleet/b\"}";
+        assert!(scrape().contains(&format!("{line} 3")));
+        assert_eq!(scrape(), scrape());
+        state.update("fleet/b", |s| s.consecutive_failures = 4);
+        assert!(scrape().contains(&format!("{line} 4")));
     }
 
     #[test]

@@ -227,6 +227,13 @@ impl FleetState {
         self.inner.changed.subscribe()
     }
 
+    /// The current change counter. Read it *before* reading the state: a value built from
+    /// what was read then may be kept until the counter moves (a change that lands while
+    /// building bumps the counter after it, so it is never missed).
+    pub fn change_counter(&self) -> u64 {
+        *self.inner.changed.borrow()
+    }
+
     /// Whether this replica currently leads (engages spokes and writes).
     pub fn is_leader(&self) -> bool {
         self.inner.leading.load(Ordering::Acquire)
@@ -286,11 +293,15 @@ mod tests {
     async fn updates_notify_only_on_change() {
         let s = FleetState::new();
         let mut rx = s.subscribe();
+        let v0 = s.change_counter();
         s.update("ns/a", |st| st.phase = Phase::Engaged);
         assert!(rx.has_changed().unwrap());
+        assert_ne!(s.change_counter(), v0);
         rx.borrow_and_update();
+        let v1 = s.change_counter();
         s.update("ns/a", |st| st.phase = Phase::Engaged);
         assert!(!rx.has_changed().unwrap());
+        assert_eq!(s.change_counter(), v1, "no change, same version");
         assert_eq!(s.get("ns/a").unwrap().phase, Phase::Engaged);
         s.update("ns/0", |_| {});
         assert_eq!(

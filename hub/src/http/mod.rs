@@ -21,6 +21,7 @@
 
 pub mod args;
 pub mod auth;
+pub mod cached;
 pub mod metrics;
 pub mod router;
 pub mod serve;
@@ -34,7 +35,7 @@ pub use prometheus_client::registry::Registry;
 pub use router::{ApiState, router};
 pub use serve::serve;
 pub use tls::{load_tls_config, load_tls_config_with};
-pub use view::{HubView, LeaderState, Readiness, StaticHubView};
+pub use view::{EncodeError, HubView, LeaderState, Readiness, StaticHubView};
 
 /// Errors of the hub API server.
 #[derive(Debug, thiserror::Error)]

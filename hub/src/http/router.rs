@@ -1,14 +1,15 @@
 //! Routes: `/healthz`, `/readyz`, `/metrics`, and the authenticated `/v1/*`.
 
 use crate::http::auth::{ApiAuth, AuthDecision, AuthFailure, FailureKind};
-use crate::http::metrics::ApiMetrics;
-use crate::http::view::HubView;
+use crate::http::metrics::{ApiMetrics, metrics_response};
+use crate::http::view::{EncodeError, HubView};
 use axum::Router;
 use axum::extract::{MatchedPath, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use bytes::Bytes;
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -172,32 +173,41 @@ async fn readyz(State(s): State<ApiState>) -> Response {
 }
 
 async fn metrics(State(s): State<ApiState>) -> Response {
-    let mut out = String::new();
-    match prometheus_client::encoding::text::encode(&mut out, &s.registry) {
-        Ok(()) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            out,
-        )
-            .into_response(),
-        Err(e) => error_body(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            &format!("encoding metrics: {e}"),
-            Value::Null,
-        ),
+    // Encoding walks every spoke's series: off the async workers, like the /v1 bodies.
+    match tokio::task::spawn_blocking(move || metrics_response(&s.registry)).await {
+        Ok(resp) => resp,
+        Err(e) => internal_error(&format!("encoding metrics: {e}")),
     }
 }
 
+/// A JSON body built by the view on a blocking thread (a fleet-wide body can take a large
+/// fraction of a second to build after a change; cached ones cost nothing).
+async fn json_from_view(
+    view: Arc<dyn HubView>,
+    body: impl FnOnce(&dyn HubView) -> Result<Bytes, EncodeError> + Send + 'static,
+) -> Response {
+    match tokio::task::spawn_blocking(move || body(view.as_ref())).await {
+        Ok(Ok(bytes)) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Ok(Err(e)) => internal_error(&e.to_string()),
+        Err(e) => internal_error(&format!("building the response: {e}")),
+    }
+}
+
+fn internal_error(message: &str) -> Response {
+    error_body(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "InternalError",
+        message,
+        Value::Null,
+    )
+}
+
 async fn report(State(s): State<ApiState>) -> Response {
-    axum::Json(s.view.report()).into_response()
+    json_from_view(s.view, |v| v.report_json()).await
 }
 
 async fn clusters(State(s): State<ApiState>) -> Response {
-    let items = s.view.clusters();
-    axum::Json(json!({"count": items.len(), "items": items})).into_response()
+    json_from_view(s.view, |v| v.clusters_json()).await
 }
 
 async fn cluster(

@@ -1,9 +1,27 @@
 //! What the API serves, behind a trait so the server does not depend on the fleet
 //! supervisor or the report types.
 
-use serde_json::Value;
+use bytes::Bytes;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::RwLock;
+
+/// A response body could not be encoded as JSON.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("encoding the response body: {0}")]
+pub struct EncodeError(pub String);
+
+/// `value` as a JSON body.
+pub fn json_bytes<T: serde::Serialize + ?Sized>(value: &T) -> Result<Bytes, EncodeError> {
+    serde_json::to_vec(value)
+        .map(Bytes::from)
+        .map_err(|e| EncodeError(e.to_string()))
+}
+
+/// The `/v1/clusters` body of `items`: `{"count": N, "items": [...]}`.
+pub fn clusters_body(items: &[Value]) -> Result<Bytes, EncodeError> {
+    json_bytes(&json!({"count": items.len(), "items": items}))
+}
 
 /// This replica's view of leader election.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
@@ -45,6 +63,18 @@ pub trait HubView: Send + Sync + 'static {
     fn ready(&self) -> Readiness;
     /// Leader election state (followers answer `/v1/*` with 503).
     fn leader(&self) -> LeaderState;
+
+    /// The `/v1/report` body: [`report`](Self::report) as JSON. Implementations over a large
+    /// fleet keep the bytes until their state changes; called on a blocking thread.
+    fn report_json(&self) -> Result<Bytes, EncodeError> {
+        json_bytes(&self.report())
+    }
+
+    /// The `/v1/clusters` body ([`clusters_body`] of [`clusters`](Self::clusters)); same
+    /// caching and threading as [`report_json`](Self::report_json).
+    fn clusters_json(&self) -> Result<Bytes, EncodeError> {
+        clusters_body(&self.clusters())
+    }
 }
 
 /// A [`HubView`] whose content is set by hand.
