@@ -1,12 +1,15 @@
 //! Shared fixtures for fleet (hub + many spokes) tests and `fleet-bench`: kubesim clusters
 //! with the real CRDs, ClusterProfiles pointing at spokes, credential plugin scripts,
 //! spoke environments with N bindings, convergence checks read straight from the spokes'
-//! stores, and a request-counting authenticator.
+//! stores, a request-counting authenticator, the real `kleym hub` binary as a child process
+//! and `/proc` resource figures.
 
 pub mod counting;
 pub mod env;
 pub mod harness;
+pub mod hub_process;
 pub mod plugins;
+pub mod procstat;
 pub mod profiles;
 
 use std::path::PathBuf;
