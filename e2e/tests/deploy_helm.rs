@@ -19,7 +19,8 @@ use kleym_e2e::kubesim::testing::Kubectl;
 use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
 use serde_json::{Value, json};
 
-/// Version directory of the pinned tools; keep equal to `DEST` in `.ci/fetch-k8s-tools`.
+/// Version directory of the pinned tools (holding `kubectl/kubectl` and `helm/helm`); keep
+/// equal to `DEST` in `.ci/fetch-k8s-tools`.
 const PINNED_TOOLS_DIR: &str = "v1.32.3";
 
 /// Kinds the chart renders that kubesim does not serve, with the resource name
@@ -55,7 +56,7 @@ fn find_helm() -> PathBuf {
     let tools = std::env::var_os("KLEYM_TOOLS_DIR")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kleym-tools")));
-    let cached = tools.map(|t| t.join(PINNED_TOOLS_DIR).join("helm"));
+    let cached = tools.map(|t| t.join(PINNED_TOOLS_DIR).join("helm/helm"));
     match cached {
         Some(p) if p.is_file() => p,
         other => panic!(
