@@ -1,8 +1,9 @@
-//! Spoke reconciler benchmark against kubesim: N bindings (default 1000) across 10
-//! namespaces converge from a cold start; then a restarted operator resyncs them.
-//! Prints the convergence time and the API writes per binding.
+//! Spoke reconciler benchmark against kubesim: N bindings (default 1000) across K
+//! namespaces (default 10) converge from a cold start; then a restarted operator resyncs
+//! them. Prints the convergence time and the API writes per binding. One large namespace
+//! (`-- 1000 1`) stresses the per-namespace collision analysis.
 //!
-//! `cargo run --release -p kleym-e2e --example spoke_bench [-- BINDINGS]`
+//! `cargo run --release -p kleym-e2e --example spoke_bench [-- BINDINGS [NAMESPACES]]`
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-const NAMESPACES: usize = 10;
+const DEFAULT_NAMESPACES: usize = 10;
 
 fn crds() -> Vec<Value> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds/upstream");
@@ -88,11 +89,14 @@ async fn ready_count(api: &Api<InferenceIdentityBinding>) -> usize {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let n: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1000);
-    let per_ns = n.div_ceil(NAMESPACES);
+    let arg = |i: usize| {
+        std::env::args()
+            .nth(i)
+            .and_then(|a| a.parse::<usize>().ok())
+    };
+    let n = arg(1).unwrap_or(1000);
+    let namespace_count = arg(2).unwrap_or(DEFAULT_NAMESPACES).max(1);
+    let per_ns = n.div_ceil(namespace_count);
     let sim = Kubesim::start(
         &["bench"],
         KubesimOptions {
@@ -110,7 +114,7 @@ async fn main() {
     let mut pools = Vec::new();
     let mut objectives = Vec::new();
     let mut bindings = Vec::new();
-    for ns_i in 0..NAMESPACES {
+    for ns_i in 0..namespace_count {
         let ns = format!("tenant-{ns_i}");
         namespaces.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}));
         pools.push(json!({
@@ -179,7 +183,7 @@ async fn main() {
     )
     .await;
     println!(
-        "setup: {n} bindings in {NAMESPACES} namespaces created in {:?}",
+        "setup: {n} bindings in {namespace_count} namespaces created in {:?}",
         t.elapsed()
     );
 

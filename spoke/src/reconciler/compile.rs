@@ -217,55 +217,177 @@ fn foreign_spiffe_ids(ctx: &Context) -> Vec<ForeignSpiffeId> {
 }
 
 /// Compiles every live binding of `namespace` (collisions are a namespace-wide property)
-/// and returns the verdict per binding name.
+/// and returns the verdict per binding name, outputs included.
 pub fn evaluate_namespace(
     ctx: &Context,
     namespace: &str,
     served: &ServedApis,
 ) -> Result<BTreeMap<String, Verdict>, Error> {
-    evaluate_namespace_for(ctx, namespace, served, None)
+    Ok(evaluate_namespace_shared(ctx, namespace, served)?.verdicts())
 }
 
-/// [`evaluate_namespace`], building [`Verdict::output`] only for the binding named `focus`
-/// (every binding when `None`): peers' verdicts are read only for their namespace-wide
-/// findings, and cloning each peer's ClusterSPIFFEID spec on every reconcile dominated
-/// the cost of large namespaces.
-pub fn evaluate_namespace_for(
+/// The evaluation of `namespace`, shared with every reconcile of the namespace until one
+/// of its inputs changes (see [`super::ns_cache`]): a burst of reconciles in one
+/// namespace analyses it once instead of once per binding.
+pub fn evaluate_namespace_shared(
     ctx: &Context,
     namespace: &str,
     served: &ServedApis,
-    focus: Option<&str>,
-) -> Result<BTreeMap<String, Verdict>, Error> {
+) -> Result<Arc<NamespaceEvaluation>, Error> {
     require_synced(ctx)?;
+    // The stamp is taken before any input is read: see NamespaceCache::store.
+    let (stamp, hit) = ctx.namespace_cache.lookup(namespace, served);
+    if let Some(evaluation) = hit {
+        return Ok(evaluation);
+    }
+    let evaluation = Arc::new(evaluate_namespace_uncached(ctx, namespace, served));
+    // An empty namespace is cheap to evaluate; keeping it would only hold a slot.
+    if !evaluation.is_empty() {
+        ctx.namespace_cache
+            .store(namespace, stamp, served, Arc::clone(&evaluation));
+    }
+    Ok(evaluation)
+}
+
+/// Evaluates `namespace` from the caches, bypassing the namespace cache (per-binding
+/// compile results still come from the [`CompileMemo`]). The caller checks the caches
+/// are synced.
+pub fn evaluate_namespace_uncached(
+    ctx: &Context,
+    namespace: &str,
+    served: &ServedApis,
+) -> NamespaceEvaluation {
     let keys = ctx
         .index
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .bindings_in_namespace(namespace);
-    let config = ClusterConfig {
-        trust_domain: ctx.config.trust_domain.clone(),
-        class_name: ctx.config.class_name.clone(),
-    };
+    let config = cluster_config(ctx);
     let mut results = Vec::with_capacity(keys.len());
     for key in &keys {
-        let Some(b) = current_binding(ctx, key) else {
+        let Some(b) = live_binding(ctx, key) else {
             continue;
         };
-        // A binding being deleted no longer claims an identity.
-        if b.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
         let (input, fp) = gather(ctx, served, &b);
         let result = ctx
             .compile_memo
             .get_or_compile_shared(key, fp, || compiler::compile(&input, &config));
         results.push((input, result));
     }
+    merge(
+        results,
+        &foreign_spiffe_ids(ctx),
+        &namespace_labels(ctx, namespace),
+    )
+}
+
+/// The binding `key` unless it is gone or being deleted (which no longer claims an
+/// identity).
+fn live_binding(ctx: &Context, key: &ObjectKey) -> Option<Arc<InferenceIdentityBinding>> {
+    current_binding(ctx, key).filter(|b| b.metadata.deletion_timestamp.is_none())
+}
+
+fn cluster_config(ctx: &Context) -> ClusterConfig {
+    ClusterConfig {
+        trust_domain: ctx.config.trust_domain.clone(),
+        class_name: ctx.config.class_name.clone(),
+    }
+}
+
+/// The labels of `namespace` (absent when the namespace is not cached).
+fn namespace_labels(ctx: &Context, namespace: &str) -> NamespaceLabels {
     let mut ns_labels = NamespaceLabels::new();
     if let Some(ns) = ctx.caches.namespaces.get("", namespace) {
         ns_labels.insert(namespace.to_string(), ns.labels().clone());
     }
-    Ok(merge(results, &foreign_spiffe_ids(ctx), &ns_labels, focus))
+    ns_labels
+}
+
+/// Reference evaluation for tests: gathers every live binding of `namespace` and runs the
+/// pure [`compile_namespace`], with neither the namespace cache nor the compile memo.
+pub fn evaluate_namespace_reference(
+    ctx: &Context,
+    namespace: &str,
+    served: &ServedApis,
+) -> BTreeMap<String, Verdict> {
+    let keys = ctx
+        .index
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .bindings_in_namespace(namespace);
+    let inputs: Vec<BindingInput> = keys
+        .iter()
+        .filter_map(|k| live_binding(ctx, k))
+        .map(|b| gather(ctx, served, &b).0)
+        .collect();
+    compile_namespace(
+        &inputs,
+        &cluster_config(ctx),
+        &foreign_spiffe_ids(ctx),
+        &namespace_labels(ctx, namespace),
+    )
+}
+
+/// A namespace's evaluation: each live binding's namespace-wide verdict and compile
+/// result. Peers are read for their findings only; [`Self::verdict`] builds the output of
+/// the one binding being reconciled (cloning every peer's ClusterSPIFFEID spec per
+/// reconcile dominated large namespaces).
+#[derive(Debug, Default)]
+pub struct NamespaceEvaluation {
+    bindings: BTreeMap<String, Evaluated>,
+}
+
+#[derive(Debug)]
+struct Evaluated {
+    /// The verdict with `output` left `None`.
+    findings: Verdict,
+    compiled: Arc<CompileResult>,
+}
+
+impl Evaluated {
+    fn verdict(&self) -> Verdict {
+        let mut verdict = self.findings.clone();
+        if verdict.refusal.is_none()
+            && let Ok(id) = self.compiled.as_ref()
+        {
+            verdict.output = Some(DesiredOutput {
+                name: id.output.name.clone(),
+                spec: id.output.spec.clone(),
+                labels: id.output.labels.clone(),
+            });
+        }
+        verdict
+    }
+}
+
+impl NamespaceEvaluation {
+    /// The full verdict (output included) of the binding `name`, if it is live.
+    pub fn verdict(&self, name: &str) -> Option<Verdict> {
+        self.bindings.get(name).map(Evaluated::verdict)
+    }
+
+    /// Every binding's verdict without its output (`output` is `None`), by name.
+    pub fn findings(&self) -> impl Iterator<Item = (&String, &Verdict)> {
+        self.bindings.iter().map(|(name, e)| (name, &e.findings))
+    }
+
+    /// Every binding's full verdict, by name.
+    pub fn verdicts(&self) -> BTreeMap<String, Verdict> {
+        self.bindings
+            .iter()
+            .map(|(name, e)| (name.clone(), e.verdict()))
+            .collect()
+    }
+
+    /// Number of live bindings evaluated.
+    pub fn len(&self) -> usize {
+        self.bindings.len()
+    }
+
+    /// True when the namespace has no live binding.
+    pub fn is_empty(&self) -> bool {
+        self.bindings.is_empty()
+    }
 }
 
 /// Memo of compile results per binding, valid while the binding's inputs (binding
@@ -325,29 +447,26 @@ pub fn compile_namespace(
 ) -> BTreeMap<String, Verdict> {
     let results = inputs
         .iter()
-        .map(|i| (i.clone(), compiler::compile(i, config)))
+        .map(|i| (i.clone(), Arc::new(compiler::compile(i, config))))
         .collect();
-    merge(results, foreign, namespaces, None)
+    merge(results, foreign, namespaces).verdicts()
 }
 
-/// Merges compile results with the namespace analysis; `focus` as in
-/// [`evaluate_namespace_for`].
-fn merge<R: std::borrow::Borrow<CompileResult>>(
-    results: Vec<(BindingInput, R)>,
+/// Merges compile results with the namespace analysis.
+fn merge(
+    results: Vec<(BindingInput, Arc<CompileResult>)>,
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
-    focus: Option<&str>,
-) -> BTreeMap<String, Verdict> {
+) -> NamespaceEvaluation {
     let compiled: Vec<&compiler::CompiledIdentity> = results
         .iter()
-        .filter_map(|(_, r)| r.borrow().as_ref().ok())
+        .filter_map(|(_, r)| r.as_ref().as_ref().ok())
         .collect();
     let analysis = compiler::analyze_refs(&compiled, foreign, namespaces);
-    results
+    let bindings = results
         .into_iter()
-        .map(|(input, result)| {
-            let wants_output = focus.is_none_or(|f| f == input.name);
-            let verdict = match result.borrow() {
+        .map(|(input, compiled)| {
+            let findings = match compiled.as_ref() {
                 Err(refusal) => Verdict {
                     output: None,
                     refusal: Some(refusal.clone()),
@@ -358,18 +477,13 @@ fn merge<R: std::borrow::Borrow<CompileResult>>(
                 },
                 Ok(id) => {
                     let bref = BindingRef {
-                        namespace: input.namespace.clone(),
+                        namespace: input.namespace,
                         name: input.name.clone(),
                     };
                     let findings = analysis.verdict(&bref);
-                    let refusal = findings.refusal(&bref);
                     Verdict {
-                        output: (refusal.is_none() && wants_output).then(|| DesiredOutput {
-                            name: id.output.name.clone(),
-                            spec: id.output.spec.clone(),
-                            labels: id.output.labels.clone(),
-                        }),
-                        refusal,
+                        output: None,
+                        refusal: findings.refusal(&bref),
                         computed_spiffe_ids: vec![ComputedSpiffeId {
                             mode: id.mode,
                             spiffe_id: id.spiffe_id.clone(),
@@ -380,7 +494,8 @@ fn merge<R: std::borrow::Borrow<CompileResult>>(
                     }
                 }
             };
-            (input.name, verdict)
+            (input.name, Evaluated { findings, compiled })
         })
-        .collect()
+        .collect();
+    NamespaceEvaluation { bindings }
 }

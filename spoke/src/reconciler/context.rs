@@ -15,6 +15,7 @@ use super::compile::CompileMemo;
 use super::events::EventPublisher;
 use super::index::Index;
 use super::metrics::SpokeMetrics;
+use super::ns_cache::NamespaceCache;
 use super::overlay::Overlay;
 use super::queue::{ObjectKey, WorkQueue};
 use crate::compiler::ForeignSpiffeId;
@@ -120,6 +121,9 @@ pub struct Context {
     pub foreign_spiffe_ids: RwLock<BTreeMap<String, ForeignSpiffeId>>,
     /// Compile results of unchanged bindings.
     pub compile_memo: CompileMemo,
+    /// Namespace evaluations shared by the reconciles of a namespace until an input
+    /// changes (the watch handlers invalidate them).
+    pub namespace_cache: NamespaceCache,
 }
 
 impl Context {
@@ -142,6 +146,7 @@ impl Context {
             csid_overlay: Overlay::default(),
             foreign_spiffe_ids: RwLock::new(BTreeMap::new()),
             compile_memo: CompileMemo::default(),
+            namespace_cache: NamespaceCache::default(),
         }
     }
 

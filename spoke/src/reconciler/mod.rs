@@ -18,6 +18,7 @@ pub mod events;
 pub mod finalizer;
 pub mod index;
 pub mod metrics;
+pub mod ns_cache;
 pub mod overlay;
 pub mod plan;
 pub mod queue;
@@ -26,6 +27,9 @@ pub mod run;
 pub mod snapshot;
 pub mod status;
 pub mod watches;
+
+#[cfg(test)]
+mod evaluation_tests;
 
 pub use context::{Readiness, SpokeConfig};
 pub use error::Error;

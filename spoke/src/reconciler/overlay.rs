@@ -77,6 +77,15 @@ impl<K: kube::Resource + Clone> Overlay<K> {
             .is_some_and(|mine| mine.resource_version().as_deref() == Some(rv))
     }
 
+    /// Our last write of `namespace/name` not yet superseded by the cache, if any.
+    pub fn peek(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
     /// The newest known version of `namespace/name`, given the cached one.
     pub fn resolve(&self, namespace: &str, name: &str, cached: Option<Arc<K>>) -> Option<Arc<K>> {
         let cached = cached.filter(|c| {

@@ -3,7 +3,6 @@
 //! Writes happen only when the plan says the cluster differs from what the binding wants:
 //! a resync, a restart or an event that changes nothing sends no request at all.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -22,6 +21,7 @@ use super::finalizer;
 use super::plan::{self, OutputAction};
 use super::queue::ObjectKey;
 use super::status::{self, StatusInputs, Verdict as StatusVerdict};
+use super::watches::binding_compile_inputs_differ;
 use crate::compiler::{Reason, Refusal};
 
 /// `Ready=False` reason while writing the ClusterSPIFFEID fails (RBAC, apiserver errors).
@@ -50,13 +50,11 @@ pub async fn reconcile(ctx: &Context, key: &ObjectKey) -> Result<(), Error> {
         return cleanup(ctx, key, &binding).await;
     }
     let served = ctx.served();
-    let mut verdicts =
-        compile::evaluate_namespace_for(ctx, &key.namespace, &served, Some(&key.name))?;
-    // Taken out, not cloned: enqueue_changed_peers skips the binding itself.
-    let Some(verdict) = verdicts.remove(&key.name) else {
+    let evaluation = compile::evaluate_namespace_shared(ctx, &key.namespace, &served)?;
+    let Some(verdict) = evaluation.verdict(&key.name) else {
         return Ok(()); // vanished between the index read and now
     };
-    enqueue_changed_peers(ctx, key, &verdicts);
+    enqueue_changed_peers(ctx, key, evaluation.findings());
     apply_verdict(ctx, key, &binding, verdict).await
 }
 
@@ -135,7 +133,7 @@ async fn apply_verdict(
                     let updated =
                         apply::set_finalizers(ctx, &binding, finalizer::with_finalizer(&binding))
                             .await?;
-                    ctx.binding_overlay.record(updated.clone());
+                    record_binding_write(ctx, key, updated.clone());
                     binding = Arc::new(updated);
                 }
                 let obj = plan::apply_object(d, binding_uid.as_deref(), uid.as_deref());
@@ -218,14 +216,14 @@ async fn apply_verdict(
             "status differs; applying"
         );
         let updated = apply::apply_status(ctx, &binding, &desired_status).await?;
-        ctx.binding_overlay.record(updated.clone());
+        record_binding_write(ctx, key, updated.clone());
         binding = Arc::new(updated);
     }
     // Output withdrawn for good: the finalizer has nothing left to protect.
     if owned.is_none() && apply_error.is_none() && finalizer::has_finalizer(&binding) {
         let updated =
             apply::set_finalizers(ctx, &binding, finalizer::without_finalizer(&binding)).await?;
-        ctx.binding_overlay.record(updated);
+        record_binding_write(ctx, key, updated);
     }
     ctx.metrics
         .observe_outcome(key, inputs.holding_condition(), inputs.holding_reason());
@@ -270,7 +268,7 @@ async fn cleanup(
         ctx.csid_overlay.forget("", &rec.name);
     }
     match apply::set_finalizers(ctx, binding, finalizer::without_finalizer(binding)).await {
-        Ok(updated) => ctx.binding_overlay.record(updated),
+        Ok(updated) => record_binding_write(ctx, key, updated),
         // Already gone: a previous pass removed the finalizer.
         Err(e) if e.status_code() == Some(404) => {}
         Err(e) => return Err(e),
@@ -278,11 +276,25 @@ async fn cleanup(
     release_claims(ctx, key);
     ctx.metrics.forget(key);
     // Peers that collided with this binding may be free now.
-    // Peers only: no verdict here needs its output built.
-    let analysis =
-        compile::evaluate_namespace_for(ctx, &key.namespace, &ctx.served(), Some(&key.name))?;
-    enqueue_changed_peers(ctx, key, &analysis);
+    let evaluation = compile::evaluate_namespace_shared(ctx, &key.namespace, &ctx.served())?;
+    enqueue_changed_peers(ctx, key, evaluation.findings());
     Ok(())
+}
+
+/// Remembers a binding our write returned (read-your-writes). When that changes what the
+/// namespace evaluation reads of the binding (a spec changed concurrently), the cached
+/// evaluation of its namespace is stale.
+pub(crate) fn record_binding_write(
+    ctx: &Context,
+    key: &ObjectKey,
+    updated: InferenceIdentityBinding,
+) {
+    let before = current_binding(ctx, key);
+    ctx.binding_overlay.record(updated);
+    let after = current_binding(ctx, key);
+    if binding_compile_inputs_differ(before.as_deref(), after.as_deref()) {
+        ctx.namespace_cache.invalidate(&key.namespace);
+    }
 }
 
 fn claim_name(ctx: &Context, name: &str, key: &ObjectKey) {
@@ -301,10 +313,10 @@ fn release_claims(ctx: &Context, key: &ObjectKey) {
 /// Enqueues the namespace peers whose namespace-wide findings (conflict, peers, warnings)
 /// in `verdicts` differ from what their status records: collisions appear on, and resolve
 /// for, every member, and warnings that name peers stay current.
-pub fn enqueue_changed_peers(
+pub fn enqueue_changed_peers<'a>(
     ctx: &Context,
     key: &ObjectKey,
-    verdicts: &std::collections::BTreeMap<String, Verdict>,
+    verdicts: impl IntoIterator<Item = (&'a String, &'a Verdict)>,
 ) {
     for (name, v) in verdicts {
         if *name == key.name {
@@ -320,29 +332,30 @@ pub fn enqueue_changed_peers(
     }
 }
 
-/// Do the peer's recorded namespace-wide findings differ from the verdict's?
+/// Do the peer's recorded namespace-wide findings differ from the verdict's? (Peers and
+/// warnings compare as sets.)
 pub fn conflict_view_differs(peer: &InferenceIdentityBinding, v: &Verdict) -> bool {
-    let recorded_conflict = peer.status.as_ref().is_some_and(|s| {
+    let status = peer.status.as_ref();
+    let recorded_conflict = status.is_some_and(|s| {
         s.conditions
             .iter()
             .any(|c| c.type_ == CONFLICT && c.status == "True")
     });
-    let recorded_peers: BTreeSet<&str> = peer
-        .status
-        .iter()
-        .flat_map(|s| s.conflict_peers.iter().map(|p| p.name.as_str()))
-        .collect();
     let new_conflict = v
         .refusal
         .as_ref()
         .is_some_and(|r| r.kind().condition_type() == CONFLICT);
-    let new_peers: BTreeSet<&str> = v.conflict_peers.iter().map(|p| p.name.as_str()).collect();
-    let recorded_warnings: BTreeSet<_> =
-        peer.status.iter().flat_map(|s| s.warnings.iter()).collect();
-    let new_warnings: BTreeSet<_> = v.warnings.iter().collect();
+    let recorded_peers = status.map_or(&[][..], |s| s.conflict_peers.as_slice());
+    let recorded_warnings = status.map_or(&[][..], |s| s.warnings.as_slice());
     recorded_conflict != new_conflict
-        || recorded_peers != new_peers
-        || recorded_warnings != new_warnings
+        || !same_set(recorded_peers, &v.conflict_peers, |a, b| a.name == b.name)
+        || !same_set(recorded_warnings, &v.warnings, |a, b| a == b)
+}
+
+/// Set equality under `eq`, without allocating: both lists are short (peers are capped
+/// per finding), and this runs for every peer on every reconcile.
+fn same_set<A, B>(a: &[A], b: &[B], eq: impl Fn(&A, &B) -> bool) -> bool {
+    a.iter().all(|x| b.iter().any(|y| eq(x, y))) && b.iter().all(|y| a.iter().any(|x| eq(x, y)))
 }
 
 #[cfg(test)]

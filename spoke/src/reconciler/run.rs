@@ -157,6 +157,8 @@ fn deactivate(ctx: &Context, kind: ApiKind) {
             c.cluster_spiffe_ids.deactivate();
         }
     }
+    // The cache was emptied without a change event per object.
+    ctx.namespace_cache.invalidate_all();
 }
 
 /// After the served set changed, every binding may change verdict (a CRD appeared or

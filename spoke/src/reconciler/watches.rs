@@ -22,7 +22,7 @@ use super::context::Context;
 use super::error::kube_category;
 use super::index::{SourceKey, TargetKey};
 use super::queue::ObjectKey;
-use crate::compiler::ForeignSpiffeId;
+use crate::compiler::{ForeignSpiffeId, PoolView, TargetView};
 
 /// Starts the watch for `kind`; it runs until `token` is cancelled.
 pub fn spawn_watch(ctx: &Arc<Context>, kind: ApiKind, token: CancellationToken) {
@@ -39,55 +39,31 @@ pub fn spawn_watch(ctx: &Arc<Context>, kind: ApiKind, token: CancellationToken) 
             ctx,
             Api::all(client),
             |c| &c.caches.objectives_llmd,
-            |ctx, ch| {
-                on_target(
-                    ctx,
-                    ch,
-                    objective::GROUP_LLMD,
-                    TargetKind::InferenceObjective,
-                    |o| o.spec.pool_ref.name.clone(),
-                )
-            },
+            on_llmd_objective,
             token,
         ),
         ApiKind::ObjectivesGaie => spawn::<gaie::InferenceObjective>(
             ctx,
             Api::all(client),
             |c| &c.caches.objectives_gaie,
-            |ctx, ch| {
-                on_target(
-                    ctx,
-                    ch,
-                    objective::GROUP_GAIE,
-                    TargetKind::InferenceObjective,
-                    |o| o.spec.pool_ref.name.clone(),
-                )
-            },
+            on_gaie_objective,
             token,
         ),
-        ApiKind::Models => spawn::<InferenceModel>(
-            ctx,
-            Api::all(client),
-            |c| &c.caches.models,
-            |ctx, ch| {
-                on_target(ctx, ch, model::GROUP, TargetKind::InferenceModel, |o| {
-                    o.spec.pool_ref.name.clone()
-                })
-            },
-            token,
-        ),
+        ApiKind::Models => {
+            spawn::<InferenceModel>(ctx, Api::all(client), |c| &c.caches.models, on_model, token)
+        }
         ApiKind::PoolsV1 => spawn::<v1::InferencePool>(
             ctx,
             Api::all(client),
             |c| &c.caches.pools_v1,
-            on_pool,
+            on_pool_v1,
             token,
         ),
         ApiKind::PoolsLegacy => spawn::<v1alpha2::InferencePool>(
             ctx,
             Api::all(client),
             |c| &c.caches.pools_legacy,
-            on_pool,
+            on_pool_legacy,
             token,
         ),
         ApiKind::ClusterSpiffeIds => spawn::<ClusterSPIFFEID>(
@@ -134,21 +110,7 @@ fn spawn<K>(
             };
             match next {
                 None => break,
-                Some(Ok(event)) => {
-                    for change in cache(&ctx).apply(event) {
-                        // A relist returns unchanged objects: nothing happened to them.
-                        if let Change::Upsert {
-                            old: Some(old),
-                            new,
-                        } = &change
-                            && old.meta().resource_version.is_some()
-                            && old.meta().resource_version == new.meta().resource_version
-                        {
-                            continue;
-                        }
-                        handler(&ctx, change);
-                    }
-                }
+                Some(Ok(event)) => ingest(&ctx, cache(&ctx), handler, event),
                 Some(Err(err)) => {
                     // The watcher retries with backoff; make RBAC problems loud.
                     let category = match &err {
@@ -165,6 +127,29 @@ fn spawn<K>(
     });
 }
 
+/// Applies one watch event to `cache` and hands each resulting change to `handler`: the
+/// watch loop's body, shared with tests that drive a context without an API server.
+pub fn ingest<K: Resource + Clone>(
+    ctx: &Context,
+    cache: &Cache<K>,
+    handler: fn(&Context, Change<K>),
+    event: watcher::Event<K>,
+) {
+    for change in cache.apply(event) {
+        // A relist returns unchanged objects: nothing happened to them.
+        if let Change::Upsert {
+            old: Some(old),
+            new,
+        } = &change
+            && old.meta().resource_version.is_some()
+            && old.meta().resource_version == new.meta().resource_version
+        {
+            continue;
+        }
+        handler(ctx, change);
+    }
+}
+
 fn object_key<K: Resource>(o: &K) -> ObjectKey {
     ObjectKey::new(o.namespace().unwrap_or_default(), o.name_any())
 }
@@ -178,7 +163,7 @@ pub fn binding_target(b: &InferenceIdentityBinding) -> TargetKey {
     }
 }
 
-fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>) {
+pub(crate) fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>) {
     match change {
         Change::Upsert { old, new } => {
             let key = object_key(new.as_ref());
@@ -186,6 +171,14 @@ fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>) {
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
                 .upsert_binding(&key, binding_target(&new));
+            // What reconciles read of this binding is the newer of cache and overlay: it
+            // changed if the new version differs from the cached one or from our write.
+            let written = ctx.binding_overlay.peek(&key.namespace, &key.name);
+            if binding_compile_inputs_differ(old.as_deref(), Some(&new))
+                || written.is_some_and(|w| binding_compile_inputs_differ(Some(&w), Some(&new)))
+            {
+                ctx.namespace_cache.invalidate(&key.namespace);
+            }
             let relevant = binding_change_needs_reconcile(old.as_deref(), &new);
             let own_echo = ctx.binding_overlay.is_own_write(
                 &key.namespace,
@@ -200,10 +193,16 @@ fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>) {
             let key = object_key(gone.as_ref());
             ctx.binding_overlay.forget(&key.namespace, &key.name);
             ctx.compile_memo.forget(&key);
-            ctx.index
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove_binding(&key);
+            let namespace_empty = {
+                let mut ix = ctx.index.write().unwrap_or_else(|p| p.into_inner());
+                ix.remove_binding(&key);
+                ix.bindings_in_namespace(&key.namespace).is_empty()
+            };
+            if namespace_empty {
+                ctx.namespace_cache.evict(&key.namespace);
+            } else {
+                ctx.namespace_cache.invalidate(&key.namespace);
+            }
             ctx.metrics.forget(&key);
             // Peers whose verdict depended on this binding (collisions) must be re-evaluated.
             let peers = peers_to_revisit(ctx, &key, gone.as_ref());
@@ -226,6 +225,25 @@ pub fn binding_change_needs_reconcile(
             || o.metadata.uid != new.metadata.uid
             || o.status.is_none() != new.status.is_none()
     })
+}
+
+/// Do two versions of a binding (`None`: absent) differ in what its namespace evaluation
+/// reads: spec, UID, generation (the compile memo's key), being deleted?
+pub fn binding_compile_inputs_differ(
+    a: Option<&InferenceIdentityBinding>,
+    b: Option<&InferenceIdentityBinding>,
+) -> bool {
+    match (a, b) {
+        (None, None) => false,
+        (Some(a), Some(b)) => {
+            a.metadata.uid != b.metadata.uid
+                || a.metadata.generation != b.metadata.generation
+                || a.metadata.deletion_timestamp.is_some()
+                    != b.metadata.deletion_timestamp.is_some()
+                || a.spec != b.spec
+        }
+        _ => true,
+    }
 }
 
 /// Bindings in the namespace that recorded `gone` as a conflict peer, or that `gone`
@@ -258,12 +276,53 @@ fn peers_to_revisit(
     out
 }
 
+pub(crate) fn on_llmd_objective(ctx: &Context, change: Change<llmd::InferenceObjective>) {
+    on_target(
+        ctx,
+        change,
+        objective::GROUP_LLMD,
+        TargetKind::InferenceObjective,
+        TargetView::from_llmd_objective,
+    )
+}
+
+pub(crate) fn on_gaie_objective(ctx: &Context, change: Change<gaie::InferenceObjective>) {
+    on_target(
+        ctx,
+        change,
+        objective::GROUP_GAIE,
+        TargetKind::InferenceObjective,
+        TargetView::from_gaie_objective,
+    )
+}
+
+pub(crate) fn on_model(ctx: &Context, change: Change<InferenceModel>) {
+    on_target(
+        ctx,
+        change,
+        model::GROUP,
+        TargetKind::InferenceModel,
+        TargetView::from_model,
+    )
+}
+
+/// Did the view the compiler reads of an object change (appeared, vanished, or differs)?
+fn view_changed<K, V: PartialEq>(change: &Change<K>, view: fn(&K) -> V) -> bool {
+    match change {
+        Change::Upsert {
+            old: Some(old),
+            new,
+        } => view(old) != view(new),
+        Change::Upsert { old: None, .. } | Change::Removed(_) => true,
+    }
+}
+
 fn on_target<K: Resource>(
     ctx: &Context,
     change: Change<K>,
     group: &str,
     kind: TargetKind,
-    pool_name: fn(&K) -> String,
+    view: fn(&K) -> TargetView,
 ) {
     let (obj, alive) = match &change {
         Change::Upsert { new, .. } => (new.clone(), true),
@@ -280,12 +339,15 @@ fn on_target<K: Resource>(
     let affected = {
         let mut ix = ctx.index.write().unwrap_or_else(|p| p.into_inner());
         if alive {
-            ix.upsert_source(source.clone(), pool_name(&obj));
+            ix.upsert_source(source.clone(), view(&obj).pool_ref.name);
         } else {
             ix.remove_source(&source);
         }
         ix.bindings_for_target(&source.target)
     };
+    if view_changed(&change, view) {
+        ctx.namespace_cache.invalidate(&source.target.namespace);
+    }
     // Status-only updates of objectives do not change any identity.
     if let Change::Upsert {
         old: Some(old),
@@ -299,7 +361,23 @@ fn on_target<K: Resource>(
     ctx.queue.enqueue_all(affected);
 }
 
-fn on_pool<K: Resource>(ctx: &Context, change: Change<K>) {
+pub(crate) fn on_pool_v1(ctx: &Context, change: Change<v1::InferencePool>) {
+    on_pool(ctx, change, PoolView::from_v1)
+}
+
+pub(crate) fn on_pool_legacy(ctx: &Context, change: Change<v1alpha2::InferencePool>) {
+    on_pool(ctx, change, PoolView::from_v1alpha2)
+}
+
+fn on_pool<K: Resource>(ctx: &Context, change: Change<K>, view: fn(&K) -> PoolView) {
+    if view_changed(&change, view) {
+        let obj = match &change {
+            Change::Upsert { new, .. } => new,
+            Change::Removed(gone) => gone,
+        };
+        ctx.namespace_cache
+            .invalidate(&obj.namespace().unwrap_or_default());
+    }
     let obj = match &change {
         Change::Upsert {
             old: Some(old),
@@ -321,7 +399,7 @@ fn on_pool<K: Resource>(ctx: &Context, change: Change<K>) {
     ctx.queue.enqueue_all(affected);
 }
 
-fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID>) {
+pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID>) {
     let (obj, old) = match &change {
         Change::Upsert { old, new } => (new.clone(), old.clone()),
         Change::Removed(gone) => (gone.clone(), None),
@@ -344,19 +422,21 @@ fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID>) {
     {
         affected.push(k.clone());
     }
-    {
+    let foreign_changed = {
         let mut foreign = ctx
             .foreign_spiffe_ids
             .write()
             .unwrap_or_else(|p| p.into_inner());
         match (&change, ForeignSpiffeId::from_object(&obj)) {
             (Change::Upsert { .. }, Some(f)) => {
-                foreign.insert(name.clone(), f);
+                foreign.insert(name.clone(), f.clone()).as_ref() != Some(&f)
             }
-            _ => {
-                foreign.remove(&name);
-            }
+            _ => foreign.remove(&name).is_some(),
         }
+    };
+    // Every namespace's overlap analysis reads the foreign ClusterSPIFFEIDs.
+    if foreign_changed {
+        ctx.namespace_cache.invalidate_all();
     }
     // The echo of our own apply: the binding that wrote it already acted on it.
     if let Change::Upsert { new, .. } = &change
@@ -394,7 +474,7 @@ fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID>) {
     ctx.queue.enqueue_all(affected);
 }
 
-fn on_namespace(ctx: &Context, change: Change<Namespace>) {
+pub(crate) fn on_namespace(ctx: &Context, change: Change<Namespace>) {
     // Namespace labels feed the overlap analysis of other ClusterSPIFFEIDs'
     // namespaceSelectors; only label changes matter.
     let (ns, changed) = match &change {
@@ -405,6 +485,11 @@ fn on_namespace(ctx: &Context, change: Change<Namespace>) {
         ),
         Change::Removed(gone) => (gone.name_any(), true),
     };
+    if matches!(change, Change::Removed(_)) {
+        ctx.namespace_cache.evict(&ns);
+    } else if changed {
+        ctx.namespace_cache.invalidate(&ns);
+    }
     if changed {
         let affected = ctx
             .index
