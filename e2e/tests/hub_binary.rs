@@ -6,9 +6,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, grant_admin, wait_for};
+use kleym_e2e::fleet::harness::{FleetHarness, wait_for};
 use kleym_e2e::fleet::plugins::{kleym_binary, static_token_plugin};
-use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
+use kleym_e2e::fleet::profiles::register_admin_token_spoke;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -31,17 +31,10 @@ async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
     let s = f.spoke("spoke");
-    s.add_static_token(
-        TOKEN,
-        kubesim_auth::UserInfo {
-            username: "hub".into(),
-            ..Default::default()
-        },
-    );
-    grant_admin(&s, "hub").unwrap();
+    register_admin_token_spoke(&f.hub_client, "spoke", &s, "ok", TOKEN, 2, 0..2)
+        .await
+        .unwrap();
     let store = s.store();
-    env::seed_environment(&store, 2).unwrap();
-    env::create_bindings(&store, 0..2).unwrap();
     let plugin = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
     let pf = dir.path().join("providers.json");
     std::fs::write(
@@ -50,18 +43,6 @@ async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
         "apiVersion": "client.authentication.k8s.io/v1", "command": plugin.to_str().unwrap()}}]})
         .to_string(),
     )
-    .unwrap();
-    apply_profile(
-        &f.hub_client,
-        "spoke",
-        status(
-            vec![access_provider("ok", &s, None)],
-            true,
-            "2026-01-01T00:00:00Z",
-            &[],
-        ),
-    )
-    .await
     .unwrap();
 
     let addr = {

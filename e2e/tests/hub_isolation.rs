@@ -1,16 +1,20 @@
 //! Isolation: with one spoke blackholed, one answering every request with 500 and one whose
 //! credential plugin fails, the healthy spokes converge as they do without them. Both
 //! convergence times are printed (never asserted); the bad spokes back off with the right
-//! error category.
+//! error category. A spoke slow to sync is reported as syncing, never as Ready without its
+//! bindings.
 
 use std::time::{Duration, Instant};
 
+use kleym_api::fleet::condition_types;
 use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, grant_admin, wait_for};
+use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, wait_for};
 use kleym_e2e::fleet::plugins::{static_token_plugin, write_script};
-use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
+use kleym_e2e::fleet::profiles::register_admin_token_spoke;
 use kleym_e2e::kubesim::ErrorRule;
 use kleym_hub::fleet::{ErrorCategory, Phase};
+use kleym_hub::report::from_fleet::SYNCING_MESSAGE;
+use kleym_hub::report::{SpokeObservation, cluster_status};
 use serde_json::json;
 
 const BINDINGS: usize = 5;
@@ -38,27 +42,15 @@ async fn setup(bad: bool, dir: &std::path::Path) -> (FleetHarness, Vec<String>) 
     let pf = dir.join("providers.json");
     std::fs::write(&pf, providers.to_string()).unwrap();
     for n in &names {
-        let s = f.spoke(n);
-        s.add_static_token(
-            TOKEN,
-            kubesim_auth::UserInfo {
-                username: "hub".into(),
-                ..Default::default()
-            },
-        );
-        grant_admin(&s, "hub").unwrap();
-        env::seed_environment(&s.store(), BINDINGS).unwrap();
-        env::create_bindings(&s.store(), 0..BINDINGS).unwrap();
         let provider = if *n == "no-creds" { "broken" } else { "ok" };
-        apply_profile(
+        register_admin_token_spoke(
             &f.hub_client,
             n,
-            status(
-                vec![access_provider(provider, &s, None)],
-                true,
-                "2026-01-01T00:00:00Z",
-                &[],
-            ),
+            &f.spoke(n),
+            provider,
+            TOKEN,
+            BINDINGS,
+            0..BINDINGS,
         )
         .await
         .unwrap();
@@ -155,5 +147,81 @@ async fn healthy_spokes_converge_despite_blackholed_failing_and_credential_less_
     }
     let no_creds = state.get("fleet/no-creds").unwrap().last_error.unwrap();
     assert!(no_creds.message.contains("exit"), "{}", no_creds.message);
+    hub.stop().await.unwrap();
+}
+
+/// Right after engage, while the spoke's caches do their initial sync (every request to it
+/// delayed), every state the hub publishes for it gives a status that is not Ready; it turns
+/// Ready only with all its bindings counted (before the fix it was briefly "Ready, all 0
+/// bindings ready" between engaging and the first bindings snapshot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slowly_syncing_spoke_is_never_ready_without_its_bindings() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["slow"], dir.path()).await.unwrap();
+    let ok = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
+    let pf = dir.path().join("providers.json");
+    std::fs::write(
+        &pf,
+        json!({"providers": [{"name": "ok", "execConfig": {
+            "apiVersion": "client.authentication.k8s.io/v1", "command": ok.to_str().unwrap()}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let spoke = f.spoke("slow");
+    register_admin_token_spoke(
+        &f.hub_client,
+        "slow",
+        &spoke,
+        "ok",
+        TOKEN,
+        BINDINGS,
+        0..BINDINGS,
+    )
+    .await
+    .unwrap();
+    spoke.faults().set_latency(Duration::from_millis(150));
+    let hub = f
+        .start_hub(&[
+            "--clusterprofile-provider-file".into(),
+            pf.display().to_string(),
+            "--trust-domain".into(),
+            "fleet.example".into(),
+            "--leader-elect=false".into(),
+        ])
+        .await
+        .unwrap();
+    let state = hub.handle.state.clone();
+    let mut changes = state.subscribe();
+    let mut saw_syncing = false;
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if let Some(s) = state.get("fleet/slow") {
+            let status = cluster_status(&SpokeObservation::from(&s), chrono::Utc::now(), None);
+            let ready = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == condition_types::READY)
+                .unwrap();
+            if s.phase == Phase::Syncing {
+                assert_eq!(ready.status, "Unknown", "{}", ready.message);
+                assert!(ready.message.contains(SYNCING_MESSAGE), "{}", ready.message);
+                saw_syncing = true;
+            }
+            if ready.status == "True" {
+                assert_eq!(
+                    status.bindings.total, BINDINGS as i64,
+                    "Ready in phase {:?} with {} of {BINDINGS} bindings: {}",
+                    s.phase, status.bindings.total, ready.message
+                );
+                break;
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        tokio::time::timeout(left, changes.changed())
+            .await
+            .expect("the slow spoke became Ready in time")
+            .unwrap();
+    }
+    assert!(saw_syncing, "the spoke was observed while syncing");
     hub.stop().await.unwrap();
 }

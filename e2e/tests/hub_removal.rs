@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, grant_admin, wait_for};
+use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, wait_for};
 use kleym_e2e::fleet::plugins::static_token_plugin;
-use kleym_e2e::fleet::profiles::{access_provider, apply_profile, delete_profile, status};
+use kleym_e2e::fleet::profiles::{delete_profile, register_admin_token_spoke};
 use kubesim_store::WriteOptions;
 use serde_json::json;
 
@@ -32,25 +32,14 @@ async fn engage(f: &FleetHarness, spoke: &str, policy: &str) -> RunningHub {
         .to_string(),
     )
     .unwrap();
-    s.add_static_token(
-        TOKEN,
-        kubesim_auth::UserInfo {
-            username: "hub".into(),
-            ..Default::default()
-        },
-    );
-    grant_admin(&s, "hub").unwrap();
-    env::seed_environment(&s.store(), BINDINGS + 1).unwrap();
-    env::create_bindings(&s.store(), 0..BINDINGS).unwrap();
-    apply_profile(
+    register_admin_token_spoke(
         &f.hub_client,
         spoke,
-        status(
-            vec![access_provider("ok", &s, None)],
-            true,
-            "2026-01-01T00:00:00Z",
-            &[],
-        ),
+        &s,
+        "ok",
+        TOKEN,
+        BINDINGS + 1,
+        0..BINDINGS,
     )
     .await
     .unwrap();

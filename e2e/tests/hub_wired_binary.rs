@@ -13,10 +13,9 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kleym_api::fleet::{ClusterIdentityStatus, FLEET_REPORT_NAME, FleetIdentityReport};
-use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, grant_admin, wait_for};
+use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, wait_for};
 use kleym_e2e::fleet::plugins::{kleym_binary, static_token_plugin};
-use kleym_e2e::fleet::profiles::{PROFILE_NS, access_provider, apply_profile, status};
+use kleym_e2e::fleet::profiles::{PROFILE_NS, register_admin_token_spoke};
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -112,32 +111,12 @@ async fn kleym_hub_binary_writes_status_and_serves_the_authenticated_api() {
     for (i, name) in SPOKES.iter().enumerate() {
         let s = f.spoke(name);
         let secret = format!("tok-wired-{name}-0123456789abcdef");
-        s.add_static_token(
-            &secret,
-            kubesim_auth::UserInfo {
-                username: "hub".into(),
-                ..Default::default()
-            },
-        );
-        grant_admin(&s, "hub").unwrap();
-        let store = s.store();
-        env::seed_environment(&store, 2).unwrap();
-        env::create_bindings(&store, 0..1 + i).unwrap();
+        register_admin_token_spoke(&f.hub_client, name, &s, name, &secret, 2, 0..1 + i)
+            .await
+            .unwrap();
         let plugin = static_token_plugin(dir.path(), &format!("{name}.sh"), &secret, None).unwrap();
         providers.push(json!({"name": name, "execConfig": {
             "apiVersion": "client.authentication.k8s.io/v1", "command": plugin.to_str().unwrap()}}));
-        apply_profile(
-            &f.hub_client,
-            name,
-            status(
-                vec![access_provider(name, &s, None)],
-                true,
-                "2026-01-01T00:00:00Z",
-                &[],
-            ),
-        )
-        .await
-        .unwrap();
     }
     let pf = dir.path().join("providers.json");
     std::fs::write(&pf, json!({ "providers": providers }).to_string()).unwrap();
