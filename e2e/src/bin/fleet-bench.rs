@@ -544,15 +544,18 @@ impl Measure<'_> {
             execs as f64 / n.max(1) as f64
         );
         match (&*hub, hub_usage) {
-            (Hub::Process(p), Some(u)) => println!(
-                "hub process (kleym, pid {}): peak RSS {} MiB (VmHWM), CPU {:.2} s user+sys ({:.2} s of it to engage), open fds peak {} (at converge {})",
-                p.pid(),
-                u.peak_rss_mib(),
-                u.cpu_seconds,
-                hub_cpu_engage.unwrap_or_default(),
-                self.fds.peak(Proc::Pid(p.pid())).max(u.open_fds),
-                u.open_fds
-            ),
+            (Hub::Process(p), Some(u)) => {
+                let hub_fds = self.fds.peak(Proc::Pid(p.pid())).max(u.open_fds);
+                println!(
+                    "hub process (kleym, pid {}): peak RSS {} MiB (VmHWM), CPU {:.2} s user+sys ({:.2} s of it to engage), open fds peak {hub_fds} ({:.1} per spoke; {} at converge)",
+                    p.pid(),
+                    u.peak_rss_mib(),
+                    u.cpu_seconds,
+                    hub_cpu_engage.unwrap_or_default(),
+                    hub_fds as f64 / n.max(1) as f64,
+                    u.open_fds
+                );
+            }
             (Hub::Process(p), None) => println!("hub process (pid {}): /proc unreadable", p.pid()),
             (Hub::InProcess(_), _) => {}
         }

@@ -84,7 +84,7 @@ fn free_local_addr() -> std::io::Result<SocketAddr> {
 
 impl HubProcess {
     /// Starts `kleym hub --kubeconfig <kubeconfig> --metrics-addr <free port> <flags>`, with
-    /// stdout and stderr appended to `log_path`.
+    /// stdout and stderr written to `log_path` (created or truncated) and `NO_COLOR=1`.
     pub fn spawn(
         kleym: &Path,
         kubeconfig: &Path,
@@ -104,6 +104,8 @@ impl HubProcess {
             .arg(kubeconfig)
             .args(["--metrics-addr", &metrics_addr.to_string()])
             .args(flags)
+            // Plain text in the log file (tracing's text format colours by default).
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
@@ -313,7 +315,7 @@ mod tests {
         let sleeper = super::super::plugins::write_script(
             dir.path(),
             "sleeper",
-            "#!/bin/sh\necho up\nexec sleep 60\n",
+            "#!/bin/sh\necho \"up $NO_COLOR\"\nexec sleep 60\n",
         )
         .unwrap();
         let log = dir.path().join("sleeper.log");
@@ -328,7 +330,7 @@ mod tests {
             stopped.status
         );
         assert!(ProcUsage::read(Proc::Pid(pid)).is_none());
-        assert_eq!(log_tail(&log, 1), "up");
+        assert_eq!(log_tail(&log, 1), "up 1", "NO_COLOR=1 for a plain-text log");
 
         let quitter = super::super::plugins::write_script(
             dir.path(),
