@@ -51,8 +51,9 @@ Figures:
   API requests/spoke  counted by an authenticator on each spoke: to engage (preflight, initial
                       lists/watches) and in total.
   execs/spoke         credential-plugin runs (the plugin appends a line to a count file).
-  hub process         its peak RSS (VmHWM), CPU seconds (user+sys over its life, and up to
-                      engaged) and peak open fds (sampled every 0.25 s) from /proc/<pid>.
+  hub process         its peak RSS (VmHWM; and RSS when engaged, before any binding), CPU
+                      seconds (user+sys over its life, and up to engaged) and peak open fds
+                      (sampled every 0.25 s) from /proc/<pid>.
   bench process       the same for this process (kubesim + measurement, + the hub in
                       in-process mode); CPU total and from hub start to converged.";
 
@@ -433,7 +434,7 @@ impl Measure<'_> {
         let f = &self.fleet.f;
         hub.wait_engaged(n, limit).await?;
         let time_to_engage = self.hub_started.elapsed();
-        let hub_cpu_engage = hub.usage().map(|u| u.cpu_seconds);
+        let hub_at_engage = hub.usage().unwrap_or_default();
         let requests_engage: Vec<u64> = self.fleet.counters.iter().map(|c| c.count()).collect();
         println!("time to engage {n} spokes: {time_to_engage:.1?}");
 
@@ -547,11 +548,12 @@ impl Measure<'_> {
             (Hub::Process(p), Some(u)) => {
                 let hub_fds = self.fds.peak(Proc::Pid(p.pid())).max(u.open_fds);
                 println!(
-                    "hub process (kleym, pid {}): peak RSS {} MiB (VmHWM), CPU {:.2} s user+sys ({:.2} s of it to engage), open fds peak {hub_fds} ({:.1} per spoke; {} at converge)",
+                    "hub process (kleym, pid {}): peak RSS {} MiB (VmHWM; {} MiB when engaged), CPU {:.2} s user+sys ({:.2} s of it to engage), open fds peak {hub_fds} ({:.1} per spoke; {} at converge)",
                     p.pid(),
                     u.peak_rss_mib(),
+                    hub_at_engage.rss_kib / 1024,
                     u.cpu_seconds,
-                    hub_cpu_engage.unwrap_or_default(),
+                    hub_at_engage.cpu_seconds,
                     hub_fds as f64 / n.max(1) as f64,
                     u.open_fds
                 );
