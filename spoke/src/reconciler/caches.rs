@@ -35,10 +35,67 @@ pub enum Change<K> {
     Removed(Arc<K>),
 }
 
+/// Objects by namespace, then name: a read by `(&str, &str)` allocates nothing (reads
+/// run for every namespace peer on every reconcile).
+#[derive(Debug)]
+struct Objects<K> {
+    by_namespace: HashMap<String, HashMap<String, Arc<K>>>,
+    len: usize,
+}
+
+impl<K> Default for Objects<K> {
+    fn default() -> Self {
+        Self {
+            by_namespace: HashMap::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<K> Objects<K> {
+    fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
+        self.by_namespace.get(namespace)?.get(name)
+    }
+
+    fn insert(&mut self, (namespace, name): CacheKey, obj: Arc<K>) -> Option<Arc<K>> {
+        let old = self
+            .by_namespace
+            .entry(namespace)
+            .or_default()
+            .insert(name, obj);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let names = self.by_namespace.get_mut(namespace)?;
+        let old = names.remove(name)?;
+        if names.is_empty() {
+            self.by_namespace.remove(namespace);
+        }
+        self.len -= 1;
+        Some(old)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&str, &str, &Arc<K>)> {
+        self.by_namespace
+            .iter()
+            .flat_map(|(ns, names)| names.iter().map(move |(n, o)| (ns.as_str(), n.as_str(), o)))
+    }
+
+    fn into_values(self) -> impl Iterator<Item = Arc<K>> {
+        self.by_namespace
+            .into_values()
+            .flat_map(HashMap::into_values)
+    }
+}
+
 #[derive(Debug)]
 struct Inner<K> {
-    objects: HashMap<CacheKey, Arc<K>>,
-    relist: Option<HashMap<CacheKey, Arc<K>>>,
+    objects: Objects<K>,
+    relist: Option<Objects<K>>,
 }
 
 /// A cache of one kind.
@@ -53,7 +110,7 @@ impl<K> Default for Cache<K> {
     fn default() -> Self {
         Self {
             inner: RwLock::new(Inner {
-                objects: HashMap::new(),
+                objects: Objects::default(),
                 relist: None,
             }),
             ready: AtomicBool::new(false),
@@ -70,22 +127,23 @@ impl<K: kube::Resource + Clone> Cache<K> {
     /// Reads one object.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
         let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        inner
-            .objects
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
+        inner.objects.get(namespace, name).cloned()
     }
 
     /// Every cached object.
     pub fn list(&self) -> Vec<Arc<K>> {
         let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        inner.objects.values().cloned().collect()
+        inner
+            .objects
+            .iter()
+            .map(|(_, _, o)| Arc::clone(o))
+            .collect()
     }
 
     /// Number of cached objects.
     pub fn len(&self) -> usize {
         let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
-        inner.objects.len()
+        inner.objects.len
     }
 
     /// True when empty.
@@ -114,7 +172,7 @@ impl<K: kube::Resource + Clone> Cache<K> {
         self.ready.store(false, Ordering::Release);
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
         inner.relist = None;
-        inner.objects.drain().map(|(_, v)| v).collect()
+        std::mem::take(&mut inner.objects).into_values().collect()
     }
 
     /// Applies one watcher event and returns the resulting changes.
@@ -127,19 +185,19 @@ impl<K: kube::Resource + Clone> Cache<K> {
                 vec![Change::Upsert { old, new }]
             }
             watcher::Event::Delete(obj) => {
-                let key = key_of(&obj);
-                let old = inner.objects.remove(&key);
+                let (namespace, name) = key_of(&obj);
+                let old = inner.objects.remove(&namespace, &name);
                 vec![Change::Removed(old.unwrap_or_else(|| Arc::new(obj)))]
             }
             watcher::Event::Init => {
-                inner.relist = Some(HashMap::new());
+                inner.relist = Some(Objects::default());
                 Vec::new()
             }
             watcher::Event::InitApply(obj) => {
                 let obj = Arc::new(obj);
                 inner
                     .relist
-                    .get_or_insert_with(HashMap::new)
+                    .get_or_insert_with(Objects::default)
                     .insert(key_of(obj.as_ref()), obj);
                 Vec::new()
             }
@@ -147,15 +205,15 @@ impl<K: kube::Resource + Clone> Cache<K> {
                 let fresh = inner.relist.take().unwrap_or_default();
                 let old = std::mem::replace(&mut inner.objects, fresh);
                 let mut changes = Vec::new();
-                for (k, new) in &inner.objects {
+                for (ns, name, new) in inner.objects.iter() {
                     changes.push(Change::Upsert {
-                        old: old.get(k).cloned(),
+                        old: old.get(ns, name).cloned(),
                         new: new.clone(),
                     });
                 }
-                for (k, gone) in old {
-                    if !inner.objects.contains_key(&k) {
-                        changes.push(Change::Removed(gone));
+                for (ns, name, gone) in old.iter() {
+                    if inner.objects.get(ns, name).is_none() {
+                        changes.push(Change::Removed(gone.clone()));
                     }
                 }
                 drop(inner);

@@ -88,17 +88,22 @@ impl<K: kube::Resource + Clone> Overlay<K> {
 
     /// The newest known version of `namespace/name`, given the cached one.
     pub fn resolve(&self, namespace: &str, name: &str, cached: Option<Arc<K>>) -> Option<Arc<K>> {
+        // Called for every namespace peer on every reconcile: no allocation unless the
+        // overlay holds something.
         let cached = cached.filter(|c| {
-            c.uid().is_none_or(|u| {
+            c.meta().uid.as_deref().is_none_or(|u| {
                 !self
                     .deleted_uids
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .contains(&u)
+                    .contains(u)
             })
         });
-        let key = (namespace.to_string(), name.to_string());
         let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if written.is_empty() {
+            return cached;
+        }
+        let key = (namespace.to_string(), name.to_string());
         let Some(mine) = written.get(&key).cloned() else {
             return cached;
         };

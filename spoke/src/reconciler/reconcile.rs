@@ -29,9 +29,17 @@ pub const REASON_APPLY_FAILED: &str = "ClusterSPIFFEIDApplyFailed";
 
 /// The binding as we last know it (cache, or our own newer write).
 pub fn current_binding(ctx: &Context, key: &ObjectKey) -> Option<Arc<InferenceIdentityBinding>> {
-    let cached = ctx.caches.bindings.get(&key.namespace, &key.name);
-    ctx.binding_overlay
-        .resolve(&key.namespace, &key.name, cached)
+    current_binding_named(ctx, &key.namespace, &key.name)
+}
+
+/// [`current_binding`] by namespace and name.
+fn current_binding_named(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Option<Arc<InferenceIdentityBinding>> {
+    let cached = ctx.caches.bindings.get(namespace, name);
+    ctx.binding_overlay.resolve(namespace, name, cached)
 }
 
 /// The ClusterSPIFFEID `name` as we last know it.
@@ -322,12 +330,12 @@ pub fn enqueue_changed_peers<'a>(
         if *name == key.name {
             continue;
         }
-        let peer_key = ObjectKey::new(key.namespace.clone(), name.clone());
-        let Some(peer) = current_binding(ctx, &peer_key) else {
+        let Some(peer) = current_binding_named(ctx, &key.namespace, name) else {
             continue;
         };
         if conflict_view_differs(&peer, v) {
-            ctx.queue.enqueue(peer_key);
+            ctx.queue
+                .enqueue(ObjectKey::new(key.namespace.clone(), name.clone()));
         }
     }
 }
