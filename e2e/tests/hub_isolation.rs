@@ -179,7 +179,7 @@ async fn a_slowly_syncing_spoke_is_never_ready_without_its_bindings() {
     )
     .await
     .unwrap();
-    spoke.faults().set_latency(Duration::from_millis(150));
+    spoke.faults().set_latency(Duration::from_millis(250));
     let hub = f
         .start_hub(&[
             "--clusterprofile-provider-file".into(),

@@ -15,12 +15,14 @@ use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use kleym_hub::fleet::runtime::HubReadiness;
 use kleym_hub::fleet::{FleetState, Phase, SpokeMetricsCollector};
+use kleym_hub::http::HubView;
 use kleym_hub::http::auth::{
     AccessCheck, AccessDecision, ApiAuth, AuthConfig, AuthMode, Caller, ReviewError, Reviewer,
     TokenReviewStatus,
 };
 use kleym_hub::http::{ApiMetrics, ApiState, router};
 use kleym_hub::hub_view::{FleetCollector, FleetHubView, LeaderInfo};
+use kleym_hub::report::FullReport;
 use kleym_spoke::reconciler::queue::ObjectKey;
 use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 use prometheus_client::registry::Registry;
@@ -193,4 +195,56 @@ async fn fleet_wide_responses_at_1000_spokes() {
         let (t, _) = get(&app, path).await;
         println!("{path:<13} after one change {t:>12.3?}");
     }
+    uncached_builds(&state);
+}
+
+/// What every request cost before the bodies were kept: the build alone, each time.
+fn uncached_builds(state: &FleetState) {
+    let view = FleetHubView::new(
+        state.clone(),
+        HubReadiness::default(),
+        LeaderInfo::always_leader(),
+    );
+    let timed = |what: &str, f: &dyn Fn() -> usize| {
+        let started = Instant::now();
+        let mut bytes = 0;
+        for _ in 0..ROUNDS {
+            bytes = f();
+        }
+        println!(
+            "build only: {what:<40} {bytes:>11} bytes  mean {:>12.3?}",
+            started.elapsed() / ROUNDS as u32
+        );
+    };
+    timed("report (FullReport::from_fleet + JSON)", &|| {
+        let report = FullReport::from_fleet(state, chrono::Utc::now());
+        serde_json::to_vec(&report).unwrap().len()
+    });
+    timed("report analysis only (FullReport::from_fleet)", &|| {
+        FullReport::from_fleet(state, chrono::Utc::now())
+            .spokes
+            .len()
+    });
+    timed("clusters (HubView::clusters + JSON)", &|| {
+        let items = view.clusters();
+        serde_json::to_vec(&items).unwrap().len()
+    });
+    timed("fleet series (a fresh FleetCollector)", &|| {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(FleetCollector::new(state.clone())));
+        encode(&registry)
+    });
+    timed("spoke reconcile series (1000 spokes)", &|| {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(SpokeMetricsCollector::new(
+            state.spoke_metrics().clone(),
+        )));
+        encode(&registry)
+    });
+}
+
+fn encode(registry: &Registry) -> usize {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry).unwrap();
+    out.len()
 }
