@@ -2,6 +2,11 @@
 //! hands the namespace to the pure [`crate::compiler`] (per-binding [`compiler::compile`],
 //! then [`compiler::analyze`] for collisions and warnings) and returns one verdict per
 //! binding for the reconcile to apply.
+//!
+//! Two levels of reuse keep a burst of reconciles in one namespace linear: the
+//! [`CompileMemo`] recompiles only bindings whose inputs changed, and the namespace
+//! evaluation itself is shared until the watch handlers invalidate it
+//! ([`super::ns_cache`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
