@@ -9,6 +9,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use k8s_openapi::api::coordination::v1::Lease;
 use kleym_api::fleet::FindingKind;
 use kleym_spoke::reconciler::CancellationToken;
@@ -17,8 +18,6 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
-
-use bytes::Bytes;
 
 use crate::fleet::runtime::HubReadiness;
 use crate::fleet::state::FleetState;
