@@ -63,10 +63,44 @@ impl FieldSet {
 
     /// Whether some member is `p` or lies below `p`.
     pub(crate) fn has_prefix(&self, p: &[String]) -> bool {
+        use std::ops::Bound::{Included, Unbounded};
         self.0
-            .range(p.to_vec()..)
+            .range::<[String], _>((Included(p), Unbounded))
             .next()
             .is_some_and(|m| m.starts_with(p))
+    }
+
+    /// Whether `p` is a member or an ancestor of one: membership in
+    /// `self.with_ancestors()` without building it (the empty path is never an ancestor).
+    pub(crate) fn covers(&self, p: &[String]) -> bool {
+        if p.is_empty() {
+            self.contains(p)
+        } else {
+            self.has_prefix(p)
+        }
+    }
+
+    /// Keep only members for which `keep` holds, in place.
+    pub(crate) fn retain(&mut self, keep: impl Fn(&Path) -> bool) {
+        self.0.retain(|p| keep(p));
+    }
+
+    /// Remove every member of `other` (`self − other`, in place).
+    pub(crate) fn remove_all(&mut self, other: &FieldSet) {
+        if other.0.is_empty() {
+            return;
+        }
+        self.0.retain(|p| !other.0.contains(p));
+    }
+
+    /// Whether `self ∩ other` is non-empty.
+    pub(crate) fn intersects(&self, other: &FieldSet) -> bool {
+        let (small, large) = if self.0.len() <= other.0.len() {
+            (self, other)
+        } else {
+            (other, self)
+        };
+        small.0.iter().any(|p| large.0.contains(p))
     }
 
     /// `self ∪ other`.
@@ -85,6 +119,7 @@ impl FieldSet {
     }
 
     /// Members that are neither in `other` nor below one of its members.
+    #[cfg(test)]
     pub(crate) fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
         FieldSet(
             self.0
@@ -93,11 +128,6 @@ impl FieldSet {
                 .cloned()
                 .collect(),
         )
-    }
-
-    /// Keep only members for which `keep` holds.
-    pub(crate) fn filter(&self, keep: impl Fn(&Path) -> bool) -> FieldSet {
-        FieldSet(self.0.iter().filter(|p| keep(p)).cloned().collect())
     }
 
     /// The set plus every ancestor of its members (the containers of owned fields), the
@@ -324,5 +354,49 @@ mod tests {
         assert!(a.with_ancestors().contains(&p(&["f:b"])));
         assert_eq!(a.union(&b).difference(&b), a);
         assert!(a.intersection(&b).is_empty());
+    }
+
+    #[test]
+    fn in_place_operations_match_the_copying_ones() {
+        let paths = [
+            p(&[]),
+            p(&["f:a"]),
+            p(&["f:b"]),
+            p(&["f:b", "f:c"]),
+            p(&["f:b", "f:c", "f:d"]),
+            p(&["f:bb"]),
+            p(&["f:b", "k:{\"name\":\"x\"}"]),
+        ];
+        // every subset of the paths, as bit masks
+        let set = |mask: u32| {
+            let mut s = FieldSet::new();
+            for (i, q) in paths.iter().enumerate() {
+                if mask & (1 << i) != 0 {
+                    s.insert(q.clone());
+                }
+            }
+            s
+        };
+        let all = 1u32 << paths.len();
+        for ma in (0..all).step_by(3) {
+            let a = set(ma);
+            for q in &paths {
+                assert_eq!(
+                    a.covers(q),
+                    a.with_ancestors().contains(q),
+                    "{a:?} covers {q:?}"
+                );
+            }
+            for mb in (0..all).step_by(5) {
+                let b = set(mb);
+                let mut d = a.clone();
+                d.remove_all(&b);
+                assert_eq!(d, a.difference(&b));
+                assert_eq!(a.intersects(&b), !a.intersection(&b).is_empty());
+            }
+        }
+        let mut a = set(all - 1);
+        a.retain(|q| q.len() == 1);
+        assert_eq!(a.iter().count(), 3);
     }
 }

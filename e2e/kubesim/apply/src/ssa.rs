@@ -31,29 +31,21 @@ const IGNORED: &[&[&str]] = &[
 /// The manager of fields that existed before the first apply to an unmanaged object.
 const BEFORE_FIRST_APPLY: &str = "before-first-apply";
 
-fn ignored_set() -> FieldSet {
-    let mut s = FieldSet::new();
-    for p in IGNORED {
-        s.insert(p.iter().map(|e| e.to_string()).collect());
-    }
-    s
-}
-
 fn is_status(p: &Path) -> bool {
     p.first().is_some_and(|e| e == "f:status")
 }
 
 /// Restrict a field set to what the write may own: no ignored metadata, and only `status`
 /// on the status subresource / no `status` on the main resource of a kind with one.
-fn scope(set: &FieldSet, subresource: Option<&str>, has_status: bool) -> FieldSet {
-    let stripped = set
-        .recursive_difference(&ignored_set())
-        .filter(|p| p.len() != 1 || p[0] != "f:metadata");
+/// (Removing the ignored paths and everything below them, plus the `metadata` member
+/// itself, is exactly dropping the [`protected`] paths.)
+fn scope(mut set: FieldSet, subresource: Option<&str>, has_status: bool) -> FieldSet {
     match subresource {
-        Some("status") => stripped.filter(is_status),
-        _ if has_status => stripped.filter(|p| !is_status(p)),
-        _ => stripped,
+        Some("status") => set.retain(|p| !protected(p) && is_status(p)),
+        _ if has_status => set.retain(|p| !protected(p) && !is_status(p)),
+        _ => set.retain(|p| !protected(p)),
     }
+    set
 }
 
 /// Paths pruning must never remove, whoever owned what.
@@ -237,7 +229,7 @@ pub(crate) fn apply(
     // fields assigned to `before-first-apply`, as upstream's skipNonAppliedManager does.
     let old_entries = match live {
         Some(_) if old_entries.is_empty() => {
-            let set = scope(&typed::to_field_set(&live_content, ty), None, has_status);
+            let set = scope(typed::to_field_set(&live_content, ty), None, has_status);
             vec![Entry {
                 manager: BEFORE_FIRST_APPLY.into(),
                 operation: UPDATE.into(),
@@ -259,7 +251,7 @@ pub(crate) fn apply(
         time: Some(req.now.to_string()),
         subresource: req.subresource.unwrap_or("").to_string(),
         set: scope(
-            &typed::to_field_set(&config, ty),
+            typed::to_field_set(&config, ty),
             req.subresource,
             has_status,
         ),
@@ -268,16 +260,16 @@ pub(crate) fn apply(
 
     let mut merged = typed::merge(&live_content, &config, ty);
     if let Some(prev) = previous {
-        // Prune what this manager applied last time and omits now, unless someone owns it.
-        let owned = old_entries
+        // Prune what this manager applied last time and omits now, unless someone owns it
+        // (a field, or something below it). The union of the owners' sets with their
+        // ancestors is not built: each set is asked.
+        let others: Vec<&Entry> = old_entries
             .iter()
             .filter(|e| !e.same_manager(&me))
-            .fold(me.set.clone(), |acc, e| acc.union(&e.set));
-        let to_remove = prev
-            .set
-            .with_ancestors()
-            .difference(&owned.with_ancestors())
-            .filter(|p| !protected(p));
+            .collect();
+        let owned = |p: &Path| me.set.covers(p) || others.iter().any(|e| e.set.covers(p));
+        let mut to_remove = prev.set.with_ancestors();
+        to_remove.retain(|p| !protected(p) && !owned(p));
         typed::remove_items(&mut merged, &to_remove, ty);
     }
 
@@ -285,9 +277,8 @@ pub(crate) fn apply(
     let changed = cmp.modified.union(&cmp.added);
     let conflicts: Vec<(Entry, FieldSet)> = old_entries
         .iter()
-        .filter(|e| !e.same_manager(&me))
+        .filter(|e| !e.same_manager(&me) && e.set.intersects(&changed))
         .map(|e| (e.clone(), e.set.intersection(&changed)))
-        .filter(|(_, c)| !c.is_empty())
         .collect();
     if !conflicts.is_empty() && !req.force {
         // kubectl upgrading from client-side apply: fields its annotation vouches for are
@@ -325,7 +316,8 @@ pub(crate) fn apply(
             placed = true;
         } else {
             let mut e = e.clone();
-            e.set = e.set.difference(&changed).difference(&cmp.removed);
+            e.set.remove_all(&changed);
+            e.set.remove_all(&cmp.removed);
             entries.push(e);
         }
     }
@@ -382,8 +374,8 @@ pub(crate) fn update(
     let old_content = old.map_or_else(|| json!({}), without_managed_fields);
     let new_content = without_managed_fields(new);
     let cmp = typed::compare(&old_content, &new_content, ty);
-    let changed = scope(&cmp.modified.union(&cmp.added), subresource, has_status);
-    let removed = scope(&cmp.removed, subresource, has_status);
+    let changed = scope(cmp.modified.union(&cmp.added), subresource, has_status);
+    let removed = scope(cmp.removed, subresource, has_status);
 
     let me = Entry {
         manager: manager.to_string(),
@@ -395,9 +387,11 @@ pub(crate) fn update(
     };
     let mut entries: Vec<Entry> = base_entries
         .iter()
-        .map(|e| Entry {
-            set: e.set.difference(&changed).difference(&removed),
-            ..e.clone()
+        .map(|e| {
+            let mut e = e.clone();
+            e.set.remove_all(&changed);
+            e.set.remove_all(&removed);
+            e
         })
         .collect();
     if !changed.is_empty() {
@@ -467,16 +461,73 @@ mod tests {
         s.insert(p(&["f:metadata", "f:labels", "f:a"]));
         s.insert(p(&["f:status", "f:x"]));
         s.insert(p(&["f:apiVersion"]));
-        let main = scope(&s, None, true);
+        let main = scope(s.clone(), None, true);
         assert_eq!(
             main.iter().collect::<Vec<_>>(),
             vec![&p(&["f:metadata", "f:labels", "f:a"])]
         );
-        let status = scope(&s, Some("status"), true);
+        let status = scope(s.clone(), Some("status"), true);
         assert_eq!(
             status.iter().collect::<Vec<_>>(),
             vec![&p(&["f:status", "f:x"])]
         );
-        assert_eq!(scope(&s, None, false).iter().count(), 2);
+        assert_eq!(scope(s, None, false).iter().count(), 2);
+    }
+
+    /// The definition `scope` had: the ignored paths and their subtrees removed, then the
+    /// `metadata` member, then the status rule.
+    fn scope_by_definition(
+        set: &FieldSet,
+        subresource: Option<&str>,
+        has_status: bool,
+    ) -> Vec<Path> {
+        let mut ignored = FieldSet::new();
+        for i in IGNORED {
+            ignored.insert(i.iter().map(|e| e.to_string()).collect());
+        }
+        set.recursive_difference(&ignored)
+            .iter()
+            .filter(|q| q.len() != 1 || q[0] != "f:metadata")
+            .filter(|q| match subresource {
+                Some("status") => is_status(q),
+                _ if has_status => !is_status(q),
+                _ => true,
+            })
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn scope_matches_its_definition() {
+        let mut s = FieldSet::new();
+        for q in [
+            p(&[]),
+            p(&["f:apiVersion"]),
+            p(&["f:kind", "f:x"]),
+            p(&["f:metadata"]),
+            p(&["f:metadata", "f:name"]),
+            p(&["f:metadata", "f:managedFields", "i:0"]),
+            p(&["f:metadata", "f:labels"]),
+            p(&["f:metadata", "f:labels", "f:a"]),
+            p(&["f:metadata", "f:uidx"]),
+            p(&["f:spec", "f:metadata", "f:name"]),
+            p(&["f:status"]),
+            p(&["f:status", "f:x"]),
+            p(&["f:statusx"]),
+        ] {
+            s.insert(q);
+        }
+        for sub in [None, Some("status")] {
+            for has_status in [false, true] {
+                assert_eq!(
+                    scope(s.clone(), sub, has_status)
+                        .iter()
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                    scope_by_definition(&s, sub, has_status),
+                    "{sub:?} {has_status}"
+                );
+            }
+        }
     }
 }

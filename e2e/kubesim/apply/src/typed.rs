@@ -154,13 +154,21 @@ fn walk_set(v: &Value, ty: Ty<'_>, path: &mut Path, set: &mut FieldSet) {
 pub(crate) fn merge(lhs: &Value, rhs: &Value, ty: Ty<'_>) -> Value {
     match (lhs, rhs) {
         (Value::Object(l), Value::Object(r)) if !ty.map_atomic() => {
-            let mut out = l.clone();
-            for (k, rv) in r {
-                let merged = match l.get(k) {
-                    Some(lv) => merge(lv, rv, ty.field(k)),
-                    None => rv.clone(),
+            // Live fields in their order, merged where applied, then applied-only fields:
+            // the order `l.clone()` + inserting `r` gives, without copying live subtrees
+            // that the merge replaces.
+            let mut out = Map::new();
+            for (k, lv) in l {
+                let v = match r.get(k) {
+                    Some(rv) => merge(lv, rv, ty.field(k)),
+                    None => lv.clone(),
                 };
-                out.insert(k.clone(), merged);
+                out.insert(k.clone(), v);
+            }
+            for (k, rv) in r {
+                if !l.contains_key(k) {
+                    out.insert(k.clone(), rv.clone());
+                }
             }
             Value::Object(out)
         }

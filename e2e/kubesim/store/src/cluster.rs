@@ -261,7 +261,7 @@ impl Cluster {
         };
         inner
             .get(&ctx.key, ns, name)
-            .map(|o| ctx.out(&o))
+            .map(|o| ctx.out_owned(o))
             .ok_or_else(|| not_found(&ctx.res, name))
     }
 
@@ -302,7 +302,7 @@ impl Cluster {
                 .map(|(k, o)| (k, o.value()))
                 .filter(|(_, o)| filter.matches(o));
             for (k, o) in iter.by_ref() {
-                items.push(ctx.out(&o));
+                items.push(ctx.served(o));
                 if limit.is_some_and(|l| items.len() >= l) {
                     cont = Some(k.clone());
                     break;
@@ -471,7 +471,16 @@ impl Cluster {
     ) -> Result<WriteResult, ApiError> {
         let mut inner = self.write();
         let ctx = writable(&inner, res, sub)?;
-        inner.update_obj(&ctx, ns, name, obj, sub, opts, Mode::Update(manager(opts)))
+        inner.update_obj(
+            &ctx,
+            ns,
+            name,
+            obj,
+            sub,
+            opts,
+            Mode::Update(manager(opts)),
+            None,
+        )
     }
 
     /// `patch` (`PATCH`) of the main resource or `/status`; `PatchType::Apply` is
@@ -495,7 +504,9 @@ impl Cluster {
         } else {
             ""
         };
-        let live = inner.get(&ctx.key, store_ns, name).map(|o| ctx.out(&o));
+        let live = inner
+            .get(&ctx.key, store_ns, name)
+            .map(|o| ctx.out_owned(o));
         if pt == PatchType::Strategic && ctx.res.custom {
             return Err(ApiError::new(
                 415,
@@ -524,7 +535,7 @@ impl Cluster {
             let merged =
                 kubesim_apply::server_side_apply(live.as_ref(), body, &ctx.type_info, &req)
                     .map_err(apply_error)?;
-            return inner.update_obj(&ctx, ns, name, merged, sub, opts, Mode::Apply);
+            return inner.update_obj(&ctx, ns, name, merged, sub, opts, Mode::Apply, live);
         }
         let Some(live) = live else {
             return Err(not_found(&ctx.res, name));
@@ -549,6 +560,7 @@ impl Cluster {
             sub,
             opts,
             Mode::Update(manager(opts)),
+            Some(live),
         )
     }
 

@@ -125,6 +125,57 @@ fn cause(reason: &'static str, field: &str, detail: String) -> Cause {
 /// Validate a CRD object as kube-apiserver's `ValidateCustomResourceDefinition` does (the
 /// parts kubesim relies on) and compile its schemas.
 pub fn parse_crd(obj: &Value) -> Result<CrdDef, Vec<Cause>> {
+    compiled::parse_cached(obj)
+}
+
+/// A process-wide memo of valid CRDs: compiling schemas (regexes, CEL) is the bulk of
+/// installing a CRD, and a fleet of simulated clusters installs the same CRDs in every
+/// cluster (and parses each one again when it is established or updated).
+mod compiled {
+    use super::{Cause, CrdDef};
+    use serde_json::Value;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+
+    /// More distinct CRDs than this and the memo starts over (tests that generate CRDs
+    /// must not grow it without bound).
+    const CAPACITY: usize = 256;
+
+    fn memo() -> &'static Mutex<HashMap<String, CrdDef>> {
+        static MEMO: OnceLock<Mutex<HashMap<String, CrdDef>>> = OnceLock::new();
+        MEMO.get_or_init(|| Mutex::new(HashMap::new()))
+    }
+
+    /// What [`super::parse_crd`] reads: `metadata.name` and `spec`, nothing else. Any
+    /// change to either (a schema update) is another key, so it is compiled afresh.
+    fn key(obj: &Value) -> String {
+        let name = crate::meta::meta_str(obj, "name").unwrap_or_default();
+        let spec = obj.get("spec").map(Value::to_string).unwrap_or_default();
+        format!("{name}\n{spec}")
+    }
+
+    pub(super) fn parse_cached(obj: &Value) -> Result<CrdDef, Vec<Cause>> {
+        let key = key(obj);
+        if let Some(def) = memo()
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return Ok(def.clone());
+        }
+        // Invalid CRDs are not kept: their errors are cheap to find again.
+        let def = super::compile_crd(obj)?;
+        let mut memo = memo().lock().unwrap_or_else(PoisonError::into_inner);
+        if memo.len() >= CAPACITY {
+            memo.clear();
+        }
+        memo.insert(key, def.clone());
+        Ok(def)
+    }
+}
+
+/// [`parse_crd`] without the memo.
+fn compile_crd(obj: &Value) -> Result<CrdDef, Vec<Cause>> {
     let mut errs = Vec::new();
     let name = crate::meta::meta_str(obj, "name")
         .unwrap_or_default()

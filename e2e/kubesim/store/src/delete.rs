@@ -188,12 +188,17 @@ impl Inner {
     /// What the garbage collector does to an object whose ownerReferences all point at
     /// owners that do not exist: delete it (kube's GC does so shortly after the write;
     /// kubesim right away).
-    pub(crate) fn collect_if_dangling(&mut self, key: &str, ns: &str, name: &str) {
-        let Some(obj) = self.get(key, ns, name) else {
-            return;
-        };
-        let owners = owner_uids(&obj);
-        if !owners.is_empty() && owners.iter().all(|o| !self.owner_present(o, ns)) {
+    pub(crate) fn collect_if_dangling(
+        &mut self,
+        key: &str,
+        ns: &str,
+        name: &str,
+        owners: &[String],
+    ) {
+        if !owners.is_empty()
+            && self.exists(key, ns, name)
+            && owners.iter().all(|o| !self.owner_present(o, ns))
+        {
             self.delete_now(key, ns, name, Propagation::Background);
         }
     }

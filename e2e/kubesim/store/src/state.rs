@@ -358,6 +358,13 @@ impl Inner {
             .map(|s| Arc::new(s.value()))
     }
 
+    /// Whether an object is stored under this key (without parsing it).
+    pub fn exists(&self, key: &str, ns: &str, name: &str) -> bool {
+        self.types
+            .get(key)
+            .is_some_and(|t| t.objects.contains_key(&(ns.to_string(), name.to_string())))
+    }
+
     fn index(&mut self, key: &ObjKey, prev: Option<&Value>, obj: Option<&Value>) {
         if let Some(p) = prev {
             for o in owner_uids(p) {
@@ -383,7 +390,21 @@ impl Inner {
     }
 
     /// Store `obj` under a new resourceVersion and emit ADDED/MODIFIED.
-    pub fn put(&mut self, key: &str, ns: &str, name: &str, mut obj: Value) -> Arc<Value> {
+    pub fn put(&mut self, key: &str, ns: &str, name: &str, obj: Value) -> Arc<Value> {
+        self.put_over(key, ns, name, obj, None)
+    }
+
+    /// As [`Inner::put`]; `known_prev` is the object being replaced when the caller has
+    /// it parsed already (any served form: only its `uid` and `ownerReferences` are read,
+    /// for the indexes), which saves parsing the stored copy again.
+    pub fn put_over(
+        &mut self,
+        key: &str,
+        ns: &str,
+        name: &str,
+        mut obj: Value,
+        known_prev: Option<&Value>,
+    ) -> Arc<Value> {
         self.rv += 1;
         let rv = self.rv;
         if obj.get("metadata").is_some_and(Value::is_object) {
@@ -396,8 +417,13 @@ impl Inner {
             t.objects
                 .insert((ns.to_string(), name.to_string()), Arc::clone(&stored))
         });
-        let prev_value = prev.as_ref().map(|p| p.value());
-        self.index(&okey, prev_value.as_ref(), Some(&obj));
+        match (&prev, known_prev) {
+            (Some(_), Some(known)) => self.index(&okey, Some(known), Some(&obj)),
+            _ => {
+                let prev_value = prev.as_ref().map(|p| p.value());
+                self.index(&okey, prev_value.as_ref(), Some(&obj));
+            }
+        }
         let ev = HistEvent {
             rv,
             kind: if prev.is_some() {

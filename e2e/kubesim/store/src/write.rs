@@ -5,7 +5,7 @@
 use crate::convert::Conversion;
 use crate::kinds::{self, CRDS, NAMESPACES};
 use crate::meta::{self, Cause, ensure_metadata, meta_str};
-use crate::state::Inner;
+use crate::state::{Inner, owner_uids};
 use crate::{ApiError, FieldValidation, ResourceInfo, Subresource, WriteOptions, WriteResult};
 use kubesim_apply::TypeInfo;
 use kubesim_schema::{CompiledSchema, FieldErrorKind};
@@ -36,6 +36,18 @@ impl TypeCtx {
     /// The stored object as served in the requested version.
     pub fn out(&self, stored: &Value) -> Value {
         let mut v = stored.clone();
+        self.conversion.to_served(&mut v);
+        v
+    }
+
+    /// As [`TypeCtx::out`], without copying when nobody else holds `stored` (a freshly
+    /// read object, or one no watcher received).
+    pub fn out_owned(&self, stored: Arc<Value>) -> Value {
+        self.served(Arc::unwrap_or_clone(stored))
+    }
+
+    /// A stored-form object the caller owns, turned into the served form.
+    pub fn served(&self, mut v: Value) -> Value {
         self.conversion.to_served(&mut v);
         v
     }
@@ -159,35 +171,57 @@ fn copy_meta(obj: &mut Value, from: &Value, fields: &[&str]) {
     }
 }
 
-/// The object without what may differ in a no-op write: resourceVersion and managedFields
-/// timestamps.
-fn normalized(v: &Value) -> Value {
-    let mut n = v.clone();
-    remove_meta(&mut n, &["resourceVersion"]);
-    if let Some(Value::Array(entries)) = n
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("managedFields"))
-    {
-        for e in entries.iter_mut() {
-            if let Some(m) = e.as_object_mut() {
-                m.remove("time");
-            }
-        }
-    }
-    n
+/// Whether two JSON objects are equal apart from the keys `skip` names.
+fn eq_except(
+    a: &serde_json::Map<String, Value>,
+    b: &serde_json::Map<String, Value>,
+    skip: impl Fn(&str) -> bool,
+) -> bool {
+    let kept = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| !skip(k)).count();
+    kept(a) == kept(b)
+        && a.iter()
+            .filter(|(k, _)| !skip(k))
+            .all(|(k, v)| b.get(k) == Some(v))
 }
 
-/// Everything but `metadata` (and `status` when it is a subresource): what bumps generation.
-fn generation_relevant(v: &Value, has_status: bool) -> Value {
-    let mut n = v.clone();
-    if let Some(m) = n.as_object_mut() {
-        m.remove("metadata");
-        m.remove("apiVersion");
-        if has_status {
-            m.remove("status");
-        }
+/// Whether `a` and `b` are the same write apart from what may differ in a no-op:
+/// `metadata.resourceVersion` and the `time` of managedFields entries. Compares in place
+/// rather than copying both objects (this runs on every update).
+fn same_but_rv_and_times(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    if !eq_except(a, b, |k| k == "metadata") {
+        return false;
     }
-    n
+    let (Some(Value::Object(ma)), Some(Value::Object(mb))) = (a.get("metadata"), b.get("metadata"))
+    else {
+        return a.get("metadata") == b.get("metadata");
+    };
+    if !eq_except(ma, mb, |k| k == "resourceVersion" || k == "managedFields") {
+        return false;
+    }
+    match (ma.get("managedFields"), mb.get("managedFields")) {
+        (Some(Value::Array(ea)), Some(Value::Array(eb))) => {
+            ea.len() == eb.len()
+                && ea.iter().zip(eb).all(|(x, y)| match (x, y) {
+                    (Value::Object(x), Value::Object(y)) => eq_except(x, y, |k| k == "time"),
+                    _ => x == y,
+                })
+        }
+        (fa, fb) => fa == fb,
+    }
+}
+
+/// Whether `a` and `b` differ in what bumps generation: everything but `metadata` and
+/// `apiVersion` (and `status` when it is a subresource).
+fn generation_relevant_differs(a: &Value, b: &Value, has_status: bool) -> bool {
+    match (a.as_object(), b.as_object()) {
+        (Some(a), Some(b)) => !eq_except(a, b, |k| {
+            k == "metadata" || k == "apiVersion" || (has_status && k == "status")
+        }),
+        _ => a != b,
+    }
 }
 
 fn name_causes(key: &str, name: &str) -> Vec<Cause> {
@@ -532,8 +566,9 @@ impl Inner {
         }
         ctx.conversion.to_storage(&mut obj);
         let stored = self.put(&ctx.key, &ns, &name, obj);
-        let object = ctx.out(&stored);
-        self.after_write(&ctx.key, &ns, &name, true);
+        let owners = owner_uids(&stored);
+        let object = ctx.out_owned(stored);
+        self.after_write(&ctx.key, &ns, &name, true, &owners);
         Ok(WriteResult {
             object,
             created: true,
@@ -543,6 +578,8 @@ impl Inner {
 
     /// Update an existing object with the full `candidate` (the request body, or the
     /// result of a patch/apply on the stored object). Creates when allowed and missing.
+    /// `live` is the stored object as served when the caller has just read it under the
+    /// same lock (saves reading it again); `None` reads it here.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn update_obj(
         &mut self,
@@ -553,6 +590,7 @@ impl Inner {
         sub: Subresource,
         opts: &WriteOptions,
         mode: Mode<'_>,
+        live: Option<Value>,
     ) -> Result<WriteResult, ApiError> {
         sanitize_body(&mut candidate, &ctx.res)?;
         if let Some(b) = meta_str(&candidate, "name")
@@ -568,7 +606,13 @@ impl Inner {
         } else {
             String::new()
         };
-        let Some(old_stored) = self.get(&ctx.key, &store_ns, name) else {
+        let old = match live {
+            Some(live) => Some(live),
+            None => self
+                .get(&ctx.key, &store_ns, name)
+                .map(|o| ctx.out_owned(o)),
+        };
+        let Some(old) = old else {
             let creatable = sub == Subresource::Main
                 && (matches!(mode, Mode::Apply)
                     || crate::registry::allows_create_on_update(&ctx.res.group, &ctx.res.plural));
@@ -578,7 +622,6 @@ impl Inner {
             return Err(not_found(&ctx.res, name));
         };
         let ns_scoped = self.scope(ctx, ns, &mut candidate)?;
-        let old = ctx.out(&old_stored);
         if let Some(rv) = meta_str(&candidate, "resourceVersion")
             && !rv.is_empty()
             && Some(rv) != meta_str(&old, "resourceVersion")
@@ -675,10 +718,7 @@ impl Inner {
                 &now,
             );
         }
-        if ctx.tracks_generation()
-            && generation_relevant(&new, ctx.res.has_status)
-                != generation_relevant(&old, ctx.res.has_status)
-        {
+        if ctx.tracks_generation() && generation_relevant_differs(&new, &old, ctx.res.has_status) {
             let g = old
                 .get("metadata")
                 .and_then(|m| m.get("generation"))
@@ -689,7 +729,7 @@ impl Inner {
         if let Some(rv) = meta_str(&old, "resourceVersion") {
             new["metadata"]["resourceVersion"] = Value::from(rv.to_string());
         }
-        if normalized(&new) == normalized(&old) {
+        if same_but_rv_and_times(&new, &old) {
             return Ok(WriteResult {
                 object: old,
                 created: false,
@@ -710,7 +750,7 @@ impl Inner {
             .is_some();
         if deleting && meta::finalizers(&new).is_empty() && ctx.key != NAMESPACES {
             // the last finalizer is gone: the object goes away now
-            self.put(&ctx.key, &store_ns, name, new);
+            self.put_over(&ctx.key, &store_ns, name, new, Some(&old));
             let last = self
                 .remove(&ctx.key, &store_ns, name)
                 .map(|l| ctx.out(&l))
@@ -722,13 +762,14 @@ impl Inner {
                 warnings,
             });
         }
-        let stored = self.put(&ctx.key, &store_ns, name, new);
-        let object = ctx.out(&stored);
+        let stored = self.put_over(&ctx.key, &store_ns, name, new, Some(&old));
+        let owners = owner_uids(&stored);
+        let object = ctx.out_owned(stored);
         if ctx.key == NAMESPACES && deleting {
             self.try_finalize_namespace(name);
         }
         if sub == Subresource::Main {
-            self.after_write(&ctx.key, &store_ns, name, false);
+            self.after_write(&ctx.key, &store_ns, name, false, &owners);
         }
         Ok(WriteResult {
             object,
@@ -739,14 +780,15 @@ impl Inner {
 
     /// Controller-like reactions to a stored write: a namespace gets its `default`
     /// ServiceAccount, a CRD gets served and established, an object whose owners are all
-    /// absent is garbage-collected.
-    fn after_write(&mut self, key: &str, ns: &str, name: &str, created: bool) {
+    /// absent is garbage-collected. `owners` are the owner UIDs of the written object
+    /// (neither reaction changes them).
+    fn after_write(&mut self, key: &str, ns: &str, name: &str, created: bool, owners: &[String]) {
         match key {
             NAMESPACES if created => self.ensure_default_sa(name),
             CRDS => self.sync_crd(name),
             _ => {}
         }
-        self.collect_if_dangling(key, ns, name);
+        self.collect_if_dangling(key, ns, name, owners);
     }
 
     fn ensure_default_sa(&mut self, ns: &str) {
@@ -789,5 +831,88 @@ impl Inner {
             next["status"] = status;
             self.put(CRDS, "", name, next);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The copying definitions the in-place comparisons replace.
+    fn normalized(v: &Value) -> Value {
+        let mut n = v.clone();
+        remove_meta(&mut n, &["resourceVersion"]);
+        if let Some(Value::Array(entries)) = n
+            .get_mut("metadata")
+            .and_then(|m| m.get_mut("managedFields"))
+        {
+            for e in entries.iter_mut() {
+                if let Some(m) = e.as_object_mut() {
+                    m.remove("time");
+                }
+            }
+        }
+        n
+    }
+
+    fn generation_relevant(v: &Value, has_status: bool) -> Value {
+        let mut n = v.clone();
+        if let Some(m) = n.as_object_mut() {
+            m.remove("metadata");
+            m.remove("apiVersion");
+            if has_status {
+                m.remove("status");
+            }
+        }
+        n
+    }
+
+    fn variants() -> Vec<Value> {
+        let mf = |t: &str| json!([{"manager": "m", "time": t, "fieldsV1": {"f:spec": {}}}, "odd"]);
+        vec![
+            json!(null),
+            json!("x"),
+            json!({}),
+            json!({"metadata": "odd"}),
+            json!({"spec": {"a": 1}}),
+            json!({"spec": {"a": 2}}),
+            json!({"apiVersion": "v1", "spec": {"a": 1}}),
+            json!({"spec": {"a": 1}, "status": {"s": 1}}),
+            json!({"spec": {"a": 1}, "metadata": {"resourceVersion": "1"}}),
+            json!({"spec": {"a": 1}, "metadata": {"resourceVersion": "2"}}),
+            json!({"spec": {"a": 1}, "metadata": {"resourceVersion": "2", "labels": {"a": "b"}}}),
+            json!({"spec": {"a": 1}, "metadata": {"managedFields": mf("t1")}}),
+            json!({"spec": {"a": 1}, "metadata": {"managedFields": mf("t2")}}),
+            json!({"spec": {"a": 1}, "metadata": {"managedFields": [{"manager": "m"}]}}),
+            json!({"spec": {"a": 1}, "metadata": {"managedFields": "odd"}}),
+            json!({"spec": {"a": 1}, "metadata": {"managedFields": mf("t1"), "resourceVersion": "9"}}),
+        ]
+    }
+
+    #[test]
+    fn in_place_comparisons_agree_with_the_copying_ones() {
+        let vs = variants();
+        for a in &vs {
+            for b in &vs {
+                assert_eq!(
+                    same_but_rv_and_times(a, b),
+                    normalized(a) == normalized(b),
+                    "{a} vs {b}"
+                );
+                for has_status in [false, true] {
+                    assert_eq!(
+                        generation_relevant_differs(a, b, has_status),
+                        generation_relevant(a, has_status) != generation_relevant(b, has_status),
+                        "{a} vs {b}, status subresource {has_status}"
+                    );
+                }
+            }
+        }
+        // sanity: the comparisons do tell differences apart
+        assert!(same_but_rv_and_times(&vs[8], &vs[9]));
+        assert!(!same_but_rv_and_times(&vs[9], &vs[10]));
+        assert!(same_but_rv_and_times(&vs[11], &vs[12]));
+        assert!(generation_relevant_differs(&vs[4], &vs[5], false));
+        assert!(!generation_relevant_differs(&vs[4], &vs[7], true));
     }
 }

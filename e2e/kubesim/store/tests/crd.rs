@@ -496,3 +496,87 @@ fn crd_selectable_fields_work_in_field_selectors() {
     assert_eq!(e.message, "field label not supported: spec.size");
     assert!(c.openapi_v3_schema("", "v1", "ConfigMap").is_none());
 }
+
+/// Compiled CRDs are shared between clusters (a process-wide memo keyed by the CRD's name
+/// and spec): a schema update still takes effect at once, and only in the cluster updated.
+#[test]
+fn crd_schema_updates_take_effect_at_once_with_shared_compilation() {
+    let crd = |max: u64| {
+        json!({
+            "metadata": {"name": "gadgets.memo.example.com"},
+            "spec": {
+                "group": "memo.example.com",
+                "names": {"plural": "gadgets", "kind": "Gadget"},
+                "scope": "Cluster",
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {
+                    "openAPIV3Schema": {"type": "object", "properties": {"spec": {
+                        "type": "object",
+                        "properties": {"size": {"type": "integer", "maximum": max}}
+                    }}}
+                }}],
+            },
+        })
+    };
+    let gadget = |name: &str, size: u64| {
+        json!({"apiVersion": "memo.example.com/v1", "kind": "Gadget",
+               "metadata": {"name": name}, "spec": {"size": size}})
+    };
+    let (a, b) = (cluster(), cluster());
+    for c in [&a, &b] {
+        let crds = res(c, "apiextensions.k8s.io", "v1", "customresourcedefinitions");
+        c.create(&crds, None, crd(10), &opts("t")).unwrap();
+        let g = res(c, "memo.example.com", "v1", "gadgets");
+        c.create(&g, None, gadget("small", 5), &opts("t")).unwrap();
+        assert_eq!(
+            c.create(&g, None, gadget("big", 50), &opts("t"))
+                .unwrap_err()
+                .code,
+            422
+        );
+    }
+    // raise the maximum in cluster a only
+    let crds = res(
+        &a,
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+    );
+    let mut now = a.get(&crds, None, "gadgets.memo.example.com").unwrap();
+    now["spec"] = crd(100)["spec"].clone();
+    a.update(
+        &crds,
+        None,
+        "gadgets.memo.example.com",
+        now,
+        Subresource::Main,
+        &opts("t"),
+    )
+    .unwrap();
+    let ga = res(&a, "memo.example.com", "v1", "gadgets");
+    a.create(&ga, None, gadget("big", 50), &opts("t")).unwrap();
+    let gb = res(&b, "memo.example.com", "v1", "gadgets");
+    assert_eq!(
+        b.create(&gb, None, gadget("big", 50), &opts("t"))
+            .unwrap_err()
+            .code,
+        422
+    );
+    // and back down: the earlier compilation is found again, and applies at once
+    let mut now = a.get(&crds, None, "gadgets.memo.example.com").unwrap();
+    now["spec"] = crd(10)["spec"].clone();
+    a.update(
+        &crds,
+        None,
+        "gadgets.memo.example.com",
+        now,
+        Subresource::Main,
+        &opts("t"),
+    )
+    .unwrap();
+    assert_eq!(
+        a.create(&ga, None, gadget("bigger", 60), &opts("t"))
+            .unwrap_err()
+            .code,
+        422
+    );
+}
