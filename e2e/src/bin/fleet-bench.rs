@@ -51,9 +51,9 @@ Figures:
   API requests/spoke  counted by an authenticator on each spoke: to engage (preflight, initial
                       lists/watches) and in total.
   execs/spoke         credential-plugin runs (the plugin appends a line to a count file).
-  hub process         its peak RSS (VmHWM; and RSS when engaged, before any binding), CPU
-                      seconds (user+sys over its life, and up to engaged) and peak open fds
-                      (sampled every 0.25 s) from /proc/<pid>.
+  hub process         from /proc/<pid>: peak RSS (VmHWM; also RSS when engaged, before any
+                      binding, and at converge), CPU seconds (user+sys over its life, and up
+                      to engaged), peak open fds (sampled every 0.25 s) and fds per spoke.
   bench process       the same for this process (kubesim + measurement, + the hub in
                       in-process mode); CPU total and from hub start to converged.";
 
@@ -548,10 +548,11 @@ impl Measure<'_> {
             (Hub::Process(p), Some(u)) => {
                 let hub_fds = self.fds.peak(Proc::Pid(p.pid())).max(u.open_fds);
                 println!(
-                    "hub process (kleym, pid {}): peak RSS {} MiB (VmHWM; {} MiB when engaged), CPU {:.2} s user+sys ({:.2} s of it to engage), open fds peak {hub_fds} ({:.1} per spoke; {} at converge)",
+                    "hub process (kleym, pid {}): peak RSS {} MiB (VmHWM; {} MiB when engaged, {} MiB at converge), CPU {:.2} s user+sys ({:.2} s of it to engage), open fds peak {hub_fds} ({:.1} per spoke; {} at converge)",
                     p.pid(),
                     u.peak_rss_mib(),
                     hub_at_engage.rss_kib / 1024,
+                    u.rss_kib / 1024,
                     u.cpu_seconds,
                     hub_at_engage.cpu_seconds,
                     hub_fds as f64 / n.max(1) as f64,
