@@ -554,12 +554,12 @@ fn op() -> impl Strategy<Value = Op> {
             |(ns, name, pool, priority)| Op::Objective { ns, name, pool, priority }
         ),
         1 => (ns.clone(), 0..3usize).prop_map(|(ns, name)| Op::DeleteObjective { ns, name }),
-        3 => (ns.clone(), 0..2usize, 0..APPS.len()).prop_map(
+        3 => (ns.clone(), 0..2usize, 0..2usize).prop_map(
             |(ns, name, selector)| Op::Pool { ns, name, selector }
         ),
         1 => (ns.clone(), 0..2usize).prop_map(|(ns, name)| Op::DeletePool { ns, name }),
-        1 => (ns, any::<bool>()).prop_map(|(ns, prod)| Op::Namespace { ns, prod }),
-        1 => (0..APPS.len()).prop_map(|app| Op::Foreign { app }),
+        2 => (ns, any::<bool>()).prop_map(|(ns, prod)| Op::Namespace { ns, prod }),
+        2 => (0..APPS.len()).prop_map(|app| Op::Foreign { app }),
         1 => Just(Op::DeleteForeign),
         1 => Just(Op::ToggleObjectivesServed),
     ]
@@ -655,6 +655,19 @@ proptest! {
         let rt = runtime();
         let _guard = rt.enter();
         let mut c = Cluster::new();
+        // Start where warnings are likely (prod namespace, foreign default identity on
+        // app=m pods), so namespace-label and foreign changes flip them.
+        c.namespace("a", json!({"env": "prod"}));
+        c.foreign_default("m");
+        // ... and where bindings resolve: each namespace starts with p0 (app=m), p1
+        // (app=x) and objectives o0, o2 → p0, o1 → p1.
+        for ns in NAMESPACES {
+            c.pool(ns, "p0", json!({"app": "m"}));
+            c.pool(ns, "p1", json!({"app": "x"}));
+            for (o, p) in [("o0", "p0"), ("o1", "p1"), ("o2", "p0")] {
+                c.objective(ns, o, p, 0);
+            }
+        }
         for (i, op) in ops.iter().enumerate() {
             apply(&mut c, op);
             // Sometimes skip evaluating, so stale entries would have to survive
