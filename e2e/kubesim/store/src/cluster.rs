@@ -106,8 +106,28 @@ fn decode_continue(token: &str) -> Result<(String, String), ApiError> {
 }
 
 impl Inner {
-    /// Resolve the caller's ResourceInfo against what is served now.
-    fn ctx(&self, res: &ResourceInfo) -> Result<TypeCtx, ApiError> {
+    /// Resolve the caller's ResourceInfo against what is served now (cached until the
+    /// served types change).
+    fn ctx(&self, res: &ResourceInfo) -> Result<Arc<TypeCtx>, ApiError> {
+        let key = (res.group.clone(), res.version.clone(), res.plural.clone());
+        let cache = |c: &mut std::collections::HashMap<_, Arc<TypeCtx>>| c.get(&key).cloned();
+        if let Some(ctx) = cache(
+            &mut self
+                .ctx_cache
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        ) {
+            return Ok(ctx);
+        }
+        let ctx = Arc::new(self.build_ctx(res)?);
+        self.ctx_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, Arc::clone(&ctx));
+        Ok(ctx)
+    }
+
+    fn build_ctx(&self, res: &ResourceInfo) -> Result<TypeCtx, ApiError> {
         let Some(r) =
             self.resources
                 .get(&(res.group.clone(), res.version.clone(), res.plural.clone()))
@@ -715,7 +735,7 @@ fn manager(opts: &WriteOptions) -> &str {
     }
 }
 
-fn writable(inner: &Inner, res: &ResourceInfo, sub: Subresource) -> Result<TypeCtx, ApiError> {
+fn writable(inner: &Inner, res: &ResourceInfo, sub: Subresource) -> Result<Arc<TypeCtx>, ApiError> {
     let ctx = inner.ctx(res)?;
     if ctx.res.virtual_only {
         return Err(method_not_allowed("update", &ctx.res));

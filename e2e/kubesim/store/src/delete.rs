@@ -292,6 +292,7 @@ impl Inner {
         self.crds.remove(crd_name);
         self.resources
             .retain(|_, r| !(r.custom && r.resource_group() == crd_name));
+        self.types_changed();
         let keys: Vec<(String, String)> = self
             .types
             .get(crd_name)

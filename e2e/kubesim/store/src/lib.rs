@@ -150,6 +150,10 @@ pub struct WriteResult {
     pub created: bool,
     /// Warnings (e.g. unknown fields under `fieldValidation=Warn`).
     pub warnings: Vec<String>,
+    /// `object` as compact JSON, when the store has it already (it serialised the object
+    /// to store it, and the served form is byte for byte the stored one): saves the
+    /// HTTP layer serialising it again. `None` means "serialise `object`".
+    pub json: Option<std::sync::Arc<str>>,
 }
 
 /// `?labelSelector=`, `?fieldSelector=`, `?limit=`, `?continue=`, `?resourceVersion=`.

@@ -5,9 +5,10 @@
 use crate::ResourceInfo;
 use crate::crd::CrdDef;
 use crate::selector::{FieldSelector, LabelSelector};
+use crate::write::TypeCtx;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::mpsc;
 
 /// `(type key, namespace or "", name)`.
@@ -26,17 +27,21 @@ pub(crate) enum EventKind {
 /// plus watch history.
 #[derive(Debug)]
 pub(crate) struct Stored {
-    json: Box<str>,
+    /// Shared so that a write's response can reuse it instead of serialising again.
+    json: Arc<str>,
 }
 
 impl Stored {
     pub fn new(v: &Value) -> Self {
         // serialising a `Value` cannot fail (its map keys are strings)
         Self {
-            json: serde_json::to_string(v)
-                .unwrap_or_default()
-                .into_boxed_str(),
+            json: Arc::from(serde_json::to_string(v).unwrap_or_default()),
         }
+    }
+
+    /// The object's compact JSON.
+    pub fn json(&self) -> &Arc<str> {
+        &self.json
     }
 
     pub fn value(&self) -> Value {
@@ -265,6 +270,10 @@ pub(crate) struct Inner {
     pub history_limit: usize,
     /// `(rv, type key)` of every event in the types' histories, oldest first.
     pub history_order: VecDeque<(u64, String)>,
+    /// Resolved request contexts by `(group, version, plural)`: building one copies the
+    /// resource's description and looks up its schema, on every request otherwise.
+    /// Emptied by [`Inner::types_changed`] whenever what they are built from changes.
+    pub ctx_cache: Mutex<HashMap<(String, String, String), Arc<TypeCtx>>>,
 }
 
 /// The owner UIDs in `metadata.ownerReferences`.
@@ -292,7 +301,17 @@ impl Inner {
             builtin_types: HashMap::new(),
             history_limit,
             history_order: VecDeque::new(),
+            ctx_cache: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Forget resolved request contexts: call after any change to `resources`, `crds` or
+    /// `builtin_types`.
+    pub fn types_changed(&mut self) {
+        self.ctx_cache
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Drop the oldest events until at most `history_limit` remain; each dropped event
@@ -348,6 +367,7 @@ impl Inner {
         }
         self.resources
             .insert((r.group.clone(), r.version.clone(), r.plural.clone()), r);
+        self.types_changed();
     }
 
     pub fn get(&self, key: &str, ns: &str, name: &str) -> Option<Arc<Value>> {
@@ -391,12 +411,13 @@ impl Inner {
 
     /// Store `obj` under a new resourceVersion and emit ADDED/MODIFIED.
     pub fn put(&mut self, key: &str, ns: &str, name: &str, obj: Value) -> Arc<Value> {
-        self.put_over(key, ns, name, obj, None)
+        self.put_over(key, ns, name, obj, None).0
     }
 
     /// As [`Inner::put`]; `known_prev` is the object being replaced when the caller has
     /// it parsed already (any served form: only its `uid` and `ownerReferences` are read,
-    /// for the indexes), which saves parsing the stored copy again.
+    /// for the indexes), which saves parsing the stored copy again. Also returns the
+    /// stored JSON.
     pub fn put_over(
         &mut self,
         key: &str,
@@ -404,13 +425,14 @@ impl Inner {
         name: &str,
         mut obj: Value,
         known_prev: Option<&Value>,
-    ) -> Arc<Value> {
+    ) -> (Arc<Value>, Arc<str>) {
         self.rv += 1;
         let rv = self.rv;
         if obj.get("metadata").is_some_and(Value::is_object) {
             obj["metadata"]["resourceVersion"] = Value::from(rv.to_string());
         }
         let stored = Arc::new(Stored::new(&obj));
+        let json = Arc::clone(stored.json());
         let obj = Arc::new(obj);
         let okey: ObjKey = (key.to_string(), ns.to_string(), name.to_string());
         let prev = self.types.get_mut(key).and_then(|t| {
@@ -435,7 +457,7 @@ impl Inner {
             prev,
         };
         self.record(key, ev, Arc::clone(&obj));
-        obj
+        (obj, json)
     }
 
     /// Remove an object under a new resourceVersion and emit DELETED; returns its last state

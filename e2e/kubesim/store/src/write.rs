@@ -46,6 +46,16 @@ impl TypeCtx {
         self.served(Arc::unwrap_or_clone(stored))
     }
 
+    /// The stored JSON of an object when its served form serialises to the same bytes
+    /// (no conversion, or a custom resource served in its storage version).
+    pub fn served_json(&self, stored: Arc<str>) -> Option<Arc<str>> {
+        match &self.conversion {
+            Conversion::Identity => Some(stored),
+            Conversion::ApiVersion { served, storage } if served == storage => Some(stored),
+            _ => None,
+        }
+    }
+
     /// A stored-form object the caller owns, turned into the served form.
     pub fn served(&self, mut v: Value) -> Value {
         self.conversion.to_served(&mut v);
@@ -562,10 +572,11 @@ impl Inner {
                 object: obj,
                 created: true,
                 warnings,
+                json: None,
             });
         }
         ctx.conversion.to_storage(&mut obj);
-        let stored = self.put(&ctx.key, &ns, &name, obj);
+        let (stored, json) = self.put_over(&ctx.key, &ns, &name, obj, None);
         let owners = owner_uids(&stored);
         let object = ctx.out_owned(stored);
         self.after_write(&ctx.key, &ns, &name, true, &owners);
@@ -573,6 +584,7 @@ impl Inner {
             object,
             created: true,
             warnings,
+            json: ctx.served_json(json),
         })
     }
 
@@ -734,6 +746,7 @@ impl Inner {
                 object: old,
                 created: false,
                 warnings,
+                json: None,
             });
         }
         if opts.dry_run {
@@ -741,6 +754,7 @@ impl Inner {
                 object: new,
                 created: false,
                 warnings,
+                json: None,
             });
         }
         ctx.conversion.to_storage(&mut new);
@@ -760,9 +774,10 @@ impl Inner {
                 object: last,
                 created: false,
                 warnings,
+                json: None,
             });
         }
-        let stored = self.put_over(&ctx.key, &store_ns, name, new, Some(&old));
+        let (stored, json) = self.put_over(&ctx.key, &store_ns, name, new, Some(&old));
         let owners = owner_uids(&stored);
         let object = ctx.out_owned(stored);
         if ctx.key == NAMESPACES && deleting {
@@ -775,6 +790,7 @@ impl Inner {
             object,
             created: false,
             warnings,
+            json: ctx.served_json(json),
         })
     }
 
@@ -826,6 +842,7 @@ impl Inner {
         let status =
             crate::crd::established_status(&def, stored.get("status"), &meta::now_rfc3339());
         self.crds.insert(key, def);
+        self.types_changed();
         if stored.get("status") != Some(&status) {
             let mut next = (*stored).clone();
             next["status"] = status;

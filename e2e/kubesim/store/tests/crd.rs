@@ -580,3 +580,90 @@ fn crd_schema_updates_take_effect_at_once_with_shared_compilation() {
         422
     );
 }
+
+/// A write hands back the stored JSON only where it is byte for byte the served object
+/// (the HTTP layer then sends it as is).
+#[test]
+fn write_results_carry_the_stored_json_only_when_it_is_the_served_form() {
+    let c = cluster();
+    let crds = res(
+        &c,
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+    );
+    let schema = json!({"openAPIV3Schema": {"type": "object", "properties": {
+        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+    }}});
+    c.create(
+        &crds,
+        None,
+        json!({
+            "metadata": {"name": "sprockets.example.com"},
+            "spec": {
+                "group": "example.com",
+                "names": {"plural": "sprockets", "kind": "Sprocket"},
+                "scope": "Cluster",
+                "versions": [
+                    {"name": "v1", "served": true, "storage": true, "schema": schema},
+                    {"name": "v2", "served": true, "storage": false, "schema": schema},
+                ],
+            },
+        }),
+        &opts("t"),
+    )
+    .unwrap();
+    let same = |r: &kubesim_store::WriteResult| {
+        let json = r.json.as_deref().expect("stored JSON");
+        assert_eq!(json, serde_json::to_string(&r.object).unwrap());
+    };
+    let v1 = res(&c, "example.com", "v1", "sprockets");
+    let body = |v: &str, size: i64| json!({"apiVersion": format!("example.com/{v}"), "kind": "Sprocket", "metadata": {"name": "p"}, "spec": {"size": size}});
+    let mut created = body("v1", 1);
+    created["metadata"]["name"] = json!("s");
+    same(&c.create(&v1, None, created, &opts("t")).unwrap());
+    let applied = c
+        .patch(
+            &v1,
+            None,
+            "p",
+            PatchType::Apply,
+            &body("v1", 2),
+            Subresource::Main,
+            &opts("t"),
+        )
+        .unwrap();
+    same(&applied);
+    // a no-op write stores nothing, so there is nothing to reuse
+    let noop = c
+        .patch(
+            &v1,
+            None,
+            "p",
+            PatchType::Apply,
+            &body("v1", 2),
+            Subresource::Main,
+            &opts("t"),
+        )
+        .unwrap();
+    assert!(noop.json.is_none());
+    // served in another version than stored: the response must be serialised afresh
+    let v2 = res(&c, "example.com", "v2", "sprockets");
+    let r = c
+        .patch(
+            &v2,
+            None,
+            "s",
+            PatchType::Merge,
+            &json!({"spec": {"size": 3}}),
+            Subresource::Main,
+            &opts("t"),
+        )
+        .unwrap();
+    assert!(r.json.is_none());
+    assert_eq!(r.object["apiVersion"], "example.com/v2");
+    // built-in kinds
+    let cms = res(&c, "", "v1", "configmaps");
+    let cm = json!({"metadata": {"name": "c"}, "data": {"k": "v"}});
+    same(&c.create(&cms, Some("default"), cm, &opts("t")).unwrap());
+}

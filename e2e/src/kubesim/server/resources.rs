@@ -202,7 +202,12 @@ fn method_not_allowed() -> ApiError {
 }
 
 fn write_response(r: WriteResult) -> Response<Body> {
-    let mut resp = response::json(if r.created { 201 } else { 200 }, &r.object);
+    let code = if r.created { 201 } else { 200 };
+    // the store's serialisation of the object, when it has one, is byte for byte ours
+    let mut resp = match &r.json {
+        Some(text) => response::json_text(code, text),
+        None => response::json(code, &r.object),
+    };
     response::add_warnings(&mut resp, &r.warnings);
     resp
 }

@@ -17,7 +17,18 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 
 /// A JSON response.
 pub fn json(code: u16, value: &Value) -> Response<Body> {
-    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
+    json_bytes(code, serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// A JSON response from a document serialised already (exactly what [`json`] sends for
+/// the value it was serialised from).
+pub fn json_text(code: u16, text: &str) -> Response<Body> {
+    let mut bytes = Vec::with_capacity(text.len() + 1);
+    bytes.extend_from_slice(text.as_bytes());
+    json_bytes(code, bytes)
+}
+
+fn json_bytes(code: u16, mut bytes: Vec<u8>) -> Response<Body> {
     bytes.push(b'\n');
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
