@@ -23,8 +23,8 @@ use kleym_e2e::fleet::counting::{CountingAuthenticator, counting_token};
 use kleym_e2e::fleet::env;
 use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, wait_for};
 use kleym_e2e::fleet::hub_process::{HubProcess, log_tail, metric_by_label, metric_value};
-use kleym_e2e::fleet::plugins::{count_runs, kleym_binary, static_token_plugin};
-use kleym_e2e::fleet::procstat::{FdPeakSampler, Proc, ProcUsage};
+use kleym_e2e::fleet::plugins::{kleym_binary, static_token_plugin};
+use kleym_e2e::fleet::procstat::{FdPeakSampler, Proc, ProcReader, ProcUsage, read_all_at};
 use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
 use kleym_hub::fleet::Phase;
 use kubesim_store::WatchOptions;
@@ -222,10 +222,10 @@ impl Hub {
     }
 
     /// The child hub's resource figures (`None` in-process).
-    fn usage(&self) -> Option<ProcUsage> {
+    fn usage(&self) -> Option<std::io::Result<ProcUsage>> {
         match self {
             Hub::InProcess(_) => None,
-            Hub::Process(p) => p.usage(),
+            Hub::Process(p) => Some(p.usage()),
         }
     }
 
@@ -263,7 +263,9 @@ struct Fleet {
     names: Vec<String>,
     counters: Vec<Arc<CountingAuthenticator>>,
     provider_file: PathBuf,
-    count_file: PathBuf,
+    /// The plugin's count file, opened before any exec (it appends to the same inode), so
+    /// it can be read even when kubesim has used up this process's fds.
+    count_file: std::fs::File,
 }
 
 async fn setup(dir: &Path, n: usize, m: usize) -> anyhow::Result<Fleet> {
@@ -273,8 +275,10 @@ async fn setup(dir: &Path, n: usize, m: usize) -> anyhow::Result<Fleet> {
         .await
         .map_err(anyhow::Error::msg)?;
     let token = counting_token();
-    let count_file = dir.join("execs.count");
-    let plugin = static_token_plugin(dir, "bench.sh", &token, Some(&count_file))?;
+    let count_path = dir.join("execs.count");
+    std::fs::File::create(&count_path)?;
+    let count_file = std::fs::File::open(&count_path)?;
+    let plugin = static_token_plugin(dir, "bench.sh", &token, Some(&count_path))?;
     let provider_file = dir.join("providers.json");
     std::fs::write(
         &provider_file,
@@ -357,7 +361,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "--spoke-concurrency".into(),
         args.spoke_concurrency.to_string(),
     ];
-    let bench_cpu_at_start = ProcUsage::read(Proc::SelfProcess).map_or(0.0, |u| u.cpu_seconds);
+    // Opened now: near the fd limit kubesim may leave this process none to open later.
+    let self_reader = ProcReader::open(Proc::SelfProcess)?;
+    let bench_cpu_at_start = self_reader.read()?.cpu_seconds;
     let hub_started = Instant::now();
     let log_path = dir.join("hub.log");
     let hub = match &kleym {
@@ -388,6 +394,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         limit,
         hub_started,
         bench_cpu_at_start,
+        self_reader: &self_reader,
         fds: &fds,
     };
     let mut hub = hub;
@@ -425,6 +432,7 @@ struct Measure<'a> {
     limit: Duration,
     hub_started: Instant,
     bench_cpu_at_start: f64,
+    self_reader: &'a ProcReader,
     fds: &'a FdPeakSampler,
 }
 
@@ -434,7 +442,7 @@ impl Measure<'_> {
         let f = &self.fleet.f;
         hub.wait_engaged(n, limit).await?;
         let time_to_engage = self.hub_started.elapsed();
-        let hub_at_engage = hub.usage().unwrap_or_default();
+        let hub_at_engage = hub.usage().and_then(Result::ok);
         let requests_engage: Vec<u64> = self.fleet.counters.iter().map(|c| c.count()).collect();
         println!("time to engage {n} spokes: {time_to_engage:.1?}");
 
@@ -510,7 +518,7 @@ impl Measure<'_> {
             .map(|t| t.saturating_duration_since(first_create))
             .unwrap_or_default();
         let hub_usage = hub.usage();
-        let bench_usage = ProcUsage::read(Proc::SelfProcess).unwrap_or_default();
+        let bench_usage = self.self_reader.read();
         let missing = seen.iter().flatten().filter(|s| s.is_none()).count();
         if missing > 0 {
             println!("{missing} bindings got no ClusterSPIFFEID within {limit:?}");
@@ -526,7 +534,7 @@ impl Measure<'_> {
         lat.sort();
         let requests_total: Vec<u64> = self.fleet.counters.iter().map(|c| c.count()).collect();
         let avg = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
-        let execs = count_runs(&self.fleet.count_file);
+        let execs = read_all_at(&self.fleet.count_file).map(|s| s.lines().count());
         println!("bindings created in {create_time:.1?} ({} total)", n * m);
         println!(
             "time to converge (first binding created -> last ClusterSPIFFEID seen): {converge:.1?}"
@@ -538,41 +546,60 @@ impl Measure<'_> {
             lat.last().copied().unwrap_or_default()
         );
         println!(
-            "API requests per spoke: {:.1} to engage, {:.1} in total (max {}); credential execs per spoke: {:.2} ({execs} total)",
+            "API requests per spoke: {:.1} to engage, {:.1} in total (max {}); credential execs per spoke: {}",
             avg(&requests_engage),
             avg(&requests_total),
             requests_total.iter().max().copied().unwrap_or(0),
-            execs as f64 / n.max(1) as f64
+            match execs {
+                Ok(e) => format!("{:.2} ({e} total)", e as f64 / n.max(1) as f64),
+                Err(e) => format!("unknown (count file unreadable: {e})"),
+            }
         );
+        let mib = |u: &Option<ProcUsage>, f: fn(&ProcUsage) -> u64| {
+            u.as_ref().map_or("?".into(), |u| (f(u) / 1024).to_string())
+        };
         match (&*hub, hub_usage) {
-            (Hub::Process(p), Some(u)) => {
-                let hub_fds = self.fds.peak(Proc::Pid(p.pid())).max(u.open_fds);
+            (Hub::Process(p), Some(Ok(u))) => {
+                let hub_fds = self
+                    .fds
+                    .peak(Proc::Pid(p.pid()))
+                    .max(u.open_fds.unwrap_or(0));
                 println!(
-                    "hub process (kleym, pid {}): peak RSS {} MiB (VmHWM; {} MiB when engaged, {} MiB at converge), CPU {:.2} s user+sys ({:.2} s of it to engage), open fds peak {hub_fds} ({:.1} per spoke; {} at converge)",
+                    "hub process (kleym, pid {}): peak RSS {} MiB (VmHWM; {} MiB when engaged, {} MiB at converge), CPU {:.2} s user+sys ({} s of it to engage), open fds peak {hub_fds} ({:.1} per spoke; {} at converge)",
                     p.pid(),
                     u.peak_rss_mib(),
-                    hub_at_engage.rss_kib / 1024,
+                    mib(&hub_at_engage, |u| u.rss_kib),
                     u.rss_kib / 1024,
                     u.cpu_seconds,
-                    hub_at_engage.cpu_seconds,
+                    hub_at_engage.map_or("?".into(), |u| format!("{:.2}", u.cpu_seconds)),
                     hub_fds as f64 / n.max(1) as f64,
-                    u.open_fds
+                    u.open_fds.map_or("?".into(), |n| n.to_string())
                 );
             }
-            (Hub::Process(p), None) => println!("hub process (pid {}): /proc unreadable", p.pid()),
-            (Hub::InProcess(_), _) => {}
+            (Hub::Process(p), Some(Err(e))) => {
+                println!("hub process (pid {}): /proc unreadable: {e}", p.pid());
+            }
+            (Hub::Process(_), None) | (Hub::InProcess(_), _) => {}
         }
         let what = match &*hub {
             Hub::Process(_) => format!("kubesim's {} API servers + measurement", n + 1),
             Hub::InProcess(_) => format!("kubesim's {} API servers + the hub + measurement", n + 1),
         };
-        println!(
-            "bench process ({what}): peak RSS {} MiB (VmHWM), CPU {:.2} s user+sys in total, {:.2} s from hub start to converged, open fds peak {}",
-            bench_usage.peak_rss_mib(),
-            bench_usage.cpu_seconds,
-            bench_usage.cpu_seconds - self.bench_cpu_at_start,
-            self.fds.peak(Proc::SelfProcess).max(bench_usage.open_fds)
-        );
+        match bench_usage {
+            Ok(u) => println!(
+                "bench process ({what}): peak RSS {} MiB (VmHWM), CPU {:.2} s user+sys in total, {:.2} s from hub start to converged, open fds peak {}",
+                u.peak_rss_mib(),
+                u.cpu_seconds,
+                u.cpu_seconds - self.bench_cpu_at_start,
+                self.fds
+                    .peak(Proc::SelfProcess)
+                    .max(u.open_fds.unwrap_or(0))
+            ),
+            Err(e) => println!(
+                "bench process ({what}): /proc/self unreadable: {e}; open fds peak {}",
+                self.fds.peak(Proc::SelfProcess)
+            ),
+        }
         if missing > 0 {
             anyhow::bail!("{missing} of {} bindings did not converge", n * m);
         }

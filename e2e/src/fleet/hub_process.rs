@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::procstat::{Proc, ProcUsage};
+use super::procstat::{Proc, ProcReader, ProcUsage};
 
 /// Why the hub process could not be started, observed or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +74,8 @@ pub struct HubProcess {
     pid: u32,
     metrics_addr: SocketAddr,
     log_path: PathBuf,
+    /// Opened at spawn, so readings survive the bench running out of fds.
+    proc_reader: Option<ProcReader>,
 }
 
 /// A local address that was free a moment ago (the listener is closed again so the child can
@@ -122,6 +124,7 @@ impl HubProcess {
             pid,
             metrics_addr,
             log_path: log_path.to_path_buf(),
+            proc_reader: ProcReader::open(Proc::Pid(pid)).ok(),
         })
     }
 
@@ -152,9 +155,12 @@ impl HubProcess {
         }
     }
 
-    /// The child's resource figures now (`None` once it is gone).
-    pub fn usage(&self) -> Option<ProcUsage> {
-        ProcUsage::read(Proc::Pid(self.pid))
+    /// The child's resource figures now (an error once it is gone).
+    pub fn usage(&self) -> std::io::Result<ProcUsage> {
+        match &self.proc_reader {
+            Some(r) => r.read(),
+            None => ProcReader::open(Proc::Pid(self.pid))?.read(),
+        }
     }
 
     /// The text of `GET /metrics` (`None` if the port does not answer 200 within 10 s).
@@ -321,7 +327,7 @@ mod tests {
         let log = dir.path().join("sleeper.log");
         let p = HubProcess::spawn(&sleeper, &kubeconfig, &[], &log).unwrap();
         let pid = p.pid();
-        assert!(p.usage().is_some());
+        assert!(p.usage().unwrap().rss_kib > 0);
         let stopped = p.stop(Duration::from_secs(30)).await.unwrap();
         assert!(stopped.graceful);
         assert!(

@@ -2,6 +2,8 @@
 //! seconds, open file descriptors), and a sampler that tracks the peak number of open fds
 //! (the kernel keeps a peak for RSS, VmHWM, but none for fds).
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
@@ -38,8 +40,9 @@ pub struct ProcUsage {
     pub rss_kib: u64,
     /// CPU time used so far, user + system, seconds.
     pub cpu_seconds: f64,
-    /// File descriptors open now.
-    pub open_fds: usize,
+    /// File descriptors open now (`None` when `/proc/<pid>/fd` could not be listed, e.g.
+    /// because the reader itself has no fd left).
+    pub open_fds: Option<usize>,
 }
 
 impl ProcUsage {
@@ -52,7 +55,7 @@ impl ProcUsage {
             peak_rss_kib: status_kib(&status, "VmHWM:")?,
             rss_kib: status_kib(&status, "VmRSS:")?,
             cpu_seconds: cpu_seconds(&stat)?,
-            open_fds: open_fds(proc).unwrap_or(0),
+            open_fds: open_fds(proc),
         })
     }
 
@@ -60,6 +63,55 @@ impl ProcUsage {
     pub fn peak_rss_mib(&self) -> u64 {
         self.peak_rss_kib / 1024
     }
+}
+
+/// `/proc/<pid>/status` and `/proc/<pid>/stat` opened once and re-read in place, so readings
+/// keep working when the reading process has run out of file descriptors (kubesim does, near
+/// the open-file limit, with ~1 400 simulated spokes).
+pub struct ProcReader {
+    proc: Proc,
+    status: File,
+    stat: File,
+}
+
+impl ProcReader {
+    /// Opens `proc`'s files (`/proc/self` is resolved now, to this process).
+    pub fn open(proc: Proc) -> std::io::Result<Self> {
+        let dir = proc.dir();
+        Ok(Self {
+            proc,
+            status: File::open(format!("{dir}/status"))?,
+            stat: File::open(format!("{dir}/stat"))?,
+        })
+    }
+
+    /// Reads the figures now; fails once the process is gone. `open_fds` is best effort (it
+    /// needs a new fd to list the directory).
+    pub fn read(&self) -> std::io::Result<ProcUsage> {
+        let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+        let status = read_all_at(&self.status)?;
+        let stat = read_all_at(&self.stat)?;
+        Ok(ProcUsage {
+            peak_rss_kib: status_kib(&status, "VmHWM:").ok_or_else(|| invalid("no VmHWM"))?,
+            rss_kib: status_kib(&status, "VmRSS:").ok_or_else(|| invalid("no VmRSS"))?,
+            cpu_seconds: cpu_seconds(&stat).ok_or_else(|| invalid("unparsable stat"))?,
+            open_fds: open_fds(self.proc),
+        })
+    }
+}
+
+/// The whole of an open file from offset 0 (`pread`: no seek state, no new fd).
+pub fn read_all_at(f: &File) -> std::io::Result<String> {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = f.read_at(&mut chunk, out.len() as u64)?;
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&chunk[..n]);
+    }
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// A `Vm*:` field of `/proc/<pid>/status`, in KiB.
@@ -169,7 +221,7 @@ mod tests {
     fn this_process_is_readable_and_its_fd_peak_is_sampled() {
         let usage = ProcUsage::read(Proc::SelfProcess).unwrap();
         assert!(usage.peak_rss_kib >= usage.rss_kib && usage.rss_kib > 0);
-        assert!(usage.open_fds > 0);
+        assert!(usage.open_fds.unwrap() > 0);
         let sampler = FdPeakSampler::start(&[Proc::SelfProcess], Duration::from_millis(5));
         let files: Vec<_> = (0..20)
             .map(|_| std::fs::File::open("/proc/self/status").unwrap())
@@ -181,5 +233,22 @@ mod tests {
         assert!(sampler.peak(Proc::SelfProcess) >= 20);
         assert_eq!(sampler.peak(Proc::Pid(u32::MAX)), 0);
         drop(files);
+    }
+
+    #[test]
+    fn a_reader_rereads_in_place_and_fails_once_the_process_is_gone() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let reader = ProcReader::open(Proc::Pid(child.id())).unwrap();
+        let first = reader.read().unwrap();
+        let again = reader.read().unwrap();
+        assert!(first.rss_kib > 0 && again.peak_rss_kib >= first.rss_kib);
+        assert!(again.cpu_seconds >= first.cpu_seconds);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(reader.read().is_err(), "a reaped process has no figures");
+        assert!(ProcReader::open(Proc::Pid(child.id())).is_err());
     }
 }
