@@ -366,7 +366,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let bench_cpu_at_start = self_reader.read()?.cpu_seconds;
     let hub_started = Instant::now();
     let log_path = dir.join("hub.log");
-    let hub = match &kleym {
+    let mut hub = match &kleym {
         Some(k) => {
             let mut flags = flags;
             flags.extend(["--log-level".into(), args.hub_log_level.clone()]);
@@ -397,11 +397,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         self_reader: &self_reader,
         fds: &fds,
     };
-    let mut hub = hub;
     match ctx.measure(&mut hub).await {
         Ok(()) => {
             drop(fds);
-            hub.stop().await?;
+            if let Err(e) = hub.stop().await {
+                if kleym.is_some() {
+                    eprintln!("hub log: {} (temp dir kept)", log_path.display());
+                }
+                return Err(e);
+            }
             if args.keep_dir {
                 println!("kept {}", dir.display());
             } else {
