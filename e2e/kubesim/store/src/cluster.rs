@@ -145,7 +145,7 @@ impl Inner {
                 .map(|s| s.to_string()),
         );
         let mut ctx = TypeCtx {
-            res: r.clone(),
+            res: ResourceInfo::clone(r),
             key: key.clone(),
             schema: None,
             type_info: self
@@ -243,11 +243,27 @@ impl Cluster {
     /// Every served resource (built-ins, virtual resources and served CRD versions), for
     /// discovery, ordered by group, version, plural.
     pub fn resources(&self) -> Vec<ResourceInfo> {
-        self.read().resources.values().cloned().collect()
+        self.read()
+            .resources
+            .values()
+            .map(|r| ResourceInfo::clone(r))
+            .collect()
     }
 
     /// The served resource at `group`/`version`/`plural`, if any.
     pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<ResourceInfo> {
+        self.resolve_shared(group, version, plural)
+            .map(Arc::unwrap_or_clone)
+    }
+
+    /// As [`Cluster::resolve`], without copying the description (what the HTTP layer
+    /// uses on every request).
+    pub fn resolve_shared(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<Arc<ResourceInfo>> {
         self.read()
             .resources
             .get(&(group.to_string(), version.to_string(), plural.to_string()))

@@ -255,7 +255,7 @@ impl TypeStore {
 pub(crate) struct Inner {
     pub rv: u64,
     /// Served resources by `(group, version, plural)`.
-    pub resources: BTreeMap<(String, String, String), ResourceInfo>,
+    pub resources: BTreeMap<(String, String, String), Arc<ResourceInfo>>,
     /// Objects per type key (`plural` or `plural.group`).
     pub types: HashMap<String, TypeStore>,
     /// Established CRDs by type key.
@@ -365,8 +365,10 @@ impl Inner {
                 .entry(key)
                 .or_insert_with(|| TypeStore::new(floor));
         }
-        self.resources
-            .insert((r.group.clone(), r.version.clone(), r.plural.clone()), r);
+        self.resources.insert(
+            (r.group.clone(), r.version.clone(), r.plural.clone()),
+            Arc::new(r),
+        );
         self.types_changed();
     }
 

@@ -50,7 +50,7 @@ async fn dispatch(
 ) -> Result<Response<Body>, ApiError> {
     let res = server
         .store
-        .resolve(&info.api_group, &info.api_version, &info.resource)
+        .resolve_shared(&info.api_group, &info.api_version, &info.resource)
         .ok_or_else(no_such_resource)?;
     let is_namespaces = res.group.is_empty() && res.plural == "namespaces";
     if !res.namespaced && info.namespace.is_some() && !is_namespaces {
@@ -127,7 +127,7 @@ async fn dispatch(
             let stream = server.store.watch(&res, ns, &opts)?;
             Ok(watch::stream_response(
                 stream,
-                res.clone(),
+                ResourceInfo::clone(&res),
                 repr,
                 include,
                 server.faults.subscribe(),
