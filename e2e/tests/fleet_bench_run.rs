@@ -9,7 +9,14 @@ use kleym_e2e::fleet::plugins::kleym_binary;
 
 fn run_bench(extra: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_fleet-bench"))
-        .args(["--spokes", "2", "--bindings", "3", "--timeout-seconds", "120"])
+        .args([
+            "--spokes",
+            "2",
+            "--bindings",
+            "3",
+            "--timeout-seconds",
+            "120",
+        ])
         .args(extra)
         .output()
         .expect("fleet-bench runs");
@@ -57,7 +64,14 @@ fn bench_with_the_hub_in_process() {
 #[test]
 fn bench_refuses_a_missing_hub_binary_with_the_build_command() {
     let out = Command::new(env!("CARGO_BIN_EXE_fleet-bench"))
-        .args(["--spokes", "1", "--bindings", "1", "--kleym-bin", "/nonexistent/kleym"])
+        .args([
+            "--spokes",
+            "1",
+            "--bindings",
+            "1",
+            "--kleym-bin",
+            "/nonexistent/kleym",
+        ])
         .output()
         .expect("fleet-bench runs");
     assert!(!out.status.success());
