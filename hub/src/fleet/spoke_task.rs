@@ -217,9 +217,7 @@ async fn engage_once(
         s.phase = Phase::Engaged;
         s.consecutive_failures = 0;
         s.last_error = None;
-        if *s.bindings != first {
-            s.bindings = Arc::new(first);
-        }
+        s.bindings = first;
     });
     tracing::info!(spoke = %name, version = %version, "spoke engaged");
 
@@ -239,10 +237,10 @@ async fn engage_once(
         let idle = snapshot::synced(&ctx) && snapshot::idle(&ctx);
         let current = snapshot::bindings(&ctx);
         publish(shared, stop, name, |s| {
-            let changed = *s.bindings != current;
-            if changed {
-                s.bindings = Arc::new(current);
-            }
+            // An unchanged cache hands back the very snapshot published last time; a
+            // rebuilt one with equal content is kept too, so the next call compares by pointer.
+            let changed = !Arc::ptr_eq(&s.bindings, &current) && *s.bindings != *current;
+            s.bindings = current;
             if idle && (!was_idle || changed) {
                 s.last_sync = Some(Utc::now());
             }

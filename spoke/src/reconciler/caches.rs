@@ -6,7 +6,7 @@
 //! off and on while running (a CRD that disappears and comes back).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -104,6 +104,8 @@ pub struct Cache<K> {
     inner: RwLock<Inner<K>>,
     ready: AtomicBool,
     active: AtomicBool,
+    /// Bumped (under the write lock) whenever the visible objects may have changed.
+    version: AtomicU64,
 }
 
 impl<K> Default for Cache<K> {
@@ -115,6 +117,7 @@ impl<K> Default for Cache<K> {
             }),
             ready: AtomicBool::new(false),
             active: AtomicBool::new(false),
+            version: AtomicU64::new(0),
         }
     }
 }
@@ -161,6 +164,13 @@ impl<K: kube::Resource + Clone> Cache<K> {
         self.active.load(Ordering::Acquire)
     }
 
+    /// A number that changes whenever the cached objects may have changed (an upsert, a
+    /// delete, a completed relist, deactivation): equal numbers mean an unchanged cache.
+    /// Read it *before* reading the objects, so a change racing the read is seen as new.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
     /// Marks the cache as fed by a (new) watch; it becomes ready after its first list.
     pub fn activate(&self) {
         self.active.store(true, Ordering::Release);
@@ -172,6 +182,7 @@ impl<K: kube::Resource + Clone> Cache<K> {
         self.ready.store(false, Ordering::Release);
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
         inner.relist = None;
+        self.version.fetch_add(1, Ordering::AcqRel);
         std::mem::take(&mut inner.objects).into_values().collect()
     }
 
@@ -180,11 +191,13 @@ impl<K: kube::Resource + Clone> Cache<K> {
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
         match event {
             watcher::Event::Apply(obj) => {
+                self.version.fetch_add(1, Ordering::AcqRel);
                 let new = Arc::new(obj);
                 let old = inner.objects.insert(key_of(new.as_ref()), new.clone());
                 vec![Change::Upsert { old, new }]
             }
             watcher::Event::Delete(obj) => {
+                self.version.fetch_add(1, Ordering::AcqRel);
                 let (namespace, name) = key_of(&obj);
                 let old = inner.objects.remove(&namespace, &name);
                 vec![Change::Removed(old.unwrap_or_else(|| Arc::new(obj)))]
@@ -202,6 +215,7 @@ impl<K: kube::Resource + Clone> Cache<K> {
                 Vec::new()
             }
             watcher::Event::InitDone => {
+                self.version.fetch_add(1, Ordering::AcqRel);
                 let fresh = inner.relist.take().unwrap_or_default();
                 let old = std::mem::replace(&mut inner.objects, fresh);
                 let mut changes = Vec::new();

@@ -47,12 +47,16 @@ pub struct Verdict {
 impl Verdict {
     /// The SPIFFE IDs, for messages.
     pub fn spiffe_id_summary(&self) -> String {
-        self.computed_spiffe_ids
-            .iter()
-            .map(|c| c.spiffe_id.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        spiffe_id_summary(&self.computed_spiffe_ids)
     }
+}
+
+/// The SPIFFE IDs of `ids`, comma-separated, for messages.
+pub fn spiffe_id_summary(ids: &[ComputedSpiffeId]) -> String {
+    ids.iter()
+        .map(|c| c.spiffe_id.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Caches a dereference needs must be synced before compiling, or the verdict would be

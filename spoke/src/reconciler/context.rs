@@ -18,6 +18,7 @@ use super::metrics::SpokeMetrics;
 use super::ns_cache::NamespaceCache;
 use super::overlay::Overlay;
 use super::queue::{ObjectKey, WorkQueue};
+use super::snapshot::SnapshotMemo;
 use crate::compiler::ForeignSpiffeId;
 
 /// Field manager kleym uses for every write.
@@ -124,6 +125,8 @@ pub struct Context {
     /// Namespace evaluations shared by the reconciles of a namespace until an input
     /// changes (the watch handlers invalidate them).
     pub namespace_cache: NamespaceCache,
+    /// The hub's last snapshot of the bindings, reused while the binding cache is unchanged.
+    pub binding_snapshot: SnapshotMemo,
 }
 
 impl Context {
@@ -147,6 +150,7 @@ impl Context {
             foreign_spiffe_ids: RwLock::new(BTreeMap::new()),
             compile_memo: CompileMemo::default(),
             namespace_cache: NamespaceCache::default(),
+            binding_snapshot: SnapshotMemo::default(),
         }
     }
 

@@ -26,10 +26,13 @@ pub mod reconcile;
 pub mod run;
 pub mod snapshot;
 pub mod status;
+pub mod trim;
 pub mod watches;
 
 #[cfg(test)]
 mod evaluation_tests;
+#[cfg(test)]
+mod feed_tests;
 
 pub use context::{Readiness, SpokeConfig};
 pub use error::Error;

@@ -12,34 +12,78 @@ use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
 
+use super::trim::strip_unread_metadata;
+
 /// Objects written by us, until the cache catches up.
 #[derive(Debug)]
 pub struct Overlay<K> {
-    written: Mutex<HashMap<(String, String), Arc<K>>>,
+    written: Mutex<Written<K>>,
     deleted_uids: Mutex<HashSet<String>>,
 }
 
 impl<K> Default for Overlay<K> {
     fn default() -> Self {
         Self {
-            written: Mutex::new(HashMap::new()),
+            written: Mutex::new(Written::default()),
             deleted_uids: Mutex::new(HashSet::new()),
         }
     }
 }
 
-fn rv_number(rv: Option<String>) -> Option<u64> {
-    rv.and_then(|s| s.parse().ok())
+/// Written objects by namespace, then name: reads by `(&str, &str)` allocate nothing
+/// (every reconcile reads every namespace peer through the overlay).
+#[derive(Debug)]
+struct Written<K> {
+    by_namespace: HashMap<String, HashMap<String, Arc<K>>>,
+}
+
+impl<K> Default for Written<K> {
+    fn default() -> Self {
+        Self {
+            by_namespace: HashMap::new(),
+        }
+    }
+}
+
+impl<K> Written<K> {
+    fn is_empty(&self) -> bool {
+        self.by_namespace.is_empty()
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
+        self.by_namespace.get(namespace)?.get(name)
+    }
+
+    fn insert(&mut self, namespace: String, name: String, obj: Arc<K>) {
+        self.by_namespace
+            .entry(namespace)
+            .or_default()
+            .insert(name, obj);
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) {
+        if let Some(names) = self.by_namespace.get_mut(namespace) {
+            names.remove(name);
+            if names.is_empty() {
+                self.by_namespace.remove(namespace);
+            }
+        }
+    }
+}
+
+fn rv_number<K: kube::Resource>(obj: &K) -> Option<u64> {
+    obj.meta().resource_version.as_deref()?.parse().ok()
 }
 
 impl<K: kube::Resource + Clone> Overlay<K> {
-    /// Remembers an object a write returned.
-    pub fn record(&self, obj: K) {
-        let key = (obj.namespace().unwrap_or_default(), obj.name_any());
+    /// Remembers an object a write returned (without the metadata the caches drop).
+    pub fn record(&self, mut obj: K) {
+        strip_unread_metadata(&mut obj);
+        let (namespace, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key, Arc::new(obj));
+            .insert(namespace, name, Arc::new(obj));
     }
 
     /// Remembers that we deleted the incarnation `uid`.
@@ -63,7 +107,7 @@ impl<K: kube::Resource + Clone> Overlay<K> {
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&(namespace.to_string(), name.to_string()));
+            .remove(namespace, name);
     }
 
     /// Is `rv` the resourceVersion our own last write of `namespace/name` returned? (Its
@@ -73,8 +117,8 @@ impl<K: kube::Resource + Clone> Overlay<K> {
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&(namespace.to_string(), name.to_string()))
-            .is_some_and(|mine| mine.resource_version().as_deref() == Some(rv))
+            .get(namespace, name)
+            .is_some_and(|mine| mine.meta().resource_version.as_deref() == Some(rv))
     }
 
     /// Our last write of `namespace/name` not yet superseded by the cache, if any.
@@ -82,14 +126,13 @@ impl<K: kube::Resource + Clone> Overlay<K> {
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(&(namespace.to_string(), name.to_string()))
+            .get(namespace, name)
             .cloned()
     }
 
     /// The newest known version of `namespace/name`, given the cached one.
     pub fn resolve(&self, namespace: &str, name: &str, cached: Option<Arc<K>>) -> Option<Arc<K>> {
-        // Called for every namespace peer on every reconcile: no allocation unless the
-        // overlay holds something.
+        // Called for every namespace peer on every reconcile: allocates nothing.
         let cached = cached.filter(|c| {
             c.meta().uid.as_deref().is_none_or(|u| {
                 !self
@@ -103,20 +146,17 @@ impl<K: kube::Resource + Clone> Overlay<K> {
         if written.is_empty() {
             return cached;
         }
-        let key = (namespace.to_string(), name.to_string());
-        let Some(mine) = written.get(&key).cloned() else {
+        let Some(mine) = written.get(namespace, name) else {
             return cached;
         };
-        let mine_rv = rv_number(mine.resource_version());
-        let cached_rv = cached
-            .as_ref()
-            .and_then(|c| rv_number(c.resource_version()));
+        let mine_rv = rv_number(mine.as_ref());
+        let cached_rv = cached.as_deref().and_then(rv_number);
         match (mine_rv, cached_rv) {
-            (Some(m), Some(c)) if c < m => Some(mine),
-            (Some(_), None) if cached.is_none() => Some(mine),
+            (Some(m), Some(c)) if c < m => Some(Arc::clone(mine)),
+            (Some(_), None) if cached.is_none() => Some(Arc::clone(mine)),
             _ => {
                 // The cache caught up (or versions are not comparable): drop the overlay.
-                written.remove(&key);
+                written.remove(namespace, name);
                 cached
             }
         }

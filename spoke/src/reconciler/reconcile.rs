@@ -78,8 +78,15 @@ async fn apply_verdict(
         .status
         .as_ref()
         .and_then(|s| s.cluster_spiffe_id.clone());
-    let mut refusal = verdict.refusal.clone();
-    let mut desired = verdict.output.clone();
+    // Owned: its parts move into the plan and the status instead of being cloned.
+    let Verdict {
+        output: mut desired,
+        mut refusal,
+        computed_spiffe_ids,
+        rendered_selectors,
+        conflict_peers,
+        warnings,
+    } = verdict;
     let csid_served = ctx.served().serves(ApiKind::ClusterSpiffeIds);
 
     if let Some(d) = &desired {
@@ -192,7 +199,7 @@ async fn apply_verdict(
                     format!(
                         "ClusterSPIFFEID {} registers {}",
                         o.name,
-                        verdict.spiffe_id_summary()
+                        compile::spiffe_id_summary(&computed_spiffe_ids)
                     )
                 })
                 .unwrap_or_default(),
@@ -201,11 +208,11 @@ async fn apply_verdict(
     let inputs = StatusInputs {
         generation: binding.metadata.generation,
         verdict: status_verdict,
-        computed_spiffe_ids: verdict.computed_spiffe_ids.clone(),
-        rendered_selectors: verdict.rendered_selectors.clone(),
+        computed_spiffe_ids,
+        rendered_selectors,
         owned: owned.clone(),
-        conflict_peers: verdict.conflict_peers.clone(),
-        warnings: verdict.warnings.clone(),
+        conflict_peers,
+        warnings,
         spire_stats,
     };
     let now = Time(

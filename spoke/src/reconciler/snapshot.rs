@@ -1,6 +1,12 @@
 //! A read-only snapshot of what one reconciler knows about its bindings, for the hub's fleet
 //! state and report. It only reads the binding cache (the bindings as last observed, with the
 //! status the reconciler wrote): no I/O, no writes, no effect on reconciling.
+//!
+//! The hub asks every spoke for its snapshot periodically; it is rebuilt only when the
+//! binding cache changed since the last build (its version), otherwise the last one is
+//! shared.
+
+use std::sync::{Arc, Mutex};
 
 use kleym_api::InferenceIdentityBinding;
 use kleym_api::conditions;
@@ -108,8 +114,34 @@ impl BindingSnapshot {
     }
 }
 
-/// Every cached binding's snapshot, sorted by namespace and name.
-pub fn bindings(ctx: &Context) -> Vec<BindingSnapshot> {
+/// The last built snapshot and the binding cache version it was built from.
+#[derive(Debug, Default)]
+pub struct SnapshotMemo {
+    last: Mutex<Option<(u64, Arc<Vec<BindingSnapshot>>)>>,
+}
+
+/// Every cached binding's snapshot, sorted by namespace and name: the last one when the
+/// binding cache has not changed since it was built (same `Arc`).
+pub fn bindings(ctx: &Context) -> Arc<Vec<BindingSnapshot>> {
+    // Read before the objects: a change racing the build makes the next call rebuild.
+    let version = ctx.caches.bindings.version();
+    let mut last = ctx
+        .binding_snapshot
+        .last
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some((built_from, snapshot)) = last.as_ref()
+        && *built_from == version
+    {
+        return Arc::clone(snapshot);
+    }
+    let snapshot = Arc::new(build_bindings(ctx));
+    *last = Some((version, Arc::clone(&snapshot)));
+    snapshot
+}
+
+/// Builds every cached binding's snapshot, sorted by namespace and name.
+fn build_bindings(ctx: &Context) -> Vec<BindingSnapshot> {
     let mut out: Vec<BindingSnapshot> = ctx
         .caches
         .bindings

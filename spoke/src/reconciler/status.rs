@@ -6,7 +6,7 @@
 //! status did not change, so an unchanged verdict produces a byte-identical status and
 //! therefore no write.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kleym_api::conditions::READY;
 use kleym_api::{
     ComputedSpiffeId, ConflictPeer, IdentityWarning, InferenceIdentityBindingStatus,
@@ -127,15 +127,49 @@ pub fn status_differs(
 ) -> bool {
     match current {
         None => true,
-        Some(cur) => normalized(cur) != normalized(desired),
+        Some(cur) => !same_status(cur, desired),
     }
 }
 
-/// Compare conditions by type regardless of stored order.
-fn normalized(s: &InferenceIdentityBindingStatus) -> InferenceIdentityBindingStatus {
-    let mut s = s.clone();
-    s.conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
-    s
+/// Field-by-field equality, conditions compared by type regardless of stored order. Runs
+/// on every reconcile: compares in place instead of cloning both statuses to sort them.
+fn same_status(a: &InferenceIdentityBindingStatus, b: &InferenceIdentityBindingStatus) -> bool {
+    // Exhaustive: a new status field fails to compile here until it is compared.
+    let InferenceIdentityBindingStatus {
+        conditions,
+        computed_spiffe_ids,
+        rendered_selectors,
+        cluster_spiffe_id,
+        conflict_peers,
+        warnings,
+        spire_stats,
+        observed_generation,
+    } = a;
+    *observed_generation == b.observed_generation
+        && *computed_spiffe_ids == b.computed_spiffe_ids
+        && *rendered_selectors == b.rendered_selectors
+        && *cluster_spiffe_id == b.cluster_spiffe_id
+        && *conflict_peers == b.conflict_peers
+        && *warnings == b.warnings
+        && *spire_stats == b.spire_stats
+        && same_conditions(conditions, &b.conditions)
+}
+
+/// Equal as lists sorted (stably) by type.
+fn same_conditions(a: &[Condition], b: &[Condition]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    if a == b {
+        return true; // the usual case: both built in the same order
+    }
+    by_type(a) == by_type(b)
+}
+
+fn by_type(cs: &[Condition]) -> Vec<&Condition> {
+    let mut refs: Vec<&Condition> = cs.iter().collect();
+    refs.sort_by(|x, y| x.type_.cmp(&y.type_));
+    refs
 }
 
 /// The refusal currently recorded in a status (`Conflict`, … that is True), if any.
@@ -244,6 +278,32 @@ mod tests {
             &build_status(&next, Some(&first), &t(11)),
             Some(&first)
         ));
+    }
+
+    #[test]
+    fn condition_order_does_not_matter_but_every_field_does() {
+        let first = build_status(&ready_inputs(), None, &t(10));
+        let mut reordered = first.clone();
+        reordered.conditions.reverse();
+        assert!(!status_differs(&reordered, Some(&first)));
+
+        let mut changed_condition = reordered.clone();
+        changed_condition.conditions[0].message = "other".into();
+        assert!(status_differs(&changed_condition, Some(&first)));
+        let mut fewer = first.clone();
+        fewer.conditions.pop();
+        assert!(status_differs(&fewer, Some(&first)));
+        let mut selectors = first.clone();
+        selectors
+            .rendered_selectors
+            .push("k8s:pod-label:a:b".into());
+        assert!(status_differs(&selectors, Some(&first)));
+        let mut stats = first.clone();
+        stats.spire_stats = Some(SpireStats::default());
+        assert!(status_differs(&stats, Some(&first)));
+        let mut owner = first.clone();
+        owner.cluster_spiffe_id = None;
+        assert!(status_differs(&owner, Some(&first)));
     }
 
     #[test]

@@ -22,6 +22,7 @@ use super::context::Context;
 use super::error::kube_category;
 use super::index::{SourceKey, TargetKey};
 use super::queue::ObjectKey;
+use super::trim::strip_unread_metadata;
 use crate::compiler::{ForeignSpiffeId, PoolView, TargetView};
 
 /// Starts the watch for `kind`; it runs until `token` is cancelled.
@@ -135,7 +136,8 @@ pub fn ingest<K: Resource + Clone>(
     handler: fn(&Context, Change<K>),
     event: watcher::Event<K>,
 ) {
-    for change in cache.apply(event) {
+    // What the reconciler never reads is dropped before it is cached (most of an object).
+    for change in cache.apply(event.modify(strip_unread_metadata)) {
         // A relist returns unchanged objects: nothing happened to them.
         if let Change::Upsert {
             old: Some(old),

@@ -1,0 +1,163 @@
+//! What the watches put into the caches, and what the hub's snapshot reads back, driven
+//! through the real watch loop body ([`ingest`]) without an API server.
+
+use std::sync::Arc;
+
+use kleym_api::InferenceIdentityBinding;
+use kube::runtime::watcher::Event;
+use serde_json::{Value, json};
+
+use super::context::{Context, SpokeConfig};
+use super::metrics::SpokeMetrics;
+use super::snapshot;
+use super::trim::LAST_APPLIED_ANNOTATION;
+use super::watches::{self, ingest};
+
+/// A context whose client never connects (needs a Tokio runtime for its request buffer).
+fn context() -> Context {
+    let config = kube::Config::new("https://127.0.0.1:9".parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    Context::new(
+        client,
+        SpokeConfig::new("td.example"),
+        Arc::new(SpokeMetrics::default()),
+    )
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A binding as the API server returns it: managedFields set, a kubectl annotation.
+fn served_binding(name: &str, rv: u64, reason: &str) -> Value {
+    json!({
+        "apiVersion": "kleym.io/v1alpha1", "kind": "InferenceIdentityBinding",
+        "metadata": {
+            "name": name, "namespace": "llm", "uid": format!("uid-{name}"),
+            "generation": 1, "resourceVersion": rv.to_string(),
+            "annotations": {
+                LAST_APPLIED_ANNOTATION: "{\"spec\":{}}",
+                "team": "a"
+            },
+            "managedFields": [
+                {"manager": "kubectl", "operation": "Apply", "apiVersion": "kleym.io/v1alpha1",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:mode": {}}}},
+                {"manager": "kleym", "operation": "Apply", "apiVersion": "kleym.io/v1alpha1",
+                 "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:conditions": {}}},
+                 "subresource": "status"}
+            ]
+        },
+        "spec": {
+            "targetRef": {"name": "chat"},
+            "mode": "PoolOnly",
+            "workloadSelectorTemplates": ["k8s:ns:llm", "k8s:sa:model"]
+        },
+        "status": {
+            "observedGeneration": 1,
+            "conditions": [{"type": "Ready", "status": "False", "reason": reason,
+                "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+        }
+    })
+}
+
+fn deliver(ctx: &Context, event: Event<InferenceIdentityBinding>) {
+    ingest(ctx, &ctx.caches.bindings, watches::on_binding, event);
+}
+
+fn binding(v: Value) -> InferenceIdentityBinding {
+    serde_json::from_value(v).unwrap()
+}
+
+#[test]
+fn cached_objects_carry_no_managed_fields_nor_last_applied_configuration() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let ctx = context();
+    let served = binding(served_binding("a", 1, "Pending"));
+    assert!(
+        served.metadata.managed_fields.is_some(),
+        "the input has them"
+    );
+
+    // Initial list and a later watch event both go through the same path.
+    ctx.caches.bindings.activate();
+    deliver(&ctx, Event::Init);
+    deliver(&ctx, Event::InitApply(served));
+    deliver(&ctx, Event::InitDone);
+    deliver(
+        &ctx,
+        Event::Apply(binding(served_binding("b", 2, "Pending"))),
+    );
+
+    for name in ["a", "b"] {
+        let cached = ctx.caches.bindings.get("llm", name).unwrap();
+        assert_eq!(cached.metadata.managed_fields, None, "{name}");
+        let annotations = cached.metadata.annotations.clone().unwrap_or_default();
+        assert!(!annotations.contains_key(LAST_APPLIED_ANNOTATION), "{name}");
+        assert_eq!(annotations.get("team").map(String::as_str), Some("a"));
+        // Everything the reconciler reads is still there.
+        assert_eq!(
+            cached.metadata.uid.as_deref(),
+            Some(&*format!("uid-{name}"))
+        );
+        assert!(cached.status.is_some());
+    }
+
+    // Our own writes' responses are kept the same way (read-your-writes overlay).
+    ctx.binding_overlay
+        .record(binding(served_binding("a", 3, "Pending")));
+    let written = ctx.binding_overlay.peek("llm", "a").unwrap();
+    assert_eq!(written.metadata.managed_fields, None);
+}
+
+#[test]
+fn snapshot_is_rebuilt_only_when_the_binding_cache_changed() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let ctx = context();
+    ctx.caches.bindings.activate();
+    deliver(&ctx, Event::Init);
+    deliver(
+        &ctx,
+        Event::InitApply(binding(served_binding("a", 1, "Pending"))),
+    );
+    deliver(
+        &ctx,
+        Event::InitApply(binding(served_binding("b", 2, "Pending"))),
+    );
+    deliver(&ctx, Event::InitDone);
+
+    let first = snapshot::bindings(&ctx);
+    assert_eq!(first.len(), 2);
+    assert!(
+        Arc::ptr_eq(&first, &snapshot::bindings(&ctx)),
+        "no change: the same snapshot, not rebuilt"
+    );
+    // Other caches and the overlay are not what the snapshot reads.
+    ctx.binding_overlay
+        .record(binding(served_binding("a", 9, "Other")));
+    assert!(Arc::ptr_eq(&first, &snapshot::bindings(&ctx)));
+
+    // A status change of one binding shows up in the next snapshot.
+    deliver(
+        &ctx,
+        Event::Apply(binding(served_binding("b", 3, "Compiled"))),
+    );
+    let second = snapshot::bindings(&ctx);
+    assert!(!Arc::ptr_eq(&first, &second));
+    let reasons: Vec<_> = second.iter().map(|s| s.reason.as_str()).collect();
+    assert_eq!(reasons, ["Pending", "Compiled"]);
+    assert!(Arc::ptr_eq(&second, &snapshot::bindings(&ctx)));
+
+    // A deletion too.
+    deliver(
+        &ctx,
+        Event::Delete(binding(served_binding("a", 4, "Pending"))),
+    );
+    let third = snapshot::bindings(&ctx);
+    let names: Vec<_> = third.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["b"]);
+}
