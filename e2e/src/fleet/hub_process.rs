@@ -100,7 +100,8 @@ impl HubProcess {
         let stdout = std::fs::File::create(log_path).map_err(log_err)?;
         let stderr = stdout.try_clone().map_err(log_err)?;
         let metrics_addr = free_local_addr().map_err(HubProcessError::Port)?;
-        let child = tokio::process::Command::new(kleym)
+        let mut command = tokio::process::Command::new(kleym);
+        command
             .arg("hub")
             .arg("--kubeconfig")
             .arg(kubeconfig)
@@ -111,12 +112,25 @@ impl HubProcess {
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| HubProcessError::Spawn {
-                path: kleym.to_path_buf(),
-                source,
-            })?;
+            .kill_on_drop(true);
+        // A binary written moments ago can still be open for writing in a child another
+        // thread forked meanwhile (until that child execs): exec then fails with ETXTBSY.
+        // The window is short, so a few short retries are enough.
+        let mut attempts = 0;
+        let child = loop {
+            match command.spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempts < 20 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => {
+                    break other.map_err(|source| HubProcessError::Spawn {
+                        path: kleym.to_path_buf(),
+                        source,
+                    })?;
+                }
+            }
+        };
         // `id()` is `None` only once the child was reaped, which cannot have happened yet.
         let pid = child.id().unwrap_or_default();
         Ok(Self {
