@@ -133,6 +133,17 @@ impl<K: kube::Resource + Clone> Cache<K> {
         inner.objects.get(namespace, name).cloned()
     }
 
+    /// Runs `read` on the objects of `namespace` by name (`None`: none cached) under one
+    /// read lock, for many reads in one namespace. `read` must not touch this cache.
+    pub fn read_namespace<R>(
+        &self,
+        namespace: &str,
+        read: impl FnOnce(Option<&HashMap<String, Arc<K>>>) -> R,
+    ) -> R {
+        let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
+        read(inner.objects.by_namespace.get(namespace))
+    }
+
     /// Every cached object.
     pub fn list(&self) -> Vec<Arc<K>> {
         let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());

@@ -76,14 +76,17 @@ fn rv_number<K: kube::Resource>(obj: &K) -> Option<u64> {
 }
 
 impl<K: kube::Resource + Clone> Overlay<K> {
-    /// Remembers an object a write returned (without the metadata the caches drop).
-    pub fn record(&self, mut obj: K) {
+    /// Remembers an object a write returned (without the metadata the caches drop) and
+    /// returns it as recorded.
+    pub fn record(&self, mut obj: K) -> Arc<K> {
         strip_unread_metadata(&mut obj);
         let (namespace, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+        let obj = Arc::new(obj);
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(namespace, name, Arc::new(obj));
+            .insert(namespace, name, Arc::clone(&obj));
+        obj
     }
 
     /// Remembers that we deleted the incarnation `uid`.

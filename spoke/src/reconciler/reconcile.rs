@@ -148,8 +148,7 @@ async fn apply_verdict(
                     let updated =
                         apply::set_finalizers(ctx, &binding, finalizer::with_finalizer(&binding))
                             .await?;
-                    record_binding_write(ctx, key, updated.clone());
-                    binding = Arc::new(updated);
+                    binding = record_binding_write(ctx, key, updated);
                 }
                 let obj = plan::apply_object(d, binding_uid.as_deref(), uid.as_deref());
                 match apply::apply_cluster_spiffe_id(ctx, &obj, uid.is_some()).await {
@@ -231,8 +230,7 @@ async fn apply_verdict(
             "status differs; applying"
         );
         let updated = apply::apply_status(ctx, &binding, &desired_status).await?;
-        record_binding_write(ctx, key, updated.clone());
-        binding = Arc::new(updated);
+        binding = record_binding_write(ctx, key, updated);
     }
     // Output withdrawn for good: the finalizer has nothing left to protect.
     if owned.is_none() && apply_error.is_none() && finalizer::has_finalizer(&binding) {
@@ -283,7 +281,9 @@ async fn cleanup(
         ctx.csid_overlay.forget("", &rec.name);
     }
     match apply::set_finalizers(ctx, binding, finalizer::without_finalizer(binding)).await {
-        Ok(updated) => record_binding_write(ctx, key, updated),
+        Ok(updated) => {
+            record_binding_write(ctx, key, updated);
+        }
         // Already gone: a previous pass removed the finalizer.
         Err(e) if e.status_code() == Some(404) => {}
         Err(e) => return Err(e),
@@ -298,18 +298,20 @@ async fn cleanup(
 
 /// Remembers a binding our write returned (read-your-writes). When that changes what the
 /// namespace evaluation reads of the binding (a spec changed concurrently), the cached
-/// evaluation of its namespace is stale.
+/// evaluation of its namespace is stale. Returns the recorded binding (shared with the
+/// overlay, without the metadata the caches drop).
 pub(crate) fn record_binding_write(
     ctx: &Context,
     key: &ObjectKey,
     updated: InferenceIdentityBinding,
-) {
+) -> Arc<InferenceIdentityBinding> {
     let before = current_binding(ctx, key);
-    ctx.binding_overlay.record(updated);
+    let recorded = ctx.binding_overlay.record(updated);
     let after = current_binding(ctx, key);
     if binding_compile_inputs_differ(before.as_deref(), after.as_deref()) {
         ctx.namespace_cache.invalidate(&key.namespace);
     }
+    recorded
 }
 
 fn claim_name(ctx: &Context, name: &str, key: &ObjectKey) {
@@ -333,17 +335,27 @@ pub fn enqueue_changed_peers<'a>(
     key: &ObjectKey,
     verdicts: impl IntoIterator<Item = (&'a String, &'a Verdict)>,
 ) {
-    for (name, v) in verdicts {
-        if *name == key.name {
-            continue;
-        }
-        let Some(peer) = current_binding_named(ctx, &key.namespace, name) else {
-            continue;
-        };
-        if conflict_view_differs(&peer, v) {
-            ctx.queue
-                .enqueue(ObjectKey::new(key.namespace.clone(), name.clone()));
-        }
+    // Every peer of the namespace is read: one cache lock for all of them (the same
+    // resolution as `current_binding_named`: cache, then our newer writes).
+    let changed: Vec<&String> = ctx
+        .caches
+        .bindings
+        .read_namespace(&key.namespace, |cached| {
+            verdicts
+                .into_iter()
+                .filter(|(name, _)| **name != key.name)
+                .filter(|(name, v)| {
+                    let cached = cached.and_then(|c| c.get(name.as_str())).cloned();
+                    ctx.binding_overlay
+                        .resolve(&key.namespace, name, cached)
+                        .is_some_and(|peer| conflict_view_differs(&peer, v))
+                })
+                .map(|(name, _)| name)
+                .collect()
+        });
+    for name in changed {
+        ctx.queue
+            .enqueue(ObjectKey::new(key.namespace.clone(), name.clone()));
     }
 }
 
