@@ -365,3 +365,30 @@ async fn cancelling_the_caller_kills_the_plugin_group() {
     }
     assert!(gone, "plugin child {pid} survived the cancelled exec");
 }
+
+#[tokio::test]
+async fn a_plugin_still_open_for_writing_is_retried_not_failed() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("busy.sh");
+    // The executable stays open for writing for 40 ms: exec fails with ETXTBSY meanwhile, as
+    // it does when another thread's forked child still holds a just-written plugin open.
+    let mut f = std::fs::File::create(&path).unwrap();
+    writeln!(
+        f,
+        "#!/bin/sh\n{}",
+        print_token(V1, "tok-busy", Some("2030-01-02T03:04:05Z"))
+    )
+    .unwrap();
+    f.flush().unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut access = access_for(&path, ExecApiVersion::V1, "https://spoke:6443");
+    access.exec.command = path.display().to_string();
+    access.exec.args.clear();
+    let run = tokio::spawn(async move { run_plugin(&access, &opts()).await });
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    drop(f);
+    let c = run.await.unwrap().expect("retried once the file is closed");
+    assert_eq!(c.token.unwrap().expose(), "tok-busy");
+}

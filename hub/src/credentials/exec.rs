@@ -183,7 +183,22 @@ pub async fn run_plugin(
     // Own process group, so a timeout also kills whatever the plugin started.
     #[cfg(unix)]
     cmd.process_group(0);
-    let mut child = cmd.spawn().map_err(|source| {
+    // A plugin replaced moments ago (an in-place upgrade, a test writing its script) can still be
+    // open for writing in a child some other thread forked and has not exec'ed yet: exec then
+    // fails with ETXTBSY for a few milliseconds. Retry that briefly rather than fail the spoke.
+    let mut busy_retries = 0;
+    let spawned = loop {
+        match cmd.spawn() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && busy_retries < 10 => {
+                // 5 ms doubling to 200 ms: about a second in all, then the error stands.
+                let wait = (5u64 << busy_retries).min(200);
+                busy_retries += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+            }
+            other => break other,
+        }
+    };
+    let mut child = spawned.map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
             ExecError::NotFound {
                 command: command.clone(),
