@@ -428,7 +428,7 @@ pub fn health_router(hub: &HubHandle) -> Router {
         }
     }
     async fn metrics(State(s): State<S>) -> axum::response::Response {
-        encode_metrics(&s.registry)
+        encode_metrics(s.registry).await
     }
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -440,8 +440,17 @@ pub fn health_router(hub: &HubHandle) -> Router {
         })
 }
 
-fn encode_metrics(registry: &Registry) -> axum::response::Response {
-    crate::http::metrics::metrics_response(registry)
+/// `/metrics` of the plain-HTTP servers, built off the async workers as the API router's
+/// is (encoding walks every spoke's series).
+async fn encode_metrics(registry: Arc<Registry>) -> axum::response::Response {
+    match crate::http::metrics::metrics_response_blocking(registry).await {
+        Ok(resp) => resp,
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {e}"),
+        )
+            .into_response(),
+    }
 }
 
 /// Runs the hub (fleet machinery, status writers, the health/metrics server on
@@ -537,7 +546,7 @@ pub async fn serve_health(
         }
     }
     async fn metrics(State(s): State<HttpState>) -> axum::response::Response {
-        crate::http::metrics::metrics_response(&s.registry)
+        encode_metrics(s.registry).await
     }
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -613,5 +622,37 @@ mod tests {
         assert_eq!(w.args.removal_policy, RemovalPolicy::Orphan);
         let l = w.args.leader_options();
         assert!(l.renew_deadline < l.lease_duration && l.retry_period < l.renew_deadline);
+    }
+
+    /// `/metrics` of the plain-HTTP server is encoded (off the async workers) from the
+    /// registry it was given, on a current-thread runtime too.
+    #[tokio::test]
+    async fn health_server_serves_the_registry_metrics() {
+        use prometheus_client::metrics::counter::Counter;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let mut registry = Registry::default();
+        let counter = Counter::<u64>::default();
+        registry.register("kleym_test_probe", "a test counter", counter.clone());
+        counter.inc_by(7);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve_health(
+            listener,
+            HubReadiness::default(),
+            Arc::new(registry),
+            stop.clone(),
+        ));
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        conn.read_to_string(&mut response).await.unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        assert!(response.contains("kleym_test_probe_total 7"), "{response}");
+        stop.cancel();
+        server.await.unwrap().unwrap();
     }
 }

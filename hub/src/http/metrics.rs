@@ -142,6 +142,18 @@ impl ApiMetrics {
 /// The Prometheus text exposition (OpenMetrics) of `registry` as an HTTP response: what every
 /// kleym `/metrics` endpoint (hub API, hub health port, `kleym spoke`) answers.
 pub fn metrics_response(registry: &Registry) -> axum::response::Response {
+    encode_response(registry)
+}
+
+/// [`metrics_response`] built on a blocking thread: encoding walks every spoke's series,
+/// which at 1000 spokes is too long for an async worker. `Err` only if the build panicked.
+pub async fn metrics_response_blocking(
+    registry: std::sync::Arc<Registry>,
+) -> Result<axum::response::Response, tokio::task::JoinError> {
+    tokio::task::spawn_blocking(move || encode_response(&registry)).await
+}
+
+fn encode_response(registry: &Registry) -> axum::response::Response {
     use axum::http::{StatusCode, header};
     use axum::response::IntoResponse;
     let mut out = String::new();

@@ -1,7 +1,7 @@
 //! Routes: `/healthz`, `/readyz`, `/metrics`, and the authenticated `/v1/*`.
 
 use crate::http::auth::{ApiAuth, AuthDecision, AuthFailure, FailureKind};
-use crate::http::metrics::{ApiMetrics, metrics_response};
+use crate::http::metrics::{ApiMetrics, metrics_response_blocking};
 use crate::http::view::{EncodeError, HubView};
 use axum::Router;
 use axum::extract::{MatchedPath, Path, Request, State};
@@ -174,7 +174,7 @@ async fn readyz(State(s): State<ApiState>) -> Response {
 
 async fn metrics(State(s): State<ApiState>) -> Response {
     // Encoding walks every spoke's series: off the async workers, like the /v1 bodies.
-    match tokio::task::spawn_blocking(move || metrics_response(&s.registry)).await {
+    match metrics_response_blocking(s.registry).await {
         Ok(resp) => resp,
         Err(e) => internal_error(&format!("encoding metrics: {e}")),
     }
