@@ -238,12 +238,18 @@ async fn converge(
             let name = scenario::spoke_name(i);
             let store = fleet.spoke(&name).store();
             let p = progress_of(&kleym_e2e::fleet::env::bindings(&store));
-            let phase = hub
-                .handle
-                .state
-                .get(&scenario::cluster_name(i))
+            let spoke_state = hub.handle.state.get(&scenario::cluster_name(i));
+            let phase = spoke_state
+                .as_ref()
                 .map(|s| s.phase)
                 .unwrap_or(Phase::Pending);
+            // The hub's view trails the store by up to its snapshot interval: the report is
+            // only meaningful once it has seen every binding settle as the store has.
+            let hub_caught_up = spoke_state.as_ref().is_some_and(|s| {
+                s.bindings.len() == p.total
+                    && s.bindings.iter().filter(|b| !b.reason.is_empty()).count() == p.total
+                    && s.bindings.iter().filter(|b| b.ready).count() == p.ready
+            });
             let line = (phase.as_str().to_string(), p);
             if shown.get(&name) != Some(&line) {
                 println!(
@@ -256,7 +262,7 @@ async fn converge(
                 );
                 shown.insert(name, line);
             }
-            all_settled &= phase == Phase::Engaged && p.settled == p.total;
+            all_settled &= phase == Phase::Engaged && p.settled == p.total && hub_caught_up;
         }
         if all_settled {
             let report = FullReport::from_fleet(&hub.handle.state, chrono::Utc::now());
