@@ -6,6 +6,7 @@
 //! binding cache changed since the last build (its version), otherwise the last one is
 //! shared.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use kleym_api::InferenceIdentityBinding;
@@ -114,14 +115,23 @@ impl BindingSnapshot {
     }
 }
 
-/// The last built snapshot and the binding cache version it was built from.
+/// The last built snapshot, the binding cache version it was built from and the cached
+/// objects it was built of (in the same order).
 #[derive(Debug, Default)]
 pub struct SnapshotMemo {
-    last: Mutex<Option<(u64, Arc<Vec<BindingSnapshot>>)>>,
+    last: Mutex<Option<Built>>,
+}
+
+#[derive(Debug)]
+struct Built {
+    version: u64,
+    sources: Vec<Arc<InferenceIdentityBinding>>,
+    snapshot: Arc<Vec<BindingSnapshot>>,
 }
 
 /// Every cached binding's snapshot, sorted by namespace and name: the last one when the
-/// binding cache has not changed since it was built (same `Arc`).
+/// binding cache has not changed since it was built (same `Arc`). A rebuild reuses the
+/// entry of every binding whose cached object is the one it was built of.
 pub fn bindings(ctx: &Context) -> Arc<Vec<BindingSnapshot>> {
     // Read before the objects: a change racing the build makes the next call rebuild.
     let version = ctx.caches.bindings.version();
@@ -130,27 +140,52 @@ pub fn bindings(ctx: &Context) -> Arc<Vec<BindingSnapshot>> {
         .last
         .lock()
         .unwrap_or_else(|p| p.into_inner());
-    if let Some((built_from, snapshot)) = last.as_ref()
-        && *built_from == version
+    if let Some(built) = last.as_ref()
+        && built.version == version
     {
-        return Arc::clone(snapshot);
+        return Arc::clone(&built.snapshot);
     }
-    let snapshot = Arc::new(build_bindings(ctx));
-    *last = Some((version, Arc::clone(&snapshot)));
+    let built = build(ctx, version, last.take());
+    let snapshot = Arc::clone(&built.snapshot);
+    *last = Some(built);
     snapshot
 }
 
-/// Builds every cached binding's snapshot, sorted by namespace and name.
-fn build_bindings(ctx: &Context) -> Vec<BindingSnapshot> {
-    let mut out: Vec<BindingSnapshot> = ctx
-        .caches
-        .bindings
-        .list()
+/// Builds the snapshot from the cache, reusing `previous` entries of unchanged objects
+/// (cached objects are immutable: the same `Arc` is the same version).
+fn build(ctx: &Context, version: u64, previous: Option<Built>) -> Built {
+    let mut sources = ctx.caches.bindings.list();
+    sources.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
+    let reusable: HashMap<*const InferenceIdentityBinding, &BindingSnapshot> = previous
+        .as_ref()
+        .map(|p| {
+            p.sources
+                .iter()
+                .map(Arc::as_ptr)
+                .zip(p.snapshot.iter())
+                .collect()
+        })
+        .unwrap_or_default();
+    let snapshot = sources
         .iter()
-        .map(|b| BindingSnapshot::of(b))
+        .map(|b| match reusable.get(&Arc::as_ptr(b)) {
+            Some(kept) => (*kept).clone(),
+            None => BindingSnapshot::of(b),
+        })
         .collect();
-    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    out
+    Built {
+        version,
+        sources,
+        snapshot: Arc::new(snapshot),
+    }
+}
+
+/// `(namespace, name)` as the snapshot reports them.
+fn sort_key(b: &InferenceIdentityBinding) -> (&str, &str) {
+    (
+        b.metadata.namespace.as_deref().unwrap_or_default(),
+        b.metadata.name.as_deref().unwrap_or_default(),
+    )
 }
 
 /// Whether every active cache has completed its first list (same rule as readiness).
