@@ -232,6 +232,11 @@ async fn engage_once(
             _ = tokio::time::sleep(opts.snapshot_interval) => {}
         }
         if handle.is_finished() {
+            // Stopping cancels the reconciler (a child token) too: when both fired during
+            // the sleep, this is a stop, not a failure to log and back off from.
+            if stop.is_cancelled() {
+                return Outcome::Stopped;
+            }
             return Outcome::Failed(EngageError::Reconciler("stopped unexpectedly".into()));
         }
         let idle = snapshot::synced(&ctx) && snapshot::idle(&ctx);
