@@ -26,20 +26,6 @@ pub struct FleetMetrics {
     pub changes: Counter,
 }
 
-const PHASES: [Phase; 11] = [
-    Phase::Pending,
-    Phase::Queued,
-    Phase::Connecting,
-    Phase::Syncing,
-    Phase::Engaged,
-    Phase::Degraded,
-    Phase::BackingOff,
-    Phase::Waiting,
-    Phase::Refused,
-    Phase::Standby,
-    Phase::Removing,
-];
-
 impl FleetMetrics {
     /// Registers the metrics under `kleym_hub_`.
     pub fn register(registry: &mut Registry) -> Self {
@@ -58,7 +44,7 @@ impl FleetMetrics {
     /// Recomputes the gauges from `state`.
     pub fn refresh(&self, state: &FleetState) {
         let spokes = state.spokes();
-        for p in PHASES {
+        for p in Phase::ALL {
             let n = spokes.iter().filter(|s| s.phase == p).count();
             self.spokes
                 .get_or_create(&PhaseLabels {

@@ -43,6 +43,21 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in life-cycle order (metrics export one series per phase).
+    pub const ALL: [Phase; 11] = [
+        Phase::Pending,
+        Phase::Queued,
+        Phase::Connecting,
+        Phase::Syncing,
+        Phase::Engaged,
+        Phase::Degraded,
+        Phase::BackingOff,
+        Phase::Waiting,
+        Phase::Refused,
+        Phase::Standby,
+        Phase::Removing,
+    ];
+
     /// The phase name.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -221,19 +221,7 @@ mod tests {
         ready.ready = true;
         ready.reason = "Ready".into();
         ready.conflict_peers.clear();
-        for phase in [
-            Phase::Pending,
-            Phase::Queued,
-            Phase::Connecting,
-            Phase::Syncing,
-            Phase::Engaged,
-            Phase::Degraded,
-            Phase::BackingOff,
-            Phase::Waiting,
-            Phase::Refused,
-            Phase::Standby,
-            Phase::Removing,
-        ] {
+        for phase in Phase::ALL {
             // A new spoke (nothing observed yet) and one re-syncing with earlier bindings.
             for bindings in [vec![], vec![ready.clone(), ready.clone()]] {
                 let mut s = SpokeState::new("fleet/east");
