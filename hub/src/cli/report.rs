@@ -147,24 +147,9 @@ fn read(args: &Args) -> anyhow::Result<ReportDocument> {
 }
 
 async fn hub_client(args: &Args) -> anyhow::Result<kube::Client> {
-    let options = kube::config::KubeConfigOptions {
-        context: args.context.clone(),
-        ..Default::default()
-    };
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &options)
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        None if args.context.is_some() => kube::Config::from_kubeconfig(&options)
-            .await
-            .context("loading kubeconfig")?,
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    kleym_hub::fleet::runtime::client_from_flags(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+    )
+    .await
 }

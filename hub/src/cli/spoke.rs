@@ -108,26 +108,11 @@ fn init_logging(args: &Args) -> anyhow::Result<()> {
 }
 
 async fn client(args: &Args) -> anyhow::Result<kube::Client> {
-    let options = kube::config::KubeConfigOptions {
-        context: args.context.clone(),
-        ..Default::default()
-    };
-    let config = match (&args.kubeconfig, &args.context) {
-        (Some(path), _) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &options)
-                .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
-        }
-        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
-            .await
-            .context("loading kubeconfig")?,
-        (None, None) => kube::Config::infer()
-            .await
-            .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    kleym_hub::fleet::runtime::client_from_flags(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+    )
+    .await
 }
 
 #[derive(Clone)]

@@ -226,11 +226,23 @@ impl HubArgs {
 
 /// The hub cluster's client from `--kubeconfig`/`--context`, else the usual inference.
 pub async fn hub_client(args: &HubArgs) -> anyhow::Result<kube::Client> {
+    client_from_flags(args.kubeconfig.as_deref(), args.context.as_deref())
+        .await
+        .context("building the hub client")
+}
+
+/// A client from the `--kubeconfig`/`--context` flags every kleym command takes: the given
+/// file (and context), else the default kubeconfig with that context, else the usual
+/// inference (`KUBECONFIG`, `~/.kube/config`, in-cluster).
+pub async fn client_from_flags(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
     let options = kube::config::KubeConfigOptions {
-        context: args.context.clone(),
+        context: context.map(str::to_string),
         ..Default::default()
     };
-    let config = match (&args.kubeconfig, &args.context) {
+    let config = match (kubeconfig, context) {
         (Some(path), _) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -245,7 +257,7 @@ pub async fn hub_client(args: &HubArgs) -> anyhow::Result<kube::Client> {
             .await
             .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
     };
-    kube::Client::try_from(config).context("building the hub client")
+    kube::Client::try_from(config).context("building the Kubernetes client")
 }
 
 /// Whether the ClusterProfile inventory has been listed once (one input of `/readyz`).
