@@ -1,19 +1,26 @@
-//! Credential cache and spoke client: expiry-driven refresh, one exec under concurrency,
-//! 401 → one re-exec and one retry, credentials without expiry kept.
+//! Credential cache and spoke client: expiry-driven refresh before expiry in the background
+//! (a hung plugin blocks nobody), one exec under concurrency, 401 → one re-exec and one retry,
+//! 401-driven re-execs bounded when the server keeps rejecting, credentials without expiry
+//! kept, expired plugin output refused.
 
 #[path = "fixtures/http401.rs"]
 mod http401;
 #[path = "fixtures/support.rs"]
 mod support;
 
+use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use kleym_hub::access::ExecApiVersion;
+use kleym_hub::credentials::cache::refresh_deadline;
 use kleym_hub::credentials::{
     CacheOptions, ClientOptions, CredentialCache, CredentialMetrics, ExecOptions, SpokeCredentials,
     build_spoke_client,
 };
+use kleym_hub::fleet::backoff::BackoffOptions;
 use prometheus_client::registry::Registry;
 use support::*;
 
@@ -46,39 +53,231 @@ fn spoke(
     (dir, creds, metrics)
 }
 
+/// A plugin driven by files the test writes: run `n` prints `cred-<n>.json` (and fails when it
+/// does not exist), and blocks while `hold-<n>` exists. `started-<n>` marks that run `n` began.
+fn file_plugin() -> String {
+    format!(
+        r#"{COUNT}
+touch "$KLEYM_TEST_DIR/started-$n"
+while [ -f "$KLEYM_TEST_DIR/hold-$n" ]; do sleep 0.02; done
+cat "$KLEYM_TEST_DIR/cred-$n.json""#
+    )
+}
+
+fn write_cred(dir: &Path, n: usize, token: &str, expires_at: DateTime<Utc>) {
+    let doc = serde_json::json!({
+        "apiVersion": V1, "kind": "ExecCredential",
+        "status": {"token": token, "expirationTimestamp": expires_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)},
+    });
+    std::fs::write(dir.join(format!("cred-{n}.json")), doc.to_string()).unwrap();
+}
+
+fn file_spoke(opts: CacheOptions) -> (tempfile::TempDir, Arc<SpokeCredentials>, CredentialMetrics) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(dir.path(), "p.sh", &file_plugin());
+    let metrics = CredentialMetrics::default();
+    let creds = Arc::new(SpokeCredentials::new(
+        access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        opts,
+        metrics.clone(),
+    ));
+    (dir, creds, metrics)
+}
+
+/// Polls `done` every 20 ms, up to 1000 times (a bound for a broken build, not a timing claim).
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..1000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("never happened: {what}");
+}
+
+async fn sleep_until(at: DateTime<Utc>) {
+    if let Ok(d) = (at - Utc::now()).to_std() {
+        tokio::time::sleep(d + Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
-async fn refreshes_ahead_of_expiry() {
-    // Each exec issues tok-<n> valid for 2 s; 10% of that (0.2 s) is the early-refresh margin.
-    let body = format!(
-        "{COUNT}\nexp=$(date -u -d '+2 seconds' +%Y-%m-%dT%H:%M:%SZ)\n{}",
-        print_token(V1, "tok-$n", Some("$exp"))
+async fn refreshes_before_expiry_and_callers_never_see_a_gap() {
+    // An 8 s token with a 75 % margin: refresh due 2 s after it was obtained, 6 s before it
+    // expires. A refresh at (or after) expiry would fail the `< expires_at` assertions.
+    let opts = CacheOptions {
+        refresh_fraction: 0.75,
+        min_refresh_interval: Duration::from_secs(1),
+        ..cache_opts()
+    };
+    let (dir, creds, metrics) = file_spoke(opts);
+    write_cred(
+        dir.path(),
+        1,
+        "tok-1",
+        Utc::now() + chrono::Duration::seconds(8),
     );
-    let (dir, creds, metrics) = spoke(&body, "https://spoke:6443");
+    write_cred(
+        dir.path(),
+        2,
+        "tok-2",
+        Utc::now() + chrono::Duration::hours(1),
+    );
     let first = creds.get().await.unwrap();
-    let again = creds.get().await.unwrap();
-    assert_eq!(count(dir.path()), 1);
-    assert_eq!(first.generation, again.generation);
     assert_eq!(first.credential.token.as_ref().unwrap().expose(), "tok-1");
+    let old_expiry = first.credential.expires_at.unwrap();
+    let deadline = refresh_deadline(first.obtained_at, old_expiry, &opts);
+    assert!(deadline < old_expiry);
+    assert_eq!(creds.get().await.unwrap().generation, first.generation);
+    assert_eq!(count(dir.path()), 1);
+
     let mut refreshed = None;
-    for _ in 0..60 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..1000 {
         let c = creds.get().await.unwrap();
+        let seen_at = Utc::now();
+        // Every caller gets an unexpired credential, right up to the switch.
+        assert!(
+            seen_at < c.credential.expires_at.unwrap(),
+            "served an expired credential (generation {})",
+            c.generation
+        );
         if c.generation != first.generation {
-            refreshed = Some(c);
+            refreshed = Some((c, seen_at));
             break;
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let refreshed = refreshed.expect("credential was not refreshed before/at expiry");
+    let (refreshed, seen_at) = refreshed.expect("credential was never refreshed");
     assert_eq!(
         refreshed.credential.token.as_ref().unwrap().expose(),
         "tok-2"
     );
-    // Refreshed no later than the old expiry.
+    // The new exec ran inside [refresh deadline, old expiry), and a caller had it before the
+    // old credential expired.
+    assert!(refreshed.obtained_at >= deadline, "refreshed too early");
+    assert!(refreshed.obtained_at < old_expiry, "refreshed after expiry");
     assert!(
-        chrono::Utc::now() <= first.credential.expires_at.unwrap() + chrono::Duration::seconds(1)
+        seen_at < old_expiry,
+        "callers saw the new credential only after expiry"
     );
     assert_eq!(count(dir.path()), 2);
     assert_eq!(metrics.exec_count("test", "success"), 2);
+}
+
+#[tokio::test]
+async fn a_hung_refresh_never_blocks_callers_while_the_credential_is_valid() {
+    let opts = CacheOptions {
+        refresh_fraction: 1.0,
+        min_refresh_interval: Duration::from_millis(200),
+        exec: ExecOptions {
+            timeout: Duration::from_secs(30),
+            ..ExecOptions::default()
+        },
+        ..cache_opts()
+    };
+    let (dir, creds, metrics) = file_spoke(opts);
+    write_cred(
+        dir.path(),
+        1,
+        "tok-1",
+        Utc::now() + chrono::Duration::seconds(60),
+    );
+    write_cred(
+        dir.path(),
+        2,
+        "tok-2",
+        Utc::now() + chrono::Duration::hours(1),
+    );
+    // Run 2 (the refresh) hangs until the test lets it go.
+    std::fs::write(dir.path().join("hold-2"), "").unwrap();
+    let first = creds.get().await.unwrap();
+    sleep_until(refresh_deadline(
+        first.obtained_at,
+        first.credential.expires_at.unwrap(),
+        &opts,
+    ))
+    .await;
+
+    // Due for refresh: served at once, the refresh starts in the background.
+    assert_eq!(creds.get().await.unwrap().generation, first.generation);
+    eventually("the refresh started", || {
+        dir.path().join("started-2").exists()
+    })
+    .await;
+    for _ in 0..20 {
+        assert_eq!(creds.get().await.unwrap().generation, first.generation);
+    }
+    // One run in flight, and it has not ended: had a caller waited for it, it would have
+    // timed out (and later callers would have started more runs).
+    assert_eq!(count(dir.path()), 2);
+    assert_eq!(metrics.exec_count("test", "success"), 1);
+    assert_eq!(metrics.exec_count("test", "timeout"), 0);
+
+    std::fs::remove_file(dir.path().join("hold-2")).unwrap();
+    eventually("the refresh finished", || {
+        metrics.exec_count("test", "success") == 2
+    })
+    .await;
+    let second = creds.get().await.unwrap();
+    assert_eq!(second.credential.token.as_ref().unwrap().expose(), "tok-2");
+    assert_eq!(count(dir.path()), 2);
+}
+
+#[tokio::test]
+async fn an_exec_survives_the_caller_that_started_it() {
+    let (dir, creds, metrics) = file_spoke(cache_opts());
+    std::fs::write(dir.path().join("hold-1"), "").unwrap();
+    let caller = {
+        let creds = creds.clone();
+        tokio::spawn(async move { creds.get().await })
+    };
+    eventually("the exec started", || dir.path().join("started-1").exists()).await;
+    caller.abort();
+    assert!(caller.await.unwrap_err().is_cancelled());
+    write_cred(
+        dir.path(),
+        1,
+        "tok-1",
+        Utc::now() + chrono::Duration::hours(1),
+    );
+    std::fs::remove_file(dir.path().join("hold-1")).unwrap();
+    eventually("the exec finished", || {
+        metrics.exec_count("test", "success") == 1
+    })
+    .await;
+    // Cached: the next caller needs no exec.
+    let c = creds.get().await.unwrap();
+    assert_eq!(c.credential.token.as_ref().unwrap().expose(), "tok-1");
+    assert_eq!(count(dir.path()), 1);
+}
+
+#[tokio::test]
+async fn an_expiry_in_the_past_is_invalid_output_and_backs_off() {
+    let body = format!(
+        "{COUNT}\n{}",
+        print_token(V1, "tok-$n", Some("2020-01-01T00:00:00Z"))
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(dir.path(), "p.sh", &body);
+    let metrics = CredentialMetrics::default();
+    let creds = SpokeCredentials::new(
+        access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        CacheOptions {
+            failure_backoff: Duration::from_secs(600),
+            ..cache_opts()
+        },
+        metrics.clone(),
+    );
+    for _ in 0..10 {
+        let err = creds.get().await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("status.expirationTimestamp that is not in the future"),
+            "{err}"
+        );
+    }
+    assert_eq!(count(dir.path()), 1);
+    assert_eq!(metrics.exec_count("test", "invalid_output"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -119,36 +318,44 @@ async fn credential_without_expiry_is_kept_until_a_401() {
 
 #[tokio::test]
 async fn failed_refresh_keeps_a_still_valid_credential_but_not_after_a_401() {
-    // First run succeeds with a token valid for ~4 s, later runs fail.
-    let body = format!(
-        "{COUNT}\nif [ \"$n\" -gt 1 ]; then echo nope >&2; exit 1; fi\nexp=$(date -u -d '+4 seconds' +%Y-%m-%dT%H:%M:%SZ)\n{}",
-        print_token(V1, "tok-$n", Some("$exp"))
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let s = write_script(dir.path(), "p.sh", &body);
-    let metrics = CredentialMetrics::default();
+    // Run 1 succeeds with a token valid for 60 s, refresh due after 200 ms; run 2 fails (no
+    // cred-2.json).
     let opts = CacheOptions {
-        refresh_fraction: 0.9,
+        refresh_fraction: 1.0,
+        min_refresh_interval: Duration::from_millis(200),
+        failure_backoff: Duration::from_secs(600),
         ..cache_opts()
     };
-    let creds = SpokeCredentials::new(
-        access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
-        opts,
-        metrics.clone(),
+    let (dir, creds, metrics) = file_spoke(opts);
+    write_cred(
+        dir.path(),
+        1,
+        "tok-1",
+        Utc::now() + chrono::Duration::seconds(60),
     );
     let first = creds.get().await.unwrap();
-    // Past the refresh deadline (≈ 10% into the lifetime) but before expiry: the refresh
-    // fails and the still-valid credential is served.
-    tokio::time::sleep(Duration::from_millis(700)).await;
-    let again = creds.get().await.unwrap();
-    assert_eq!(again.generation, first.generation);
-    assert_eq!(metrics.exec_count("test", "exit_error"), 1);
+    sleep_until(refresh_deadline(
+        first.obtained_at,
+        first.credential.expires_at.unwrap(),
+        &opts,
+    ))
+    .await;
+    // Past the refresh deadline, before expiry: the refresh fails in the background and the
+    // still-valid credential keeps being served, without another run during the backoff.
+    assert_eq!(creds.get().await.unwrap().generation, first.generation);
+    eventually("the refresh failed", || {
+        metrics.exec_count("test", "exit_error") == 1
+    })
+    .await;
+    for _ in 0..5 {
+        assert_eq!(creds.get().await.unwrap().generation, first.generation);
+    }
     // After a 401 the old credential must not be served again: the failure surfaces.
     creds.invalidate_after_401(first.generation);
     let err = creds.get().await.unwrap_err();
     assert!(err.to_string().contains("exit code 1"), "{err}");
-    assert_eq!(metrics.exec_count("test", "exit_error"), 2);
-    assert_eq!(count(dir.path()), 3);
+    assert_eq!(metrics.exec_count("test", "exit_error"), 1);
+    assert_eq!(count(dir.path()), 2);
 }
 
 #[tokio::test]
@@ -226,4 +433,89 @@ async fn concurrent_401s_cause_a_single_reexec() {
         assert_eq!(t.await.unwrap().unwrap(), "v1.33.0");
     }
     assert_eq!(count(dir.path()), 2, "requests seen: {:?}", seen.list());
+}
+
+fn persistent_401_opts(initial: Duration) -> CacheOptions {
+    CacheOptions {
+        unauthorized_backoff: BackoffOptions {
+            initial,
+            max: initial,
+        },
+        ..cache_opts()
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_always_401s_causes_a_bounded_number_of_execs() {
+    let (addr, seen) = http401::start(accept_none).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        &format!("{COUNT}\n{}", print_token(V1, "tok-$n", None)),
+    );
+    let creds = Arc::new(SpokeCredentials::new(
+        access_for(&s, ExecApiVersion::V1, &format!("http://{addr}")),
+        persistent_401_opts(Duration::from_secs(600)),
+        CredentialMetrics::default(),
+    ));
+    let client = build_spoke_client(creds, &ClientOptions::default())
+        .await
+        .unwrap();
+    const N: usize = 30;
+    for _ in 0..N {
+        assert!(client.client.apiserver_version().await.is_err());
+    }
+    // tok-1 rejected → one re-exec (tok-2), rejected too → re-execs back off; the rejected
+    // token keeps being sent, so every request still reaches the server once.
+    assert_eq!(count(dir.path()), 2, "execs for {N} requests");
+    let sent = seen.list();
+    assert_eq!(sent.len(), N + 1);
+    assert!(sent[2..].iter().all(|a| a == "Bearer tok-2"), "{sent:?}");
+}
+
+static ACCEPTED: AtomicUsize = AtomicUsize::new(0);
+
+fn accept_current(token: &str) -> bool {
+    token == format!("tok-{}", ACCEPTED.load(Ordering::SeqCst))
+}
+
+#[tokio::test]
+async fn the_401_backoff_expires_and_a_success_resets_it() {
+    ACCEPTED.store(3, Ordering::SeqCst);
+    let (addr, _seen) = http401::start(accept_current).await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        &format!("{COUNT}\n{}", print_token(V1, "tok-$n", None)),
+    );
+    let backoff = Duration::from_millis(300);
+    let creds = Arc::new(SpokeCredentials::new(
+        access_for(&s, ExecApiVersion::V1, &format!("http://{addr}")),
+        persistent_401_opts(backoff),
+        CredentialMetrics::default(),
+    ));
+    let client = build_spoke_client(creds, &ClientOptions::default())
+        .await
+        .unwrap();
+    // tok-1 and its replacement tok-2 are rejected: backing off.
+    assert!(client.client.apiserver_version().await.is_err());
+    assert!(client.client.apiserver_version().await.is_err());
+    assert_eq!(count(dir.path()), 2);
+    // After the backoff (at most 300 ms with jitter) the next 401 re-execs: tok-3 is accepted.
+    tokio::time::sleep(backoff + Duration::from_millis(100)).await;
+    assert_eq!(
+        client.client.apiserver_version().await.unwrap().git_version,
+        "v1.33.0"
+    );
+    assert_eq!(count(dir.path()), 3);
+    // The server rotates: tok-3 is rejected now. tok-3 was accepted, so this is an ordinary
+    // rotation: one re-exec and one retry at once, no backoff.
+    ACCEPTED.store(4, Ordering::SeqCst);
+    assert_eq!(
+        client.client.apiserver_version().await.unwrap().git_version,
+        "v1.33.0"
+    );
+    assert_eq!(count(dir.path()), 4);
 }

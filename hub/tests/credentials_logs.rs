@@ -1,5 +1,7 @@
 //! Token values never appear in logs, even at trace level (hyper, kube and our own spans
-//! included), across success, 401 retry, plugin failure and invalid output.
+//! included), across success, 401 retry, plugin failure and invalid output; short tokens and
+//! labelled secrets a failing plugin prints on stderr are redacted; provider env values never
+//! show in `Debug` output.
 
 #[path = "fixtures/http401.rs"]
 mod http401;
@@ -10,7 +12,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kleym_hub::access::ExecApiVersion;
+use kleym_hub::access::{EnvVar, ExecApiVersion};
 use kleym_hub::credentials::{
     CacheOptions, ClientOptions, CredentialMetrics, ExecOptions, SpokeCredentials,
     build_spoke_client,
@@ -95,5 +97,71 @@ esac"#,
     assert!(logs.contains("TRACE"), "trace level not captured");
     for n in 1..=4 {
         assert!(!logs.contains(&t(n)), "token {n} leaked into logs:\n{logs}");
+    }
+}
+
+fn capture() -> (Buffer, tracing::subscriber::DefaultGuard) {
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    (buffer, tracing::subscriber::set_default(subscriber))
+}
+
+#[tokio::test]
+async fn short_secrets_on_plugin_stderr_never_reach_errors_or_logs() {
+    let (buffer, _guard) = capture();
+    // Short values the old "20 characters or longer" rule let through: a 9-character token,
+    // a plain-word password and a mixed-case key.
+    let (token, password, key) = ("Xq7bN2kLp", "correcthorsebattery", "AbCdEfGhIjKl");
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        &format!(
+            "echo 'issuer said no, token {token} expired' >&2\n\
+             echo 'password: {password}' >&2\n\
+             echo 'AWS_SECRET_ACCESS_KEY={key}' >&2\n\
+             exit 4"
+        ),
+    );
+    let creds = SpokeCredentials::new(
+        access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        CacheOptions {
+            failure_backoff: Duration::ZERO,
+            ..CacheOptions::default()
+        },
+        CredentialMetrics::default(),
+    );
+    let err = creds.get().await.unwrap_err().to_string();
+    let logs = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    assert!(logs.contains("credential plugin failed"), "{logs}");
+    for text in [&err, &logs] {
+        // What went wrong is still readable…
+        assert!(text.contains("exit code 4"), "{text}");
+        assert!(text.contains("issuer said no, token"), "{text}");
+        assert!(text.contains("AWS_SECRET_ACCESS_KEY"), "{text}");
+        // …the values are not.
+        for secret in [token, password, key] {
+            assert!(!text.contains(secret), "{secret} leaked:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn provider_env_values_never_show_in_debug() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut access = access_for(&dir.path().join("p.sh"), ExecApiVersion::V1, "https://x");
+    let secret = "wJalrXUtnFEMIK7MDENGbPxRfiCYzz";
+    access.exec.env.push(EnvVar {
+        name: "AWS_SECRET_ACCESS_KEY".into(),
+        value: secret.into(),
+    });
+    for dbg in [format!("{access:?}"), format!("{:#?}", access.exec.env)] {
+        assert!(!dbg.contains(secret), "{dbg}");
+        assert!(dbg.contains("AWS_SECRET_ACCESS_KEY"), "{dbg}");
     }
 }

@@ -109,7 +109,7 @@ async fn token_request_uses_the_spoke_server_as_audience() {
     assert_eq!(c.token.unwrap().expose(), TOKEN);
     assert_eq!(
         c.expires_at.unwrap().to_rfc3339(),
-        "2030-01-01T00:00:00+00:00"
+        "2099-01-01T00:00:00+00:00"
     );
     let (method, path, body) = log.lock().unwrap()[0].clone();
     assert_eq!(

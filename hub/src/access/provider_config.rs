@@ -71,13 +71,45 @@ pub enum EnvVarsPolicy {
     Replace,
 }
 
-/// One environment variable for a plugin.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// One environment variable for a plugin. Its `Debug` hides the value (provider env can hold
+/// secrets such as `AWS_SECRET_ACCESS_KEY`): it shows the name, the length and a short hash.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct EnvVar {
     /// Variable name.
     pub name: String,
     /// Variable value.
     pub value: String,
+}
+
+impl std::fmt::Debug for EnvVar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        debug_env(f, "EnvVar", &self.name, Some(&self.value))
+    }
+}
+
+/// `Name { name, value: <N chars, sha256:xxxxxxxx> }`, never the value itself.
+fn debug_env(
+    f: &mut std::fmt::Formatter<'_>,
+    type_name: &str,
+    name: &dyn std::fmt::Debug,
+    value: Option<&str>,
+) -> std::fmt::Result {
+    use sha2::{Digest, Sha256};
+    let hidden = value.map(|v| {
+        let digest = Sha256::digest(v.as_bytes());
+        format!(
+            "<{} chars, sha256:{}>",
+            v.chars().count(),
+            hex::encode(&digest[..4])
+        )
+    });
+    f.debug_struct(type_name)
+        .field("name", name)
+        .field(
+            "value",
+            &format_args!("{}", hidden.as_deref().unwrap_or("None")),
+        )
+        .finish()
 }
 
 /// A validated exec configuration (client-go's `ExecConfig`, minus the interactive parts:
@@ -356,12 +388,18 @@ struct RawExecConfig {
     interactive_mode: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 struct RawEnvVar {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
     value: Option<String>,
+}
+
+impl std::fmt::Debug for RawEnvVar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        debug_env(f, "RawEnvVar", &self.name, self.value.as_deref())
+    }
 }
 
 fn validate_raw_provider(
@@ -501,5 +539,23 @@ mod tests {
         assert!(e.contains("empty command"), "{e}");
         let e = parse_provider_flag("a='/bin/x").unwrap_err().to_string();
         assert!(e.contains("unterminated"), "{e}");
+    }
+
+    #[test]
+    fn env_debug_hides_values() {
+        let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+        let env = EnvVar {
+            name: "AWS_SECRET_ACCESS_KEY".into(),
+            value: secret.into(),
+        };
+        let raw: RawProviderFile = serde_json::from_str(&format!(
+            r#"{{"providers":[{{"name":"eks","execConfig":{{"env":[{{"name":"AWS_SECRET_ACCESS_KEY","value":"{secret}"}}]}}}}]}}"#
+        ))
+        .unwrap();
+        for dbg in [format!("{env:?}"), format!("{env:#?}"), format!("{raw:?}")] {
+            assert!(!dbg.contains("wJalrXUtnFEMI"), "{dbg}");
+            assert!(dbg.contains("AWS_SECRET_ACCESS_KEY"), "{dbg}");
+            assert!(dbg.contains("40 chars, sha256:"), "{dbg}");
+        }
     }
 }

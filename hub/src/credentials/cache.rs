@@ -1,29 +1,42 @@
 //! Per-spoke credential cache.
 //!
-//! - A credential is refreshed ahead of its expiry: at `expires_at - skew`, where skew is the
-//!   smaller of [`CacheOptions::max_refresh_skew`] and [`CacheOptions::refresh_fraction`] of
-//!   the credential's lifetime (so a 1 h token refreshes 1 min early, a 2 min token 12 s early).
-//! - A credential without expiry is kept until [`SpokeCredentials::invalidate_after_401`].
-//! - One exec at a time per spoke: callers hold the spoke's async mutex while it execs, so
-//!   concurrent callers wait for, and share, the same result. Different spokes never wait for
-//!   each other.
-//! - When a proactive refresh fails but the old credential has not expired yet, the old one
-//!   keeps being served (and the failure is logged); failures are remembered for
+//! - A credential is refreshed ahead of its expiry, at [`refresh_deadline`]: `expires_at - skew`,
+//!   where skew is the smaller of [`CacheOptions::max_refresh_skew`] and
+//!   [`CacheOptions::refresh_fraction`] of the credential's lifetime (so a 1 h token refreshes
+//!   1 min early, a 2 min token 12 s early), but never sooner than
+//!   [`CacheOptions::min_refresh_interval`] after it was obtained.
+//! - The refresh of a credential that is still valid runs in the background: callers keep
+//!   getting the current credential at once, so a hung plugin never blocks requests while the
+//!   old credential lasts. The refresh is a spawned task, so it completes (and is cached) even
+//!   when the request that started it is dropped.
+//! - One exec at a time per spoke: callers that have no valid credential (none yet, expired, or
+//!   rejected with a 401) wait for the exec in flight, or start one; concurrent callers share
+//!   its result. Different spokes never wait for each other.
+//! - When a refresh fails but the old credential has not expired yet, the old one keeps being
+//!   served (and the failure is logged); failures are remembered for
 //!   [`CacheOptions::failure_backoff`] so a broken plugin is not exec'ed on every request.
+//! - A credential without expiry is kept until [`SpokeCredentials::invalidate_after_401`].
+//!   A 401 costs one re-exec. When the credential that re-exec produced is rejected too, the
+//!   server will not accept what the plugin returns: further 401-driven re-execs back off
+//!   exponentially with jitter ([`CacheOptions::unauthorized_backoff`]); meanwhile the
+//!   rejected credential keeps being sent (so callers see the server's 401). A request that
+//!   succeeds ([`SpokeCredentials::report_success`]) ends the backoff.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use dashmap::DashMap;
 use thiserror::Error;
-use tokio::sync::Mutex;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 use super::credential::Credential;
 use super::exec::{ExecError, ExecOptions, run_plugin};
 use super::metrics::CredentialMetrics;
 use crate::access::EffectiveAccess;
+use crate::fleet::backoff::BackoffOptions;
 
 /// Cache behaviour.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -32,8 +45,15 @@ pub struct CacheOptions {
     pub max_refresh_skew: Duration,
     /// Early-refresh margin as a fraction of the credential lifetime (0.0 ..= 1.0).
     pub refresh_fraction: f64,
+    /// The earliest a credential is refreshed after it was obtained (a floor on the refresh
+    /// interval; a credential expiring sooner is used until it expires). Bounds the execs a
+    /// plugin returning nearly expired credentials can cause.
+    pub min_refresh_interval: Duration,
     /// How long a failed exec is remembered before the next attempt.
     pub failure_backoff: Duration,
+    /// Delays between 401-driven re-execs once a credential obtained by such a re-exec was
+    /// rejected too (jittered, doubling from `initial` up to `max`).
+    pub unauthorized_backoff: BackoffOptions,
     /// Limits for each plugin run.
     pub exec: ExecOptions,
 }
@@ -43,18 +63,25 @@ impl Default for CacheOptions {
         Self {
             max_refresh_skew: Duration::from_secs(60),
             refresh_fraction: 0.1,
+            min_refresh_interval: Duration::from_secs(5),
             failure_backoff: Duration::from_secs(1),
+            unauthorized_backoff: BackoffOptions {
+                initial: Duration::from_secs(5),
+                max: Duration::from_secs(300),
+            },
             exec: ExecOptions::default(),
         }
     }
 }
 
 /// A credential from the cache with the generation it belongs to (pass the generation back to
-/// [`SpokeCredentials::invalidate_after_401`]).
+/// [`SpokeCredentials::invalidate_after_401`] and [`SpokeCredentials::report_success`]).
 #[derive(Clone, Debug)]
 pub struct CachedCredential {
     /// Increases by one with every successful exec of this spoke.
     pub generation: u64,
+    /// When the plugin run that produced it finished.
+    pub obtained_at: DateTime<Utc>,
     /// The credential.
     pub credential: Arc<Credential>,
 }
@@ -71,7 +98,10 @@ pub struct CredentialError {
     pub source: Arc<ExecError>,
 }
 
-/// When to refresh a credential obtained at `obtained_at` that expires at `expires_at`.
+/// When to refresh a credential obtained at `obtained_at` that expires at `expires_at`:
+/// `expires_at - min(max_refresh_skew, refresh_fraction × lifetime)`, but not before
+/// `obtained_at + min_refresh_interval` unless the credential expires before that (then at
+/// `expires_at`).
 pub fn refresh_deadline(
     obtained_at: DateTime<Utc>,
     expires_at: DateTime<Utc>,
@@ -80,12 +110,25 @@ pub fn refresh_deadline(
     let lifetime = (expires_at - obtained_at).to_std().unwrap_or_default();
     let fraction = opts.refresh_fraction.clamp(0.0, 1.0);
     let skew = lifetime.mul_f64(fraction).min(opts.max_refresh_skew);
-    expires_at - chrono::Duration::from_std(skew).unwrap_or_default()
+    let early = expires_at - chrono::Duration::from_std(skew).unwrap_or_default();
+    let floor = chrono::Duration::from_std(opts.min_refresh_interval)
+        .ok()
+        .and_then(|d| obtained_at.checked_add_signed(d))
+        .unwrap_or(expires_at);
+    early.max(floor.min(expires_at))
 }
+
+type Outcome = Result<CachedCredential, CredentialError>;
 
 struct Entry {
     cached: CachedCredential,
     refresh_at: Option<DateTime<Utc>>,
+}
+
+/// The exec in flight: its result channel and a handle to cancel it when the cache goes away.
+struct Inflight {
+    result: watch::Receiver<Option<Outcome>>,
+    abort: AbortHandle,
 }
 
 #[derive(Default)]
@@ -93,73 +136,145 @@ struct State {
     current: Option<Entry>,
     last_generation: u64,
     last_failure: Option<(Instant, CredentialError)>,
+    inflight: Option<Inflight>,
+    // Consecutive rejections of credentials that were on probation (see `Inner::probation`).
+    unauthorized_streak: u32,
+    // No 401-driven re-exec before this instant; the rejected credential is served meanwhile.
+    reexec_not_before: Option<Instant>,
 }
 
-/// The credentials of one spoke.
-pub struct SpokeCredentials {
+struct Inner {
     access: EffectiveAccess,
     fingerprint: String,
     opts: CacheOptions,
     metrics: CredentialMetrics,
     // Highest generation a 401 was reported for; entries at or below it are stale.
     invalidated: AtomicU64,
+    // Generation of a credential that has yet to prove itself with a successful request: one
+    // obtained by a 401-driven re-exec (or any new one while a 401 streak lasts). 0 = none. An
+    // atomic so that `report_success`, called on every request, is one load when idle.
+    probation: AtomicU64,
     state: Mutex<State>,
+}
+
+/// The credentials of one spoke.
+pub struct SpokeCredentials {
+    inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for SpokeCredentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SpokeCredentials")
-            .field("spoke", &self.access.spoke)
-            .field("provider", &self.access.provider)
+            .field("spoke", &self.inner.access.spoke)
+            .field("provider", &self.inner.access.provider)
             .finish_non_exhaustive()
     }
 }
 
-impl SpokeCredentials {
-    /// A cache for one spoke's effective access configuration.
-    pub fn new(access: EffectiveAccess, opts: CacheOptions, metrics: CredentialMetrics) -> Self {
-        let fingerprint = access.fingerprint();
-        Self {
-            access,
-            fingerprint,
-            opts,
-            metrics,
-            invalidated: AtomicU64::new(0),
-            state: Mutex::new(State::default()),
+impl Drop for SpokeCredentials {
+    fn drop(&mut self) {
+        // Nobody can ask for this spoke's credentials any more: stop its plugin run (the exec
+        // runtime kills the plugin's process group when its future is dropped).
+        if let Some(inflight) = self.inner.lock().inflight.take() {
+            inflight.abort.abort();
+        }
+    }
+}
+
+/// What [`Inner::next`] decided under the lock.
+enum Next {
+    Ready(Outcome),
+    Wait(watch::Receiver<Option<Outcome>>),
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // No code panics while holding the lock; recover the state rather than propagate.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn error(&self, source: ExecError) -> CredentialError {
+        CredentialError {
+            spoke: self.access.spoke.clone(),
+            provider: self.access.provider.clone(),
+            source: Arc::new(source),
         }
     }
 
-    /// The access configuration this cache execs for.
-    pub fn access(&self) -> &EffectiveAccess {
-        &self.access
+    /// Whether `entry` may be handed to callers: not expired, and not rejected by a 401 unless
+    /// 401-driven re-execs are backing off.
+    fn usable(&self, st: &State, entry: &Entry, now: DateTime<Utc>) -> bool {
+        let unexpired = entry.cached.credential.expires_at.is_none_or(|e| now < e);
+        let accepted = entry.cached.generation > self.invalidated.load(Ordering::Acquire)
+            || st.reexec_not_before.is_some_and(|t| Instant::now() < t);
+        unexpired && accepted
     }
 
-    /// A valid credential: the cached one, or a fresh one from the plugin.
-    pub async fn get(&self) -> Result<CachedCredential, CredentialError> {
-        let mut state = self.state.lock().await;
+    fn failing(&self, st: &State) -> Option<CredentialError> {
+        st.last_failure
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < self.opts.failure_backoff)
+            .map(|(_, err)| err.clone())
+    }
+
+    /// Decides under the lock (never held across an await) what a caller gets.
+    fn next(self: &Arc<Self>) -> Next {
+        let mut st = self.lock();
         let now = Utc::now();
-        let invalidated = self.invalidated.load(Ordering::Acquire);
-        if let Some(entry) = &state.current
-            && entry.cached.generation > invalidated
-            && entry.refresh_at.is_none_or(|at| now < at)
-        {
-            return Ok(entry.cached.clone());
+        if let Some(entry) = st.current.as_ref().filter(|e| self.usable(&st, e, now)) {
+            let cached = entry.cached.clone();
+            let due = entry.refresh_at.is_some_and(|at| now >= at);
+            if due && st.inflight.is_none() && self.failing(&st).is_none() {
+                self.start_exec(&mut st, false);
+            }
+            return Next::Ready(Ok(cached));
         }
-        if let Some((at, err)) = &state.last_failure
-            && at.elapsed() < self.opts.failure_backoff
-        {
-            return self
-                .fallback(&state, invalidated, now)
-                .ok_or_else(|| err.clone());
+        if let Some(inflight) = &st.inflight {
+            return Next::Wait(inflight.result.clone());
         }
+        if let Some(err) = self.failing(&st) {
+            return Next::Ready(Err(err));
+        }
+        // Re-exec'ing because the server rejected a credential that has not expired.
+        let after_401 = st.current.as_ref().is_some_and(|e| {
+            e.cached.credential.expires_at.is_none_or(|x| now < x)
+                && e.cached.generation <= self.invalidated.load(Ordering::Acquire)
+        });
+        Next::Wait(self.start_exec(&mut st, after_401))
+    }
+
+    /// Spawns the spoke's one plugin run; its result reaches every waiter through the channel.
+    fn start_exec(
+        self: &Arc<Self>,
+        st: &mut State,
+        after_401: bool,
+    ) -> watch::Receiver<Option<Outcome>> {
+        let (tx, rx) = watch::channel(None);
+        let inner = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            let outcome = inner.exec_and_store(after_401).await;
+            // No receiver left is fine: the result is in the cache already.
+            let _ = tx.send(Some(outcome));
+        });
+        st.inflight = Some(Inflight {
+            result: rx.clone(),
+            abort: task.abort_handle(),
+        });
+        rx
+    }
+
+    async fn exec_and_store(&self, after_401: bool) -> Outcome {
         let started = Instant::now();
         let result = run_plugin(&self.access, &self.opts.exec).await;
         let elapsed = started.elapsed();
+        let mut st = self.lock();
+        st.inflight = None;
         match result {
             Ok(credential) => {
                 self.metrics
                     .observe(&self.access.provider, "success", elapsed);
-                state.last_generation += 1;
+                st.last_generation += 1;
+                let generation = st.last_generation;
                 let obtained_at = Utc::now();
                 let refresh_at = credential
                     .expires_at
@@ -168,20 +283,26 @@ impl SpokeCredentials {
                     spoke = %self.access.spoke,
                     provider = %self.access.provider,
                     credential = %credential.short_id(),
-                    generation = state.last_generation,
+                    generation,
                     expires_at = ?credential.expires_at,
+                    refresh_at = ?refresh_at,
+                    after_401,
                     elapsed_ms = elapsed.as_millis() as u64,
                     "credential plugin succeeded"
                 );
+                if after_401 || st.unauthorized_streak > 0 {
+                    self.probation.store(generation, Ordering::Release);
+                }
                 let cached = CachedCredential {
-                    generation: state.last_generation,
+                    generation,
+                    obtained_at,
                     credential: Arc::new(credential),
                 };
-                state.current = Some(Entry {
+                st.current = Some(Entry {
                     cached: cached.clone(),
                     refresh_at,
                 });
-                state.last_failure = None;
+                st.last_failure = None;
                 Ok(cached)
             }
             Err(err) => {
@@ -193,38 +314,120 @@ impl SpokeCredentials {
                     error = %err,
                     "credential plugin failed"
                 );
-                let err = CredentialError {
-                    spoke: self.access.spoke.clone(),
-                    provider: self.access.provider.clone(),
-                    source: Arc::new(err),
-                };
-                state.last_failure = Some((Instant::now(), err.clone()));
-                self.fallback(&state, invalidated, now).ok_or(err)
+                let err = self.error(err);
+                st.last_failure = Some((Instant::now(), err.clone()));
+                let now = Utc::now();
+                match st.current.as_ref().filter(|e| self.usable(&st, e, now)) {
+                    Some(entry) => Ok(entry.cached.clone()),
+                    None => Err(err),
+                }
             }
         }
     }
+}
 
-    /// The current credential when it is still usable after a failed refresh: not rejected by
-    /// a 401 and not expired.
-    fn fallback(
-        &self,
-        state: &State,
-        invalidated: u64,
-        now: DateTime<Utc>,
-    ) -> Option<CachedCredential> {
-        let entry = state.current.as_ref()?;
-        let usable = entry.cached.generation > invalidated
-            && entry.cached.credential.expires_at.is_some_and(|e| now < e);
-        usable.then(|| entry.cached.clone())
+impl SpokeCredentials {
+    /// A cache for one spoke's effective access configuration.
+    pub fn new(access: EffectiveAccess, opts: CacheOptions, metrics: CredentialMetrics) -> Self {
+        let fingerprint = access.fingerprint();
+        Self {
+            inner: Arc::new(Inner {
+                access,
+                fingerprint,
+                opts,
+                metrics,
+                invalidated: AtomicU64::new(0),
+                probation: AtomicU64::new(0),
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    /// The access configuration this cache execs for.
+    pub fn access(&self) -> &EffectiveAccess {
+        &self.inner.access
+    }
+
+    /// A usable credential: the cached one (starting a background refresh when it is due), or
+    /// a fresh one from the plugin when none is usable. Must be called within a Tokio runtime.
+    pub async fn get(&self) -> Result<CachedCredential, CredentialError> {
+        let mut rx = match self.inner.next() {
+            Next::Ready(outcome) => return outcome,
+            Next::Wait(rx) => rx,
+        };
+        let outcome = match rx.wait_for(Option::is_some).await {
+            Ok(value) => value.clone(),
+            Err(_) => None,
+        };
+        if let Some(outcome) = outcome {
+            return outcome;
+        }
+        // The task ended without a result (the runtime is shutting down): forget it so the
+        // next caller starts a new run instead of waiting on a dead channel.
+        let mut st = self.inner.lock();
+        if st
+            .inflight
+            .as_ref()
+            .is_some_and(|f| f.result.same_channel(&rx))
+        {
+            st.inflight = None;
+        }
+        Err(self.inner.error(ExecError::Io {
+            command: self.inner.access.exec.command.clone(),
+            source: std::io::Error::other("the plugin run ended without a result"),
+        }))
     }
 
     /// Marks the credential of `generation` as rejected by the server (HTTP 401). The next
     /// [`get`](Self::get) execs once; reports about an older generation (a credential that was
-    /// already replaced) change nothing, so a burst of 401s causes one exec.
+    /// already replaced) change nothing, so a burst of 401s causes one exec. When the rejected
+    /// credential was itself obtained after a 401 and never accepted, further re-execs back
+    /// off (see the module docs).
     pub fn invalidate_after_401(&self, generation: u64) {
-        let previous = self.invalidated.fetch_max(generation, Ordering::AcqRel);
-        if previous < generation {
-            tracing::info!(spoke = %self.access.spoke, generation, "credential rejected with 401; will re-exec");
+        let inner = &self.inner;
+        let previous = inner.invalidated.fetch_max(generation, Ordering::AcqRel);
+        if previous >= generation {
+            return;
+        }
+        if inner.probation.load(Ordering::Acquire) != generation {
+            tracing::info!(spoke = %inner.access.spoke, generation, "credential rejected with 401; will re-exec");
+            return;
+        }
+        let mut st = inner.lock();
+        st.unauthorized_streak = st.unauthorized_streak.saturating_add(1);
+        let delay = inner
+            .opts
+            .unauthorized_backoff
+            .delay(st.unauthorized_streak);
+        st.reexec_not_before = Some(Instant::now() + delay);
+        tracing::warn!(
+            spoke = %inner.access.spoke,
+            provider = %inner.access.provider,
+            generation,
+            consecutive = st.unauthorized_streak,
+            retry_in_ms = delay.as_millis() as u64,
+            "the credential obtained after a 401 was rejected too; backing off 401-driven re-execs"
+        );
+    }
+
+    /// Records that a request with the credential of `generation` was not rejected (any status
+    /// but 401): it ends a 401 backoff. Cheap when there is nothing to record.
+    pub fn report_success(&self, generation: u64) {
+        let inner = &self.inner;
+        if generation == 0 || inner.probation.load(Ordering::Acquire) != generation {
+            return;
+        }
+        let mut st = inner.lock();
+        if inner
+            .probation
+            .compare_exchange(generation, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            if st.unauthorized_streak > 0 {
+                tracing::info!(spoke = %inner.access.spoke, generation, "credential accepted; 401 backoff ends");
+            }
+            st.unauthorized_streak = 0;
+            st.reexec_not_before = None;
         }
     }
 }
@@ -258,7 +461,7 @@ impl CredentialCache {
                 self.metrics.clone(),
             ))
         });
-        if slot.fingerprint != fingerprint {
+        if slot.inner.fingerprint != fingerprint {
             *slot = Arc::new(SpokeCredentials::new(
                 access.clone(),
                 self.opts,
@@ -308,7 +511,7 @@ mod tests {
             ),
             at("2030-01-01T00:01:48Z")
         );
-        // Already expired: refresh now.
+        // Already expired: refresh now (at expiry).
         assert_eq!(
             refresh_deadline(
                 at("2030-01-01T00:10:00Z"),
@@ -316,6 +519,45 @@ mod tests {
                 &opts
             ),
             at("2030-01-01T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn refresh_is_never_sooner_than_the_floor_after_obtaining() {
+        let opts = CacheOptions {
+            refresh_fraction: 1.0,
+            max_refresh_skew: Duration::from_secs(3600),
+            min_refresh_interval: Duration::from_secs(5),
+            ..CacheOptions::default()
+        };
+        // Without the floor a 100 % margin would mean "refresh at once", on every request.
+        assert_eq!(
+            refresh_deadline(
+                at("2030-01-01T00:00:00Z"),
+                at("2030-01-01T00:10:00Z"),
+                &opts
+            ),
+            at("2030-01-01T00:00:05Z")
+        );
+        // A credential that expires before the floor is used until it expires.
+        assert_eq!(
+            refresh_deadline(
+                at("2030-01-01T00:00:00Z"),
+                at("2030-01-01T00:00:02Z"),
+                &opts
+            ),
+            at("2030-01-01T00:00:02Z")
+        );
+        // A plugin returning its own cached token with 1 s left (10 % margin): without the
+        // floor the next refresh would come 0.9 s later, and 0.09 s after that, …
+        let defaults = CacheOptions::default();
+        assert_eq!(
+            refresh_deadline(
+                at("2030-01-01T00:00:00Z"),
+                at("2030-01-01T00:00:01Z"),
+                &defaults
+            ),
+            at("2030-01-01T00:00:01Z")
         );
     }
 }

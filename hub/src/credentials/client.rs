@@ -10,7 +10,9 @@
 //!   `Authorization: Bearer`, and on a 401 reports the credential's generation to the cache,
 //!   gets a new credential (one re-exec, shared by concurrent requests) and retries the request
 //!   once. Request bodies built by kube are buffered bytes, so they can be replayed; a
-//!   streaming body is not retried (the 401 is returned).
+//!   streaming body is not retried (the 401 is returned). The outcome of every request (401 or
+//!   not) is reported to the cache, which backs off 401-driven re-execs while the server keeps
+//!   rejecting what the plugin returns (see [`cache`](super::cache)).
 //!
 //! Client certificates: with rustls the TLS identity is fixed when the connector is built.
 //! A spoke whose plugin returns a certificate gets a client built with that identity; when the
@@ -92,8 +94,8 @@ impl std::fmt::Debug for SpokeClient {
 
 impl SpokeClient {
     /// Whether the TLS client certificate in the cache differs from the one this client was
-    /// built with (always false for token-only credentials). Checking execs the plugin when
-    /// the cached credential is due for refresh.
+    /// built with (always false for token-only credentials). Checking starts the background
+    /// refresh when the cached credential is due for one; the next check sees its result.
     pub async fn needs_rebuild(&self) -> bool {
         let Some(built) = &self.certificate_hash else {
             return false;
@@ -239,6 +241,7 @@ impl Service<Request<Body>> for AuthRetry {
             let req = with_auth(req, cred.credential.token.as_ref().map(|t| t.expose()))?;
             let resp = inner.send(req).await.map_err(BoxError::from)?;
             if resp.status() != StatusCode::UNAUTHORIZED {
+                credentials.report_success(cred.generation);
                 return Ok(resp);
             }
             credentials.invalidate_after_401(cred.generation);
@@ -263,7 +266,15 @@ impl Service<Request<Body>> for AuthRetry {
                 "retrying request once after 401 with a fresh credential"
             );
             let replay = with_auth(replay, fresh.credential.token.as_ref().map(|t| t.expose()))?;
-            inner.send(replay).await.map_err(BoxError::from)
+            let resp = inner.send(replay).await.map_err(BoxError::from)?;
+            // The re-exec'ed credential's verdict drives the cache's 401 backoff: rejected too
+            // means the next 401-driven re-exec waits; accepted ends any backoff.
+            if resp.status() == StatusCode::UNAUTHORIZED {
+                credentials.invalidate_after_401(fresh.generation);
+            } else {
+                credentials.report_success(fresh.generation);
+            }
+            Ok(resp)
         })
     }
 }

@@ -1,12 +1,14 @@
-//! Parsing and validating a plugin's stdout as an `ExecCredential`, with client-go's rules.
-//! Errors name the rule that failed and never include credential values.
+//! Parsing and validating a plugin's stdout as an `ExecCredential`, with client-go's rules
+//! plus one of ours (an `expirationTimestamp` must be in the future). Errors name the rule that
+//! failed and never include credential values; the only output values they echo are `kind`
+//! and `apiVersion`, bounded and with token-like words redacted.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use thiserror::Error;
 
 use super::credential::{ClientCertificate, Credential};
-use super::secret::Secret;
+use super::secret::{Secret, redact_token_like};
 use crate::access::ExecApiVersion;
 
 /// Which output rule a plugin broke.
@@ -43,9 +45,24 @@ pub enum OutputError {
     /// Only one of certificate and key.
     #[error("exec plugin returned only certificate or private key, not both")]
     IncompletePair,
-    /// `expirationTimestamp` is not RFC 3339.
-    #[error("exec plugin returned an expirationTimestamp that is not RFC 3339: {0:?}")]
-    BadExpiry(String),
+    /// `expirationTimestamp` is not RFC 3339. The value is not shown (a plugin could put
+    /// anything there); its length helps tell an empty-ish value from a wrong format.
+    #[error(
+        "exec plugin returned a status.expirationTimestamp that is not an RFC 3339 timestamp (a {length}-character string; value not shown)"
+    )]
+    BadExpiry {
+        /// Length of the value in characters.
+        length: usize,
+    },
+    /// `expirationTimestamp` is at or before the time the output was read: the credential is
+    /// unusable, and accepting it would mean an exec on every request.
+    #[error(
+        "exec plugin returned a status.expirationTimestamp that is not in the future ({seconds_ago} s at or before now)"
+    )]
+    ExpiryNotInFuture {
+        /// How far in the past (whole seconds, 0 = within the current second).
+        seconds_ago: i64,
+    },
     /// `clientCertificateData` holds no PEM certificate.
     #[error("exec plugin returned clientCertificateData without a PEM certificate")]
     BadCertificate,
@@ -55,10 +72,19 @@ pub enum OutputError {
 }
 
 /// Parses `stdout` into a [`Credential`], checking that it is an `ExecCredential` of the
-/// configured version with a valid status.
+/// configured version with a valid status that expires (if at all) after now.
 pub fn parse_exec_output(
     stdout: &[u8],
     expected: ExecApiVersion,
+) -> Result<Credential, OutputError> {
+    parse_exec_output_at(stdout, expected, Utc::now())
+}
+
+/// [`parse_exec_output`] with an explicit "now" for the expiry rule.
+pub fn parse_exec_output_at(
+    stdout: &[u8],
+    expected: ExecApiVersion,
+    now: DateTime<Utc>,
 ) -> Result<Credential, OutputError> {
     let doc: Value = match serde_json::from_slice(stdout) {
         Ok(v) => v,
@@ -109,11 +135,19 @@ pub fn parse_exec_output(
     }
     let expires_at = match expiry {
         None => None,
-        Some(ts) => Some(
-            DateTime::parse_from_rfc3339(&ts)
-                .map_err(|_| OutputError::BadExpiry(bounded(&ts)))?
-                .with_timezone(&Utc),
-        ),
+        Some(ts) => {
+            let exp = DateTime::parse_from_rfc3339(&ts)
+                .map_err(|_| OutputError::BadExpiry {
+                    length: ts.chars().count(),
+                })?
+                .with_timezone(&Utc);
+            if exp <= now {
+                return Err(OutputError::ExpiryNotInFuture {
+                    seconds_ago: (now - exp).num_seconds(),
+                });
+            }
+            Some(exp)
+        }
     };
     let client_certificate = match (cert, key) {
         (Some(cert), Some(key)) => {
@@ -133,8 +167,10 @@ pub fn parse_exec_output(
     })
 }
 
+/// An echoed output value (`kind`, `apiVersion`): at most 64 characters, token-like words
+/// redacted, since a misbehaving plugin could put anything there.
 fn bounded(s: &str) -> String {
-    s.chars().take(64).collect()
+    redact_token_like(&s.chars().take(64).collect::<String>())
 }
 
 fn validate_cert_pem(pem: &str) -> Result<(), OutputError> {
@@ -165,14 +201,14 @@ mod tests {
     #[test]
     fn token_with_expiry() {
         let c = parse_exec_output(
-            br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"abc","expirationTimestamp":"2030-01-02T03:04:05Z"}}"#,
+            br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"abc","expirationTimestamp":"2099-01-02T03:04:05Z"}}"#,
             V1,
         )
         .unwrap();
         assert_eq!(c.token.unwrap().expose(), "abc");
         assert_eq!(
             c.expires_at.unwrap().to_rfc3339(),
-            "2030-01-02T03:04:05+00:00"
+            "2099-01-02T03:04:05+00:00"
         );
     }
 
@@ -194,7 +230,7 @@ mod tests {
             (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{}}"#, OutputError::NoCredential),
             (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":5}}"#, OutputError::FieldType("token")),
             (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"clientCertificateData":"x"}}"#, OutputError::IncompletePair),
-            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t","expirationTimestamp":"tomorrow"}}"#, OutputError::BadExpiry("tomorrow".into())),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"t","expirationTimestamp":"tomorrow"}}"#, OutputError::BadExpiry { length: 8 }),
             (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"clientCertificateData":"x","clientKeyData":"y"}}"#, OutputError::BadCertificate),
         ];
         for (input, want) in cases {
@@ -204,5 +240,44 @@ mod tests {
                 _ => assert_eq!(&got, want, "{}", String::from_utf8_lossy(input)),
             }
         }
+    }
+
+    #[test]
+    fn expiry_rules_never_echo_the_value() {
+        let at = |ts: &str| {
+            format!(
+                r#"{{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{{"token":"t","expirationTimestamp":"{ts}"}}}}"#
+            )
+        };
+        let now = DateTime::parse_from_rfc3339("2030-01-01T00:00:10Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let secretish = "s3cr3t-Tok3n-in-the-expiry-field";
+        let err = parse_exec_output_at(at(secretish).as_bytes(), V1, now).unwrap_err();
+        assert_eq!(err, OutputError::BadExpiry { length: 32 });
+        assert!(!err.to_string().contains("s3cr3t"), "{err}");
+        assert!(err.to_string().contains("expirationTimestamp"), "{err}");
+        // At or before now: refused, saying by how much.
+        for (ts, ago) in [("2030-01-01T00:00:10Z", 0), ("2030-01-01T00:00:00Z", 10)] {
+            let err = parse_exec_output_at(at(ts).as_bytes(), V1, now).unwrap_err();
+            assert_eq!(err, OutputError::ExpiryNotInFuture { seconds_ago: ago });
+            assert!(
+                err.to_string()
+                    .contains("status.expirationTimestamp that is not in the future"),
+                "{err}"
+            );
+        }
+        let ok = parse_exec_output_at(at("2030-01-01T00:00:11Z").as_bytes(), V1, now).unwrap();
+        assert!(ok.expires_at.is_some());
+    }
+
+    #[test]
+    fn echoed_kind_is_redacted() {
+        let err = parse_exec_output(
+            br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"Ab3dE9xQ7z","status":{"token":"t"}}"#,
+            V1,
+        )
+        .unwrap_err();
+        assert!(!err.to_string().contains("Ab3dE9xQ7z"), "{err}");
     }
 }

@@ -8,20 +8,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Labels of `kleym_credential_exec_total`.
+/// Labels of `kleym_credential_exec_total` and `kleym_credential_exec_duration_seconds`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ExecResultLabels {
     /// Access provider name.
     pub provider: String,
     /// `success` or an error label (`timeout`, `exit_error`, `invalid_output`, …).
     pub result: String,
-}
-
-/// Labels of `kleym_credential_exec_duration_seconds`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProviderLabels {
-    /// Access provider name.
-    pub provider: String,
 }
 
 fn duration_histogram() -> Histogram {
@@ -34,8 +27,8 @@ fn duration_histogram() -> Histogram {
 pub struct CredentialMetrics {
     /// `kleym_credential_exec_total{provider,result}`.
     pub exec_total: Family<ExecResultLabels, Counter>,
-    /// `kleym_credential_exec_duration_seconds{provider}`.
-    pub exec_duration: Family<ProviderLabels, Histogram, fn() -> Histogram>,
+    /// `kleym_credential_exec_duration_seconds{provider,result}`.
+    pub exec_duration: Family<ExecResultLabels, Histogram, fn() -> Histogram>,
 }
 
 impl Default for CredentialMetrics {
@@ -58,7 +51,7 @@ impl CredentialMetrics {
         );
         registry.register(
             "kleym_credential_exec_duration_seconds",
-            "Credential plugin execution latency by provider",
+            "Credential plugin execution latency by provider and result",
             m.exec_duration.clone(),
         );
         m
@@ -66,16 +59,13 @@ impl CredentialMetrics {
 
     /// Records one plugin run.
     pub fn observe(&self, provider: &str, result: &str, elapsed: Duration) {
-        self.exec_total
-            .get_or_create(&ExecResultLabels {
-                provider: provider.to_string(),
-                result: result.to_string(),
-            })
-            .inc();
+        let labels = ExecResultLabels {
+            provider: provider.to_string(),
+            result: result.to_string(),
+        };
+        self.exec_total.get_or_create(&labels).inc();
         self.exec_duration
-            .get_or_create(&ProviderLabels {
-                provider: provider.to_string(),
-            })
+            .get_or_create(&labels)
             .observe(elapsed.as_secs_f64());
     }
 
@@ -87,5 +77,28 @@ impl CredentialMetrics {
                 result: result.to_string(),
             })
             .get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_is_labelled_by_provider_and_result() {
+        let mut registry = Registry::default();
+        let m = CredentialMetrics::register(&mut registry);
+        m.observe("eks", "success", Duration::from_millis(20));
+        m.observe("eks", "timeout", Duration::from_secs(30));
+        m.observe("eks", "timeout", Duration::from_secs(30));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            r#"kleym_credential_exec_duration_seconds_count{provider="eks",result="success"} 1"#,
+            r#"kleym_credential_exec_duration_seconds_count{provider="eks",result="timeout"} 2"#,
+            r#"kleym_credential_exec_total{provider="eks",result="timeout"} 2"#,
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
     }
 }
