@@ -134,3 +134,56 @@ async fn token_request_uses_the_spoke_server_as_audience() {
         "{err}"
     );
 }
+
+fn help(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kleym"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn help_explains_the_exec_protocol_rbac_and_a_provider_entry() {
+    let top = help(&["credential", "--help"]);
+    for want in [
+        "client-go exec plugins",
+        "KUBERNETES_EXEC_INFO",
+        "provideClusterInfo: true",
+        "get on secrets",
+        "create on serviceaccounts/token",
+    ] {
+        assert!(
+            top.contains(want),
+            "credential --help lacks {want:?}:\n{top}"
+        );
+    }
+    for (plugin, rbac, args) in [
+        (
+            "secret-reader",
+            "resources: [secrets], verbs: [get]",
+            "args: [credential, secret-reader",
+        ),
+        (
+            "token-request",
+            "resources: [serviceaccounts/token]",
+            "args: [credential, token-request",
+        ),
+    ] {
+        let text = help(&["credential", plugin, "--help"]);
+        for want in [
+            "client-go exec plugin",
+            "KUBERNETES_EXEC_INFO",
+            "provideClusterInfo: true",
+            rbac,
+            "apiVersion: client.authentication.k8s.io/v1",
+            args,
+        ] {
+            assert!(
+                text.contains(want),
+                "{plugin} --help lacks {want:?}:\n{text}"
+            );
+        }
+    }
+}

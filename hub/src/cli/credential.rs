@@ -11,6 +11,54 @@ use kleym_hub::credentials::plugins::hub_client::hub_client;
 use kleym_hub::credentials::plugins::secret_reader::{SecretReaderOptions, secret_reader};
 use kleym_hub::credentials::plugins::token_request::{TokenRequestOptions, token_request};
 
+const SECRET_READER_LONG_ABOUT: &str = "\
+Return the token stored in a hub Secret for the spoke (the KEP-5339 example plugin).
+
+Runs as a client-go exec plugin: reads KUBERNETES_EXEC_INFO, takes the cluster name from \
+spec.cluster.config.clusterName, reads the Secret --namespace/--secret-name-pattern ({clusterName} \
+replaced by that name) in the hub, and prints an ExecCredential with data[--key] as the token, \
+without expiry (the hub keeps it until the spoke answers 401).
+
+Needs: provideClusterInfo: true in the provider entry, and on each ClusterProfile a \
+client.authentication.k8s.io/exec extension {clusterName: <name>}.
+RBAC in the hub for the identity it runs as: get on secrets in --namespace, e.g. a Role with \
+rules: [{apiGroups: [\"\"], resources: [secrets], verbs: [get]}] (restrict with resourceNames).
+
+Provider file entry:
+  providers:
+    - name: kleym-secret-reader
+      execConfig:
+        apiVersion: client.authentication.k8s.io/v1
+        command: /usr/local/bin/kleym
+        args: [credential, secret-reader, --namespace, kleym-system]
+        provideClusterInfo: true
+        interactiveMode: Never";
+
+const TOKEN_REQUEST_LONG_ABOUT: &str = "\
+Return a short-lived token for a hub ServiceAccount, minted by the TokenRequest API.
+
+Runs as a client-go exec plugin: reads KUBERNETES_EXEC_INFO, requests a token for \
+--service-account with audience --audience (default: the spoke's server URL, \
+spec.cluster.server) and lifetime --expiration-seconds, and prints an ExecCredential with the \
+token and its expirationTimestamp (the hub refreshes it before it expires). The spoke must trust \
+the hub's ServiceAccount issuer (structured authentication / OIDC discovery) and authorize \
+that ServiceAccount.
+
+Needs: provideClusterInfo: true in the provider entry unless --audience is given.
+RBAC in the hub for the identity it runs as: create on serviceaccounts/token for that \
+ServiceAccount, e.g. a Role in its namespace with rules: [{apiGroups: [\"\"], \
+resources: [serviceaccounts/token], resourceNames: [<name>], verbs: [create]}].
+
+Provider file entry:
+  providers:
+    - name: kleym-token-request
+      execConfig:
+        apiVersion: client.authentication.k8s.io/v1
+        command: /usr/local/bin/kleym
+        args: [credential, token-request, --service-account, kleym-system/kleym-hub]
+        provideClusterInfo: true
+        interactiveMode: Never";
+
 /// Arguments of `kleym credential`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -23,8 +71,10 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 pub enum Plugin {
     /// Token from a hub Secret named after `spec.cluster.config.clusterName`.
+    #[command(long_about = SECRET_READER_LONG_ABOUT)]
     SecretReader(SecretReaderArgs),
     /// Short-lived token for a hub ServiceAccount via the TokenRequest API.
+    #[command(long_about = TOKEN_REQUEST_LONG_ABOUT)]
     TokenRequest(TokenRequestArgs),
 }
 

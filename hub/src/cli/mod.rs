@@ -1,8 +1,8 @@
 //! Command-line interface of `kleym`.
 //!
 //! Each subcommand lives in its own module with an `Args` struct and a `run` function;
-//! add a variant to [`Command`] and an arm to [`run`] to add one (`spoke`, `hub`, `report`,
-//! `credential` are planned).
+//! add a variant to [`Command`] and an arm to [`run`] to add one. The subcommands are
+//! `crds`, `spoke`, `hub`, `report` and `credential` (the bundled exec credential plugins).
 
 use clap::{Parser, Subcommand};
 
@@ -74,6 +74,20 @@ pub enum Command {
     )]
     Report(report::Args),
     /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`, `token-request`.
+    ///
+    /// These are client-go exec plugins (KEP-5339, `client.authentication.k8s.io` v1 or
+    /// v1beta1): the hub (or kubectl, or any client-go based tool) runs them; they read the
+    /// request from the `KUBERNETES_EXEC_INFO` environment variable, print one ExecCredential on
+    /// stdout and exit 0. Errors go to stderr as `kleym: [<plugin>] <message>` with exit code 1
+    /// and never contain the token. They are not meant to be run by hand.
+    ///
+    /// Both talk to the hub cluster with --kubeconfig, else the in-cluster ServiceAccount, else
+    /// the usual kubeconfig, and need RBAC there: `secret-reader` get on secrets,
+    /// `token-request` create on serviceaccounts/token (see each plugin's --help for the rules
+    /// and an example provider entry). Configure them as access providers in the hub's
+    /// --clusterprofile-provider-file with `provideClusterInfo: true`, so that
+    /// `KUBERNETES_EXEC_INFO` carries `spec.cluster` (the spoke's server URL, and the
+    /// `client.authentication.k8s.io/exec` extension as `spec.cluster.config`).
     Credential(credential::Args),
 }
 
