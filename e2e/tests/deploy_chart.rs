@@ -166,7 +166,10 @@ fn hub_rbac_is_minimal_and_follows_the_plugin_switches() {
     }
     let profiles = rules_mention(&default, "clusterprofiles");
     // get/patch: kleym's finalizer on the profiles it engages (removal on deletion).
-    assert_eq!(profiles[0]["verbs"], json!(["get", "list", "watch", "patch"]));
+    assert_eq!(
+        profiles[0]["verbs"],
+        json!(["get", "list", "watch", "patch"])
+    );
     // No wildcard anywhere.
     for d in &default {
         for r in d["rules"].as_array().into_iter().flatten() {
