@@ -119,6 +119,7 @@ fn fleet_mode_hub_is_hardened_and_its_args_parse() {
     let parsed = kleym_e2e::fleet::harness::parse_hub_args(&args[1..]).unwrap();
     assert!(parsed.leader_elect);
     assert_eq!(parsed.trust_domain.as_deref(), Some("example.org"));
+    assert_eq!(parsed.removal_timeout_seconds, 600);
 
     // The provider ConfigMap is a provider file the hub loads.
     let cm = find(&docs, "ConfigMap", "kleym-hub-providers").expect("provider ConfigMap");
