@@ -119,6 +119,7 @@ fn fleet_mode_hub_is_hardened_and_its_args_parse() {
     let parsed = kleym_e2e::fleet::harness::parse_hub_args(&args[1..]).unwrap();
     assert!(parsed.leader_elect);
     assert_eq!(parsed.trust_domain.as_deref(), Some("example.org"));
+    assert_eq!(parsed.removal_timeout_seconds, 600);
 
     // The provider ConfigMap is a provider file the hub loads.
     let cm = find(&docs, "ConfigMap", "kleym-hub-providers").expect("provider ConfigMap");
@@ -165,7 +166,11 @@ fn hub_rbac_is_minimal_and_follows_the_plugin_switches() {
         assert!(!rules_mention(&default, r).is_empty(), "no rule for {r}");
     }
     let profiles = rules_mention(&default, "clusterprofiles");
-    assert_eq!(profiles[0]["verbs"], json!(["list", "watch"]));
+    // get/patch: kleym's finalizer on the profiles it engages (removal on deletion).
+    assert_eq!(
+        profiles[0]["verbs"],
+        json!(["get", "list", "watch", "patch"])
+    );
     // No wildcard anywhere.
     for d in &default {
         for r in d["rules"].as_array().into_iter().flatten() {

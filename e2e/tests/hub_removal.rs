@@ -1,28 +1,60 @@
-//! Profile deletion honours `--removal-policy`: `Orphan` stops managing the spoke and removes
-//! kleym's finalizers but keeps the ClusterSPIFFEIDs; `Cleanup` also deletes the
-//! ClusterSPIFFEIDs kleym created (UID-proven) and leaves foreign ones alone.
+//! Profile deletion honours `--removal-policy` and never leaves kleym's finalizers behind.
+//!
+//! `Orphan` stops managing the spoke and removes kleym's finalizers but keeps the
+//! ClusterSPIFFEIDs; `Cleanup` also deletes the ClusterSPIFFEIDs kleym created (UID-proven)
+//! and leaves foreign ones alone — even one that took the name of an object kleym created.
+//! The hub's finalizer on the ClusterProfile (`kleym.io/spoke-removal`) keeps a deleted
+//! profile until removal ran: also when the spoke was Waiting, or when no hub ran at the
+//! time. A 409 or a 500 on one binding's finalizer update is retried; a profile leaving
+//! `--clusterprofile-selector` is orphaned whatever the policy; a profile deleted and at once
+//! recreated ends engaged, its bindings finalized and its state intact.
 
 use std::time::Duration;
 
+use kleym_api::external::clusterprofile::ClusterProfile;
 use kleym_e2e::fleet::env;
 use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, wait_for};
 use kleym_e2e::fleet::plugins::static_token_plugin;
-use kleym_e2e::fleet::profiles::{delete_profile, register_admin_token_spoke};
-use kubesim_store::WriteOptions;
-use serde_json::json;
+use kleym_e2e::fleet::profiles::{
+    PROFILE_NS, access_provider, apply_profile, delete_profile, register_admin_token_spoke, status,
+};
+use kleym_hub::fleet::Phase;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubesim_store::{DeleteOptions, WriteOptions};
+use serde_json::{Value, json};
 
 const BINDINGS: usize = 3;
 const TOKEN: &str = "tok-removal-0123456789";
 const LIMIT: Duration = Duration::from_secs(60);
+/// kleym's finalizer on bindings.
+const BINDING_FINALIZER: &str = "kleym.io/cleanup";
+/// The hub's finalizer on ClusterProfiles.
+const PROFILE_FINALIZER: &str = "kleym.io/spoke-removal";
+const HEALTHY_AT: &str = "2026-01-01T00:00:00Z";
 
-fn has_our_finalizer(b: &serde_json::Value) -> bool {
+fn has_our_finalizer(b: &Value) -> bool {
     b["metadata"]["finalizers"]
         .as_array()
-        .is_some_and(|f| f.iter().any(|x| x == "kleym.io/cleanup"))
+        .is_some_and(|f| f.iter().any(|x| x == BINDING_FINALIZER))
 }
 
-async fn engage(f: &FleetHarness, spoke: &str, policy: &str) -> RunningHub {
-    let s = f.spoke(spoke);
+fn profiles(f: &FleetHarness) -> Api<ClusterProfile> {
+    Api::namespaced(f.hub_client.clone(), PROFILE_NS)
+}
+
+async fn profile(f: &FleetHarness, spoke: &str) -> Option<ClusterProfile> {
+    profiles(f).get_opt(spoke).await.unwrap()
+}
+
+fn carries_profile_finalizer(cp: &ClusterProfile) -> bool {
+    cp.metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == PROFILE_FINALIZER))
+}
+
+/// The hub flags: a provider `ok` running a script that prints the spoke's static token.
+fn hub_flags(f: &FleetHarness, policy: &str, extra: &[&str]) -> Vec<String> {
     let plugin = static_token_plugin(&f.dir, "ok.sh", TOKEN, None).unwrap();
     let pf = f.dir.join("providers.json");
     std::fs::write(
@@ -32,6 +64,21 @@ async fn engage(f: &FleetHarness, spoke: &str, policy: &str) -> RunningHub {
         .to_string(),
     )
     .unwrap();
+    let mut flags: Vec<String> = vec![
+        "--clusterprofile-provider-file".into(),
+        pf.display().to_string(),
+        "--trust-domain".into(),
+        "fleet.example".into(),
+        "--leader-elect=false".into(),
+        "--removal-policy".into(),
+        policy.into(),
+    ];
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    flags
+}
+
+async fn register(f: &FleetHarness, spoke: &str) {
+    let s = f.spoke(spoke);
     register_admin_token_spoke(
         &f.hub_client,
         spoke,
@@ -43,55 +90,111 @@ async fn engage(f: &FleetHarness, spoke: &str, policy: &str) -> RunningHub {
     )
     .await
     .unwrap();
-    let hub = f
-        .start_hub(&[
-            "--clusterprofile-provider-file".into(),
-            pf.display().to_string(),
-            "--trust-domain".into(),
-            "fleet.example".into(),
-            "--leader-elect=false".into(),
-            "--removal-policy".into(),
-            policy.into(),
-        ])
-        .await
-        .unwrap();
-    let store = s.store();
+}
+
+/// Waits until every binding has its ClusterSPIFFEID and kleym's finalizer, and the profile
+/// carries the hub's finalizer.
+async fn converged(f: &FleetHarness, spoke: &str, bindings: usize) {
+    let store = f.spoke(spoke).store();
+    let api = profiles(f);
+    let spoke = spoke.to_string();
     wait_for("converged with finalizers", LIMIT, || {
-        let store = store.clone();
+        let (store, api, spoke) = (store.clone(), api.clone(), spoke.clone());
         async move {
-            (env::converged(&store, BINDINGS)
-                && env::bindings(&store).iter().all(has_our_finalizer))
+            let cp = api.get_opt(&spoke).await.ok()??;
+            (env::converged(&store, bindings)
+                && env::bindings(&store).len() == bindings
+                && env::bindings(&store).iter().all(has_our_finalizer)
+                && carries_profile_finalizer(&cp))
             .then_some(())
         }
     })
     .await
     .unwrap();
+}
+
+async fn engage(f: &FleetHarness, spoke: &str, policy: &str, extra: &[&str]) -> RunningHub {
+    register(f, spoke).await;
+    let hub = f.start_hub(&hub_flags(f, policy, extra)).await.unwrap();
+    converged(f, spoke, BINDINGS).await;
     hub
 }
 
-async fn delete_and_wait(f: &FleetHarness, hub: &RunningHub, spoke: &str) {
-    delete_profile(&f.hub_client, spoke).await.unwrap();
+async fn wait_phase(hub: &RunningHub, spoke: &str, phase: Phase) {
     let state = hub.handle.state.clone();
-    let name = format!("fleet/{spoke}");
-    wait_for("spoke forgotten after removal", LIMIT, || {
-        let state = state.clone();
-        let name = name.clone();
-        async move { state.get(&name).is_none().then_some(()) }
+    let name = format!("{PROFILE_NS}/{spoke}");
+    wait_for(&format!("{name} {phase:?}"), LIMIT, || {
+        let (state, name) = (state.clone(), name.clone());
+        async move {
+            state
+                .get(&name)
+                .is_some_and(|s| s.phase == phase)
+                .then_some(())
+        }
     })
     .await
     .unwrap();
+}
+
+/// Waits until the profile is gone, no binding carries kleym's finalizer and the hub forgot
+/// the spoke.
+async fn removed(f: &FleetHarness, hub: &RunningHub, spoke: &str) {
+    let store = f.spoke(spoke).store();
+    let api = profiles(f);
+    let state = hub.handle.state.clone();
+    let name = format!("{PROFILE_NS}/{spoke}");
+    let spoke = spoke.to_string();
+    wait_for(
+        "profile gone, finalizers removed, spoke forgotten",
+        LIMIT,
+        || {
+            let (store, api, state, name, spoke) = (
+                store.clone(),
+                api.clone(),
+                state.clone(),
+                name.clone(),
+                spoke.clone(),
+            );
+            async move {
+                (api.get_opt(&spoke).await.ok()?.is_none()
+                    && !env::bindings(&store).iter().any(has_our_finalizer)
+                    && state.get(&name).is_none())
+                .then_some(())
+            }
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// The spoke's profile turns `ControlPlaneHealthy=False`: the hub stops its reconciler.
+async fn make_unhealthy(f: &FleetHarness, hub: &RunningHub, spoke: &str) {
+    let s = f.spoke(spoke);
+    apply_profile(
+        &f.hub_client,
+        spoke,
+        status(
+            vec![access_provider("ok", &s, None)],
+            false,
+            "2026-01-01T00:05:00Z",
+            &[],
+        ),
+    )
+    .await
+    .unwrap();
+    wait_phase(hub, spoke, Phase::Waiting).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphan_keeps_identities_and_drops_finalizers() {
     let dir = tempfile::tempdir().unwrap();
     let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
-    let hub = engage(&f, "spoke", "orphan").await;
+    let hub = engage(&f, "spoke", "orphan", &[]).await;
     let store = f.spoke("spoke").store();
     let before = env::csid_names(&store);
-    delete_and_wait(&f, &hub, "spoke").await;
+    delete_profile(&f.hub_client, "spoke").await.unwrap();
+    removed(&f, &hub, "spoke").await;
 
-    assert!(env::bindings(&store).iter().all(|b| !has_our_finalizer(b)));
     assert_eq!(
         env::csid_names(&store),
         before,
@@ -124,10 +227,10 @@ async fn cleanup_deletes_only_what_kleym_created() {
             &WriteOptions::default(),
         )
         .unwrap();
-    let hub = engage(&f, "spoke", "cleanup").await;
-    delete_and_wait(&f, &hub, "spoke").await;
+    let hub = engage(&f, "spoke", "cleanup", &[]).await;
+    delete_profile(&f.hub_client, "spoke").await.unwrap();
+    removed(&f, &hub, "spoke").await;
 
-    assert!(env::bindings(&store).iter().all(|b| !has_our_finalizer(b)));
     let left = env::csid_names(&store);
     assert_eq!(left.into_iter().collect::<Vec<_>>(), ["foreign"]);
     assert_eq!(
@@ -135,5 +238,233 @@ async fn cleanup_deletes_only_what_kleym_created() {
         BINDINGS,
         "bindings themselves stay"
     );
+    hub.stop().await.unwrap();
+}
+
+/// No task runs for a Waiting spoke; the removal runs all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_deleted_while_its_spoke_waits_still_drops_the_finalizers() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    let hub = engage(&f, "spoke", "orphan", &[]).await;
+    make_unhealthy(&f, &hub, "spoke").await;
+    let store = f.spoke("spoke").store();
+    assert!(env::bindings(&store).iter().all(has_our_finalizer));
+
+    delete_profile(&f.hub_client, "spoke").await.unwrap();
+    removed(&f, &hub, "spoke").await;
+    assert!(env::converged(&store, BINDINGS), "Orphan keeps them");
+    hub.stop().await.unwrap();
+}
+
+/// Deleted while no hub runs: the profile waits (kleym's finalizer); the next hub finds it
+/// with its deletionTimestamp and runs the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_deleted_while_the_hub_is_down_is_removed_when_it_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    let hub = engage(&f, "spoke", "cleanup", &[]).await;
+    hub.stop().await.unwrap();
+
+    delete_profile(&f.hub_client, "spoke").await.unwrap();
+    let cp = profile(&f, "spoke")
+        .await
+        .expect("kept by kleym's finalizer");
+    assert!(cp.metadata.deletion_timestamp.is_some());
+    let store = f.spoke("spoke").store();
+    assert!(env::bindings(&store).iter().all(has_our_finalizer));
+    assert!(env::converged(&store, BINDINGS));
+
+    let hub = f.start_hub(&hub_flags(&f, "cleanup", &[])).await.unwrap();
+    removed(&f, &hub, "spoke").await;
+    assert!(env::csid_names(&store).is_empty(), "Cleanup ran");
+    hub.stop().await.unwrap();
+}
+
+/// kleym's ClusterSPIFFEID of binding 0 is replaced by a foreign object of the same name
+/// (another UID) while the spoke waits; Cleanup deletes the other two and spares it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_spares_a_foreign_object_that_took_the_name_of_one_kleym_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    let hub = engage(&f, "spoke", "cleanup", &[]).await;
+    make_unhealthy(&f, &hub, "spoke").await;
+    let store = f.spoke("spoke").store();
+    let res = store
+        .resolve("spire.spiffe.io", "v1alpha1", "clusterspiffeids")
+        .unwrap();
+    let name = env::csid_name(0);
+    let ours = store.get(&res, None, &name).unwrap();
+    store
+        .delete(&res, None, &name, &DeleteOptions::default())
+        .unwrap();
+    let foreign = store
+        .create(
+            &res,
+            None,
+            json!({"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID",
+                   "metadata": {"name": name},
+                   "spec": {"spiffeIDTemplate": "spiffe://other.example/taken"}}),
+            &WriteOptions::default(),
+        )
+        .unwrap()
+        .object;
+    assert_ne!(ours["metadata"]["uid"], foreign["metadata"]["uid"]);
+
+    delete_profile(&f.hub_client, "spoke").await.unwrap();
+    removed(&f, &hub, "spoke").await;
+    let left = env::csids(&store);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0]["metadata"]["uid"], foreign["metadata"]["uid"]);
+    assert_eq!(
+        left[0]["spec"]["spiffeIDTemplate"],
+        "spiffe://other.example/taken"
+    );
+    hub.stop().await.unwrap();
+}
+
+/// The first finalizer update gets a 409, the next a 500: both bindings are retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_and_a_server_error_on_binding_updates_are_retried() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    let hub = engage(&f, "spoke", "orphan", &[]).await;
+    let faults = f.spoke("spoke").faults();
+    faults
+        .fail_next("patch", "inferenceidentitybindings", 409, 1)
+        .unwrap();
+    faults
+        .fail_next("patch", "inferenceidentitybindings", 500, 1)
+        .unwrap();
+
+    delete_profile(&f.hub_client, "spoke").await.unwrap();
+    removed(&f, &hub, "spoke").await;
+    assert!(
+        faults.snapshot().fail_next.is_empty(),
+        "both faults were hit: {:?}",
+        faults.snapshot().fail_next
+    );
+    assert!(env::converged(&f.spoke("spoke").store(), BINDINGS));
+    hub.stop().await.unwrap();
+}
+
+/// A label change that takes the profile out of `--clusterprofile-selector` is not a
+/// deletion: Orphan, even under Cleanup; the profile stays, without kleym's finalizer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_the_selector_orphans_even_under_cleanup() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    register(&f, "spoke").await;
+    let label = |v: &str| json!({"metadata": {"labels": {"kleym.example/fleet": v}}});
+    profiles(&f)
+        .patch(
+            "spoke",
+            &PatchParams::default(),
+            &Patch::Merge(&label("yes")),
+        )
+        .await
+        .unwrap();
+    let hub = f
+        .start_hub(&hub_flags(
+            &f,
+            "cleanup",
+            &["--clusterprofile-selector", "kleym.example/fleet=yes"],
+        ))
+        .await
+        .unwrap();
+    converged(&f, "spoke", BINDINGS).await;
+    let store = f.spoke("spoke").store();
+    let before = env::csid_names(&store);
+
+    profiles(&f)
+        .patch(
+            "spoke",
+            &PatchParams::default(),
+            &Patch::Merge(&label("no")),
+        )
+        .await
+        .unwrap();
+    let api = profiles(&f);
+    let state = hub.handle.state.clone();
+    let s2 = store.clone();
+    wait_for("orphaned and released", LIMIT, || {
+        let (api, state, store) = (api.clone(), state.clone(), s2.clone());
+        async move {
+            let cp = api.get_opt("spoke").await.ok()??;
+            (!carries_profile_finalizer(&cp)
+                && !env::bindings(&store).iter().any(has_our_finalizer)
+                && state.get("fleet/spoke").is_none())
+            .then_some(())
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        env::csid_names(&store),
+        before,
+        "a label change never deletes identities"
+    );
+    hub.stop().await.unwrap();
+}
+
+/// Deleted, then recreated as soon as the name is free: the new profile is engaged after
+/// the old one's removal, and that removal's end does not wipe the new engagement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_deleted_and_recreated_at_once_ends_engaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    let hub = engage(&f, "spoke", "orphan", &[]).await;
+    let old_uid = profile(&f, "spoke").await.unwrap().metadata.uid;
+
+    delete_profile(&f.hub_client, "spoke").await.unwrap();
+    let api = profiles(&f);
+    let fresh: ClusterProfile = serde_json::from_value(json!({
+        "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+        "kind": "ClusterProfile",
+        "metadata": {"name": "spoke", "namespace": PROFILE_NS},
+        "spec": {"clusterManager": {"name": "kleym-e2e"}}
+    }))
+    .unwrap();
+    // Create fails with 409 while the old profile waits for its removal.
+    wait_for("recreated", LIMIT, || {
+        let (api, fresh) = (api.clone(), fresh.clone());
+        async move { api.create(&PostParams::default(), &fresh).await.ok() }
+    })
+    .await
+    .unwrap();
+    let s = f.spoke("spoke");
+    apply_profile(
+        &f.hub_client,
+        "spoke",
+        status(vec![access_provider("ok", &s, None)], true, HEALTHY_AT, &[]),
+    )
+    .await
+    .unwrap();
+    let cp = profile(&f, "spoke").await.unwrap();
+    assert_ne!(cp.metadata.uid, old_uid, "a new object");
+
+    converged(&f, "spoke", BINDINGS).await;
+    wait_phase(&hub, "spoke", Phase::Engaged).await;
+    // Still managed after the old removal ended: a new binding is compiled and shows in
+    // the published state.
+    let store = s.store();
+    env::create_bindings(&store, BINDINGS..BINDINGS + 1).unwrap();
+    converged(&f, "spoke", BINDINGS + 1).await;
+    let state = hub.handle.state.clone();
+    wait_for("state lists the new binding", LIMIT, || {
+        let state = state.clone();
+        async move {
+            state
+                .get("fleet/spoke")
+                .is_some_and(|s| s.phase == Phase::Engaged && s.bindings.len() == BINDINGS + 1)
+                .then_some(())
+        }
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let st = state.get("fleet/spoke").expect("state kept");
+    assert_eq!(st.phase, Phase::Engaged);
+    assert!(env::bindings(&store).iter().all(has_our_finalizer));
     hub.stop().await.unwrap();
 }

@@ -515,6 +515,51 @@ async fn foreign_object_holding_our_name_is_never_touched() {
     op.stop().await;
 }
 
+/// A ready binding whose finalizer was taken off (the hub's Orphan removal, before the
+/// spoke was engaged again) gets it back although its output is up to date; deleting it then
+/// deletes its ClusterSPIFFEID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_finalizer_is_restored_on_an_up_to_date_binding() {
+    let (_sim, _cluster, client) = start_cluster(true).await;
+    environment(&client).await;
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(client.clone(), NS);
+    let csids: Api<ClusterSPIFFEID> = Api::all(client.clone());
+    create(&bindings, per_objective("chat-id", "chat", "chat")).await;
+    let op = Operator::start(client.clone());
+    let b = wait_ready(&bindings, "chat-id", "True").await;
+    assert!(b.finalizers().iter().any(|f| f == "kleym.io/cleanup"));
+    op.stop().await;
+
+    // Not managed meanwhile: the finalizer goes, the ClusterSPIFFEID stays.
+    bindings
+        .patch(
+            "chat-id",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"finalizers": []}})),
+        )
+        .await
+        .unwrap();
+    let op = Operator::start(client.clone());
+    eventually("finalizer restored", || async {
+        let b = bindings.get("chat-id").await.ok()?;
+        b.finalizers()
+            .iter()
+            .any(|f| f == "kleym.io/cleanup")
+            .then_some(())
+    })
+    .await;
+    let name = cluster_spiffe_id_name(NS, "chat-id");
+    bindings
+        .delete("chat-id", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("ClusterSPIFFEID deleted with its binding", || async {
+        csids.get_opt(&name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    op.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterspiffeid_crd_installed_while_running_is_picked_up() {
     let (_sim, _cluster, client) = start_cluster(false).await;

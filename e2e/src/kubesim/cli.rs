@@ -29,6 +29,9 @@ FAULT INJECTION (admin only: group system:masters)
                                                       error rate per verb/resource
                                                       (code 429|500|503|504; omit verb or
                                                       resource to match all)
+            "failNext": [{"verb": "patch", "resource": "pods", "code": 409, "remaining": 1}],
+                                                      exactly the next N matching requests
+                                                      fail (code 409|429|500|503|504)
             "dropWatches": true,                      end every open watch now
             "forceGoneWatches": 2,                    next 2 watches get 410 Expired
             "blackhole": true,                        accept, never answer (incl. TLS)

@@ -8,6 +8,9 @@
 //! - **latency**: every API request waits `latencyMs` before it is handled;
 //! - **errors**: [`ErrorRule`]s answer a fraction (`rate`) of matching requests (by verb and
 //!   resource) with a `Status` of code 429 (with `Retry-After: 1`), 500, 503 or 504;
+//! - **failNext**: [`CountedFault`]s answer exactly the next `remaining` matching requests with
+//!   a `Status` of code 409 (a lost optimistic-concurrency race), 429, 500, 503 or 504 — the
+//!   deterministic way to prove a client retries one failed write;
 //! - **dropWatches** (action): ends every open watch stream at once;
 //! - **forceGoneWatches**: the next N watch requests get a `410 Expired` ERROR event;
 //! - **blackhole**: new connections are accepted but never answered (not even the TLS
@@ -63,6 +66,32 @@ impl ErrorRule {
     }
 }
 
+/// A fault for the next `remaining` requests matching `verb` and `resource` (as
+/// [`ErrorRule::matches`] matches them), then gone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CountedFault {
+    /// Kubernetes verb; `"*"` matches every verb.
+    pub verb: String,
+    /// Resource plural or `plural.group`; `"*"` matches every resource.
+    pub resource: String,
+    /// HTTP status: 409, 429, 500, 503 or 504.
+    pub code: u16,
+    /// How many more matching requests fail.
+    pub remaining: u32,
+}
+
+impl CountedFault {
+    fn as_rule(&self) -> ErrorRule {
+        ErrorRule {
+            verb: Some(self.verb.clone()),
+            resource: Some(self.resource.clone()),
+            rate: 1.0,
+            code: self.code,
+        }
+    }
+}
+
 /// The fault state of one cluster (what `GET /kubesim/faults` returns).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -71,6 +100,9 @@ pub struct FaultState {
     pub latency_ms: u64,
     /// Error-rate rules; the first matching rule that fires decides the code.
     pub errors: Vec<ErrorRule>,
+    /// Counted faults, consulted before `errors`; exhausted ones are removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fail_next: Vec<CountedFault>,
     /// Accept connections and never answer.
     pub blackhole: bool,
     /// Close the listener and drop open connections.
@@ -100,6 +132,9 @@ pub struct FaultRequest {
     /// Replace the error rules.
     #[serde(default)]
     pub errors: Option<Vec<ErrorRule>>,
+    /// Append counted faults.
+    #[serde(default)]
+    pub fail_next: Vec<CountedFault>,
     /// Switch the blackhole on or off.
     #[serde(default)]
     pub blackhole: Option<bool>,
@@ -210,6 +245,26 @@ impl FaultHandle {
         Ok(())
     }
 
+    /// Fail the next `times` requests matching `verb` and `resource` with `code` (409, 429,
+    /// 500, 503 or 504).
+    pub fn fail_next(
+        &self,
+        verb: &str,
+        resource: &str,
+        code: u16,
+        times: u32,
+    ) -> Result<(), FaultError> {
+        let fault = CountedFault {
+            verb: verb.to_string(),
+            resource: resource.to_string(),
+            code,
+            remaining: times,
+        };
+        validate_counted(&fault)?;
+        self.state.send_modify(|s| s.fail_next.push(fault));
+        Ok(())
+    }
+
     /// Remove all error-rate rules.
     pub fn clear_error_rules(&self) {
         self.state.send_modify(|s| s.errors.clear());
@@ -287,6 +342,9 @@ impl FaultHandle {
                 validate_rule(r)?;
             }
         }
+        for f in &req.fail_next {
+            validate_counted(f)?;
+        }
         for t in &req.revoke_tokens {
             self.revoke_token(t);
         }
@@ -300,6 +358,7 @@ impl FaultHandle {
             if let Some(v) = req.errors.clone() {
                 s.errors = v;
             }
+            s.fail_next.extend(req.fail_next.iter().cloned());
             if let Some(v) = req.blackhole {
                 s.blackhole = v;
             }
@@ -321,6 +380,27 @@ impl FaultHandle {
 
     /// The error code to inject for this request, if a rule fires.
     pub fn injected_error(&self, verb: &str, resource: Option<(&str, &str)>) -> Option<u16> {
+        if !self.state.borrow().fail_next.is_empty() {
+            let mut code = None;
+            self.state.send_if_modified(|s| {
+                let Some(i) = s
+                    .fail_next
+                    .iter()
+                    .position(|f| f.as_rule().matches(verb, resource))
+                else {
+                    return false;
+                };
+                code = Some(s.fail_next[i].code);
+                s.fail_next[i].remaining = s.fail_next[i].remaining.saturating_sub(1);
+                if s.fail_next[i].remaining == 0 {
+                    s.fail_next.remove(i);
+                }
+                true
+            });
+            if code.is_some() {
+                return code;
+            }
+        }
         let s = self.state.borrow();
         if s.errors.is_empty() {
             return None;
@@ -349,9 +429,28 @@ fn validate_rule(rule: &ErrorRule) -> Result<(), FaultError> {
     Ok(())
 }
 
+fn validate_counted(f: &CountedFault) -> Result<(), FaultError> {
+    if !matches!(f.code, 409 | 429 | 500 | 503 | 504) {
+        return Err(FaultError::InvalidRule(format!(
+            "code must be one of 409, 429, 500, 503, 504, got {}",
+            f.code
+        )));
+    }
+    if f.remaining == 0 {
+        return Err(FaultError::InvalidRule(
+            "a counted fault must fail at least one request".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The `Status` reason kube-apiserver uses for an injected error code.
 pub fn reason_for_code(code: u16) -> (&'static str, &'static str) {
     match code {
+        409 => (
+            "Conflict",
+            "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again",
+        ),
         429 => (
             "TooManyRequests",
             "the server has received too many requests and has asked us to try again later",
@@ -447,6 +546,30 @@ mod tests {
         })
         .unwrap();
         assert_eq!(h.injected_error("get", Some(("pods", ""))), Some(429));
+        assert_eq!(h.injected_error("list", Some(("pods", ""))), None);
+    }
+
+    #[test]
+    fn counted_faults_fail_exactly_n_matching_requests_in_order() {
+        let (h, _) = handle();
+        assert!(h.fail_next("patch", "pods", 404, 1).is_err());
+        assert!(h.fail_next("patch", "pods", 409, 0).is_err());
+        h.fail_next("patch", "pods", 409, 1).unwrap();
+        h.fail_next("patch", "pods", 500, 2).unwrap();
+        assert_eq!(h.injected_error("get", Some(("pods", ""))), None);
+        assert_eq!(h.injected_error("patch", Some(("secrets", ""))), None);
+        assert_eq!(h.injected_error("patch", Some(("pods", ""))), Some(409));
+        assert_eq!(h.injected_error("patch", Some(("pods", ""))), Some(500));
+        assert_eq!(h.snapshot().fail_next[0].remaining, 1);
+        assert_eq!(h.injected_error("patch", Some(("pods", ""))), Some(500));
+        assert_eq!(h.injected_error("patch", Some(("pods", ""))), None);
+        assert!(h.snapshot().fail_next.is_empty());
+        let req: FaultRequest = serde_json::from_str(
+            r#"{"failNext": [{"verb": "*", "resource": "pods", "code": 503, "remaining": 1}]}"#,
+        )
+        .unwrap();
+        h.apply(req).unwrap();
+        assert_eq!(h.injected_error("list", Some(("pods", ""))), Some(503));
         assert_eq!(h.injected_error("list", Some(("pods", ""))), None);
     }
 

@@ -10,14 +10,20 @@
 //!   [`FleetOptions::request_timeout`], cache sync by [`FleetOptions::initial_sync_timeout`]),
 //!   backs off with jitter on failure, and holds one of
 //!   [`FleetOptions::max_concurrent_syncs`] slots only while its caches sync.
-//! - Profile deletion applies [`RemovalPolicy`].
+//! - Profile deletion applies [`RemovalPolicy`]: the leader keeps its finalizer
+//!   [`PROFILE_FINALIZER`] on every engaged ClusterProfile, so a deleted profile stays until
+//!   the policy ran (retried until `FleetOptions::removal_timeout`), whether or not a task
+//!   was running, and across restarts and failovers.
 //! - State readers: [`FleetState::spokes`], [`FleetState::get`], [`FleetState::subscribe`].
 
 pub mod backoff;
+mod chain;
 pub mod errors;
 pub mod metrics;
 pub mod options;
+pub mod profile_finalizer;
 pub mod removal;
+mod removal_job;
 pub mod runtime;
 pub mod spoke_metrics;
 mod spoke_task;
@@ -28,7 +34,8 @@ pub use backoff::BackoffOptions;
 pub use errors::{EngageError, categorize_kube};
 pub use metrics::FleetMetrics;
 pub use options::FleetOptions;
-pub use removal::{RemovalPolicy, RemovalReport, apply_removal};
+pub use profile_finalizer::{PROFILE_FINALIZER, has_profile_finalizer};
+pub use removal::{LeftBinding, RemovalError, RemovalPolicy, RemovalReport, apply_removal};
 pub use spoke_metrics::{SpokeMetricsCollector, SpokeMetricsMap};
 pub use state::{ErrorCategory, FleetState, Phase, SpokeError, SpokeState};
 pub use supervisor::Supervisor;

@@ -14,6 +14,9 @@ pub struct FleetOptions {
     pub inventory: InventoryOptions,
     /// What to do when a profile is deleted.
     pub removal_policy: RemovalPolicy,
+    /// How long after a profile's `deletionTimestamp` failed removal passes are retried
+    /// before the hub gives up and releases the profile.
+    pub removal_timeout: Duration,
     /// How many spokes may be connecting/syncing at once (fleet-wide).
     pub max_concurrent_syncs: usize,
     /// Deadline for a spoke's caches to sync after its reconciler started.
@@ -44,6 +47,7 @@ impl Default for FleetOptions {
         Self {
             inventory: InventoryOptions::default(),
             removal_policy: RemovalPolicy::Orphan,
+            removal_timeout: Duration::from_secs(600),
             max_concurrent_syncs: 16,
             initial_sync_timeout: Duration::from_secs(120),
             request_timeout: Duration::from_secs(30),

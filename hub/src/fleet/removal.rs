@@ -1,4 +1,12 @@
-//! What happens to a spoke's objects when its ClusterProfile is deleted.
+//! What happens to a spoke's objects when kleym stops managing it: the removal policy applied
+//! to every binding that still carries kleym's finalizer.
+//!
+//! One pass ([`apply_removal`]) lists the bindings once and handles each on its own: every
+//! request is bounded, a 409 on the finalizer update re-reads that binding and tries again,
+//! and a failing binding is reported in [`RemovalReport::left`] without stopping the others.
+//! The caller repeats passes (with backoff) until nothing is left — see `removal_job`.
+
+use std::time::{Duration, Instant};
 
 use kleym_api::InferenceIdentityBinding;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
@@ -6,6 +14,9 @@ use kleym_spoke::reconciler::context::FINALIZER;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
+
+use super::errors::categorize_kube;
+use super::state::ErrorCategory;
 
 /// `--removal-policy`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -19,39 +30,207 @@ pub enum RemovalPolicy {
     Cleanup,
 }
 
-/// What a removal did.
+/// A binding a removal pass could not finish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeftBinding {
+    /// `namespace/name`.
+    pub binding: String,
+    /// What failed (never a credential).
+    pub error: String,
+    /// Category of the failure.
+    pub category: ErrorCategory,
+}
+
+/// What one removal pass did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RemovalReport {
     /// Bindings whose finalizer was removed.
     pub finalizers_removed: usize,
     /// ClusterSPIFFEIDs deleted (Cleanup only).
     pub cluster_spiffe_ids_deleted: usize,
+    /// ClusterSPIFFEIDs a binding recorded as owned whose name now holds an object with
+    /// another UID (Cleanup only): not kleym's, kept.
+    pub foreign_kept: usize,
+    /// Bindings that still carry kleym's finalizer after this pass.
+    pub left: Vec<LeftBinding>,
 }
 
-fn ignore_gone(r: Result<(), kube::Error>) -> Result<(), kube::Error> {
-    match r {
-        // 404: already gone; 409: the UID precondition failed (not the object we created).
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        other => other,
+impl RemovalReport {
+    /// Nothing left to do.
+    pub fn is_complete(&self) -> bool {
+        self.left.is_empty()
+    }
+
+    /// The bindings left, for logs and the published reason: at most `cap` named, then a
+    /// count of the rest.
+    pub fn left_summary(&self, cap: usize) -> String {
+        let mut names: Vec<String> = self
+            .left
+            .iter()
+            .take(cap)
+            .map(|l| format!("{} ({})", l.binding, l.error))
+            .collect();
+        if self.left.len() > cap {
+            names.push(format!("and {} more", self.left.len() - cap));
+        }
+        names.join(", ")
     }
 }
 
-/// Applies `policy` to the spoke behind `client`. The caller bounds it with a timeout.
+/// A removal pass that could not look at any binding.
+#[derive(Debug, thiserror::Error)]
+pub enum RemovalError {
+    /// Listing the bindings failed.
+    #[error("listing InferenceIdentityBindings: {0}")]
+    List(#[source] kube::Error),
+    /// Listing the bindings did not answer in time.
+    #[error("listing InferenceIdentityBindings timed out after {0}s")]
+    ListTimeout(u64),
+}
+
+impl RemovalError {
+    /// The category of this failure.
+    pub fn category(&self) -> ErrorCategory {
+        match self {
+            RemovalError::List(e) => categorize_kube(e),
+            RemovalError::ListTimeout(_) => ErrorCategory::Unreachable,
+        }
+    }
+}
+
+/// 409s in a row on one binding's finalizer update before the pass leaves it for the next.
+const CONFLICT_ATTEMPTS: usize = 5;
+
+/// A failed request on one binding.
+struct Failed {
+    error: String,
+    category: ErrorCategory,
+}
+
+impl Failed {
+    fn kube(what: String, e: &kube::Error) -> Self {
+        Self {
+            error: format!("{what}: {e}"),
+            category: categorize_kube(e),
+        }
+    }
+
+    fn timeout(what: String, limit: Duration) -> Self {
+        Self {
+            error: format!("{what} timed out after {}s", limit.as_secs()),
+            category: ErrorCategory::Unreachable,
+        }
+    }
+}
+
+/// Bounds of one pass.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PassBounds {
+    /// Bound of each request.
+    pub request_timeout: Duration,
+    /// No binding is started after this instant (the rest are reported as left).
+    pub deadline: Option<Instant>,
+}
+
+impl PassBounds {
+    /// The bound of the next request: the request timeout, shortened to the deadline.
+    fn limit(&self) -> Option<Duration> {
+        match self.deadline {
+            None => Some(self.request_timeout),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                (!left.is_zero()).then(|| left.min(self.request_timeout))
+            }
+        }
+    }
+}
+
+async fn bounded<T>(
+    limit: Duration,
+    fut: impl Future<Output = Result<T, kube::Error>>,
+) -> Option<Result<T, kube::Error>> {
+    tokio::time::timeout(limit, fut).await.ok()
+}
+
+fn has_our_finalizer(b: &InferenceIdentityBinding) -> bool {
+    b.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// Applies `policy` to the spoke behind `client` once; each request is bounded by
+/// `request_timeout`. `Ok` with a non-empty [`RemovalReport::left`] means some bindings
+/// failed (each with its error); call again to retry them.
 pub async fn apply_removal(
     client: &kube::Client,
     policy: RemovalPolicy,
-) -> Result<RemovalReport, kube::Error> {
+    request_timeout: Duration,
+) -> Result<RemovalReport, RemovalError> {
+    removal_pass(
+        client,
+        policy,
+        PassBounds {
+            request_timeout,
+            deadline: None,
+        },
+    )
+    .await
+}
+
+/// [`apply_removal`] with an overall deadline.
+pub(crate) async fn removal_pass(
+    client: &kube::Client,
+    policy: RemovalPolicy,
+    bounds: PassBounds,
+) -> Result<RemovalReport, RemovalError> {
     let all: Api<InferenceIdentityBinding> = Api::all(client.clone());
-    let csids: Api<ClusterSPIFFEID> = Api::all(client.clone());
+    let limit = bounds.limit().unwrap_or(Duration::ZERO);
+    let listed = match bounded(limit, all.list(&ListParams::default())).await {
+        Some(Ok(l)) => l,
+        Some(Err(e)) => return Err(RemovalError::List(e)),
+        None => return Err(RemovalError::ListTimeout(limit.as_secs())),
+    };
     let mut report = RemovalReport::default();
-    for b in all.list(&ListParams::default()).await? {
-        if !b.finalizers().iter().any(|f| f == FINALIZER) {
+    for b in listed {
+        if !has_our_finalizer(&b) {
             continue;
         }
-        let ns = b.namespace().unwrap_or_default();
-        let name = b.name_any();
+        let binding = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
+        if let Err(f) = remove_binding(client, b, policy, bounds, &mut report).await {
+            report.left.push(LeftBinding {
+                binding,
+                error: f.error,
+                category: f.category,
+            });
+        }
+    }
+    Ok(report)
+}
+
+/// Applies the policy to one binding: Cleanup deletes its recorded ClusterSPIFFEID (UID
+/// precondition), then kleym's finalizer is removed (resourceVersion-guarded; a 409 re-reads
+/// the binding and starts over, so another controller's finalizer is never lost). The
+/// finalizer stays until the deletion succeeded, so a failed pass can be retried.
+async fn remove_binding(
+    client: &kube::Client,
+    mut b: InferenceIdentityBinding,
+    policy: RemovalPolicy,
+    bounds: PassBounds,
+    report: &mut RemovalReport,
+) -> Result<(), Failed> {
+    let ns = b.namespace().unwrap_or_default();
+    let name = b.name_any();
+    let api: Api<InferenceIdentityBinding> = Api::namespaced(client.clone(), &ns);
+    let csids: Api<ClusterSPIFFEID> = Api::all(client.clone());
+    let deadline = || Failed {
+        error: "not finished before the removal deadline".into(),
+        category: ErrorCategory::Other,
+    };
+    let mut foreign_seen = false;
+    for _ in 0..CONFLICT_ATTEMPTS {
+        if !has_our_finalizer(&b) {
+            return Ok(());
+        }
         if policy == RemovalPolicy::Cleanup
-            && let Some(owned) = b.status.as_ref().and_then(|s| s.cluster_spiffe_id.as_ref())
+            && let Some(owned) = b.status.as_ref().and_then(|s| s.cluster_spiffe_id.clone())
         {
             let dp = DeleteParams {
                 preconditions: Some(Preconditions {
@@ -60,11 +239,22 @@ pub async fn apply_removal(
                 }),
                 ..DeleteParams::default()
             };
-            let deleted = csids.delete(&owned.name, &dp).await.map(|_| ());
-            if deleted.is_ok() {
-                report.cluster_spiffe_ids_deleted += 1;
+            let limit = bounds.limit().ok_or_else(deadline)?;
+            let what = || format!("deleting ClusterSPIFFEID {}", owned.name);
+            match bounded(limit, csids.delete(&owned.name, &dp)).await {
+                Some(Ok(_)) => report.cluster_spiffe_ids_deleted += 1,
+                // Already gone.
+                Some(Err(kube::Error::Api(s))) if s.code == 404 => {}
+                // The UID precondition failed: that name holds an object kleym did not create.
+                Some(Err(kube::Error::Api(s))) if s.code == 409 => {
+                    if !foreign_seen {
+                        report.foreign_kept += 1;
+                        foreign_seen = true;
+                    }
+                }
+                Some(Err(e)) => return Err(Failed::kube(what(), &e)),
+                None => return Err(Failed::timeout(what(), limit)),
             }
-            ignore_gone(deleted)?;
         }
         let rest: Vec<String> = b
             .finalizers()
@@ -72,19 +262,91 @@ pub async fn apply_removal(
             .filter(|f| *f != FINALIZER)
             .cloned()
             .collect();
-        // resourceVersion makes this an optimistic update: a concurrent change fails with 409
-        // rather than losing someone else's finalizer.
         let patch =
             json!({"metadata": {"finalizers": rest, "resourceVersion": b.resource_version()}});
-        let api: Api<InferenceIdentityBinding> = Api::namespaced(client.clone(), &ns);
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
+        let limit = bounds.limit().ok_or_else(deadline)?;
+        let what = || format!("removing finalizer {FINALIZER}");
+        match bounded(
+            limit,
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
         {
-            Ok(_) => report.finalizers_removed += 1,
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e),
+            Some(Ok(_)) => {
+                report.finalizers_removed += 1;
+                return Ok(());
+            }
+            Some(Err(kube::Error::Api(s))) if s.code == 404 => return Ok(()),
+            // Changed since it was read: read it again and start over.
+            Some(Err(kube::Error::Api(s))) if s.code == 409 => {
+                let limit = bounds.limit().ok_or_else(deadline)?;
+                let what = || "re-reading the binding after a conflict".to_string();
+                match bounded(limit, api.get_opt(&name)).await {
+                    Some(Ok(Some(fresh))) => b = fresh,
+                    Some(Ok(None)) => return Ok(()),
+                    Some(Err(e)) => return Err(Failed::kube(what(), &e)),
+                    None => return Err(Failed::timeout(what(), limit)),
+                }
+            }
+            Some(Err(e)) => return Err(Failed::kube(what(), &e)),
+            None => return Err(Failed::timeout(what(), limit)),
         }
     }
-    Ok(report)
+    Err(Failed {
+        error: format!(
+            "removing finalizer {FINALIZER}: {CONFLICT_ATTEMPTS} conflicts in a row (the binding keeps changing)"
+        ),
+        category: ErrorCategory::Other,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn left(n: usize) -> RemovalReport {
+        RemovalReport {
+            left: (0..n)
+                .map(|i| LeftBinding {
+                    binding: format!("llm/b-{i}"),
+                    error: "boom".into(),
+                    category: ErrorCategory::ServerError,
+                })
+                .collect(),
+            ..RemovalReport::default()
+        }
+    }
+
+    #[test]
+    fn left_summary_names_a_capped_number_of_bindings() {
+        assert!(left(0).is_complete());
+        assert_eq!(left(0).left_summary(3), "");
+        assert!(!left(1).is_complete());
+        assert_eq!(left(2).left_summary(3), "llm/b-0 (boom), llm/b-1 (boom)");
+        assert_eq!(
+            left(5).left_summary(2),
+            "llm/b-0 (boom), llm/b-1 (boom), and 3 more"
+        );
+    }
+
+    #[test]
+    fn pass_bounds_shorten_requests_to_the_deadline_and_stop_at_it() {
+        let rt = Duration::from_secs(30);
+        let free = PassBounds {
+            request_timeout: rt,
+            deadline: None,
+        };
+        assert_eq!(free.limit(), Some(rt));
+        let soon = PassBounds {
+            request_timeout: rt,
+            deadline: Some(Instant::now() + Duration::from_secs(5)),
+        };
+        let l = soon.limit().unwrap();
+        assert!(l <= Duration::from_secs(5) && !l.is_zero(), "{l:?}");
+        let past = PassBounds {
+            request_timeout: rt,
+            deadline: Some(Instant::now() - Duration::from_secs(1)),
+        };
+        assert_eq!(past.limit(), None);
+    }
 }

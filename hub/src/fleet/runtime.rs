@@ -82,6 +82,12 @@ pub struct HubArgs {
     #[arg(long, value_enum, default_value = "orphan")]
     pub removal_policy: RemovalPolicy,
 
+    /// Seconds after a ClusterProfile's deletion during which failed removal attempts are
+    /// retried (jittered backoff); then the hub gives up, logs what was left and releases
+    /// the profile.
+    #[arg(long, default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub removal_timeout_seconds: u64,
+
     /// Run Lease-based leader election (only the leader engages spokes).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub leader_elect: bool,
@@ -174,6 +180,7 @@ impl HubArgs {
                 },
             },
             removal_policy: self.removal_policy,
+            removal_timeout: Duration::from_secs(self.removal_timeout_seconds),
             max_concurrent_syncs: usize::from(self.concurrency),
             initial_sync_timeout: Duration::from_secs(self.initial_sync_timeout_seconds),
             request_timeout: Duration::from_secs(self.request_timeout_seconds),
@@ -336,6 +343,7 @@ pub fn start_hub_with(
         providers,
         credentials.clone(),
         state.clone(),
+        client.clone(),
     );
     registry.register_collector(Box::new(FleetCollector::new(state.clone())));
     registry.register_collector(Box::new(super::SpokeMetricsCollector::new(
@@ -597,6 +605,8 @@ mod tests {
             "none",
             "--removal-policy",
             "cleanup",
+            "--removal-timeout-seconds",
+            "90",
             "--leader-elect=false",
             "--namespace",
             "kleym-system",
@@ -610,6 +620,7 @@ mod tests {
         assert_eq!(o.inventory.engage_condition, None);
         assert_eq!(o.inventory.trust_domain.as_deref(), Some("td.example"));
         assert_eq!(o.removal_policy, RemovalPolicy::Cleanup);
+        assert_eq!(o.removal_timeout, Duration::from_secs(90));
         assert_eq!(o.max_concurrent_syncs, 3);
         assert!(!w.args.leader_elect);
         assert_eq!(w.args.leader_options().namespace, "kleym-system");
@@ -632,6 +643,10 @@ mod tests {
         );
         assert!(w.args.leader_elect);
         assert_eq!(w.args.removal_policy, RemovalPolicy::Orphan);
+        assert_eq!(
+            w.args.fleet_options().removal_timeout,
+            Duration::from_secs(600)
+        );
         let l = w.args.leader_options();
         assert!(l.renew_deadline < l.lease_duration && l.retry_period < l.renew_deadline);
     }

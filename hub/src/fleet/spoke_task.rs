@@ -1,12 +1,12 @@
 //! One spoke's task: connect, probe, run the spoke reconciler, watch its health, back off on
-//! failure, and apply the removal policy when the profile is deleted.
+//! failure. (Removal runs in its own task after this one stopped: see `removal_job`.)
 //!
 //! Every wait is bounded: building the client (which execs the plugin, itself bounded by the
 //! exec timeout) and each probe by `request_timeout`, the first cache sync by
 //! `initial_sync_timeout`, stopping by `request_timeout` (then the task is aborted).
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -19,7 +19,6 @@ use tokio::task::JoinHandle;
 
 use super::errors::{BINDINGS_PROBE, EngageError};
 use super::options::FleetOptions;
-use super::removal::{RemovalPolicy, apply_removal};
 use super::state::{ErrorCategory, FleetState, Phase};
 use crate::credentials::{CredentialCache, SpokeClient, build_spoke_client};
 use crate::inventory::SpokeSpec;
@@ -33,16 +32,14 @@ pub(crate) struct TaskShared {
     pub sync_slots: Arc<Semaphore>,
 }
 
-/// How the supervisor stops a task: cancel, optionally asking for the removal policy first.
+/// How the supervisor stops a task.
 #[derive(Default)]
 pub(crate) struct StopSignal {
     pub token: CancellationToken,
-    pub removal: Mutex<Option<RemovalPolicy>>,
 }
 
 impl StopSignal {
-    pub fn stop(&self, removal: Option<RemovalPolicy>) {
-        *self.removal.lock().unwrap_or_else(|p| p.into_inner()) = removal;
+    pub fn stop(&self) {
         self.token.cancel();
     }
 }
@@ -293,19 +290,10 @@ async fn engage_once(
     }
 }
 
-/// Runs one spoke until `stop` fires; then applies the removal policy if one was asked for.
-/// `previous` (the task of the same spoke's previous configuration) is awaited first so two
-/// reconcilers never run for one spoke.
-pub(crate) async fn run_spoke(
-    shared: TaskShared,
-    spec: SpokeSpec,
-    stop: Arc<StopSignal>,
-    previous: Option<JoinHandle<()>>,
-) {
+/// Runs one spoke until `stop` fires. The caller (`chain::engagement`) has waited for the
+/// spoke's previous task, so two reconcilers never run for one spoke.
+pub(crate) async fn run_spoke(shared: TaskShared, spec: SpokeSpec, stop: Arc<StopSignal>) {
     let opts = shared.opts.clone();
-    if let Some(p) = previous {
-        join_bounded(p, opts.request_timeout.saturating_mul(2)).await;
-    }
     let name = spec.name.clone();
     let mut client: Option<SpokeClient> = None;
     let mut failures: u32 = 0;
@@ -352,55 +340,4 @@ pub(crate) async fn run_spoke(
         }
     }
     drop(metrics);
-    let removal = stop
-        .removal
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take();
-    if let Some(policy) = removal {
-        remove(&shared, &spec, client, policy).await;
-    }
-}
-
-async fn remove(
-    shared: &TaskShared,
-    spec: &SpokeSpec,
-    client: Option<SpokeClient>,
-    policy: RemovalPolicy,
-) {
-    let name = spec.name.as_str();
-    shared.state.update(name, |s| s.phase = Phase::Removing);
-    let client = match client {
-        Some(c) => Some(c),
-        None => connect(shared, spec).await.ok(),
-    };
-    match client {
-        Some(c) => {
-            match tokio::time::timeout(
-                shared.opts.request_timeout,
-                apply_removal(&c.client, policy),
-            )
-            .await
-            {
-                Ok(Ok(report)) => tracing::info!(
-                    spoke = %name,
-                    ?policy,
-                    finalizers_removed = report.finalizers_removed,
-                    cluster_spiffe_ids_deleted = report.cluster_spiffe_ids_deleted,
-                    "spoke removed"
-                ),
-                Ok(Err(e)) => {
-                    tracing::warn!(spoke = %name, ?policy, error = %e, "removal policy failed; giving up")
-                }
-                Err(_) => {
-                    tracing::warn!(spoke = %name, ?policy, "removal policy timed out; giving up")
-                }
-            }
-        }
-        None => {
-            tracing::warn!(spoke = %name, ?policy, "spoke unreachable; removal policy not applied")
-        }
-    }
-    shared.cache.remove(name);
-    shared.state.remove(name);
 }

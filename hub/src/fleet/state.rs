@@ -38,7 +38,8 @@ pub enum Phase {
     Refused,
     /// This hub replica is not the leader; nothing is engaged.
     Standby,
-    /// The profile was deleted; applying the removal policy.
+    /// The profile was deleted or left the selection; applying the removal policy (progress,
+    /// retries and a give-up are in `reason` and `last_error`).
     Removing,
 }
 
@@ -134,7 +135,8 @@ pub struct SpokeState {
     pub name: String,
     /// Life-cycle phase.
     pub phase: Phase,
-    /// Why the spoke is `Waiting` or `Refused` (the refusal reason names the field or rule).
+    /// Why the spoke is `Waiting`, `Refused` (the refusal reason names the field or rule) or
+    /// `Removing` (the removal's progress).
     pub reason: Option<String>,
     /// Last failure (kept after recovery until the next success clears it).
     pub last_error: Option<SpokeError>,

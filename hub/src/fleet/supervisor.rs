@@ -1,29 +1,45 @@
 //! The fleet supervisor: one task per engaged spoke, started, replaced and stopped from
-//! inventory events and leadership changes. Its loop owns the bookkeeping (no lock at all);
-//! all I/O happens in the spoke tasks.
+//! inventory events and leadership changes, and one removal job per spoke whose profile is
+//! deleted or leaves the selection. Its loop owns the bookkeeping (no lock at all); all I/O
+//! happens in the tasks. A spoke's tasks are chained (see `chain`): each starts after the
+//! previous one ended.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kleym_api::external::clusterprofile::ClusterProfile;
 use kleym_spoke::reconciler::CancellationToken;
 use tokio::sync::{Semaphore, watch};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::{AbortHandle, JoinSet};
 
+use super::chain::{Engagement, Previous, engagement};
 use super::options::FleetOptions;
-use super::spoke_task::{StopSignal, TaskShared, run_spoke};
+use super::profile_finalizer::{ProfileRef, has_profile_finalizer, to_utc};
+use super::removal_job::{RemovalJob, Trigger, run_removal};
+use super::spoke_task::{StopSignal, TaskShared};
 use super::state::{FleetState, Phase};
 use crate::access::ProviderSet;
 use crate::credentials::CredentialCache;
 use crate::inventory::watch::spoke_name;
-use crate::inventory::{Decision, InventoryEvent, SpokeSpec, evaluate};
+use crate::inventory::{Decision, InventoryEvent, InventoryOptions, SpokeSpec, evaluate};
 
+/// An engagement task.
 struct Running {
     spec: SpokeSpec,
+    uid: Option<String>,
     stop: Arc<StopSignal>,
-    handle: JoinHandle<()>,
+}
+
+/// A removal job (running, or finished while its profile is still listed).
+struct Removing {
+    uid: Option<String>,
+    stop: CancellationToken,
+    quiet: Arc<AtomicBool>,
+    seq: u64,
+    finished: bool,
 }
 
 /// Engages the spokes of an inventory. Build with [`Supervisor::new`], drive with
@@ -31,15 +47,18 @@ struct Running {
 pub struct Supervisor {
     shared: TaskShared,
     providers: Arc<ProviderSet>,
+    hub: kube::Client,
 }
 
 impl Supervisor {
-    /// A supervisor publishing into `state`, using `cache` for spoke credentials.
+    /// A supervisor publishing into `state`, using `cache` for spoke credentials and `hub`
+    /// (the hub cluster) for kleym's finalizer on ClusterProfiles.
     pub fn new(
         opts: FleetOptions,
         providers: Arc<ProviderSet>,
         cache: Arc<CredentialCache>,
         state: FleetState,
+        hub: kube::Client,
     ) -> Self {
         let slots = opts.max_concurrent_syncs.max(1);
         Self {
@@ -50,6 +69,7 @@ impl Supervisor {
                 sync_slots: Arc::new(Semaphore::new(slots)),
             },
             providers,
+            hub,
         }
     }
 
@@ -58,9 +78,9 @@ impl Supervisor {
         self.shared.state.clone()
     }
 
-    /// Runs until `shutdown` fires or `events` ends: engages spokes while `leader` is true,
-    /// stops them all (without removal) when it turns false. On return every spoke task has
-    /// stopped (bounded by the request timeout).
+    /// Runs until `shutdown` fires or `events` ends: engages spokes and runs removals while
+    /// `leader` is true, stops them all (without removal) when it turns false. On return
+    /// every task has stopped (bounded by the request timeout).
     pub async fn run(
         self,
         events: impl Stream<Item = InventoryEvent>,
@@ -71,9 +91,14 @@ impl Supervisor {
         let mut lp = Loop {
             shared: self.shared,
             providers: self.providers,
+            hub: self.hub,
             profiles: BTreeMap::new(),
             running: HashMap::new(),
-            removals: JoinSet::new(),
+            removing: HashMap::new(),
+            known: HashMap::new(),
+            tails: HashMap::new(),
+            tasks: JoinSet::new(),
+            seq: 0,
             leading: *leader.borrow_and_update(),
         };
         lp.shared.state.set_leader(lp.leading);
@@ -91,19 +116,38 @@ impl Supervisor {
                         break;
                     }
                 },
-                Some(_) = lp.removals.join_next(), if !lp.removals.is_empty() => {}
+                Some(done) = lp.tasks.join_next(), if !lp.tasks.is_empty() => {
+                    if let Ok((name, seq)) = done {
+                        lp.task_ended(&name, seq);
+                    }
+                }
             }
         }
         lp.shutdown().await;
     }
 }
 
+/// The last task spawned for a spoke.
+struct Tail {
+    done: CancellationToken,
+    abort: AbortHandle,
+    removal: bool,
+}
+
 struct Loop {
     shared: TaskShared,
     providers: Arc<ProviderSet>,
+    hub: kube::Client,
     profiles: BTreeMap<String, ClusterProfile>,
     running: HashMap<String, Running>,
-    removals: JoinSet<()>,
+    removing: HashMap<String, Removing>,
+    /// The spec of each spoke's last engagement: how removal reaches a spoke whose profile
+    /// is now waiting, refused or gone.
+    known: HashMap<String, SpokeSpec>,
+    tails: HashMap<String, Tail>,
+    /// Every engagement and removal task; each returns its spoke name and sequence number.
+    tasks: JoinSet<(String, u64)>,
+    seq: u64,
     leading: bool,
 }
 
@@ -137,35 +181,69 @@ impl Loop {
         self.leading = leading;
         self.shared.state.set_leader(leading);
         tracing::info!(leading, "leadership changed");
+        if !leading {
+            // Removal jobs of profiles no longer listed are stopped too (a standby never
+            // writes); jobs of listed ones stop in `standby` below.
+            let names: Vec<String> = self.removing.keys().cloned().collect();
+            for name in names {
+                self.stop_removal(&name);
+                self.forget_if_unused(&name);
+            }
+        }
         let names: Vec<String> = self.profiles.keys().cloned().collect();
         for name in names {
             self.reconcile(&name);
         }
     }
 
-    /// Stops a running task without removal and hands back its handle.
-    fn stop(&mut self, name: &str) -> Option<JoinHandle<()>> {
+    /// Takes the spoke's previous task for a new one to wait for.
+    fn previous(&mut self, name: &str) -> Option<Previous> {
+        let t = self.tails.remove(name)?;
+        let limit = (!t.removal).then(|| self.shared.opts.request_timeout.saturating_mul(2));
+        Some(Previous {
+            done: t.done,
+            abort: t.abort,
+            limit,
+        })
+    }
+
+    /// Stops the spoke's engagement (no removal); it ends in the background.
+    fn stop_running(&mut self, name: &str) -> Option<Running> {
         let r = self.running.remove(name)?;
-        r.stop.stop(None);
-        Some(r.handle)
+        r.stop.stop();
+        Some(r)
+    }
+
+    /// Stops the spoke's removal job if it is still running; its profile keeps kleym's
+    /// finalizer for the next leader.
+    fn stop_removal(&mut self, name: &str) {
+        if self.removing.get(name).is_some_and(|r| !r.finished)
+            && let Some(r) = self.removing.remove(name)
+        {
+            r.stop.cancel();
+        }
     }
 
     fn reconcile(&mut self, name: &str) {
         let Some(cp) = self.profiles.get(name) else {
             return;
         };
+        if !self.leading {
+            self.standby(name);
+            return;
+        }
+        if let Some(since) = cp.metadata.deletion_timestamp.as_ref().map(to_utc) {
+            self.deleting(name, since);
+            return;
+        }
+        let uid = cp.metadata.uid.clone();
         let decision = evaluate(cp, &self.providers, &self.shared.opts.inventory);
         let state = self.shared.state.clone();
         let spec = match decision {
             Decision::Engage(spec) => *spec,
-            Decision::Waiting { reason } | Decision::Refused { reason } if !self.leading => {
-                let _ = reason;
-                self.standby(name);
-                return;
-            }
             Decision::Waiting { reason } => {
                 tracing::info!(spoke = %name, %reason, "spoke not engaged: waiting");
-                self.detach(name);
+                self.stop_running(name);
                 state.update(name, |s| {
                     s.phase = Phase::Waiting;
                     s.reason = Some(reason);
@@ -174,7 +252,7 @@ impl Loop {
             }
             Decision::Refused { reason } => {
                 tracing::warn!(spoke = %name, %reason, "cluster profile refused");
-                self.detach(name);
+                self.stop_running(name);
                 state.update(name, |s| {
                     s.phase = Phase::Refused;
                     s.reason = Some(reason);
@@ -182,16 +260,22 @@ impl Loop {
                 return;
             }
         };
-        if !self.leading {
-            self.standby(name);
-            return;
-        }
-        if self.running.get(name).is_some_and(|r| r.spec == spec) {
+        if self
+            .running
+            .get(name)
+            .is_some_and(|r| r.spec == spec && r.uid == uid)
+        {
             // Same effective configuration (e.g. a status heartbeat): nothing to do.
             return;
         }
-        let previous = self.stop(name);
-        let reengage = previous.is_some();
+        let profile = ProfileRef::of(cp);
+        let seen = cp.clone();
+        let reengage = self.stop_running(name).is_some();
+        // A removal still in flight (the profile came back into the selection) finishes
+        // first; the state is the new engagement's from now on.
+        if let Some(r) = self.removing.remove(name) {
+            r.quiet.store(true, Ordering::Release);
+        }
         state.update(name, |s| {
             s.phase = Phase::Pending;
             s.reason = None;
@@ -202,73 +286,222 @@ impl Loop {
         });
         tracing::info!(spoke = %name, provider = %spec.access.provider, reengage, "engaging spoke");
         let stop = Arc::new(StopSignal::default());
-        let handle = tokio::spawn(run_spoke(
-            self.shared.clone(),
-            spec.clone(),
-            stop.clone(),
-            previous,
-        ));
+        let done = CancellationToken::new();
+        let e = Engagement {
+            spec: spec.clone(),
+            profile,
+            seen: Some(seen),
+            stop: stop.clone(),
+            previous: self.previous(name),
+            done: done.clone(),
+        };
+        self.seq += 1;
+        let seq = self.seq;
+        let (shared, hub, owned) = (self.shared.clone(), self.hub.clone(), name.to_string());
+        let abort = self.tasks.spawn(async move {
+            engagement(shared, hub, e).await;
+            (owned, seq)
+        });
+        self.tails.insert(
+            name.to_string(),
+            Tail {
+                done,
+                abort,
+                removal: false,
+            },
+        );
+        self.known.insert(name.to_string(), spec.clone());
         self.running
-            .insert(name.to_string(), Running { spec, stop, handle });
+            .insert(name.to_string(), Running { spec, uid, stop });
     }
 
-    /// Stops the spoke's task (if any) and lets it finish in the background.
-    fn detach(&mut self, name: &str) {
-        if let Some(h) = self.stop(name) {
-            let limit = self.shared.opts.request_timeout.saturating_mul(2);
-            self.removals.spawn(async move {
-                let _ = tokio::time::timeout(limit, h).await;
+    /// The profile has a `deletionTimestamp`: start its removal job (once per profile).
+    fn deleting(&mut self, name: &str, since: chrono::DateTime<chrono::Utc>) {
+        let Some(cp) = self.profiles.get(name).cloned() else {
+            return;
+        };
+        if self
+            .removing
+            .get(name)
+            .is_some_and(|r| r.uid == cp.metadata.uid)
+        {
+            return;
+        }
+        let engaged = self.stop_running(name);
+        if engaged.is_none() && !has_profile_finalizer(&cp) && !self.known.contains_key(name) {
+            // kleym never engaged this spoke: nothing of ours to remove.
+            self.shared.state.update(name, |s| {
+                s.phase = Phase::Removing;
+                s.reason = Some("ClusterProfile deleted; kleym never engaged this spoke".into());
             });
+            return;
+        }
+        self.start_removal(
+            name,
+            &cp,
+            engaged.map(|r| r.spec),
+            Trigger::Deleting { since },
+        );
+    }
+
+    /// The profile left the watch (deleted, or no longer selected).
+    fn deleted(&mut self, name: &str) {
+        let last = self.profiles.remove(name);
+        if !self.leading {
+            self.stop_running(name);
+            self.forget_if_unused(name);
+            return;
+        }
+        if let Some(r) = self.removing.get(name)
+            && last.as_ref().is_none_or(|cp| cp.metadata.uid == r.uid)
+        {
+            // Its removal job ends the story (forgotten when it finished).
+            self.forget_if_unused(name);
+            return;
+        }
+        let engaged = self.stop_running(name);
+        match last {
+            Some(cp)
+                if engaged.is_some()
+                    || has_profile_finalizer(&cp)
+                    || self.known.contains_key(name) =>
+            {
+                tracing::info!(spoke = %name, "cluster profile left the inventory");
+                let trigger = match cp.metadata.deletion_timestamp.as_ref() {
+                    Some(t) => Trigger::Deleting { since: to_utc(t) },
+                    None => Trigger::Departed,
+                };
+                self.start_removal(name, &cp, engaged.map(|r| r.spec), trigger);
+            }
+            // kleym never wrote to this spoke.
+            _ => self.forget_if_unused(name),
         }
     }
 
+    /// Spawns the removal job of `name` after its previous task. `engaged` is the spec of
+    /// the engagement just stopped, if any.
+    fn start_removal(
+        &mut self,
+        name: &str,
+        cp: &ClusterProfile,
+        engaged: Option<SpokeSpec>,
+        trigger: Trigger,
+    ) {
+        let access = match engaged.or_else(|| self.known.get(name).cloned()) {
+            Some(spec) => Ok(spec),
+            None => own_access(cp, &self.providers, &self.shared.opts.inventory),
+        };
+        tracing::info!(spoke = %name, policy = ?self.shared.opts.removal_policy, ?trigger, "starting removal");
+        let stop = CancellationToken::new();
+        let quiet = Arc::new(AtomicBool::new(false));
+        let done = CancellationToken::new();
+        let job = RemovalJob {
+            name: name.to_string(),
+            profile: ProfileRef::of(cp),
+            access,
+            trigger,
+            stop: stop.clone(),
+            quiet: quiet.clone(),
+            previous: self.previous(name),
+            done: done.clone(),
+        };
+        let uid = cp.metadata.uid.clone();
+        self.seq += 1;
+        let seq = self.seq;
+        let (shared, hub, owned) = (self.shared.clone(), self.hub.clone(), name.to_string());
+        let abort = self.tasks.spawn(async move {
+            run_removal(shared, hub, job).await;
+            (owned, seq)
+        });
+        self.tails.insert(
+            name.to_string(),
+            Tail {
+                done,
+                abort,
+                removal: true,
+            },
+        );
+        self.removing.insert(
+            name.to_string(),
+            Removing {
+                uid,
+                stop,
+                quiet,
+                seq,
+                finished: false,
+            },
+        );
+    }
+
+    fn task_ended(&mut self, name: &str, seq: u64) {
+        if let Some(r) = self.removing.get_mut(name)
+            && r.seq == seq
+        {
+            r.finished = true;
+        }
+        self.forget_if_unused(name);
+    }
+
+    /// Forgets a spoke (published state, credentials, remembered spec) once nothing refers
+    /// to it: no listed profile, no engagement, no removal in flight. Runs in this loop, so
+    /// it never races a newer engagement of the same name.
+    fn forget_if_unused(&mut self, name: &str) {
+        if self.profiles.contains_key(name)
+            || self.running.contains_key(name)
+            || self.removing.get(name).is_some_and(|r| !r.finished)
+        {
+            return;
+        }
+        self.removing.remove(name);
+        self.known.remove(name);
+        if self.tails.get(name).is_some_and(|t| t.done.is_cancelled()) {
+            self.tails.remove(name);
+        }
+        self.shared.cache.remove(name);
+        self.shared.state.remove(name);
+    }
+
     fn standby(&mut self, name: &str) {
-        self.detach(name);
+        self.stop_running(name);
+        self.stop_removal(name);
         self.shared.state.update(name, |s| {
             s.phase = Phase::Standby;
             s.reason = Some("this hub replica is not the leader".into());
         });
     }
 
-    fn deleted(&mut self, name: &str) {
-        self.profiles.remove(name);
-        match self.running.remove(name) {
-            Some(r) if self.leading => {
-                tracing::info!(spoke = %name, policy = ?self.shared.opts.removal_policy, "cluster profile deleted");
-                r.stop.stop(Some(self.shared.opts.removal_policy));
-                // The task applies the policy and forgets the spoke's state when done.
-                self.removals.spawn(async move {
-                    let _ = r.handle.await;
-                });
-            }
-            Some(r) => {
-                r.stop.stop(None);
-                self.shared.state.remove(name);
-            }
-            None => {
-                self.shared.cache.remove(name);
-                self.shared.state.remove(name);
-            }
-        }
-    }
-
     async fn shutdown(mut self) {
         let names: Vec<String> = self.running.keys().cloned().collect();
-        let mut handles = Vec::new();
         for name in names {
-            if let Some(h) = self.stop(&name) {
-                handles.push(h);
-            }
+            self.stop_running(&name);
+        }
+        let names: Vec<String> = self.removing.keys().cloned().collect();
+        for name in names {
+            self.stop_removal(&name);
         }
         let limit = self.shared.opts.request_timeout.saturating_mul(2) + Duration::from_secs(1);
         let _ = tokio::time::timeout(limit, async {
-            for h in handles {
-                let _ = h.await;
-            }
-            while self.removals.join_next().await.is_some() {}
+            while self.tasks.join_next().await.is_some() {}
         })
         .await;
-        self.removals.abort_all();
+        self.tasks.abort_all();
+    }
+}
+
+/// The profile's own access (its engage condition ignored: a waiting spoke can still be
+/// reachable), for removing a spoke kleym did not engage in this process.
+fn own_access(
+    cp: &ClusterProfile,
+    providers: &ProviderSet,
+    opts: &InventoryOptions,
+) -> Result<SpokeSpec, String> {
+    let opts = InventoryOptions {
+        engage_condition: None,
+        ..opts.clone()
+    };
+    match evaluate(cp, providers, &opts) {
+        Decision::Engage(spec) => Ok(*spec),
+        Decision::Waiting { reason } | Decision::Refused { reason } => Err(reason),
     }
 }
 
@@ -276,18 +509,105 @@ impl Loop {
 mod tests {
     use super::*;
     use crate::credentials::{CacheOptions, CredentialMetrics};
-    use crate::fleet::{ErrorCategory, FleetOptions};
-    use crate::inventory::InventoryOptions;
-    use serde_json::json;
+    use crate::fleet::{ErrorCategory, FleetOptions, PROFILE_FINALIZER};
+    use serde_json::{Value, json};
+    use std::sync::Mutex;
 
-    fn profile(heartbeat: &str, td: &str) -> InventoryEvent {
+    /// A hub cluster holding one ClusterProfile's metadata: answers metadata GETs and
+    /// resourceVersion-guarded merge patches, and records every request.
+    #[derive(Clone)]
+    struct FakeHub {
+        meta: Arc<Mutex<Option<Value>>>,
+        requests: Arc<Mutex<Vec<(String, Value)>>>,
+    }
+
+    impl FakeHub {
+        fn new(meta: Value) -> Self {
+            Self {
+                meta: Arc::new(Mutex::new(Some(meta))),
+                requests: Arc::default(),
+            }
+        }
+
+        fn patches(&self) -> Vec<Value> {
+            self.requests
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(m, _)| m == "PATCH")
+                .map(|(_, b)| b.clone())
+                .collect()
+        }
+
+        fn finalizers(&self) -> Value {
+            self.meta.lock().unwrap().as_ref().unwrap()["finalizers"].clone()
+        }
+
+        fn client(&self) -> kube::Client {
+            let me = self.clone();
+            let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+                let me = me.clone();
+                async move { Ok::<_, std::convert::Infallible>(me.handle(req).await) }
+            });
+            kube::Client::new(svc, "default")
+        }
+
+        async fn handle(
+            &self,
+            req: http::Request<kube::client::Body>,
+        ) -> http::Response<kube::client::Body> {
+            use http_body_util::BodyExt;
+            let method = req.method().to_string();
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            self.requests
+                .lock()
+                .unwrap()
+                .push((method.clone(), body.clone()));
+            let mut meta = self.meta.lock().unwrap();
+            let status = |code: u16| {
+                http::Response::builder()
+                    .status(code)
+                    .body(kube::client::Body::from(
+                        serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1",
+                            "status": "Failure", "code": code, "reason": "", "message": "fake"}))
+                        .unwrap(),
+                    ))
+                    .unwrap()
+            };
+            let Some(m) = meta.as_mut() else {
+                return status(404);
+            };
+            if method == "PATCH" {
+                if body["metadata"]["resourceVersion"] != m["resourceVersion"] {
+                    return status(409);
+                }
+                m["finalizers"] = body["metadata"]["finalizers"].clone();
+                let rv: u64 = m["resourceVersion"].as_str().unwrap().parse().unwrap();
+                m["resourceVersion"] = json!((rv + 1).to_string());
+            }
+            let out = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": m});
+            http::Response::new(kube::client::Body::from(serde_json::to_vec(&out).unwrap()))
+        }
+    }
+
+    fn meta(finalizers: &[&str], deleted: Option<&str>) -> Value {
+        let mut m = json!({"name": "c1", "namespace": "fleet", "uid": "u1",
+            "resourceVersion": "1", "finalizers": finalizers});
+        if let Some(t) = deleted {
+            m["deletionTimestamp"] = json!(t);
+        }
+        m
+    }
+
+    fn profile_with(meta: Value, heartbeat: &str, td: &str, provider: &str) -> InventoryEvent {
         let cp: ClusterProfile = serde_json::from_value(json!({
             "apiVersion": "multicluster.x-k8s.io/v1alpha1",
             "kind": "ClusterProfile",
-            "metadata": {"name": "c1", "namespace": "fleet"},
+            "metadata": meta,
             "spec": {"clusterManager": {"name": "t"}},
             "status": {
-                "accessProviders": [{"name": "p", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "accessProviders": [{"name": provider, "cluster": {"server": "https://127.0.0.1:1"}}],
                 "conditions": [{"type": "ControlPlaneHealthy", "status": "True", "reason": "R",
                     "message": "", "lastTransitionTime": heartbeat}],
                 "properties": [{"name": "kleym.io/trust-domain", "value": td}]
@@ -298,7 +618,7 @@ mod tests {
     }
 
     async fn wait(state: &FleetState, what: &str, f: impl Fn(&FleetState) -> bool) {
-        for _ in 0..200 {
+        for _ in 0..400 {
             if f(state) {
                 return;
             }
@@ -307,27 +627,59 @@ mod tests {
         panic!("timed out waiting for {what}: {:?}", state.spokes());
     }
 
-    #[tokio::test]
-    async fn engages_once_per_spec_stands_by_without_lease_and_forgets_deleted() {
-        // The plugin always fails: the spoke backs off with a credentials error.
+    struct Running {
+        state: FleetState,
+        events: tokio::sync::mpsc::UnboundedSender<InventoryEvent>,
+        leader: watch::Sender<bool>,
+        shutdown: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Running {
+        async fn stop(self) {
+            self.shutdown.cancel();
+            tokio::time::timeout(Duration::from_secs(30), self.task)
+                .await
+                .unwrap()
+                .unwrap();
+        }
+    }
+
+    /// A supervisor whose only provider `p` always fails (credentials error).
+    fn start(hub: &FakeHub, opts: FleetOptions, leading: bool) -> Running {
         let providers = Arc::new(ProviderSet::load(None, &["p=/bin/false".to_string()]).unwrap());
-        let opts = FleetOptions {
-            inventory: InventoryOptions::default(),
-            ..FleetOptions::default()
-        };
         let cache = Arc::new(CredentialCache::new(
             CacheOptions::default(),
             CredentialMetrics::default(),
         ));
         let state = FleetState::new();
-        let sup = Supervisor::new(opts, providers, cache, state.clone());
-        let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
-        let (leader_tx, leader_rx) = watch::channel(true);
+        let sup = Supervisor::new(opts, providers, cache, state.clone(), hub.client());
+        let (events, events_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (leader, leader_rx) = watch::channel(leading);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(sup.run(tokio_stream_from(events_rx), leader_rx, shutdown.clone()));
+        Running {
+            state,
+            events,
+            leader,
+            shutdown,
+            task,
+        }
+    }
 
-        events_tx
-            .send(profile("2026-01-01T00:00:00Z", "a.example"))
+    #[tokio::test]
+    async fn engages_once_per_spec_stands_by_without_lease_and_forgets_deleted() {
+        let hub = FakeHub::new(meta(&["other.io/keep"], None));
+        let r = start(&hub, FleetOptions::default(), true);
+        let state = r.state.clone();
+        let mut m = meta(&["other.io/keep"], None);
+        r.events
+            .send(profile_with(
+                m.clone(),
+                "2026-01-01T00:00:00Z",
+                "a.example",
+                "p",
+            ))
             .unwrap();
         wait(&state, "backing off", |s| {
             s.get("fleet/c1").is_some_and(|x| {
@@ -338,37 +690,141 @@ mod tests {
             })
         })
         .await;
+        // Before anything could be written to the spoke, kleym's finalizer was added to the
+        // profile, next to the other controller's.
+        assert_eq!(
+            hub.finalizers(),
+            json!(["other.io/keep", PROFILE_FINALIZER])
+        );
+        assert_eq!(hub.patches().len(), 1);
         // A heartbeat: same spec, no new engagement.
-        events_tx
-            .send(profile("2026-01-01T00:01:00Z", "a.example"))
+        m["finalizers"] = hub.finalizers();
+        m["resourceVersion"] = json!("2");
+        r.events
+            .send(profile_with(
+                m.clone(),
+                "2026-01-01T00:01:00Z",
+                "a.example",
+                "p",
+            ))
             .unwrap();
-        // A real change: re-engaged.
-        events_tx
-            .send(profile("2026-01-01T00:02:00Z", "b.example"))
+        // A real change: re-engaged (the profile already carries the finalizer: no write).
+        r.events
+            .send(profile_with(
+                m.clone(),
+                "2026-01-01T00:02:00Z",
+                "b.example",
+                "p",
+            ))
             .unwrap();
         wait(&state, "re-engaged", |s| {
             s.get("fleet/c1").is_some_and(|x| {
-                x.engagements == 2 && x.trust_domain.as_deref() == Some("b.example")
+                x.engagements == 2
+                    && x.trust_domain.as_deref() == Some("b.example")
+                    && x.phase == Phase::BackingOff
             })
         })
         .await;
+        assert_eq!(hub.patches().len(), 1);
         // Losing the lease: standby.
-        leader_tx.send(false).unwrap();
+        r.leader.send(false).unwrap();
         wait(&state, "standby", |s| {
             !s.is_leader() && s.get("fleet/c1").is_some_and(|x| x.phase == Phase::Standby)
         })
         .await;
         assert_eq!(state.get("fleet/c1").unwrap().engagements, 2);
-        // Deleted: forgotten.
-        events_tx
+        // Deleted while on standby: forgotten, and nothing written.
+        let before = hub.requests.lock().unwrap().len();
+        r.events
             .send(InventoryEvent::Deleted("fleet/c1".into()))
             .unwrap();
         wait(&state, "forgotten", |s| s.get("fleet/c1").is_none()).await;
-        shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(30), task)
-            .await
-            .unwrap()
+        r.stop().await;
+        assert_eq!(
+            hub.requests.lock().unwrap().len(),
+            before,
+            "a standby never writes"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deleted_profile_is_released_by_the_leader_only_even_when_removal_gives_up() {
+        // Deleted long ago (the hub was down past the removal timeout): one bounded attempt,
+        // which fails (the plugin fails), then the give-up is published and the profile is
+        // released.
+        let deleted = meta(
+            &[PROFILE_FINALIZER, "other.io/keep"],
+            Some("2020-01-01T00:00:00Z"),
+        );
+        let hub = FakeHub::new(deleted.clone());
+        let opts = FleetOptions {
+            request_timeout: Duration::from_millis(500),
+            removal_timeout: Duration::from_secs(1),
+            ..FleetOptions::default()
+        };
+        let r = start(&hub, opts, false);
+        let state = r.state.clone();
+        r.events
+            .send(profile_with(
+                deleted,
+                "2026-01-01T00:00:00Z",
+                "a.example",
+                "p",
+            ))
             .unwrap();
+        wait(&state, "standby", |s| {
+            s.get("fleet/c1").is_some_and(|x| x.phase == Phase::Standby)
+        })
+        .await;
+        assert!(
+            hub.requests.lock().unwrap().is_empty(),
+            "a standby never writes"
+        );
+
+        r.leader.send(true).unwrap();
+        wait(&state, "gave up", |s| {
+            s.get("fleet/c1").is_some_and(|x| {
+                x.phase == Phase::Removing
+                    && x.reason.as_deref().is_some_and(|r| r.contains("gave up"))
+                    && x.last_error
+                        .as_ref()
+                        .is_some_and(|e| e.category == ErrorCategory::Credentials)
+            })
+        })
+        .await;
+        wait(&state, "released", |_| {
+            hub.finalizers() == json!(["other.io/keep"])
+        })
+        .await;
+        assert_eq!(hub.patches().len(), 1);
+        r.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_deleted_profile_with_unusable_access_is_released_without_touching_the_spoke() {
+        let deleted = meta(&[PROFILE_FINALIZER], Some("2026-01-01T00:00:00Z"));
+        let hub = FakeHub::new(deleted.clone());
+        let r = start(&hub, FleetOptions::default(), true);
+        let state = r.state.clone();
+        // Provider `nope` is not configured in this hub: the profile is refused.
+        r.events
+            .send(profile_with(
+                deleted,
+                "2026-01-01T00:00:00Z",
+                "a.example",
+                "nope",
+            ))
+            .unwrap();
+        wait(&state, "released", |_| hub.finalizers() == json!([])).await;
+        let s = state.get("fleet/c1").unwrap();
+        assert_eq!(s.phase, Phase::Removing);
+        assert!(
+            s.reason
+                .as_deref()
+                .is_some_and(|r| r.contains("access unusable")),
+            "{s:?}"
+        );
+        r.stop().await;
     }
 
     fn tokio_stream_from(

@@ -237,6 +237,13 @@ async fn apply_verdict(
         let updated =
             apply::set_finalizers(ctx, &binding, finalizer::without_finalizer(&binding)).await?;
         record_binding_write(ctx, key, updated);
+    } else if owned.is_some() && !finalizer::has_finalizer(&binding) {
+        // Output up to date but the finalizer is gone (the hub's Orphan removal took it off
+        // before the spoke was engaged again, or someone removed it): without it, deleting
+        // the binding would orphan its ClusterSPIFFEID.
+        let updated =
+            apply::set_finalizers(ctx, &binding, finalizer::with_finalizer(&binding)).await?;
+        record_binding_write(ctx, key, updated);
     }
     ctx.metrics
         .observe_outcome(key, inputs.holding_condition(), inputs.holding_reason());

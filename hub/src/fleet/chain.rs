@@ -1,0 +1,194 @@
+//! One spoke's tasks run one after another: an engagement, a removal, the next engagement.
+//! Each task holds a `done` token (cancelled when it ends, also when aborted) and waits for
+//! its predecessor's before touching the spoke, so two tasks never write to one spoke at
+//! once — a recreated or re-selected profile is engaged only after the previous removal
+//! finished.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kleym_api::external::clusterprofile::ClusterProfile;
+use kleym_spoke::reconciler::CancellationToken;
+use tokio::task::AbortHandle;
+
+use super::profile_finalizer::{Ensured, ProfileRef, ensure};
+use super::spoke_task::{StopSignal, TaskShared, run_spoke};
+use super::state::Phase;
+use crate::inventory::SpokeSpec;
+
+/// The task a new task of the same spoke waits for.
+pub(crate) struct Previous {
+    /// Cancelled when that task ended.
+    pub done: CancellationToken,
+    /// Aborts it.
+    pub abort: AbortHandle,
+    /// Abort it when it has not ended this long after the wait began (a stopping
+    /// engagement); `None` waits as long as it runs (a removal, bounded by its own deadline
+    /// and stopped only by leadership loss or shutdown).
+    pub limit: Option<Duration>,
+}
+
+impl Previous {
+    /// Waits until the previous task ended (aborting it after `limit`).
+    pub async fn wait(&self) {
+        if let Some(limit) = self.limit
+            && tokio::time::timeout(limit, self.done.cancelled())
+                .await
+                .is_err()
+        {
+            self.abort.abort();
+        }
+        self.done.cancelled().await;
+    }
+}
+
+impl Drop for Previous {
+    /// A waiting task that is itself aborted takes its predecessor down with it, so the
+    /// task after it never overtakes a still-running one.
+    fn drop(&mut self) {
+        if !self.done.is_cancelled() {
+            self.abort.abort();
+        }
+    }
+}
+
+/// Publishes unless the task was told to stop (the supervisor then owns the phase).
+fn publish(
+    shared: &TaskShared,
+    stop: &CancellationToken,
+    name: &str,
+    f: impl FnOnce(&mut super::state::SpokeState),
+) {
+    if !stop.is_cancelled() {
+        shared.state.update(name, f);
+    }
+}
+
+/// What an engagement task needs besides the shared parts.
+pub(crate) struct Engagement {
+    pub spec: SpokeSpec,
+    pub profile: ProfileRef,
+    /// The profile as the supervisor last saw it (its finalizers and resourceVersion).
+    pub seen: Option<ClusterProfile>,
+    pub stop: Arc<StopSignal>,
+    pub previous: Option<Previous>,
+    pub done: CancellationToken,
+}
+
+/// An engagement: wait for the spoke's previous task, make sure the profile carries
+/// [`PROFILE_FINALIZER`](super::profile_finalizer::PROFILE_FINALIZER) (retried with backoff;
+/// nothing is written to the spoke before), then run the spoke until stopped.
+pub(crate) async fn engagement(shared: TaskShared, hub: kube::Client, e: Engagement) {
+    let _done = e.done.drop_guard();
+    if let Some(p) = &e.previous {
+        p.wait().await;
+    }
+    let stop = e.stop.token.clone();
+    let name = e.spec.name.clone();
+    let opts = shared.opts.clone();
+    let mut seen = e.seen;
+    let mut failures: u32 = 0;
+    while !stop.is_cancelled() {
+        // The watched object first; after a failure, a fresh read.
+        let known = seen.take();
+        let ensured = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = ensure(&hub, &e.profile, known.as_ref(), opts.request_timeout) => r,
+        };
+        match ensured {
+            Ok(Ensured::Present) => break,
+            // The supervisor sees the deletion (or the new object) next and stops this task.
+            Ok(Ensured::Deleting | Ensured::Gone) => {
+                stop.cancelled().await;
+                return;
+            }
+            Err(err) => {
+                failures = failures.saturating_add(1);
+                let delay = opts.backoff.delay(failures);
+                tracing::warn!(
+                    spoke = %name,
+                    profile = %e.profile,
+                    category = err.category().as_str(),
+                    error = %err,
+                    retry_in = ?delay,
+                    "cannot engage the spoke before kleym's finalizer is on its ClusterProfile"
+                );
+                publish(&shared, &stop, &name, |s| {
+                    s.phase = Phase::BackingOff;
+                    s.consecutive_failures = failures;
+                    s.last_error = Some(err.to_spoke_error());
+                });
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+    if stop.is_cancelled() {
+        return;
+    }
+    run_spoke(shared, e.spec, e.stop).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn waiting_aborts_a_stuck_predecessor_after_its_limit() {
+        let done = CancellationToken::new();
+        let guard = done.clone();
+        let stuck = tokio::spawn(async move {
+            let _g = guard.drop_guard();
+            std::future::pending::<()>().await;
+        });
+        let p = Previous {
+            done: done.clone(),
+            abort: stuck.abort_handle(),
+            limit: Some(Duration::from_millis(10)),
+        };
+        p.wait().await;
+        assert!(done.is_cancelled());
+        assert!(stuck.await.unwrap_err().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn dropping_a_waiter_aborts_what_it_waits_for() {
+        let done = CancellationToken::new();
+        let guard = done.clone();
+        let older = tokio::spawn(async move {
+            let _g = guard.drop_guard();
+            std::future::pending::<()>().await;
+        });
+        let p = Previous {
+            done: done.clone(),
+            abort: older.abort_handle(),
+            limit: None,
+        };
+        let waiter = tokio::spawn(async move { p.wait().await });
+        tokio::task::yield_now().await;
+        waiter.abort();
+        let _ = waiter.await;
+        assert!(older.await.unwrap_err().is_cancelled());
+        assert!(done.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_finished_predecessor_is_not_waited_for_nor_aborted() {
+        let done = CancellationToken::new();
+        let guard = done.clone();
+        let quick = tokio::spawn(async move {
+            let _g = guard.drop_guard();
+            7
+        });
+        let abort = quick.abort_handle();
+        assert_eq!(quick.await.unwrap(), 7);
+        let p = Previous {
+            done,
+            abort,
+            limit: None,
+        };
+        p.wait().await;
+    }
+}
