@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-/// Passed through verbatim as `ExecCredential.spec.cluster.config`.
+/// Passed to the plugin as `ExecCredential.spec.cluster.config` (the same JSON value, re-serialised).
 pub const EXEC_EXTENSION: &str = "client.authentication.k8s.io/exec";
 /// Extra CLI arguments for the plugin (honoured only under the `Append` policy).
 pub const ADDITIONAL_ARGS_EXTENSION: &str =
