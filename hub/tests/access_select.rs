@@ -29,6 +29,7 @@ fn provider(name: &str, args: CliArgsPolicy, envs: EnvVarsPolicy) -> ProviderCon
         },
         cli_args_policy: args,
         env_vars_policy: envs,
+        env_vars_allow_list: None,
     }
 }
 
@@ -246,6 +247,128 @@ fn provider_file_loads_like_reference() {
     );
 }
 
+/// Go's `encoding/json` matches keys case-insensitively, so a file the Go library reads the
+/// same way loads the same way here.
+#[test]
+fn provider_file_keys_match_case_insensitively_like_go() {
+    let text = r#"{"Providers":[{"NAME":"p","ExecConfig":{"APIVersion":"client.authentication.k8s.io/v1beta1",
+      "Command":"/bin/p","ARGS":["a"],"Env":[{"Name":"K","VALUE":"V"}],"provideclusterinfo":true,
+      "InstallHint":"hint","InteractiveMode":"Never"},
+      "profileSourcedCliArgsPolicy":"Append","ProfileSourcedEnvVarsPolicy":"Replace",
+      "profilesourcedenvvarsallowlist":["K2"]}]}"#;
+    let ps = parse_provider_document(text).unwrap();
+    assert_eq!(ps.len(), 1);
+    let p = &ps[0];
+    assert_eq!(p.name, "p");
+    assert_eq!(p.exec.api_version, ExecApiVersion::V1Beta1);
+    assert_eq!(p.exec.command, "/bin/p");
+    assert_eq!(p.exec.args, vec!["a"]);
+    assert_eq!(
+        p.exec.env,
+        vec![EnvVar {
+            name: "K".into(),
+            value: "V".into()
+        }]
+    );
+    assert!(p.exec.provide_cluster_info);
+    assert_eq!(p.exec.install_hint.as_deref(), Some("hint"));
+    assert_eq!(p.cli_args_policy, CliArgsPolicy::Append);
+    assert_eq!(p.env_vars_policy, EnvVarsPolicy::Replace);
+    assert_eq!(p.env_vars_allow_list, Some(vec!["K2".to_string()]));
+    // The same key twice in different cases is ambiguous: an error naming provider and field.
+    let err = parse_provider_document(
+        r#"{"providers":[{"name":"p","execConfig":{"apiVersion":"client.authentication.k8s.io/v1",
+          "command":"/bin/a","Command":"/bin/b"}}]}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("\"p\"") && err.contains("execConfig.command") && err.contains("twice"),
+        "{err}"
+    );
+    // A value of the wrong type names the provider and the field.
+    let err = parse_provider_document(
+        r#"{"providers":[{"name":"p","execConfig":{"apiVersion":"client.authentication.k8s.io/v1",
+          "command":"/bin/a","args":["x", 3]}}]}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("\"p\"") && err.contains("execConfig.args[1]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn provider_file_unknown_keys_are_reported_and_logged() {
+    use kleym_hub::access::provider_config::{
+        UnknownKey, parse_provider_document_with_unknown_keys,
+    };
+    let text = r#"{"providers":[{"name":"p","execConfig":{"apiVersion":"client.authentication.k8s.io/v1",
+      "comand":"/bin/typo","command":"/bin/p","Config":{"x":1},"env":[{"name":"K","value":"V","vaule":"W"}]},
+      "profileSourcedArgsPolicy":"Append"},
+      {"execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"/bin/q"},"name":"q","extra":1}],
+      "version":2}"#;
+    let doc = parse_provider_document_with_unknown_keys(text).unwrap();
+    assert_eq!(doc.providers.len(), 2);
+    // An unknown policy key leaves the policy at its default, as in Go.
+    assert_eq!(doc.providers[0].cli_args_policy, CliArgsPolicy::Ignore);
+    let mut got: Vec<(Option<String>, String)> = doc
+        .unknown_keys
+        .into_iter()
+        .map(|UnknownKey { provider, key }| (provider, key))
+        .collect();
+    got.sort();
+    let p = Some("p".to_string());
+    assert_eq!(
+        got,
+        vec![
+            (None, "version".to_string()),
+            (p.clone(), "execConfig.Config".to_string()),
+            (p.clone(), "execConfig.comand".to_string()),
+            (p.clone(), "execConfig.env[0].vaule".to_string()),
+            (p, "profileSourcedArgsPolicy".to_string()),
+            (Some("q".to_string()), "extra".to_string()),
+        ]
+    );
+
+    // Loading the file logs one warning per key, naming file, provider and key.
+    #[derive(Clone, Default)]
+    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("providers.json");
+    std::fs::write(&path, text).unwrap();
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        ProviderSet::load(Some(&path), &[]).unwrap();
+    });
+    let logs = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = logs.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 6, "{logs}");
+    assert!(
+        warnings
+            .iter()
+            .any(|l| l.contains(&path.display().to_string())
+                && l.contains("provider=p")
+                && l.contains("key=execConfig.comand")),
+        "{logs}"
+    );
+}
+
 // ---- kleym fixes -------------------------------------------------------------------------
 
 #[test]
@@ -297,34 +420,153 @@ fn env_order_is_deterministic() {
     assert_eq!(names, vec!["CLIENT_ID", "A", "M", "Z"]);
 }
 
+fn env_profile(vars: Value) -> AccessProfile {
+    profile(
+        vec![offer(
+            "p",
+            cluster_with_ext(json!([{"name": ENVS_EXT, "extension": vars}])),
+        )],
+        vec![],
+    )
+}
+
+/// Every rule of the deny list, through selection: an example name per rule is refused with
+/// an error naming the profile, the extension, the variable and the rule.
 #[test]
-fn loader_variables_are_refused() {
+fn deny_listed_variables_are_refused_naming_profile_extension_and_variable() {
+    use kleym_hub::access::extensions::{EnvPattern, FORBIDDEN_ENV};
     let providers = set(vec![provider(
         "p",
         CliArgsPolicy::Ignore,
         EnvVarsPolicy::Replace,
     )]);
-    for var in [
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-        "LD_AUDIT",
-        "DYLD_INSERT_LIBRARIES",
-        "PATH",
-    ] {
-        let p = profile(
-            vec![offer(
-                "p",
-                cluster_with_ext(json!([{"name": ENVS_EXT, "extension": {var: "/tmp/x.so"}}])),
-            )],
-            vec![],
-        );
-        let err = select(&providers, &p, &OPTS).unwrap_err();
-        assert!(
-            matches!(&err, SelectError::Extension { .. }),
-            "{var}: {err}"
-        );
-        assert!(err.to_string().contains(var), "{err}");
+    let mut checked = 0;
+    for (_, patterns) in FORBIDDEN_ENV {
+        for pattern in *patterns {
+            let examples: Vec<String> = match pattern {
+                EnvPattern::Exact(n) => vec![n.to_string()],
+                EnvPattern::Prefix(p) => vec![p.to_string(), format!("{p}X1")],
+                EnvPattern::SuffixAnyCase(s) => vec![
+                    format!("HTTP{s}"),
+                    format!("http{}", s.to_lowercase()),
+                    format!("No{}", s.to_lowercase()),
+                ],
+            };
+            for var in examples {
+                let err = select(&providers, &env_profile(json!({&var: "x"})), &OPTS)
+                    .expect_err(&var)
+                    .to_string();
+                for needle in [
+                    "\"fleet/spoke-1\"",
+                    ENVS_EXT,
+                    &format!("{var:?}"),
+                    &pattern.to_string(),
+                ] {
+                    assert!(err.contains(needle), "{var}: {needle} not in {err}");
+                }
+                checked += 1;
+            }
+        }
     }
+    assert!(checked > 100, "{checked}");
+    // The bypasses the audit found are all covered.
+    for var in [
+        "PYTHONWARNINGS",
+        "BROWSER",
+        "PERL5DB",
+        "PERL5OPT",
+        "RUBYOPT",
+        "NODE_OPTIONS",
+        "BASH_ENV",
+        "ENV",
+        "OPENSSL_CONF",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "NO_PROXY",
+        "KUBECONFIG",
+        "HOME",
+        "PATH",
+        "GIT_SSH_COMMAND",
+        "AZURE_AUTHORITY_HOST",
+        "JAVA_TOOL_OPTIONS",
+        "LD_PRELOAD",
+        "KUBERNETES_SERVICE_HOST",
+    ] {
+        assert!(
+            select(&providers, &env_profile(json!({var: "x"})), &OPTS).is_err(),
+            "{var}"
+        );
+    }
+    // Names on no rule pass; the check is case-sensitive as Linux is (proxies aside).
+    for var in [
+        "CLIENT_ID",
+        "TENANT_ID",
+        "AZURE_CLIENT_ID",
+        "ld_preload",
+        "path",
+    ] {
+        let eff = select(&providers, &env_profile(json!({var: "v"})), &OPTS)
+            .unwrap_or_else(|e| panic!("{var}: {e}"));
+        assert!(eff.exec.env.iter().any(|e| e.name == var), "{var}");
+    }
+}
+
+/// docs/access-providers.md lists every rule of the deny list.
+#[test]
+fn docs_list_the_whole_deny_list() {
+    use kleym_hub::access::extensions::{EnvPattern, FORBIDDEN_ENV};
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/access-providers.md"),
+    )
+    .unwrap();
+    for (why, patterns) in FORBIDDEN_ENV {
+        assert!(doc.contains(why), "group {why:?} not documented");
+        for p in *patterns {
+            let text = match p {
+                EnvPattern::Exact(n) => format!("`{n}`"),
+                EnvPattern::Prefix(p) => format!("`{p}*`"),
+                EnvPattern::SuffixAnyCase(s) => format!("`*{s}`"),
+            };
+            assert!(doc.contains(&text), "{text} not documented");
+        }
+    }
+}
+
+#[test]
+fn allow_list_narrows_profile_sourced_variables() {
+    let doc = r#"{"providers":[{"name":"p","execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"/bin/p"},
+        "profileSourcedEnvVarsPolicy":"Replace","profileSourcedEnvVarsAllowList":["CLIENT_ID","TENANT_ID"]}]}"#;
+    let providers = set(parse_provider_document(doc).unwrap());
+    let eff = select(
+        &providers,
+        &env_profile(json!({"CLIENT_ID": "c", "TENANT_ID": "t"})),
+        &OPTS,
+    )
+    .unwrap();
+    assert_eq!(eff.exec.env.len(), 2);
+    let err = select(
+        &providers,
+        &env_profile(json!({"CLIENT_ID": "c", "OTHER": "o"})),
+        &OPTS,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("\"OTHER\"") && err.contains("profileSourcedEnvVarsAllowList"),
+        "{err}"
+    );
+    // The deny list wins: an allow list cannot name a denied variable.
+    let bad = r#"{"providers":[{"name":"p","execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"/bin/p"},
+        "profileSourcedEnvVarsAllowList":["CLIENT_ID","LD_PRELOAD"]}]}"#;
+    let err = parse_provider_document(bad).unwrap_err().to_string();
+    assert!(
+        err.contains("\"p\"")
+            && err.contains("profileSourcedEnvVarsAllowList")
+            && err.contains("LD_PRELOAD"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -1,10 +1,22 @@
 //! SIG-Multicluster `ClusterProfile` (`multicluster.x-k8s.io/v1alpha1`, namespaced): the
 //! hub's cluster inventory.
+//!
+//! **Decoding is tolerant.** A list or watch decodes every object of a response, so one
+//! profile that the typed fields cannot hold (a `certificate-authority-data` that is valid
+//! for the API server's base64 check but not for a strict decoder, a timestamp without a
+//! zone, an object stored before a schema change) would otherwise fail the whole list — for
+//! every profile, forever. Instead, [`ClusterProfileSpec`] and [`ClusterProfileStatus`] never
+//! fail to decode from any JSON: what does not fit is left out and recorded, with its path
+//! from the object root and the decoder's message, in their `decode_issues`. Consumers decide
+//! what such a profile means (the hub refuses it, naming the field).
+
+use std::fmt;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
 
 /// Kind name.
 pub const KIND: &str = "ClusterProfile";
@@ -14,7 +26,10 @@ pub const GROUP: &str = "multicluster.x-k8s.io";
 pub const CONTROL_PLANE_HEALTHY: &str = "ControlPlaneHealthy";
 
 /// Spec of a ClusterProfile.
-#[derive(CustomResource, Serialize, Deserialize, Debug, Clone, PartialEq)]
+///
+/// Decoding never fails (see the module documentation): a spec that does not decode becomes
+/// the default spec with [`ClusterProfileSpec::decode_issues`] set.
+#[derive(CustomResource, Serialize, Debug, Clone, PartialEq, Default)]
 #[kube(
     group = "multicluster.x-k8s.io",
     version = "v1alpha1",
@@ -31,17 +46,24 @@ pub struct ClusterProfileSpec {
     pub display_name: Option<String>,
     /// The cluster manager that owns this profile.
     pub cluster_manager: ClusterManager,
+    /// What of the received spec did not decode (then the other fields are defaults). Empty
+    /// for a spec built in code; never serialized.
+    #[serde(skip)]
+    pub decode_issues: Vec<DecodeIssue>,
 }
 
 /// The cluster manager of a profile.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterManager {
     /// Manager name.
     pub name: String,
 }
 
 /// Status of a ClusterProfile.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+///
+/// Decoding never fails (see the module documentation): each top-level field that does not
+/// decode is left `None` and reported in [`ClusterProfileStatus::decode_issues`].
+#[derive(Serialize, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterProfileStatus {
     /// How to reach the cluster, per access provider (KEP-5339).
@@ -59,6 +81,10 @@ pub struct ClusterProfileStatus {
     /// Version information.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<ClusterVersion>,
+    /// The fields of the received status that did not decode (each left `None` above). Empty
+    /// for a status built in code; never serialized.
+    #[serde(skip)]
+    pub decode_issues: Vec<DecodeIssue>,
 }
 
 /// One access provider entry.
@@ -128,4 +154,272 @@ pub struct ClusterVersion {
     /// Kubernetes version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<String>,
+}
+
+/// A part of a received ClusterProfile that did not decode into the typed fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeIssue {
+    /// JSON path from the object root, e.g.
+    /// `status.accessProviders[0].cluster.certificate-authority-data`.
+    pub path: String,
+    /// What the decoder said.
+    pub message: String,
+}
+
+impl fmt::Display for DecodeIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// Decodes `value` (found at `path`) as `T`; on failure the issue names the exact field.
+fn decode_at<T: serde::de::DeserializeOwned>(value: &Value, path: &str) -> Result<T, DecodeIssue> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let inner = e.path().to_string();
+        let path = match inner.as_str() {
+            "." => path.to_string(),
+            p if p.starts_with('[') => format!("{path}{p}"),
+            p => format!("{path}.{p}"),
+        };
+        DecodeIssue {
+            path,
+            message: e.into_inner().to_string(),
+        }
+    })
+}
+
+impl<'de> Deserialize<'de> for ClusterProfileSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        // `Option` so that a missing `spec` arrives here as `None` instead of failing the
+        // whole object.
+        let raw = Option::<Value>::deserialize(deserializer)?;
+        Ok(Self::from_json(raw.as_ref()))
+    }
+}
+
+impl ClusterProfileSpec {
+    /// Decodes a received spec (`None`: absent); never fails, see the module documentation.
+    pub fn from_json(raw: Option<&Value>) -> Self {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Strict {
+            #[serde(default)]
+            display_name: Option<String>,
+            cluster_manager: ClusterManager,
+        }
+        let Some(raw) = raw.filter(|v| !v.is_null()) else {
+            return Self {
+                decode_issues: vec![DecodeIssue {
+                    path: "spec".into(),
+                    message: "missing".into(),
+                }],
+                ..Self::default()
+            };
+        };
+        match decode_at::<Strict>(raw, "spec") {
+            Ok(s) => Self {
+                display_name: s.display_name,
+                cluster_manager: s.cluster_manager,
+                decode_issues: Vec::new(),
+            },
+            Err(issue) => Self {
+                decode_issues: vec![issue],
+                ..Self::default()
+            },
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterProfileStatus {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Value::deserialize(deserializer)?;
+        Ok(Self::from_json(&raw))
+    }
+}
+
+impl ClusterProfileStatus {
+    /// Decodes a received status field by field; never fails, see the module documentation.
+    pub fn from_json(raw: &Value) -> Self {
+        let mut out = Self::default();
+        let Some(obj) = raw.as_object() else {
+            out.decode_issues.push(DecodeIssue {
+                path: "status".into(),
+                message: format!("expected an object, found {}", json_kind(raw)),
+            });
+            return out;
+        };
+        let mut issues = Vec::new();
+        let field = |key: &str| -> Option<&Value> { obj.get(key).filter(|v| !v.is_null()) };
+        fn take<T: serde::de::DeserializeOwned>(
+            v: Option<&Value>,
+            key: &str,
+            issues: &mut Vec<DecodeIssue>,
+        ) -> Option<T> {
+            match decode_at(v?, &format!("status.{key}")) {
+                Ok(t) => Some(t),
+                Err(issue) => {
+                    issues.push(issue);
+                    None
+                }
+            }
+        }
+        out.access_providers = take(field("accessProviders"), "accessProviders", &mut issues);
+        out.credential_providers = take(
+            field("credentialProviders"),
+            "credentialProviders",
+            &mut issues,
+        );
+        out.conditions = take(field("conditions"), "conditions", &mut issues);
+        out.properties = take(field("properties"), "properties", &mut issues);
+        out.version = take(field("version"), "version", &mut issues);
+        out.decode_issues = issues;
+        out
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn decode(status: Value) -> ClusterProfile {
+        serde_json::from_value(json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "kind": "ClusterProfile",
+            "metadata": {"name": "c1", "namespace": "fleet"},
+            "spec": {"clusterManager": {"name": "m"}},
+            "status": status
+        }))
+        .expect("decoding a ClusterProfile never fails on its content")
+    }
+
+    #[test]
+    fn undecodable_status_fields_are_recorded_with_their_path() {
+        let cases = [
+            (
+                json!({"accessProviders": [{"name": "p", "cluster": {"server": "https://h"}},
+                    {"name": "q", "cluster": {"server": "https://h",
+                        "certificate-authority-data": "QR=="}}]}),
+                "status.accessProviders[1].cluster.certificate-authority-data",
+            ),
+            (
+                json!({"accessProviders": [{"name": "p", "cluster": {}}]}),
+                "status.accessProviders[0].cluster",
+            ),
+            (
+                json!({"accessProviders": [{"name": "p", "cluster": {"server": "https://h",
+                    "insecure-skip-tls-verify": "yes"}}]}),
+                "status.accessProviders[0].cluster.insecure-skip-tls-verify",
+            ),
+            (
+                json!({"conditions": [{"type": "ControlPlaneHealthy", "status": "True",
+                    "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00"}]}),
+                "status.conditions[0].lastTransitionTime",
+            ),
+            (
+                json!({"properties": [{"name": "a", "value": "b",
+                    "lastObservedTime": "yesterday"}]}),
+                "status.properties[0].lastObservedTime",
+            ),
+            (
+                json!({"credentialProviders": {"x": 1}}),
+                "status.credentialProviders",
+            ),
+            (json!(["not", "an", "object"]), "status"),
+        ];
+        for (status, path) in cases {
+            let cp = decode(status.clone());
+            let s = cp.status.unwrap_or_default();
+            assert_eq!(
+                s.decode_issues
+                    .iter()
+                    .map(|i| i.path.as_str())
+                    .collect::<Vec<_>>(),
+                vec![path],
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_bad_field_leaves_the_others_decoded() {
+        let cp = decode(json!({
+            "accessProviders": [{"name": "p", "cluster": {"server": "https://h"}}],
+            "properties": [{"name": "a", "value": "b", "lastObservedTime": "x"}]
+        }));
+        let s = cp.status.unwrap();
+        assert!(s.properties.is_none());
+        assert_eq!(s.access_providers.unwrap()[0].name, "p");
+        assert_eq!(s.decode_issues.len(), 1);
+        // A clean status has no issues and serializes without the bookkeeping field.
+        let clean = decode(json!({"accessProviders": []}));
+        let st = clean.status.as_ref().unwrap();
+        assert!(st.decode_issues.is_empty());
+        assert_eq!(
+            serde_json::to_value(st).unwrap(),
+            json!({"accessProviders": []})
+        );
+    }
+
+    #[test]
+    fn missing_or_bad_spec_is_recorded_not_fatal() {
+        let base = json!({"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
+            "metadata": {"name": "c1", "namespace": "fleet"}});
+        let cp: ClusterProfile = serde_json::from_value(base.clone()).unwrap();
+        assert_eq!(cp.spec.decode_issues[0].path, "spec");
+        let mut bad = base;
+        bad["spec"] = json!({"clusterManager": {"name": 7}});
+        let cp: ClusterProfile = serde_json::from_value(bad).unwrap();
+        assert_eq!(cp.spec.decode_issues[0].path, "spec.clusterManager.name");
+        let good: ClusterProfile = serde_json::from_value(json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ClusterProfile",
+            "metadata": {"name": "c1"}, "spec": {"clusterManager": {"name": "m"}}}))
+        .unwrap();
+        assert!(good.spec.decode_issues.is_empty());
+        assert_eq!(good.spec.cluster_manager.name, "m");
+    }
+
+    #[test]
+    fn a_list_with_one_bad_profile_decodes_every_item() {
+        // What a watcher's initial list does: one response, every item decoded.
+        let list: kube::core::ObjectList<ClusterProfile> = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"},
+            "items": [
+                {"metadata": {"name": "good"}, "spec": {"clusterManager": {"name": "m"}},
+                 "status": {"accessProviders": [{"name": "p", "cluster": {"server": "https://h"}}]}},
+                {"metadata": {"name": "bad"}, "spec": {"clusterManager": {"name": "m"}},
+                 "status": {"accessProviders": [{"name": "p", "cluster": {"server": "https://h",
+                    "certificate-authority-data": "QR=="}}]}}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(list.items.len(), 2);
+        assert!(
+            list.items[0]
+                .status
+                .as_ref()
+                .unwrap()
+                .decode_issues
+                .is_empty()
+        );
+        assert!(
+            !list.items[1]
+                .status
+                .as_ref()
+                .unwrap()
+                .decode_issues
+                .is_empty()
+        );
+    }
 }

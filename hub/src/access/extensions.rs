@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-/// Passed through verbatim as `ExecCredential.spec.cluster.config`.
+/// Passed to the plugin as `ExecCredential.spec.cluster.config` (the same JSON value, re-serialised).
 pub const EXEC_EXTENSION: &str = "client.authentication.k8s.io/exec";
 /// Extra CLI arguments for the plugin (honoured only under the `Append` policy).
 pub const ADDITIONAL_ARGS_EXTENSION: &str =
@@ -14,47 +14,180 @@ pub const ADDITIONAL_ARGS_EXTENSION: &str =
 pub const ADDITIONAL_ENVS_EXTENSION: &str =
     "clusterprofiles.multicluster.x-k8s.io/exec/additional-envs";
 
-/// Exact variable names a ClusterProfile may never set: they change which code the plugin
-/// process loads or runs (dynamic loader, shells, interpreters, program lookup) or would
-/// overwrite the exec protocol's own input.
-pub const FORBIDDEN_ENV_NAMES: &[&str] = &[
-    "PATH",
-    "KUBERNETES_EXEC_INFO",
-    "GCONV_PATH",
-    "GLIBC_TUNABLES",
-    "MALLOC_CHECK_",
-    "HOSTALIASES",
-    "BASH_ENV",
-    "ENV",
-    "SHELLOPTS",
-    "BASHOPTS",
-    "PS4",
-    "IFS",
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "PYTHONSTARTUP",
-    "PERL5LIB",
-    "PERL5OPT",
-    "PERLLIB",
-    "RUBYLIB",
-    "RUBYOPT",
-    "NODE_OPTIONS",
-    "NODE_PATH",
-    "JAVA_TOOL_OPTIONS",
-    "_JAVA_OPTIONS",
-    "JDK_JAVA_OPTIONS",
-];
+/// How a deny-list rule matches a variable name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EnvPattern {
+    /// This exact name (case-sensitive, as Linux compares names).
+    Exact(&'static str),
+    /// Every name starting with this (case-sensitive).
+    Prefix(&'static str),
+    /// Every name ending with this, in any case: Python's `urllib` lowercases every name
+    /// before looking for `*_proxy`, so `Http_Proxy` counts too.
+    SuffixAnyCase(&'static str),
+}
 
-/// Name prefixes a ClusterProfile may never set: the glibc/musl dynamic loader (`LD_PRELOAD`,
-/// `LD_LIBRARY_PATH`, `LD_AUDIT`, …) and the macOS one (`DYLD_INSERT_LIBRARIES`, …).
-pub const FORBIDDEN_ENV_PREFIXES: &[&str] = &["LD_", "DYLD_"];
+impl EnvPattern {
+    /// Whether `name` matches.
+    pub fn matches(self, name: &str) -> bool {
+        match self {
+            EnvPattern::Exact(n) => name == n,
+            EnvPattern::Prefix(p) => name.starts_with(p),
+            EnvPattern::SuffixAnyCase(s) => {
+                name.len() >= s.len()
+                    && name.is_char_boundary(name.len() - s.len())
+                    && name[name.len() - s.len()..].eq_ignore_ascii_case(s)
+            }
+        }
+    }
+}
 
-/// Whether a profile-sourced variable name is refused (compared case-insensitively, so that
-/// `ld_preload` cannot slip through on a platform that folds case).
+impl std::fmt::Display for EnvPattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EnvPattern::Exact(n) => f.write_str(n),
+            EnvPattern::Prefix(p) => write!(f, "{p}*"),
+            EnvPattern::SuffixAnyCase(s) => write!(f, "*{s} (any case)"),
+        }
+    }
+}
+
+/// The variables a ClusterProfile may never set through the additional-envs extension, by
+/// why: whoever can write a profile's status must not be able to make the plugin (which runs
+/// as the hub, with the hub's cloud identity) load or run other code, send its credentials
+/// elsewhere, trust other certificates, or read another configuration. A provider's
+/// `profileSourcedEnvVarsAllowList` narrows further; nothing can widen this list.
+pub const FORBIDDEN_ENV: &[(&str, &[EnvPattern])] = {
+    use EnvPattern::{Exact, Prefix, SuffixAnyCase};
+    &[
+        (
+            "dynamic loader and C library",
+            &[
+                Prefix("LD_"),
+                Prefix("DYLD_"),
+                Prefix("GLIBC_"),
+                Prefix("MALLOC_"),
+                Exact("GCONV_PATH"),
+                Exact("LOCPATH"),
+                Exact("NLSPATH"),
+                Exact("HOSTALIASES"),
+                Exact("RESOLV_HOST_CONF"),
+                Exact("LOCALDOMAIN"),
+                Exact("RES_OPTIONS"),
+            ],
+        ),
+        (
+            "shell start-up and program lookup",
+            &[
+                Exact("PATH"),
+                Exact("IFS"),
+                Exact("ENV"),
+                Exact("BASH_ENV"),
+                Prefix("BASH_FUNC_"),
+                Exact("SHELLOPTS"),
+                Exact("BASHOPTS"),
+                Exact("PS4"),
+                Exact("PROMPT_COMMAND"),
+                Exact("CDPATH"),
+                Exact("GLOBIGNORE"),
+                Exact("ZDOTDIR"),
+                Exact("SHELL"),
+            ],
+        ),
+        (
+            "interpreter and runtime start-up",
+            &[
+                Prefix("PYTHON"),
+                Prefix("PERL"),
+                Prefix("RUBY"),
+                Prefix("GEM_"),
+                Prefix("BUNDLE_"),
+                Prefix("NODE_"),
+                Prefix("NPM_CONFIG_"),
+                Prefix("npm_config_"),
+                Prefix("JAVA_"),
+                Prefix("_JAVA_"),
+                Prefix("JDK_"),
+                Exact("CLASSPATH"),
+                Prefix("DOTNET_"),
+                Prefix("CORECLR_"),
+                Prefix("COMPlus_"),
+                Prefix("LUA_"),
+                Exact("PHPRC"),
+                Exact("PHP_INI_SCAN_DIR"),
+            ],
+        ),
+        (
+            "programs a plugin may start",
+            &[
+                Exact("BROWSER"),
+                Exact("EDITOR"),
+                Exact("VISUAL"),
+                Exact("PAGER"),
+                Exact("LESSOPEN"),
+                Exact("LESSCLOSE"),
+                Prefix("GIT_"),
+            ],
+        ),
+        (
+            "TLS trust and key logging",
+            &[
+                Prefix("SSL_"),
+                Exact("SSLKEYLOGFILE"),
+                Prefix("OPENSSL_"),
+                Prefix("CURL_"),
+                Exact("REQUESTS_CA_BUNDLE"),
+                Exact("AWS_CA_BUNDLE"),
+                Exact("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"),
+                Exact("GODEBUG"),
+            ],
+        ),
+        ("proxies", &[SuffixAnyCase("_PROXY")]),
+        (
+            "home directory and configuration files",
+            &[
+                Exact("HOME"),
+                Prefix("XDG_"),
+                Exact("TMPDIR"),
+                Exact("KUBECONFIG"),
+                Exact("AWS_CONFIG_FILE"),
+                Exact("AWS_SHARED_CREDENTIALS_FILE"),
+                Exact("AZURE_CONFIG_DIR"),
+                Prefix("CLOUDSDK_"),
+                Exact("GOOGLE_APPLICATION_CREDENTIALS"),
+                Exact("GOOGLE_EXTERNAL_ACCOUNT_ALLOW_EXECUTABLES"),
+                Prefix("KRB5"),
+            ],
+        ),
+        (
+            "identity-provider and credential endpoints",
+            &[
+                Exact("AZURE_AUTHORITY_HOST"),
+                Prefix("AWS_ENDPOINT_URL"),
+                Prefix("AWS_CONTAINER_"),
+                Prefix("AWS_EC2_METADATA_"),
+            ],
+        ),
+        (
+            "the exec protocol and in-cluster configuration",
+            &[Prefix("KUBERNETES_")],
+        ),
+    ]
+};
+
+/// The deny-list rule `name` matches, with the reason of its group; `None` when a profile may
+/// set it (subject to the provider's allow list).
+pub fn forbidden_env_rule(name: &str) -> Option<(EnvPattern, &'static str)> {
+    FORBIDDEN_ENV.iter().find_map(|(why, patterns)| {
+        patterns
+            .iter()
+            .find(|p| p.matches(name))
+            .map(|p| (*p, *why))
+    })
+}
+
+/// Whether a profile-sourced variable name is on the deny list ([`FORBIDDEN_ENV`]).
 pub fn is_forbidden_env_name(name: &str) -> bool {
-    let upper = name.to_ascii_uppercase();
-    FORBIDDEN_ENV_NAMES.contains(&upper.as_str())
-        || FORBIDDEN_ENV_PREFIXES.iter().any(|p| upper.starts_with(p))
+    forbidden_env_rule(name).is_some()
 }
 
 /// Parses the additional-args payload. Accepted forms:
@@ -176,20 +309,37 @@ mod tests {
     }
 
     #[test]
-    fn loader_variables_are_forbidden() {
+    fn deny_list_is_case_sensitive_except_proxies() {
         for n in [
             "LD_PRELOAD",
-            "LD_LIBRARY_PATH",
-            "LD_AUDIT",
-            "ld_preload",
             "DYLD_INSERT_LIBRARIES",
             "PATH",
-            "BASH_ENV",
+            "PYTHONWARNINGS",
+            "BROWSER",
+            "HTTPS_PROXY",
+            "https_proxy",
+            "Http_Proxy",
+            "NO_PROXY",
+            "npm_config_userconfig",
+            "KUBERNETES_SERVICE_HOST",
         ] {
             assert!(is_forbidden_env_name(n), "{n}");
         }
-        for n in ["CLIENT_ID", "TENANT_ID", "HOME", "LDAP_URL"] {
+        // Linux compares names case-sensitively: these are not the loader's variables.
+        for n in [
+            "ld_preload",
+            "path",
+            "CLIENT_ID",
+            "TENANT_ID",
+            "AZURE_CLIENT_ID",
+            "LDAP_URL",
+            "PROXY",
+            "NODEJS",
+        ] {
             assert!(!is_forbidden_env_name(n), "{n}");
         }
+        let (pattern, why) = forbidden_env_rule("PERL5DB").unwrap();
+        assert_eq!(pattern.to_string(), "PERL*");
+        assert_eq!(why, "interpreter and runtime start-up");
     }
 }

@@ -10,19 +10,36 @@ use super::select::SelectOptions;
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct AccessFlags {
     /// Provider file in the Go reference library's format (JSON; YAML also accepted).
+    ///
+    /// Per provider: `name`, `execConfig` (client-go's ExecConfig: `apiVersion`
+    /// client.authentication.k8s.io/v1 or /v1beta1, `command`, `args`, `env`,
+    /// `provideClusterInfo`, `installHint`), `profileSourcedCLIArgsPolicy` (Ignore, the default,
+    /// or Append) and `profileSourcedEnvVarsPolicy` (Ignore, the default, AppendIfNotExists or
+    /// Replace), deciding whether a ClusterProfile's additional-args / additional-envs
+    /// extensions are used. Keys match case-insensitively; unknown keys are logged. See
+    /// docs/access-providers.md.
     #[arg(
         long = "clusterprofile-provider-file",
         env = "KLEYM_CLUSTERPROFILE_PROVIDER_FILE"
     )]
     pub provider_file: Option<PathBuf>,
-    /// An access provider as `name=/path/plugin --flag value` (POSIX-shell quoting; repeatable).
-    /// Replaces the file's provider of the same name; new names come after the file's.
+    /// An access provider as `NAME=COMMAND [ARGS...]` (repeatable).
+    ///
+    /// The part after `=` is split into words with POSIX-shell quoting and no expansion; the
+    /// KEP's `NAME='COMMAND ARGS'` (one quoted string) is split once more. Replaces the file's
+    /// provider of the same name; new names come after the file's. A flag-defined provider
+    /// runs with apiVersion client.authentication.k8s.io/v1, provideClusterInfo true, no env
+    /// and the Ignore policies (a ClusterProfile's additional-args / additional-envs
+    /// extensions are not used); use --clusterprofile-provider-file for anything else. See
+    /// docs/access-providers.md.
     #[arg(
         long = "clusterprofile-access-provider",
         value_name = "NAME=COMMAND [ARGS]"
     )]
     pub access_providers: Vec<String>,
     /// Accept ClusterProfiles that set `insecure-skip-tls-verify: true` (refused by default).
+    ///
+    /// See docs/access-providers.md.
     #[arg(long)]
     pub allow_insecure_skip_tls_verify: bool,
 }

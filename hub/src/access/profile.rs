@@ -15,7 +15,7 @@ pub struct ProfileProvider {
     /// Provider name.
     pub name: String,
     /// The v1 kubeconfig `Cluster` object (keys `server`, `certificate-authority-data`, …,
-    /// `extensions`), kept as JSON so unknown fields and extension payloads survive verbatim.
+    /// `extensions`), kept as JSON so unknown fields and extension payloads survive as values.
     #[serde(default)]
     pub cluster: serde_json::Value,
 }

@@ -141,6 +141,9 @@ pub struct ProviderConfig {
     pub cli_args_policy: CliArgsPolicy,
     /// Policy for profile-sourced environment variables.
     pub env_vars_policy: EnvVarsPolicy,
+    /// `profileSourcedEnvVarsAllowList` (a kleym extension of the file format): when set,
+    /// the only variable names a ClusterProfile may set (the deny list still applies).
+    pub env_vars_allow_list: Option<Vec<String>>,
 }
 
 /// The validated, ordered set of access providers the hub knows.
@@ -237,8 +240,8 @@ pub enum ProviderConfigError {
     Invalid {
         /// Provider name (`providers[<index>]` when the name itself is missing).
         provider: String,
-        /// The field, in the file's spelling.
-        field: &'static str,
+        /// The field, in the file's spelling (a path such as `execConfig.args[1]`).
+        field: String,
         /// What is wrong.
         reason: String,
     },
@@ -252,35 +255,108 @@ pub enum ProviderConfigError {
     },
 }
 
-/// Reads and validates a provider file (JSON, or YAML as an extension of the Go format).
+/// A key of the provider file that kleym does not know. Go's `encoding/json` ignores such
+/// keys silently; the hub logs them, so a misspelt key (`comand`) is visible.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownKey {
+    /// The provider (its name, or `providers[<index>]`); `None` at the top level.
+    pub provider: Option<String>,
+    /// Path of the key within the provider (or the top level), e.g. `execConfig.comand`.
+    pub key: String,
+}
+
+/// A parsed provider file: the validated providers and the keys that were ignored.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProviderDocument {
+    /// Validated providers, in file order.
+    pub providers: Vec<ProviderConfig>,
+    /// Ignored keys, in file order.
+    pub unknown_keys: Vec<UnknownKey>,
+}
+
+/// Reads and validates a provider file (JSON, or YAML as an extension of the Go format), and
+/// logs a warning for every unknown key (file, provider, key).
 pub fn parse_provider_file(path: &Path) -> Result<Vec<ProviderConfig>, ProviderConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ProviderConfigError::Read {
         path: path.display().to_string(),
         source,
     })?;
-    parse_provider_document(&text).map_err(|e| match e {
+    let doc = parse_provider_document_with_unknown_keys(&text).map_err(|e| match e {
         ProviderConfigError::Parse { detail, .. } => ProviderConfigError::Parse {
             path: path.display().to_string(),
             detail,
         },
         other => other,
-    })
+    })?;
+    for k in &doc.unknown_keys {
+        tracing::warn!(
+            file = %path.display(),
+            provider = %k.provider.as_deref().unwrap_or("-"),
+            key = %k.key,
+            "unknown key in the access provider file, ignored"
+        );
+    }
+    Ok(doc.providers)
+}
+
+/// Parses and validates provider-file content. See
+/// [`parse_provider_document_with_unknown_keys`].
+pub fn parse_provider_document(text: &str) -> Result<Vec<ProviderConfig>, ProviderConfigError> {
+    parse_provider_document_with_unknown_keys(text).map(|d| d.providers)
 }
 
 /// Parses and validates provider-file content. JSON is tried first (the reference format);
-/// YAML is accepted as well. `{}` is an empty configuration.
-pub fn parse_provider_document(text: &str) -> Result<Vec<ProviderConfig>, ProviderConfigError> {
-    let raw: RawProviderFile = match serde_json::from_str(text) {
-        Ok(raw) => raw,
-        Err(json_err) => {
-            serde_yaml_ng::from_str(text).map_err(|yaml_err| ProviderConfigError::Parse {
-                path: String::new(),
-                detail: format!("not JSON ({json_err}) nor YAML ({yaml_err})"),
-            })?
-        }
+/// YAML is accepted as well. `{}` is an empty configuration. As with Go's `encoding/json`,
+/// keys match case-insensitively (`profileSourcedCliArgsPolicy` is
+/// `profileSourcedCLIArgsPolicy`) and unknown keys are ignored (and reported); one key given
+/// twice in different cases is an error.
+pub fn parse_provider_document_with_unknown_keys(
+    text: &str,
+) -> Result<ProviderDocument, ProviderConfigError> {
+    let parse_err = |detail: String| ProviderConfigError::Parse {
+        path: String::new(),
+        detail,
+    };
+    let root: serde_json::Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(json_err) => serde_yaml_ng::from_str(text).map_err(|yaml_err| {
+            parse_err(format!("not JSON ({json_err}) nor YAML ({yaml_err})"))
+        })?,
+    };
+    let serde_json::Value::Object(root) = root else {
+        return Err(parse_err(
+            "expected an object with a \"providers\" list".into(),
+        ));
+    };
+    let mut unknown = Vec::new();
+    let mut root = canonical_keys(root, ROOT_KEYS, "", None, &mut unknown)?;
+    let items = match root.remove("providers") {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(serde_json::Value::Array(items)) => items,
+        Some(_) => return Err(parse_err("\"providers\" must be a list".into())),
     };
     let mut out: Vec<ProviderConfig> = Vec::new();
-    for (index, rp) in raw.providers.unwrap_or_default().into_iter().enumerate() {
+    for (index, item) in items.into_iter().enumerate() {
+        let label = item
+            .get("name")
+            .or_else(|| {
+                // The name key may be spelt in another case too.
+                item.as_object()?
+                    .iter()
+                    .find(|(k, _)| k.to_lowercase() == "name")
+                    .map(|(_, v)| v)
+            })
+            .and_then(|v| v.as_str())
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("providers[{index}]"));
+        let item = canonical_provider(item, &label, &mut unknown)?;
+        let rp: RawProvider =
+            serde_path_to_error::deserialize(&item).map_err(|e| ProviderConfigError::Invalid {
+                provider: label.clone(),
+                field: e.path().to_string(),
+                reason: e.into_inner().to_string(),
+            })?;
         let p = validate_raw_provider(index, rp)?;
         if out.iter().any(|q| q.name == p.name) {
             return Err(ProviderConfigError::Duplicate {
@@ -290,13 +366,127 @@ pub fn parse_provider_document(text: &str) -> Result<Vec<ProviderConfig>, Provid
         }
         out.push(p);
     }
+    Ok(ProviderDocument {
+        providers: out,
+        unknown_keys: unknown,
+    })
+}
+
+const ROOT_KEYS: &[&str] = &["providers"];
+const PROVIDER_KEYS: &[&str] = &[
+    "name",
+    "execConfig",
+    "profileSourcedCLIArgsPolicy",
+    "profileSourcedEnvVarsPolicy",
+    "profileSourcedEnvVarsAllowList",
+];
+/// client-go's `clientcmd/api.ExecConfig` JSON keys (`Config`, `StdinUnavailable` and
+/// `PluginPolicy` are `json:"-"` there, so they are unknown keys here as well).
+const EXEC_KEYS: &[&str] = &[
+    "command",
+    "args",
+    "env",
+    "apiVersion",
+    "installHint",
+    "provideClusterInfo",
+    "interactiveMode",
+];
+const ENV_KEYS: &[&str] = &["name", "value"];
+
+/// Renames the keys of `obj` to their spelling in `known`, matching case-insensitively like
+/// Go's `encoding/json` (an exact match first); records the others in `unknown` and drops
+/// them.
+fn canonical_keys(
+    obj: serde_json::Map<String, serde_json::Value>,
+    known: &[&'static str],
+    path: &str,
+    provider: Option<&str>,
+    unknown: &mut Vec<UnknownKey>,
+) -> Result<serde_json::Map<String, serde_json::Value>, ProviderConfigError> {
+    let mut out = serde_json::Map::new();
+    let mut spelt: Vec<(&'static str, String)> = Vec::new();
+    for (key, value) in obj {
+        let canonical = known.iter().find(|k| **k == key).or_else(|| {
+            known
+                .iter()
+                .find(|k| k.to_lowercase() == key.to_lowercase())
+        });
+        let Some(canonical) = canonical else {
+            unknown.push(UnknownKey {
+                provider: provider.map(str::to_string),
+                key: format!("{path}{key}"),
+            });
+            continue;
+        };
+        if let Some((_, first)) = spelt.iter().find(|(c, _)| c == canonical) {
+            let reason =
+                format!("given twice, as {first:?} and {key:?} (keys match case-insensitively)");
+            let field = format!("{path}{canonical}");
+            return Err(match provider {
+                Some(p) => ProviderConfigError::Invalid {
+                    provider: p.to_string(),
+                    field,
+                    reason,
+                },
+                None => ProviderConfigError::Parse {
+                    path: String::new(),
+                    detail: format!("{field}: {reason}"),
+                },
+            });
+        }
+        spelt.push((canonical, key));
+        out.insert((*canonical).to_string(), value);
+    }
     Ok(out)
+}
+
+/// [`canonical_keys`] for one `providers[]` item and its `execConfig` and `env[]` objects;
+/// values of another type are left for the typed decoding to report.
+fn canonical_provider(
+    item: serde_json::Value,
+    label: &str,
+    unknown: &mut Vec<UnknownKey>,
+) -> Result<serde_json::Value, ProviderConfigError> {
+    use serde_json::Value;
+    let Value::Object(obj) = item else {
+        return Ok(item);
+    };
+    let mut obj = canonical_keys(obj, PROVIDER_KEYS, "", Some(label), unknown)?;
+    if let Some(Value::Object(exec)) = obj.get_mut("execConfig") {
+        *exec = canonical_keys(
+            std::mem::take(exec),
+            EXEC_KEYS,
+            "execConfig.",
+            Some(label),
+            unknown,
+        )?;
+        if let Some(Value::Array(env)) = exec.get_mut("env") {
+            for (i, e) in env.iter_mut().enumerate() {
+                if let Value::Object(entry) = e {
+                    *entry = canonical_keys(
+                        std::mem::take(entry),
+                        ENV_KEYS,
+                        &format!("execConfig.env[{i}]."),
+                        Some(label),
+                        unknown,
+                    )?;
+                }
+            }
+        }
+    }
+    Ok(Value::Object(obj))
 }
 
 /// Parses one `--clusterprofile-access-provider` value: `name=<command> [args...]`, where
 /// the part after `=` is split into words like a POSIX shell would (see
-/// [`shell_words`](super::shell_words)); the whole part may also be wrapped in one pair
-/// of quotes, as in the KEP's `google='/usr/bin/plugin --flag1 value1'`.
+/// [`shell_words`](super::shell_words)).
+///
+/// The KEP writes the whole command line as one quoted string,
+/// `google='/usr/bin/plugin --flag1 value1'`: when the part after `=` is exactly one quoted
+/// string containing blanks, that string is split once more. Blanks that are escaped
+/// (`x=/opt/my\ plugins/p`) or quoted inside a longer word (`x=/opt/'my plugins'/p`) are
+/// never split again; inside the KEP form, quote or escape them once more
+/// (`x='"/opt/my plugins/p" --v'`).
 ///
 /// Flag-defined providers use `apiVersion: client.authentication.k8s.io/v1`,
 /// `provideClusterInfo: true` and the `Ignore` policies; use the provider file for anything
@@ -311,13 +501,14 @@ pub fn parse_provider_flag(value: &str) -> Result<ProviderConfig, ProviderConfig
         .ok_or_else(|| flag_err("expected name=<command> [args...]"))?;
     let name = name.trim();
     validate_name(name).map_err(|reason| flag_err(&reason))?;
-    let words = shell_words::split(rest).map_err(|e| flag_err(&e.to_string()))?;
-    // The KEP quotes the whole command line; after one round of splitting that leaves a
-    // single word holding the real command line, which we split again.
-    let words = if words.len() == 1 && words[0].contains(char::is_whitespace) {
-        shell_words::split(&words[0]).map_err(|e| flag_err(&e.to_string()))?
-    } else {
-        words
+    let words = shell_words::split_words(rest).map_err(|e| flag_err(&e.to_string()))?;
+    let words = match words.as_slice() {
+        [only] if only.whole_quoted && only.text.contains(char::is_whitespace) => {
+            let inner = shell_words::split(&only.text).map_err(|e| flag_err(&e.to_string()))?;
+            kep_form_path_hint(&only.text, &inner).map_err(|r| flag_err(&r))?;
+            inner
+        }
+        _ => words.into_iter().map(|w| w.text).collect(),
     };
     let mut words = words.into_iter();
     let command = words
@@ -336,7 +527,27 @@ pub fn parse_provider_flag(value: &str) -> Result<ProviderConfig, ProviderConfig
         },
         cli_args_policy: CliArgsPolicy::Ignore,
         env_vars_policy: EnvVarsPolicy::Ignore,
+        env_vars_allow_list: None,
     })
+}
+
+/// `x='/opt/my plugins/p'` is the KEP form: command `/opt/my`, argument `plugins/p`. When
+/// that command does not exist but the whole quoted string is a file, the operator surely
+/// meant the file: say how to write it instead of exec'ing a missing command later.
+fn kep_form_path_hint(whole: &str, words: &[String]) -> Result<(), String> {
+    let Some(first) = words.first() else {
+        return Ok(());
+    };
+    let (first, whole) = (Path::new(first), Path::new(whole));
+    if first.is_absolute() && !first.exists() && whole.is_file() {
+        return Err(format!(
+            "a single quoted string is the KEP's whole command line, so this runs {:?} with arguments {:?}, which does not exist; {:?} does: write the path with its blanks escaped (NAME=/opt/my\\ plugins/p) or quoted once more (NAME='\"/opt/my plugins/p\"')",
+            first.display(),
+            &words[1..],
+            whole.display()
+        ));
+    }
+    Ok(())
 }
 
 fn validate_name(name: &str) -> Result<(), String> {
@@ -349,13 +560,8 @@ fn validate_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The provider file as written (the Go library's JSON keys); validated into [`ProviderConfig`].
-#[derive(Debug, Default, Deserialize)]
-struct RawProviderFile {
-    #[serde(default)]
-    providers: Option<Vec<RawProvider>>,
-}
-
+/// One `providers[]` item as written (the Go library's JSON keys, after
+/// [`canonical_provider`]); validated into [`ProviderConfig`].
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RawProvider {
@@ -367,6 +573,8 @@ struct RawProvider {
     profile_sourced_cli_args_policy: Option<String>,
     #[serde(default)]
     profile_sourced_env_vars_policy: Option<String>,
+    #[serde(default)]
+    profile_sourced_env_vars_allow_list: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -411,9 +619,9 @@ fn validate_raw_provider(
         .clone()
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| format!("providers[{index}]"));
-    let invalid = |field: &'static str, reason: String| ProviderConfigError::Invalid {
+    let invalid = |field: &str, reason: String| ProviderConfigError::Invalid {
         provider: label.clone(),
-        field,
+        field: field.to_string(),
         reason,
     };
     let name = rp.name.clone().unwrap_or_default();
@@ -495,6 +703,28 @@ fn validate_raw_provider(
             ));
         }
     };
+    let env_vars_allow_list = match rp.profile_sourced_env_vars_allow_list {
+        None => None,
+        Some(names) => {
+            for (i, n) in names.iter().enumerate() {
+                if n.is_empty() || n.contains('=') || n.contains('\0') {
+                    return Err(invalid(
+                        "profileSourcedEnvVarsAllowList",
+                        format!("entry {i}: invalid variable name {n:?}"),
+                    ));
+                }
+                if let Some((pattern, why)) = super::extensions::forbidden_env_rule(n) {
+                    return Err(invalid(
+                        "profileSourcedEnvVarsAllowList",
+                        format!(
+                            "entry {i}: {n:?} is on the deny list ({pattern}, {why}) and can never be set from a ClusterProfile"
+                        ),
+                    ));
+                }
+            }
+            Some(names)
+        }
+    };
     Ok(ProviderConfig {
         name,
         exec: ExecConfig {
@@ -507,6 +737,7 @@ fn validate_raw_provider(
         },
         cli_args_policy,
         env_vars_policy,
+        env_vars_allow_list,
     })
 }
 
@@ -523,6 +754,58 @@ mod tests {
         assert_eq!(p.exec.args, vec!["--flag1", "value1", "--flag2", "v 2"]);
         let p = parse_provider_flag("x=/bin/p --a 'b c'").unwrap();
         assert_eq!(p.exec.args, vec!["--a", "b c"]);
+    }
+
+    #[test]
+    fn flag_keeps_escaped_and_inner_quoted_blanks_in_the_command() {
+        for (flag, command, args) in [
+            (r"x=/opt/my\ plugins/p", "/opt/my plugins/p", vec![]),
+            (
+                r"x=/opt/my\ plugins/p --v 1",
+                "/opt/my plugins/p",
+                vec!["--v", "1"],
+            ),
+            (r"x=/opt/'my plugins'/p", "/opt/my plugins/p", vec![]),
+            (
+                r#"x="'/opt/my plugins/p' --v""#,
+                "/opt/my plugins/p",
+                vec!["--v"],
+            ),
+            (r#"x='"/opt/my plugins/p"'"#, "/opt/my plugins/p", vec![]),
+            (
+                r"x='/opt/my\ plugins/p --v'",
+                "/opt/my plugins/p",
+                vec!["--v"],
+            ),
+            (
+                r"x='/opt/my plugins/p' --v",
+                "/opt/my plugins/p",
+                vec!["--v"],
+            ),
+            // The KEP form: one quoted string is the whole command line.
+            ("x='/opt/my plugins/p'", "/opt/my", vec!["plugins/p"]),
+        ] {
+            let p = parse_provider_flag(flag).unwrap_or_else(|e| panic!("{flag}: {e}"));
+            assert_eq!(p.exec.command, command, "{flag}");
+            assert_eq!(p.exec.args, args, "{flag}");
+        }
+    }
+
+    #[test]
+    fn kep_form_over_an_existing_path_with_blanks_is_an_error_with_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("my plugins");
+        std::fs::create_dir(&sub).unwrap();
+        let plugin = sub.join("p");
+        std::fs::write(&plugin, "#!/bin/sh\n").unwrap();
+        let e = parse_provider_flag(&format!("x='{}'", plugin.display()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("does not exist") && e.contains("escaped"), "{e}");
+        // Written as the error says, it is the command.
+        let escaped = plugin.display().to_string().replace(' ', "\\ ");
+        let p = parse_provider_flag(&format!("x={escaped}")).unwrap();
+        assert_eq!(Path::new(&p.exec.command), plugin);
     }
 
     #[test]

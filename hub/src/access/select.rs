@@ -12,10 +12,9 @@
 //! and fix its bugs: the shared provider config is never mutated (a new value is returned),
 //! env order is deterministic (provider env in configured order, then profile variables sorted
 //! by name), TLS fields are honoured and validated, `insecure-skip-tls-verify` is refused unless
-//! the hub allows it, profile-sourced env can never set loader variables
-//! ([`FORBIDDEN_ENV_NAMES`](super::extensions::FORBIDDEN_ENV_NAMES),
-//! [`FORBIDDEN_ENV_PREFIXES`](super::extensions::FORBIDDEN_ENV_PREFIXES)), and duplicate
-//! extension names are refused.
+//! the hub allows it, profile-sourced env can never set a variable of the deny list
+//! ([`FORBIDDEN_ENV`](super::extensions::FORBIDDEN_ENV)) nor, when the provider has one, a
+//! variable outside its allow list, and duplicate extension names are refused.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +25,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use super::extensions::{
-    ADDITIONAL_ARGS_EXTENSION, ADDITIONAL_ENVS_EXTENSION, EXEC_EXTENSION, is_forbidden_env_name,
+    ADDITIONAL_ARGS_EXTENSION, ADDITIONAL_ENVS_EXTENSION, EXEC_EXTENSION, forbidden_env_rule,
     parse_additional_args, parse_additional_envs,
 };
 use super::profile::{AccessProfile, ProfileProvider};
@@ -181,7 +180,13 @@ pub fn select(
     {
         let extra =
             parse_additional_envs(payload).map_err(|r| ctx.ext(ADDITIONAL_ENVS_EXTENSION, r))?;
-        merge_env(&ctx, &mut exec.env, extra, provider.env_vars_policy)?;
+        merge_env(
+            &ctx,
+            &mut exec.env,
+            extra,
+            provider.env_vars_policy,
+            provider.env_vars_allow_list.as_deref(),
+        )?;
     }
     let exec_extension = parsed.extensions.get(EXEC_EXTENSION).map(|v| v.to_string());
     Ok(EffectiveAccess {
@@ -230,12 +235,25 @@ fn merge_env(
     env: &mut Vec<EnvVar>,
     extra: BTreeMap<String, String>,
     policy: EnvVarsPolicy,
+    allow_list: Option<&[String]>,
 ) -> Result<(), SelectError> {
     for (name, value) in extra {
-        if is_forbidden_env_name(&name) {
+        if let Some((pattern, why)) = forbidden_env_rule(&name) {
             return Err(ctx.ext(
                 ADDITIONAL_ENVS_EXTENSION,
-                format!("variable {name:?} may not be set from a ClusterProfile (loader/interpreter/program-lookup variable)"),
+                format!(
+                    "variable {name:?} may not be set from a ClusterProfile (deny list: {pattern}, {why})"
+                ),
+            ));
+        }
+        if let Some(allowed) = allow_list
+            && !allowed.contains(&name)
+        {
+            return Err(ctx.ext(
+                ADDITIONAL_ENVS_EXTENSION,
+                format!(
+                    "variable {name:?} is not in the provider's profileSourcedEnvVarsAllowList {allowed:?}"
+                ),
             ));
         }
         match env.iter_mut().find(|e| e.name == name) {

@@ -23,23 +23,45 @@ pub enum ShellWordsError {
     TrailingBackslash,
 }
 
+/// One word and how it was written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Word {
+    /// The word after quote removal.
+    pub text: String,
+    /// Whether the word was exactly one quoted string (`'…'` or `"…"`), with nothing
+    /// unquoted or escaped around it.
+    pub whole_quoted: bool,
+}
+
 /// Splits `input` into words following the rules in the module documentation.
 pub fn split(input: &str) -> Result<Vec<String>, ShellWordsError> {
+    Ok(split_words(input)?.into_iter().map(|w| w.text).collect())
+}
+
+/// [`split`], also telling for each word whether it was one quoted string.
+pub fn split_words(input: &str) -> Result<Vec<Word>, ShellWordsError> {
     let mut words = Vec::new();
     let mut current = String::new();
     // `in_word` distinguishes "no word yet" from "an empty quoted word".
     let mut in_word = false;
+    // Quoted strings and unquoted pieces (characters, escapes) of the current word.
+    let (mut quoted, mut unquoted) = (0usize, false);
     let mut chars = input.chars();
     while let Some(c) = chars.next() {
         match c {
             ' ' | '\t' | '\n' => {
                 if in_word {
-                    words.push(std::mem::take(&mut current));
+                    words.push(Word {
+                        text: std::mem::take(&mut current),
+                        whole_quoted: quoted == 1 && !unquoted,
+                    });
                     in_word = false;
                 }
+                (quoted, unquoted) = (0, false);
             }
             '\'' => {
                 in_word = true;
+                quoted += 1;
                 loop {
                     match chars.next() {
                         Some('\'') => break,
@@ -50,6 +72,7 @@ pub fn split(input: &str) -> Result<Vec<String>, ShellWordsError> {
             }
             '"' => {
                 in_word = true;
+                quoted += 1;
                 loop {
                     match chars.next() {
                         Some('"') => break,
@@ -71,18 +94,23 @@ pub fn split(input: &str) -> Result<Vec<String>, ShellWordsError> {
                 Some('\n') => {}
                 Some(ch) => {
                     in_word = true;
+                    unquoted = true;
                     current.push(ch);
                 }
                 None => return Err(ShellWordsError::TrailingBackslash),
             },
             ch => {
                 in_word = true;
+                unquoted = true;
                 current.push(ch);
             }
         }
     }
     if in_word {
-        words.push(current);
+        words.push(Word {
+            text: current,
+            whole_quoted: quoted == 1 && !unquoted,
+        });
     }
     Ok(words)
 }
@@ -117,6 +145,27 @@ mod tests {
             Err(ShellWordsError::UnterminatedQuote("double"))
         );
         assert_eq!(split("abc\\"), Err(ShellWordsError::TrailingBackslash));
+    }
+
+    #[test]
+    fn tells_which_words_were_one_quoted_string() {
+        let kinds: Vec<(String, bool)> = split_words(r#"'a b' "c d" e\ f 'g'h "" i'j' k"#)
+            .unwrap()
+            .into_iter()
+            .map(|w| (w.text, w.whole_quoted))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                ("a b".to_string(), true),
+                ("c d".to_string(), true),
+                ("e f".to_string(), false),
+                ("gh".to_string(), false),
+                ("".to_string(), true),
+                ("ij".to_string(), false),
+                ("k".to_string(), false),
+            ]
+        );
     }
 
     #[test]

@@ -28,7 +28,10 @@ use crate::credentials::{
 use crate::http::auth::{ApiAuth, KubeReviewer};
 use crate::http::{ApiArgs, ApiMetrics, ApiState, HubView};
 use crate::hub_view::{FleetCollector, FleetHubView, LeaderInfo, observe_lease};
-use crate::inventory::{InventoryEvent, InventoryOptions, WatchOptions, watch};
+use crate::inventory::{
+    InventoryEvent, InventoryOptions, WatchOptions, valid_trust_domain, validate_label_selector,
+    watch,
+};
 use crate::leader::{self, LeaderOptions};
 use crate::status::{StatusLoopOptions, run_status_loop};
 
@@ -61,8 +64,9 @@ pub struct HubArgs {
     #[arg(long, value_name = "NAMESPACE")]
     pub clusterprofile_namespace: Option<String>,
 
-    /// Label selector of the ClusterProfiles to engage (e.g. `env=prod`).
-    #[arg(long, value_name = "SELECTOR")]
+    /// Label selector of the ClusterProfiles to engage (e.g. `env=prod`), in
+    /// kube-apiserver's syntax; checked at start-up.
+    #[arg(long, value_name = "SELECTOR", value_parser = parse_label_selector)]
     pub clusterprofile_selector: Option<String>,
 
     /// ClusterProfile condition type that must be `True` to engage a spoke; `none` engages
@@ -70,8 +74,10 @@ pub struct HubArgs {
     #[arg(long, default_value = "ControlPlaneHealthy", value_name = "TYPE")]
     pub engage_condition: String,
 
-    /// Default SPIFFE trust domain (a profile's `kleym.io/trust-domain` property wins).
-    #[arg(long, env = "KLEYM_TRUST_DOMAIN")]
+    /// Default SPIFFE trust domain (a profile's `kleym.io/trust-domain` property wins):
+    /// lowercase letters, digits, `.`, `-`, `_`, without `spiffe://`; checked at start-up.
+    /// Empty means none.
+    #[arg(long, env = "KLEYM_TRUST_DOMAIN", value_parser = parse_trust_domain)]
     pub trust_domain: Option<String>,
 
     /// Default SPIRE class name (a profile's `kleym.io/spire-class-name` property wins).
@@ -159,6 +165,30 @@ pub struct HubArgs {
     /// `reportingInstance` of events and the leader identity prefix (default `POD_NAME`).
     #[arg(long, env = "POD_NAME")]
     pub instance: Option<String>,
+}
+
+/// `--trust-domain`: a valid SPIFFE trust domain, or empty (none). Without this check a
+/// typo would only show as every ClusterProfile being refused.
+pub fn parse_trust_domain(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() || valid_trust_domain(value) {
+        return Ok(value.to_string());
+    }
+    let hint = if value.starts_with("spiffe://") {
+        " (give the trust domain without spiffe://)"
+    } else {
+        ""
+    };
+    Err(format!(
+        "not a SPIFFE trust domain: only lowercase letters, digits, '.', '-' and '_', at most 255 characters{hint}"
+    ))
+}
+
+/// `--clusterprofile-selector`: kube-apiserver's label-selector syntax. Without this check a
+/// typo would make every ClusterProfile watch request fail, retried and logged forever.
+pub fn parse_label_selector(value: &str) -> Result<String, String> {
+    validate_label_selector(value)
+        .map(|()| value.to_string())
+        .map_err(|e| format!("not a label selector: {e}"))
 }
 
 impl HubArgs {
@@ -632,6 +662,49 @@ mod tests {
             }
         );
         assert_eq!(w.args.access.provider_set().unwrap().providers().len(), 1);
+    }
+
+    #[test]
+    fn bad_trust_domain_and_selector_fail_parsing_naming_the_flag() {
+        for (flag, value, needle) in [
+            ("--trust-domain", "Example.ORG", "not a SPIFFE trust domain"),
+            (
+                "--trust-domain",
+                "spiffe://example.org",
+                "without spiffe://",
+            ),
+            ("--trust-domain", "a b", "not a SPIFFE trust domain"),
+            (
+                "--clusterprofile-selector",
+                "env=prod,",
+                "not a label selector: found ''",
+            ),
+            ("--clusterprofile-selector", "env in prod", "expected: '('"),
+            ("--clusterprofile-selector", "Bad_Prefix/x=y", "prefix part"),
+        ] {
+            let e = Wrapper::try_parse_from(["kleym", flag, value])
+                .expect_err(value)
+                .to_string();
+            assert!(
+                e.contains(flag) && e.contains(needle),
+                "{flag} {value}: {e}"
+            );
+        }
+        // Valid values and an empty trust domain (none) still parse.
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--trust-domain",
+            "",
+            "--clusterprofile-selector",
+            "env in (prod,staging),!legacy",
+        ])
+        .unwrap();
+        assert_eq!(w.args.fleet_options().inventory.trust_domain, None);
+        let w = Wrapper::try_parse_from(["kleym", "--trust-domain", "td_1.example-x"]).unwrap();
+        assert_eq!(
+            w.args.fleet_options().inventory.trust_domain.as_deref(),
+            Some("td_1.example-x")
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The pure engage/refuse decision for one ClusterProfile.
 
 use kleym_api::external::clusterprofile::ClusterProfile;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 use crate::access::{AccessProfile, EffectiveAccess, ProviderSet, SelectOptions, select};
 
@@ -73,35 +75,89 @@ pub enum Decision {
     },
 }
 
-fn property<'a>(cp: &'a ClusterProfile, name: &str) -> Option<&'a str> {
-    cp.status
-        .as_ref()?
-        .properties
-        .as_ref()?
-        .iter()
-        .find(|p| p.name == name)
-        .map(|p| p.value.trim())
-        .filter(|v| !v.is_empty())
+/// Everything [`evaluate`] reads from a ClusterProfile, and nothing else: the access view,
+/// the two kleym properties, the conditions without their times, and what did not decode.
+/// Two profiles with equal inputs get the same decision, so the inventory watch forwards a
+/// profile only when its inputs change (a status heartbeat — new condition or property
+/// times, other properties, the version — is not forwarded and not re-logged).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct DecisionInputs {
+    /// The access view (spoke name and offered providers).
+    pub access: AccessProfile,
+    /// The `kleym.io/trust-domain` property, trimmed (`None` when absent or empty).
+    pub trust_domain: Option<String>,
+    /// The `kleym.io/spire-class-name` property, trimmed (`None` when absent or empty).
+    pub spire_class_name: Option<String>,
+    /// `(type, status, reason, message)` of every condition, in order.
+    pub conditions: Vec<(String, String, String, String)>,
+    /// What of the received profile did not decode (`path: message`).
+    pub decode_issues: Vec<String>,
 }
 
-fn condition_true(cp: &ClusterProfile, ty: &str) -> Result<(), String> {
-    let found = cp
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == ty));
-    match found {
-        Some(c) if c.status == "True" => Ok(()),
-        Some(c) => Err(format!(
-            "condition {ty} is {} ({}: {})",
-            c.status, c.reason, c.message
-        )),
+impl DecisionInputs {
+    /// Extracts the inputs from a (possibly partly undecodable) profile.
+    pub fn from_profile(cp: &ClusterProfile) -> Self {
+        let status = cp.status.as_ref();
+        let property = |name: &str| -> Option<String> {
+            status?
+                .properties
+                .as_ref()?
+                .iter()
+                .find(|p| p.name == name)
+                .map(|p| p.value.trim())
+                .filter(|v| !v.is_empty())
+                .map(str::to_string)
+        };
+        Self {
+            access: AccessProfile::from_cluster_profile(cp),
+            trust_domain: property(TRUST_DOMAIN_PROPERTY),
+            spire_class_name: property(SPIRE_CLASS_PROPERTY),
+            conditions: status
+                .and_then(|s| s.conditions.as_ref())
+                .map(|cs| {
+                    cs.iter()
+                        .map(|c| {
+                            (
+                                c.type_.clone(),
+                                c.status.clone(),
+                                c.reason.clone(),
+                                c.message.clone(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            decode_issues: cp
+                .spec
+                .decode_issues
+                .iter()
+                .chain(status.map(|s| s.decode_issues.as_slice()).unwrap_or(&[]))
+                .map(ToString::to_string)
+                .collect(),
+        }
+    }
+
+    /// A digest of the inputs (SHA-256 of their JSON form): equal digests, equal decisions.
+    pub fn digest(&self) -> [u8; 32] {
+        // Serializing strings, vectors and JSON values cannot fail.
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        Sha256::digest(&bytes).into()
+    }
+}
+
+fn condition_true(inputs: &DecisionInputs, ty: &str) -> Result<(), String> {
+    match inputs.conditions.iter().find(|c| c.0 == ty) {
+        Some((_, status, _, _)) if status == "True" => Ok(()),
+        Some((_, status, reason, message)) => {
+            Err(format!("condition {ty} is {status} ({reason}: {message})"))
+        }
         None => Err(format!("condition {ty} is not reported")),
     }
 }
 
-/// A trust domain as SPIFFE allows it: lowercase letters, digits, `.`, `-`, `_`.
-fn valid_trust_domain(td: &str) -> bool {
+/// A trust domain as SPIFFE allows it: lowercase letters, digits, `.`, `-`, `_`; at most
+/// 255 bytes.
+pub fn valid_trust_domain(td: &str) -> bool {
     !td.is_empty()
         && td.len() <= 255
         && td
@@ -111,8 +167,26 @@ fn valid_trust_domain(td: &str) -> bool {
 
 /// Decides what to do with `cp`. Pure; never panics on any profile content.
 pub fn evaluate(cp: &ClusterProfile, providers: &ProviderSet, opts: &InventoryOptions) -> Decision {
-    let profile = AccessProfile::from_cluster_profile(cp);
-    let access = match select(providers, &profile, &opts.select) {
+    evaluate_inputs(&DecisionInputs::from_profile(cp), providers, opts)
+}
+
+/// [`evaluate`] on already extracted inputs.
+pub fn evaluate_inputs(
+    inputs: &DecisionInputs,
+    providers: &ProviderSet,
+    opts: &InventoryOptions,
+) -> Decision {
+    let profile = &inputs.access;
+    if !inputs.decode_issues.is_empty() {
+        return Decision::Refused {
+            reason: format!(
+                "cluster profile {:?} does not decode: {}",
+                profile.spoke_name(),
+                inputs.decode_issues.join("; ")
+            ),
+        };
+    }
+    let access = match select(providers, profile, &opts.select) {
         Ok(a) => a,
         Err(e) => {
             return Decision::Refused {
@@ -120,7 +194,11 @@ pub fn evaluate(cp: &ClusterProfile, providers: &ProviderSet, opts: &InventoryOp
             };
         }
     };
-    let trust_domain = match property(cp, TRUST_DOMAIN_PROPERTY).or(opts.trust_domain.as_deref()) {
+    let trust_domain = match inputs
+        .trust_domain
+        .as_deref()
+        .or(opts.trust_domain.as_deref())
+    {
         Some(td) if valid_trust_domain(td) => td.to_string(),
         Some(td) => {
             return Decision::Refused {
@@ -138,7 +216,7 @@ pub fn evaluate(cp: &ClusterProfile, providers: &ProviderSet, opts: &InventoryOp
         }
     };
     if let Some(ty) = &opts.engage_condition
-        && let Err(reason) = condition_true(cp, ty)
+        && let Err(reason) = condition_true(inputs, ty)
     {
         return Decision::Waiting { reason };
     }
@@ -147,9 +225,10 @@ pub fn evaluate(cp: &ClusterProfile, providers: &ProviderSet, opts: &InventoryOp
         access,
         settings: SpokeSettings {
             trust_domain,
-            spire_class_name: property(cp, SPIRE_CLASS_PROPERTY)
-                .or(opts.spire_class_name.as_deref())
-                .map(str::to_string),
+            spire_class_name: inputs
+                .spire_class_name
+                .clone()
+                .or_else(|| opts.spire_class_name.clone()),
         },
     }))
 }
@@ -303,5 +382,79 @@ mod tests {
         assert!(
             matches!(evaluate(&cp, &providers(), &no_td), Decision::Refused { reason } if reason.contains("trust domain"))
         );
+    }
+
+    #[test]
+    fn undecodable_profiles_are_refused_naming_the_field() {
+        let cases = [
+            (
+                json!({"accessProviders": [{"name": "tok", "cluster": {
+                    "server": "https://10.0.0.1:6443", "certificate-authority-data": "QR=="}}],
+                    "conditions": [{"type": "ControlPlaneHealthy", "status": "True",
+                        "reason": "Ok", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+                "status.accessProviders[0].cluster.certificate-authority-data",
+            ),
+            (
+                json!({"accessProviders": [{"name": "tok", "cluster": {
+                    "server": "https://10.0.0.1:6443"}}],
+                    "conditions": [{"type": "ControlPlaneHealthy", "status": "True",
+                        "reason": "Ok", "message": "", "lastTransitionTime": "2026-01-01T00:00:00"}]}),
+                "status.conditions[0].lastTransitionTime",
+            ),
+        ];
+        for (status, field) in cases {
+            let d = evaluate(&profile(status.clone()), &providers(), &opts());
+            assert!(
+                matches!(&d, Decision::Refused { reason }
+                    if reason.contains(field) && reason.contains("fleet/c1")),
+                "{status}: {d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn decision_inputs_ignore_heartbeats_but_see_every_input() {
+        let digest = |cp: &ClusterProfile| DecisionInputs::from_profile(cp).digest();
+        let base = healthy(
+            json!([{"name": TRUST_DOMAIN_PROPERTY, "value": "a.example", "lastObservedTime": "2026-01-01T00:00:00Z"}]),
+            "2026-01-01T00:00:00Z",
+        );
+        let heartbeat = healthy(
+            json!([{"name": TRUST_DOMAIN_PROPERTY, "value": "a.example", "lastObservedTime": "2026-01-02T00:00:00Z"},
+                   {"name": "vendor.example/zone", "value": "z1"}]),
+            "2026-01-02T00:00:00Z",
+        );
+        assert_eq!(digest(&base), digest(&heartbeat));
+        let td = healthy(
+            json!([{"name": TRUST_DOMAIN_PROPERTY, "value": "b.example"}]),
+            "2026-01-01T00:00:00Z",
+        );
+        let class = healthy(
+            json!([{"name": TRUST_DOMAIN_PROPERTY, "value": "a.example"},
+                   {"name": SPIRE_CLASS_PROPERTY, "value": "c"}]),
+            "2026-01-01T00:00:00Z",
+        );
+        let mut sick = base.clone();
+        if let Some(c) = sick
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.first_mut())
+        {
+            c.status = "False".into();
+        }
+        let mut moved = base.clone();
+        if let Some(p) = moved
+            .status
+            .as_mut()
+            .and_then(|s| s.access_providers.as_mut())
+            .and_then(|p| p.first_mut())
+            .and_then(|p| p.cluster.as_mut())
+        {
+            p.server = "https://10.0.0.2:6443".into();
+        }
+        for changed in [td, class, sick, moved] {
+            assert_ne!(digest(&base), digest(&changed), "{changed:?}");
+        }
     }
 }

@@ -2,14 +2,18 @@
 //!
 //! [`evaluate`] is a pure function from one ClusterProfile (plus the hub's providers and
 //! flags) to a [`Decision`]: engage with a [`SpokeSpec`], wait (not healthy), or refuse with
-//! a clear reason. [`watch`] streams ClusterProfile changes from the hub cluster as
-//! [`InventoryEvent`]s for the fleet supervisor.
+//! a clear reason (including a profile whose content does not decode). It reads only the
+//! profile's [`DecisionInputs`]. [`watch`] streams ClusterProfile changes from the hub
+//! cluster as [`InventoryEvent`]s for the fleet supervisor, forwarding a profile only when
+//! its decision inputs change.
 
 pub mod decide;
+pub mod selector;
 pub mod watch;
 
 pub use decide::{
-    Decision, InventoryOptions, SPIRE_CLASS_PROPERTY, SpokeSettings, SpokeSpec,
-    TRUST_DOMAIN_PROPERTY, evaluate,
+    Decision, DecisionInputs, InventoryOptions, SPIRE_CLASS_PROPERTY, SpokeSettings, SpokeSpec,
+    TRUST_DOMAIN_PROPERTY, evaluate, evaluate_inputs, valid_trust_domain,
 };
-pub use watch::{InventoryEvent, WatchOptions, watch};
+pub use selector::validate_label_selector;
+pub use watch::{InventoryEvent, InventoryFilter, WatchOptions, watch};

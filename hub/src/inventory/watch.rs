@@ -1,6 +1,6 @@
 //! Streaming ClusterProfile changes from the hub cluster.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use futures::{Stream, StreamExt};
 use kleym_api::external::clusterprofile::ClusterProfile;
@@ -8,19 +8,23 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
+use super::decide::DecisionInputs;
+
 /// Which ClusterProfiles to watch.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WatchOptions {
     /// Only this namespace (`None`: all namespaces).
     pub namespace: Option<String>,
-    /// Label selector (`None`: every profile).
+    /// Label selector (`None`: every profile). Validated by `kleym hub` at start-up
+    /// ([`validate_label_selector`](super::selector::validate_label_selector)).
     pub label_selector: Option<String>,
 }
 
 /// One change of the inventory.
 #[derive(Clone, Debug)]
 pub enum InventoryEvent {
-    /// A profile was added or changed (or listed during a resync).
+    /// A profile was added, or changed in a way that can change its decision (its
+    /// [`DecisionInputs`]); changes that cannot (status heartbeats) are not forwarded.
     Upsert(Box<ClusterProfile>),
     /// A profile was deleted; the spoke name `<namespace>/<name>`.
     Deleted(String),
@@ -37,8 +41,43 @@ pub fn spoke_name(cp: &ClusterProfile) -> String {
     )
 }
 
+/// Drops the [`InventoryEvent::Upsert`]s that cannot change a profile's decision: the
+/// decision is a pure function of [`DecisionInputs`], so an upsert whose inputs equal those
+/// last forwarded for that profile would only repeat the same decision (and, for a refused or
+/// waiting profile, the same log line) on every status heartbeat.
+#[derive(Debug, Default)]
+pub struct InventoryFilter {
+    // Digest of the inputs last forwarded, per spoke name (32 bytes, not the profile).
+    forwarded: HashMap<String, [u8; 32]>,
+}
+
+impl InventoryFilter {
+    /// Passes `ev` on, or `None` when it is an upsert with unchanged inputs.
+    pub fn filter(&mut self, ev: InventoryEvent) -> Option<InventoryEvent> {
+        match &ev {
+            InventoryEvent::Upsert(cp) => {
+                let digest = DecisionInputs::from_profile(cp).digest();
+                match self.forwarded.insert(spoke_name(cp), digest) {
+                    Some(previous) if previous == digest => None,
+                    _ => Some(ev),
+                }
+            }
+            InventoryEvent::Deleted(name) => {
+                self.forwarded.remove(name);
+                Some(ev)
+            }
+            InventoryEvent::Resynced(names) => {
+                self.forwarded.retain(|k, _| names.contains(k));
+                Some(ev)
+            }
+        }
+    }
+}
+
 /// Watches ClusterProfiles. Errors are logged and retried with kube's default backoff; the
-/// stream only ends when the caller drops it.
+/// stream only ends when the caller drops it. A profile whose content does not decode is
+/// still delivered (see [`kleym_api::external::clusterprofile`]) and refused by
+/// [`evaluate`](super::evaluate), so it can never hold up the others.
 pub fn watch(
     client: kube::Client,
     opts: &WatchOptions,
@@ -51,7 +90,13 @@ pub fn watch(
     if let Some(sel) = &opts.label_selector {
         config = config.labels(sel);
     }
+    let scope = format!(
+        "namespace={} selector={}",
+        opts.namespace.as_deref().unwrap_or("<all>"),
+        opts.label_selector.as_deref().unwrap_or("<none>")
+    );
     let mut listing: BTreeSet<String> = BTreeSet::new();
+    let mut filter = InventoryFilter::default();
     watcher(api, config)
         .default_backoff()
         .filter_map(move |ev| {
@@ -70,10 +115,58 @@ pub fn watch(
                     Some(InventoryEvent::Resynced(std::mem::take(&mut listing)))
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "watching ClusterProfiles failed; retrying");
+                    tracing::warn!(error = %e, %scope, "watching ClusterProfiles failed; retrying");
                     None
                 }
             };
-            futures::future::ready(out)
+            futures::future::ready(out.and_then(|ev| filter.filter(ev)))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn upsert(name: &str, heartbeat: &str, status: &str) -> InventoryEvent {
+        let cp: ClusterProfile = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "fleet"},
+            "spec": {"clusterManager": {"name": "m"}},
+            "status": {
+                "accessProviders": [{"name": "nope", "cluster": {"server": "https://h"}}],
+                "conditions": [{"type": "ControlPlaneHealthy", "status": status,
+                    "reason": "R", "message": "", "lastTransitionTime": heartbeat}],
+                "properties": [{"name": "x", "value": "y", "lastObservedTime": heartbeat}]
+            }
+        }))
+        .unwrap();
+        InventoryEvent::Upsert(Box::new(cp))
+    }
+
+    fn passes(f: &mut InventoryFilter, ev: InventoryEvent) -> bool {
+        f.filter(ev).is_some()
+    }
+
+    #[test]
+    fn forwards_upserts_only_when_the_decision_inputs_change() {
+        let mut f = InventoryFilter::default();
+        assert!(passes(&mut f, upsert("a", "2026-01-01T00:00:00Z", "True")));
+        // Heartbeats (times only) are dropped, for as long as they come.
+        for t in ["2026-01-01T00:01:00Z", "2026-01-01T00:02:00Z"] {
+            assert!(!passes(&mut f, upsert("a", t, "True")));
+        }
+        // Another profile is tracked on its own.
+        assert!(passes(&mut f, upsert("b", "2026-01-01T00:00:00Z", "True")));
+        // A change of an input passes, and so does the change back.
+        assert!(passes(&mut f, upsert("a", "2026-01-01T00:03:00Z", "False")));
+        assert!(passes(&mut f, upsert("a", "2026-01-01T00:04:00Z", "True")));
+        // After a deletion the same content is new again.
+        assert!(passes(&mut f, InventoryEvent::Deleted("fleet/a".into())));
+        assert!(passes(&mut f, upsert("a", "2026-01-01T00:04:00Z", "True")));
+        // A resync forgets the profiles it did not list.
+        let listed: BTreeSet<String> = ["fleet/a".to_string()].into();
+        assert!(passes(&mut f, InventoryEvent::Resynced(listed)));
+        assert!(!passes(&mut f, upsert("a", "2026-01-01T00:05:00Z", "True")));
+        assert!(passes(&mut f, upsert("b", "2026-01-01T00:00:00Z", "True")));
+    }
 }
