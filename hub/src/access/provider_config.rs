@@ -831,8 +831,8 @@ mod tests {
             name: "AWS_SECRET_ACCESS_KEY".into(),
             value: secret.into(),
         };
-        let raw: RawProviderFile = serde_json::from_str(&format!(
-            r#"{{"providers":[{{"name":"eks","execConfig":{{"env":[{{"name":"AWS_SECRET_ACCESS_KEY","value":"{secret}"}}]}}}}]}}"#
+        let raw: RawProvider = serde_json::from_str(&format!(
+            r#"{{"name":"eks","execConfig":{{"env":[{{"name":"AWS_SECRET_ACCESS_KEY","value":"{secret}"}}]}}}}"#
         ))
         .unwrap();
         for dbg in [format!("{env:?}"), format!("{env:#?}"), format!("{raw:?}")] {

@@ -8,6 +8,8 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 
+use sha2::{Digest, Sha256};
+
 use super::decide::DecisionInputs;
 
 /// Which ClusterProfiles to watch.
@@ -23,8 +25,10 @@ pub struct WatchOptions {
 /// One change of the inventory.
 #[derive(Clone, Debug)]
 pub enum InventoryEvent {
-    /// A profile was added, or changed in a way that can change its decision (its
-    /// [`DecisionInputs`]); changes that cannot (status heartbeats) are not forwarded.
+    /// A profile was added, or changed in a way that can change what the hub does with it:
+    /// its decision (its [`DecisionInputs`]), its identity (UID), its deletion or its
+    /// finalizers (kleym's removal acts on them); changes that cannot (status heartbeats)
+    /// are not forwarded.
     Upsert(Box<ClusterProfile>),
     /// A profile was deleted; the spoke name `<namespace>/<name>`.
     Deleted(String),
@@ -41,14 +45,31 @@ pub fn spoke_name(cp: &ClusterProfile) -> String {
     )
 }
 
-/// Drops the [`InventoryEvent::Upsert`]s that cannot change a profile's decision: the
-/// decision is a pure function of [`DecisionInputs`], so an upsert whose inputs equal those
-/// last forwarded for that profile would only repeat the same decision (and, for a refused or
-/// waiting profile, the same log line) on every status heartbeat.
+/// Drops the [`InventoryEvent::Upsert`]s that cannot change what the hub does with a
+/// profile: the decision is a pure function of [`DecisionInputs`], and beside it the
+/// supervisor acts only on the profile's UID, `deletionTimestamp` and finalizers (removal),
+/// so an upsert where all of these equal those last forwarded for that profile would only
+/// repeat the same decision (and, for a refused or waiting profile, the same log line) on
+/// every status heartbeat.
 #[derive(Debug, Default)]
 pub struct InventoryFilter {
-    // Digest of the inputs last forwarded, per spoke name (32 bytes, not the profile).
+    // Digest of what was last forwarded, per spoke name (32 bytes, not the profile).
     forwarded: HashMap<String, [u8; 32]>,
+}
+
+/// The digest [`InventoryFilter`] compares: the decision inputs plus the metadata the
+/// supervisor's removal reads. Leaving the latter out would swallow a deletion (only
+/// `deletionTimestamp` changes while kleym's finalizer holds the profile).
+fn forward_digest(cp: &ClusterProfile) -> [u8; 32] {
+    let meta = &cp.metadata;
+    let mut hasher = Sha256::new();
+    hasher.update(DecisionInputs::from_profile(cp).digest());
+    // Serializing strings and timestamps cannot fail.
+    hasher.update(
+        serde_json::to_vec(&(&meta.uid, &meta.deletion_timestamp, &meta.finalizers))
+            .unwrap_or_default(),
+    );
+    hasher.finalize().into()
 }
 
 impl InventoryFilter {
@@ -56,7 +77,7 @@ impl InventoryFilter {
     pub fn filter(&mut self, ev: InventoryEvent) -> Option<InventoryEvent> {
         match &ev {
             InventoryEvent::Upsert(cp) => {
-                let digest = DecisionInputs::from_profile(cp).digest();
+                let digest = forward_digest(cp);
                 match self.forwarded.insert(spoke_name(cp), digest) {
                     Some(previous) if previous == digest => None,
                     _ => Some(ev),
@@ -168,5 +189,39 @@ mod tests {
         assert!(passes(&mut f, InventoryEvent::Resynced(listed)));
         assert!(!passes(&mut f, upsert("a", "2026-01-01T00:05:00Z", "True")));
         assert!(passes(&mut f, upsert("b", "2026-01-01T00:00:00Z", "True")));
+    }
+
+    fn with_meta(ev: InventoryEvent, edit: impl FnOnce(&mut ClusterProfile)) -> InventoryEvent {
+        match ev {
+            InventoryEvent::Upsert(mut cp) => {
+                edit(&mut cp);
+                InventoryEvent::Upsert(cp)
+            }
+            other => other,
+        }
+    }
+
+    #[test]
+    fn forwards_deletion_finalizer_and_uid_changes() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let t = "2026-01-01T00:00:00Z";
+        let mut f = InventoryFilter::default();
+        assert!(passes(&mut f, upsert("a", t, "True")));
+        // kleym's finalizer added (the removal needs to know it is there).
+        let fin = |cp: &mut ClusterProfile| {
+            cp.metadata.finalizers = Some(vec!["kleym.io/spoke-removal".into()]);
+        };
+        assert!(passes(&mut f, with_meta(upsert("a", t, "True"), fin)));
+        assert!(!passes(&mut f, with_meta(upsert("a", t, "True"), fin)));
+        // Deleted while the finalizer holds it: only deletionTimestamp changes.
+        let deleting = |cp: &mut ClusterProfile| {
+            fin(cp);
+            cp.metadata.deletion_timestamp =
+                Some(Time("2026-01-01T00:10:00Z".parse().expect("timestamp")));
+        };
+        assert!(passes(&mut f, with_meta(upsert("a", t, "True"), deleting)));
+        // A recreated profile (new UID) with equal content.
+        let recreated = |cp: &mut ClusterProfile| cp.metadata.uid = Some("uid-2".into());
+        assert!(passes(&mut f, with_meta(upsert("a", t, "True"), recreated)));
     }
 }
