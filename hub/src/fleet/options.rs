@@ -14,7 +14,8 @@ pub struct FleetOptions {
     pub inventory: InventoryOptions,
     /// What to do when a profile is deleted.
     pub removal_policy: RemovalPolicy,
-    /// How many spokes may be connecting/syncing at once (fleet-wide).
+    /// How many spokes may do their initial cache sync at once (fleet-wide); connecting
+    /// and preflight are not limited.
     pub max_concurrent_syncs: usize,
     /// Deadline for a spoke's caches to sync after its reconciler started.
     pub initial_sync_timeout: Duration,

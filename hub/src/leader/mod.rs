@@ -63,8 +63,16 @@ pub fn default_namespace() -> String {
 
 /// `POD_NAME`, else the host name, plus a random suffix (two processes never share one).
 pub fn default_identity() -> String {
-    let base = std::env::var("POD_NAME")
-        .ok()
+    identity(None)
+}
+
+/// `prefix` (e.g. `--instance`) when non-empty, else `POD_NAME`, else the host name, plus a
+/// random suffix (two processes never share one).
+pub fn identity(prefix: Option<&str>) -> String {
+    let base = prefix
+        .map(|p| p.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("POD_NAME").ok())
         .filter(|s| !s.is_empty())
         .or_else(|| {
             std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -223,35 +231,54 @@ pub fn spawn(
     };
     let handle = tokio::spawn(async move {
         loop {
-            // Bound each attempt so a hung hub API server cannot keep us "leading".
-            let attempt =
-                tokio::time::timeout(c.opts.renew_deadline, c.try_acquire_or_renew()).await;
             let leading_before = *tx.borrow();
+            // While leading, nothing may keep us leading past the renew deadline: the attempt
+            // is bounded by the time left (a hung hub API server), and a leader out of time
+            // steps down without waiting for another attempt. A successor takes over only
+            // `lease_duration` after our last renewal, so every write we make as leader
+            // (spokes stop at once on step-down) happens before then.
+            let renew_by = c
+                .last_renew
+                .filter(|_| leading_before)
+                .map(|t| t + c.opts.renew_deadline);
+            let limit = renew_by.map_or(c.opts.renew_deadline, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            let attempt = if limit.is_zero() {
+                None
+            } else {
+                tokio::time::timeout(limit, c.try_acquire_or_renew())
+                    .await
+                    .ok()
+            };
+            let in_time = renew_by.is_some_and(|d| Instant::now() < d);
             let leading = match attempt {
-                Ok(Ok(true)) => {
+                Some(Ok(true)) => {
                     c.last_renew = Some(Instant::now());
                     true
                 }
-                Ok(Ok(false)) => false,
-                Ok(Err(e)) => {
+                Some(Ok(false)) => false,
+                Some(Err(e)) => {
                     tracing::warn!(error = %e, lease = %c.opts.lease_name, "leader election attempt failed");
-                    leading_before
-                        && c.last_renew
-                            .is_some_and(|t| t.elapsed() < c.opts.renew_deadline)
+                    in_time
                 }
-                Err(_) => {
-                    leading_before
-                        && c.last_renew
-                            .is_some_and(|t| t.elapsed() < c.opts.renew_deadline)
-                }
+                None => in_time,
             };
             if leading != leading_before {
                 tracing::info!(identity = %c.opts.identity, leading, "leadership changed");
                 tx.send_replace(leading);
             }
+            // A leader whose renewal failed retries no later than its deadline.
+            let wait = match (leading, c.last_renew) {
+                (true, Some(t)) => c
+                    .opts
+                    .retry_period
+                    .min((t + c.opts.renew_deadline).saturating_duration_since(Instant::now())),
+                _ => c.opts.retry_period,
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(c.opts.retry_period) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
         let was_leading = tx.send_replace(false);
