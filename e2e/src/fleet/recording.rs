@@ -1,7 +1,10 @@
 //! A kubesim external authenticator that accepts one (unsigned) token of its own, records
 //! when each request carrying it arrived, and can hold each such request for a while before
-//! letting it through (a slow client path: reconciles stay in flight). It tells whether a
-//! client still sent anything after a given instant (a stopped reconciler, a deposed leader).
+//! letting it through (a slow client path: reconciles stay in flight), recording when it did.
+//! It tells whether a client still sent anything after a given instant, and whether any of
+//! its requests was still handled after it (a stopped reconciler, a deposed leader; a
+//! request whose client gave up while it was held is dropped by the server, never let
+//! through).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +26,7 @@ pub struct RecordingAuthenticator {
     token: String,
     delay_ms: AtomicU64,
     arrivals: Mutex<Vec<DateTime<Utc>>>,
+    passed: Mutex<Vec<DateTime<Utc>>>,
 }
 
 impl RecordingAuthenticator {
@@ -42,6 +46,7 @@ impl RecordingAuthenticator {
             token,
             delay_ms: AtomicU64::new(0),
             arrivals: Mutex::new(Vec::new()),
+            passed: Mutex::new(Vec::new()),
         });
         cluster.add_external_authenticator(r.clone());
         r
@@ -78,6 +83,17 @@ impl RecordingAuthenticator {
     pub fn arrived_after(&self, t: DateTime<Utc>) -> Vec<DateTime<Utc>> {
         self.arrivals().into_iter().filter(|a| *a > t).collect()
     }
+
+    /// Requests let through (authenticated, on to be handled) after `t`.
+    pub fn passed_after(&self, t: DateTime<Utc>) -> Vec<DateTime<Utc>> {
+        self.passed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .filter(|a| *a > t)
+            .collect()
+    }
 }
 
 impl ExternalAuthenticator for RecordingAuthenticator {
@@ -102,6 +118,10 @@ impl ExternalAuthenticator for RecordingAuthenticator {
             if delay > 0 {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
             }
+            self.passed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Utc::now());
             Ok(UserInfo {
                 username: self.name.clone(),
                 groups: vec!["system:masters".into()],
