@@ -183,4 +183,31 @@ mod tests {
         };
         assert_eq!(other.category(), ErrorCategory::Other);
     }
+
+    #[test]
+    fn failed_initial_lists_map_to_categories() {
+        use kleym_spoke::reconciler::watches::WatchFailure;
+        use kube::runtime::watcher;
+        use std::sync::Arc;
+        let failed = |code| {
+            EngageError::Watch(WatchFailure {
+                resource: "inferencepools.inference.networking.k8s.io".into(),
+                error: Arc::new(watcher::Error::InitialListFailed(kube::Error::Api(
+                    Box::new(kube::core::Status::failure("x", "Reason").with_code(code)),
+                ))),
+            })
+        };
+        assert_eq!(failed(403).category(), ErrorCategory::Forbidden);
+        assert_eq!(failed(404).category(), ErrorCategory::CrdMissing);
+        assert_eq!(failed(500).category(), ErrorCategory::ServerError);
+        assert_eq!(failed(401).category(), ErrorCategory::Unauthorized);
+        let e = failed(500).to_spoke_error();
+        assert!(
+            e.message.starts_with(
+                "initial sync: watch of inferencepools.inference.networking.k8s.io: 500"
+            ),
+            "{}",
+            e.message
+        );
+    }
 }
