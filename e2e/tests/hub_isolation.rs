@@ -1,8 +1,10 @@
-//! Isolation: with one spoke blackholed, one answering every request with 500 and one whose
-//! credential plugin fails, the healthy spokes converge as they do without them. Both
-//! convergence times are printed (never asserted); the bad spokes back off with the right
-//! error category. A spoke slow to sync is reported as syncing, never as Ready without its
-//! bindings.
+//! Isolation: with one spoke blackholed, one answering every request with 500, one whose
+//! InferencePool lists fail (it passes the preflight and fails during its initial sync) and
+//! one whose credential plugin fails, the healthy spokes converge as they do without them.
+//! Both convergence times are printed (never asserted); the bad spokes back off with the
+//! right error category. Spokes whose lists fail give their sync slot back at once, even
+//! with one slot and an initial-sync deadline longer than the test. A spoke slow to sync is
+//! reported as syncing, never as Ready without its bindings.
 
 use std::time::{Duration, Instant};
 
@@ -22,12 +24,21 @@ const TOKEN: &str = "tok-healthy-0123456789";
 const HEALTHY: [&str; 3] = ["ok-1", "ok-2", "ok-3"];
 const LIMIT: Duration = Duration::from_secs(90);
 
-async fn setup(bad: bool, dir: &std::path::Path) -> (FleetHarness, Vec<String>) {
-    let mut names: Vec<&str> = HEALTHY.to_vec();
-    if bad {
-        names.extend(["blackholed", "failing", "no-creds"]);
-    }
-    let f = FleetHarness::start(&names, dir).await.unwrap();
+/// Every request of `verb` (all verbs: `None`) on `resource` fails with 500.
+fn fail_with_500(f: &FleetHarness, spoke: &str, verb: Option<&str>, resource: Option<&str>) {
+    f.spoke(spoke)
+        .faults()
+        .add_error_rule(ErrorRule {
+            verb: verb.map(str::to_string),
+            resource: resource.map(str::to_string),
+            rate: 1.0,
+            code: 500,
+        })
+        .unwrap();
+}
+
+/// A provider file with `ok` (the static token) and `broken` (the plugin exits 3).
+fn providers_file(dir: &std::path::Path) -> std::path::PathBuf {
     let ok = static_token_plugin(dir, "ok.sh", TOKEN, None).unwrap();
     let broken = write_script(
         dir,
@@ -41,33 +52,26 @@ async fn setup(bad: bool, dir: &std::path::Path) -> (FleetHarness, Vec<String>) 
     ]});
     let pf = dir.join("providers.json");
     std::fs::write(&pf, providers.to_string()).unwrap();
-    for n in &names {
-        let provider = if *n == "no-creds" { "broken" } else { "ok" };
-        register_admin_token_spoke(
-            &f.hub_client,
-            n,
-            &f.spoke(n),
-            provider,
-            TOKEN,
-            BINDINGS,
-            0..BINDINGS,
-        )
-        .await
-        .unwrap();
-    }
-    if bad {
-        f.spoke("blackholed").faults().set_blackhole(true);
-        f.spoke("failing")
-            .faults()
-            .add_error_rule(ErrorRule {
-                verb: None,
-                resource: None,
-                rate: 1.0,
-                code: 500,
-            })
-            .unwrap();
-    }
-    let flags = vec![
+    pf
+}
+
+async fn register(f: &FleetHarness, name: &str) {
+    let provider = if name == "no-creds" { "broken" } else { "ok" };
+    register_admin_token_spoke(
+        &f.hub_client,
+        name,
+        &f.spoke(name),
+        provider,
+        TOKEN,
+        BINDINGS,
+        0..BINDINGS,
+    )
+    .await
+    .unwrap();
+}
+
+fn flags(pf: &std::path::Path, concurrency: u16) -> Vec<String> {
+    vec![
         "--clusterprofile-provider-file".to_string(),
         pf.display().to_string(),
         "--trust-domain".into(),
@@ -78,9 +82,26 @@ async fn setup(bad: bool, dir: &std::path::Path) -> (FleetHarness, Vec<String>) 
         "--connect-timeout-seconds".into(),
         "2".into(),
         "--concurrency".into(),
-        "2".into(),
-    ];
-    (f, flags)
+        concurrency.to_string(),
+    ]
+}
+
+async fn setup(bad: bool, dir: &std::path::Path) -> (FleetHarness, Vec<String>) {
+    let mut names: Vec<&str> = HEALTHY.to_vec();
+    if bad {
+        names.extend(["blackholed", "failing", "pools-failing", "no-creds"]);
+    }
+    let f = FleetHarness::start(&names, dir).await.unwrap();
+    let pf = providers_file(dir);
+    for n in &names {
+        register(&f, n).await;
+    }
+    if bad {
+        f.spoke("blackholed").faults().set_blackhole(true);
+        fail_with_500(&f, "failing", None, None);
+        fail_with_500(&f, "pools-failing", Some("list"), Some("inferencepools"));
+    }
+    (f, flags(&pf, 2))
 }
 
 async fn healthy_convergence(f: &FleetHarness, hub: &RunningHub, started: Instant) -> Duration {
@@ -114,14 +135,14 @@ async fn healthy_spokes_converge_despite_blackholed_failing_and_credential_less_
     hub.stop().await.unwrap();
     drop(f);
 
-    // Same healthy spokes plus three bad ones.
+    // Same healthy spokes plus four bad ones.
     let dir = tempfile::tempdir().unwrap();
     let (f, flags) = setup(true, dir.path()).await;
     let started = Instant::now();
     let hub = f.start_hub(&flags).await.unwrap();
     let with_bad = healthy_convergence(&f, &hub, started).await;
     println!(
-        "healthy spokes ({} x {BINDINGS} bindings) converged in {baseline:?} alone, {with_bad:?} with a blackholed, a 500-returning and a credential-failing spoke",
+        "healthy spokes ({} x {BINDINGS} bindings) converged in {baseline:?} alone, {with_bad:?} with a blackholed, a 500-returning, an InferencePool-list-failing and a credential-failing spoke",
         HEALTHY.len()
     );
 
@@ -129,6 +150,7 @@ async fn healthy_spokes_converge_despite_blackholed_failing_and_credential_less_
     for (name, category) in [
         ("fleet/blackholed", ErrorCategory::Unreachable),
         ("fleet/failing", ErrorCategory::ServerError),
+        ("fleet/pools-failing", ErrorCategory::ServerError),
         ("fleet/no-creds", ErrorCategory::Credentials),
     ] {
         let s = wait_for(&format!("{name} backing off"), LIMIT, || {
@@ -147,6 +169,86 @@ async fn healthy_spokes_converge_despite_blackholed_failing_and_credential_less_
     }
     let no_creds = state.get("fleet/no-creds").unwrap().last_error.unwrap();
     assert!(no_creds.message.contains("exit"), "{}", no_creds.message);
+    let pools = state
+        .get("fleet/pools-failing")
+        .unwrap()
+        .last_error
+        .unwrap();
+    assert!(
+        pools.message.contains("inferencepools") && pools.message.contains("500"),
+        "{}",
+        pools.message
+    );
+    hub.stop().await.unwrap();
+}
+
+/// One sync slot (`--concurrency 1`) and an initial-sync deadline (600 s) far beyond this
+/// test's waits: a spoke answering 500 to ClusterSPIFFEID requests (caught by the preflight,
+/// before it queues for the slot) and one whose InferencePool lists fail (it passes the
+/// preflight, takes the slot and fails during its initial sync) both back off with
+/// `ServerError` while the healthy spokes converge, including one registered after both
+/// failed. Before the fix a spoke whose watch could not list held the slot until the
+/// deadline, so nothing else could sync meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spokes_whose_lists_fail_give_the_sync_slot_back_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let names = ["ok-1", "ok-2", "csid-failing", "pools-failing", "late"];
+    let f = FleetHarness::start(&names, dir.path()).await.unwrap();
+    let pf = providers_file(dir.path());
+    for n in &names[..4] {
+        register(&f, n).await;
+    }
+    fail_with_500(&f, "csid-failing", None, Some("clusterspiffeids"));
+    fail_with_500(&f, "pools-failing", Some("list"), Some("inferencepools"));
+    let mut flags = flags(&pf, 1);
+    flags.extend(["--initial-sync-timeout-seconds".into(), "600".into()]);
+    let hub = f.start_hub(&flags).await.unwrap();
+    let state = hub.handle.state.clone();
+
+    for (name, what) in [
+        ("fleet/csid-failing", "list ClusterSPIFFEIDs: 500"),
+        (
+            "fleet/pools-failing",
+            "watch of inferencepools.inference.networking",
+        ),
+    ] {
+        let s = wait_for(&format!("{name} backing off"), LIMIT, || {
+            let state = state.clone();
+            async move {
+                let s = state.get(name)?;
+                (s.phase == Phase::BackingOff && s.last_error.is_some()).then_some(s)
+            }
+        })
+        .await
+        .unwrap();
+        let err = s.last_error.unwrap();
+        assert_eq!(
+            err.category,
+            ErrorCategory::ServerError,
+            "{name}: {}",
+            err.message
+        );
+        assert!(err.message.contains(what), "{name}: {}", err.message);
+        println!("{name}: {:?} {}", err.category, err.message);
+    }
+    for n in ["ok-1", "ok-2"] {
+        let store = f.spoke(n).store();
+        wait_for(&format!("{n} converged"), LIMIT, || {
+            let store = store.clone();
+            async move { env::converged(&store, BINDINGS).then_some(()) }
+        })
+        .await
+        .unwrap();
+    }
+    // Registered after the failing spokes failed (and keep retrying): it gets the slot too.
+    register(&f, "late").await;
+    let store = f.spoke("late").store();
+    wait_for("late converged", LIMIT, || {
+        let store = store.clone();
+        async move { env::converged(&store, BINDINGS).then_some(()) }
+    })
+    .await
+    .unwrap();
     hub.stop().await.unwrap();
 }
 

@@ -1,8 +1,9 @@
 //! Two wired hubs in process (status loop and hub API on each) sharing one Lease: the
 //! follower is ready (leadership known), answers `/v1/*` with 503 `NotLeader` naming the
-//! holder, and writes no status while following (its status loop runs, ticking); once the
-//! leader stops, the follower takes over, serves `/v1/report` to an authorized token and
-//! writes the `FleetIdentityReport`.
+//! holder, and writes no status while following (its status loop runs, ticking: neither the
+//! `FleetIdentityReport` nor any `ClusterIdentityStatus`); once the leader stops, the
+//! follower takes over, serves `/v1/report` to an authorized token and writes the
+//! `FleetIdentityReport` and the spoke's `ClusterIdentityStatus`.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kleym_api::fleet::{FLEET_REPORT_NAME, FleetIdentityReport};
+use kleym_api::fleet::{ClusterIdentityStatus, FLEET_REPORT_NAME, FleetIdentityReport};
 use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
 use kleym_e2e::fleet::plugins::static_token_plugin;
 use kleym_e2e::fleet::profiles::register_admin_token_spoke;
@@ -204,6 +205,19 @@ async fn follower_names_the_leader_writes_nothing_and_takes_over() {
         fleet_report(&f.hub_client).await.is_none(),
         "a follower wrote the FleetIdentityReport"
     );
+    let statuses = Api::<ClusterIdentityStatus>::all(f.hub_client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert!(
+        statuses.items.is_empty(),
+        "a follower wrote ClusterIdentityStatus {:?}",
+        statuses
+            .items
+            .iter()
+            .map(|o| o.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
 
     let follower = get(b.addr, "/v1/report", &token).await;
     assert!(follower.starts_with("HTTP/1.1 503"), "{follower}");
@@ -235,6 +249,18 @@ async fn follower_names_the_leader_writes_nothing_and_takes_over() {
     .await
     .unwrap();
     assert_eq!(report.clusters.total, 1, "{report:?}");
+    wait_for("b writes the spoke's ClusterIdentityStatus", LIMIT, || {
+        let c = f.hub_client.clone();
+        async move {
+            Api::<ClusterIdentityStatus>::namespaced(c, "fleet")
+                .get_opt("spoke")
+                .await
+                .ok()??
+                .status
+        }
+    })
+    .await
+    .unwrap();
     let served = get(b.addr, "/v1/report", &token).await;
     assert!(served.starts_with("HTTP/1.1 200"), "{served}");
     b.shutdown.cancel();

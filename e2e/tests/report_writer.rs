@@ -349,3 +349,78 @@ async fn fleet_report_is_written_only_when_findings_change_and_kleym_report_read
     assert_eq!(st.finding_counts.total, 0);
     assert_eq!(st.generated_at.unwrap().0.as_second(), 3_000);
 }
+
+/// ClusterIdentityStatus objects in the hub's store that carry a status (read in process,
+/// without a request: the fence below runs inside the writer).
+fn written_statuses(hub: &ClusterHandle) -> usize {
+    let store = hub.store();
+    let Some(res) = store.resolve("kleym.io", "v1alpha1", "clusteridentitystatuses") else {
+        return 0;
+    };
+    store
+        .list(&res, None, &kubesim_store::ListOptions::default())
+        .ok()
+        .and_then(|l| l.get("items").and_then(|i| i.as_array()).cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter(|o| o.get("status").is_some_and(|s| !s.is_null()))
+        .count()
+}
+
+/// Leadership is asked right before every write, not once per flush: with a fence that
+/// says "not leader" as soon as one ClusterIdentityStatus carries a status (leadership lost
+/// in the middle of a flush), a flush of three statuses and the report writes exactly that
+/// one; the rest stays pending and is written once the fence allows it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_asks_the_leadership_fence() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let (_sim, hub, client) = start().await;
+    let mut profiles = Vec::new();
+    for name in ["east", "west", "north"] {
+        profiles.push(create_profile(&client, name).await);
+    }
+    let leading_again = Arc::new(AtomicBool::new(false));
+    let fence = {
+        let (hub, again) = (hub.clone(), leading_again.clone());
+        Arc::new(move || again.load(Ordering::SeqCst) || written_statuses(&hub) == 0)
+    };
+    let mut writer = StatusWriter::new(
+        client.clone(),
+        WriterOptions {
+            min_interval: Duration::ZERO,
+            sync_refresh: Duration::from_secs(300),
+        },
+    )
+    .with_fence(fence);
+    for p in &profiles {
+        writer.submit_cluster(p.clone(), status_at(1_000, true, 2));
+    }
+    writer.submit_report(bound_report(
+        &FullReport::build(
+            &[spoke(1_000, true, 2)],
+            Utc.timestamp_opt(1_000, 0).unwrap(),
+        )
+        .summary,
+        &Caps::default(),
+    ));
+    let stats = writer.flush(Instant::now()).await;
+    assert_eq!((stats.written, stats.failed), (1, 0), "{stats:?}");
+    assert!(stats.fenced, "{stats:?}");
+    assert_eq!(written_statuses(&hub), 1);
+    assert!(
+        Api::<FleetIdentityReport>::all(client.clone())
+            .get_opt(FLEET_REPORT_NAME)
+            .await
+            .unwrap()
+            .is_none(),
+        "the report was written after leadership was lost"
+    );
+
+    leading_again.store(true, Ordering::SeqCst);
+    let stats = writer.flush(Instant::now()).await;
+    assert_eq!((stats.written, stats.failed), (3, 0), "{stats:?}");
+    assert!(!stats.fenced);
+    assert_eq!(written_statuses(&hub), 3);
+}

@@ -713,3 +713,72 @@ async fn without_patch_on_clusterspiffeids_the_binding_says_so() {
     .await;
     op.stop().await;
 }
+
+/// Stopping a reconciler at once (`run_with_abort`'s abort, what the hub does when it loses
+/// leadership or gives up on a sync) stops every task it runs: once it has returned, no
+/// request of its reaches the cluster and nothing more is written, although reconciles were
+/// in flight (each of its requests is held 1 s by the server; those held at the stop are
+/// dropped with their connection, never handled). Before, workers, watches and discovery
+/// were detached tasks that outlived the reconciler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aborted_reconciler_sends_nothing_once_it_returned() {
+    use kleym_e2e::fleet::env;
+    use kleym_e2e::fleet::recording::RecordingAuthenticator;
+
+    const N: usize = 40;
+    let (_sim, cluster, _admin) = start_cluster(true).await;
+    let store = cluster.store();
+    env::seed_environment(&store, N).unwrap();
+    env::create_bindings(&store, 0..N).unwrap();
+    let recorder = RecordingAuthenticator::install(&cluster, "stopper");
+    // Every request waits 1 s in the server: at any moment each busy worker has one there.
+    recorder.set_delay(Duration::from_secs(1));
+    let client = cluster.client_for_token(recorder.token()).await.unwrap();
+    let mut config = SpokeConfig::new(TD);
+    config.discovery_interval = Duration::from_millis(200);
+    let spoke = Spoke::new(client, config, Arc::new(SpokeMetrics::default())).unwrap();
+    let ctx = spoke.context();
+    let (shutdown, abort) = (CancellationToken::new(), CancellationToken::new());
+    let task = tokio::spawn(spoke.run_with_abort(shutdown.clone(), abort.clone()));
+    eventually("caches synced", || {
+        let ready = ctx.readiness.clone();
+        async move { ready.is_ready().then_some(()) }
+    })
+    .await;
+    eventually("a first ClusterSPIFFEID", || {
+        let store = store.clone();
+        async move { (!env::csid_names(&store).is_empty()).then_some(()) }
+    })
+    .await;
+
+    abort.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the reconciler stops")
+        .unwrap()
+        .unwrap();
+    let returned = chrono::Utc::now();
+    let rv = store.current_resource_version();
+    assert!(
+        !env::converged(&store, N),
+        "reconciles were still to do when it was stopped"
+    );
+    // Anything still under way would arrive, or be let through and written, within this.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        recorder.arrived_after(returned),
+        Vec::<chrono::DateTime<chrono::Utc>>::new(),
+        "requests of the reconciler after it returned"
+    );
+    assert_eq!(
+        recorder.passed_after(returned),
+        Vec::<chrono::DateTime<chrono::Utc>>::new(),
+        "requests of the reconciler handled after it returned"
+    );
+    assert_eq!(
+        store.current_resource_version(),
+        rv,
+        "a write landed after the reconciler returned"
+    );
+    drop(shutdown);
+}

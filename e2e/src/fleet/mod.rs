@@ -1,7 +1,7 @@
 //! Shared fixtures for fleet (hub + many spokes) tests and `fleet-bench`: kubesim clusters
 //! with the real CRDs, ClusterProfiles pointing at spokes, credential plugin scripts,
 //! spoke environments with N bindings, convergence checks read straight from the spokes'
-//! stores, a request-counting authenticator, the real `kleym hub` binary as a child process
+//! stores, request-counting and request-recording authenticators, the real `kleym hub` binary as a child process
 //! and `/proc` resource figures.
 
 pub mod counting;
@@ -11,6 +11,7 @@ pub mod hub_process;
 pub mod plugins;
 pub mod procstat;
 pub mod profiles;
+pub mod recording;
 
 use std::path::PathBuf;
 

@@ -4,6 +4,8 @@ use std::error::Error as StdError;
 
 use chrono::Utc;
 
+use kleym_spoke::reconciler::watches::WatchFailure;
+
 use super::state::{ErrorCategory, SpokeError};
 use crate::credentials::CredentialError;
 use crate::credentials::client::ClientError;
@@ -32,6 +34,10 @@ pub enum EngageError {
         /// Category to report (e.g. unreachable for a request, sync timeout for caches).
         category: ErrorCategory,
     },
+    /// A watch failed before its cache completed the first list: the initial sync cannot
+    /// complete (the reconciler would keep retrying while holding a sync slot).
+    #[error("initial sync: {0}")]
+    Watch(WatchFailure),
     /// The reconciler refused to start or stopped on its own.
     #[error("spoke reconciler: {0}")]
     Reconciler(String),
@@ -60,15 +66,20 @@ fn find_credential_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Cr
     None
 }
 
+/// Category of an API error status code.
+fn categorize_status(code: u16) -> ErrorCategory {
+    match code {
+        401 => ErrorCategory::Unauthorized,
+        403 => ErrorCategory::Forbidden,
+        429 | 500..=599 => ErrorCategory::ServerError,
+        _ => ErrorCategory::Other,
+    }
+}
+
 /// Category of a client error.
 pub fn categorize_kube(err: &kube::Error) -> ErrorCategory {
     match err {
-        kube::Error::Api(status) => match status.code {
-            401 => ErrorCategory::Unauthorized,
-            403 => ErrorCategory::Forbidden,
-            429 | 500..=599 => ErrorCategory::ServerError,
-            _ => ErrorCategory::Other,
-        },
+        kube::Error::Api(status) => categorize_status(status.code),
         other => {
             if find_credential_error(other).is_some() {
                 return ErrorCategory::Credentials;
@@ -105,6 +116,13 @@ impl EngageError {
                 }
             }
             EngageError::Timeout { category, .. } => *category,
+            EngageError::Watch(f) => match (f.status_code(), f.kube_error()) {
+                // A list answered 404: the CRD went away after discovery saw it.
+                (Some(404), _) => ErrorCategory::CrdMissing,
+                (Some(code), _) => categorize_status(code),
+                (None, Some(e)) => categorize_kube(e),
+                (None, None) => ErrorCategory::Other,
+            },
             EngageError::Reconciler(_) => ErrorCategory::Other,
         }
     }
@@ -136,6 +154,10 @@ impl EngageError {
 /// Action name of the binding-list probe (its 404 means "CRD missing").
 pub const BINDINGS_PROBE: &str = "list InferenceIdentityBindings";
 
+/// Action name of the ClusterSPIFFEID-list probe (a 404 is fine: the reconciler copes with
+/// the SPIRE CRD missing; a 403 or 5xx would stall the initial sync).
+pub const CLUSTER_SPIFFE_IDS_PROBE: &str = "list ClusterSPIFFEIDs";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +182,32 @@ mod tests {
             source: api(404),
         };
         assert_eq!(other.category(), ErrorCategory::Other);
+    }
+
+    #[test]
+    fn failed_initial_lists_map_to_categories() {
+        use kleym_spoke::reconciler::watches::WatchFailure;
+        use kube::runtime::watcher;
+        use std::sync::Arc;
+        let failed = |code| {
+            EngageError::Watch(WatchFailure {
+                resource: "inferencepools.inference.networking.k8s.io".into(),
+                error: Arc::new(watcher::Error::InitialListFailed(kube::Error::Api(
+                    Box::new(kube::core::Status::failure("x", "Reason").with_code(code)),
+                ))),
+            })
+        };
+        assert_eq!(failed(403).category(), ErrorCategory::Forbidden);
+        assert_eq!(failed(404).category(), ErrorCategory::CrdMissing);
+        assert_eq!(failed(500).category(), ErrorCategory::ServerError);
+        assert_eq!(failed(401).category(), ErrorCategory::Unauthorized);
+        let e = failed(500).to_spoke_error();
+        assert!(
+            e.message.starts_with(
+                "initial sync: watch of inferencepools.inference.networking.k8s.io: 500"
+            ),
+            "{}",
+            e.message
+        );
     }
 }

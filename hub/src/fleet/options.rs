@@ -17,7 +17,8 @@ pub struct FleetOptions {
     /// How long after a profile's `deletionTimestamp` failed removal passes are retried
     /// before the hub gives up and releases the profile.
     pub removal_timeout: Duration,
-    /// How many spokes may be connecting/syncing at once (fleet-wide).
+    /// How many spokes may do their initial cache sync at once (fleet-wide); connecting
+    /// and preflight are not limited.
     pub max_concurrent_syncs: usize,
     /// Deadline for a spoke's caches to sync after its reconciler started.
     pub initial_sync_timeout: Duration,

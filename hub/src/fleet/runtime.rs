@@ -129,7 +129,10 @@ pub struct HubArgs {
     #[arg(long, default_value = "info", env = "KLEYM_LOG")]
     pub log_level: String,
 
-    /// Spokes connecting and syncing at once, fleet-wide.
+    /// Spokes doing their initial cache sync at once, fleet-wide. Connecting (credential
+    /// plugin, client) and the preflight requests are not limited by it, so a blackholed or
+    /// failing spoke never holds a slot; a spoke whose initial lists fail gives its slot
+    /// back at the first failure.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,
 
@@ -150,7 +153,8 @@ pub struct HubArgs {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub request_timeout_seconds: u64,
 
-    /// Deadline for a spoke's caches to sync, in seconds.
+    /// Deadline for a spoke's caches to sync, in seconds (a failing list ends the sync at
+    /// once; this bounds lists that hang or crawl).
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub initial_sync_timeout_seconds: u64,
 
@@ -254,6 +258,8 @@ impl HubArgs {
         if let Some(ns) = &self.namespace {
             o.namespace = ns.clone();
         }
+        // `--instance` (`POD_NAME` when unset) prefixes the identity.
+        o.identity = leader::identity(self.instance.as_deref());
         o.lease_duration = Duration::from_secs(self.lease_duration_seconds);
         o.renew_deadline = o.lease_duration * 2 / 3;
         o.retry_period = (o.lease_duration * 2 / 15).max(Duration::from_millis(200));
@@ -722,6 +728,18 @@ mod tests {
         );
         let l = w.args.leader_options();
         assert!(l.renew_deadline < l.lease_duration && l.retry_period < l.renew_deadline);
+    }
+
+    #[test]
+    fn instance_prefixes_the_leader_identity() {
+        let w = Wrapper::try_parse_from(["kleym", "--instance", "hub-7"]).unwrap();
+        let id = w.args.leader_options().identity;
+        let suffix = id.strip_prefix("hub-7_").unwrap_or_else(|| panic!("{id}"));
+        assert!(!suffix.is_empty(), "{id}");
+        assert_eq!(
+            w.args.fleet_options().event_instance.as_deref(),
+            Some("hub-7")
+        );
     }
 
     /// `/metrics` of the plain-HTTP server is encoded (off the async workers) from the

@@ -3,7 +3,12 @@
 //!
 //! Every wait is bounded: building the client (which execs the plugin, itself bounded by the
 //! exec timeout) and each probe by `request_timeout`, the first cache sync by
-//! `initial_sync_timeout`, stopping by `request_timeout` (then the task is aborted).
+//! `initial_sync_timeout` (and cut short by the first failure of a watch's initial list),
+//! stopping by `request_timeout` (then every task of the reconciler is aborted).
+//!
+//! Stopping is graceful (reconciles in flight finish) on shutdown, removal and
+//! re-engagement, and immediate when this replica lost leadership: another replica may be
+//! about to take over, and nothing must reach the spoke from this one after that.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,13 +16,14 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use kleym_api::InferenceIdentityBinding;
+use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_spoke::reconciler::snapshot;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::{Api, ListParams};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
-use super::errors::{BINDINGS_PROBE, EngageError};
+use super::errors::{BINDINGS_PROBE, CLUSTER_SPIFFE_IDS_PROBE, EngageError};
 use super::options::FleetOptions;
 use super::state::{ErrorCategory, FleetState, Phase};
 use crate::credentials::{CredentialCache, SpokeClient, build_spoke_client};
@@ -83,12 +89,72 @@ async fn bounded<T, E>(
     }
 }
 
-/// Waits for a stopping reconciler, aborting it after `limit`.
-async fn join_bounded<T>(handle: JoinHandle<T>, limit: Duration) {
-    let abort = handle.abort_handle();
-    if tokio::time::timeout(limit, handle).await.is_err() {
-        abort.abort();
+/// Waits for a stopping task (the previous task of the same spoke), aborting it after
+/// `limit`; returns once it has ended (an aborted task ends at its next await).
+async fn join_bounded<T>(mut handle: JoinHandle<T>, limit: Duration) {
+    if tokio::time::timeout(limit, &mut handle).await.is_err() {
+        handle.abort();
+        let _ = tokio::time::timeout(limit, handle).await;
     }
+}
+
+/// A running spoke reconciler. Dropped without [`Reconciler::stop`] (the spoke task was
+/// aborted), it aborts the reconciler and with it every task the reconciler runs.
+struct Reconciler {
+    handle: JoinHandle<Result<(), kleym_spoke::reconciler::Error>>,
+    shutdown: CancellationToken,
+    abort: CancellationToken,
+}
+
+impl Reconciler {
+    /// Starts `spoke`; it also begins a graceful stop when `stop` fires.
+    fn start(spoke: Spoke, stop: &CancellationToken) -> Self {
+        let shutdown = stop.child_token();
+        let abort = CancellationToken::new();
+        let handle = tokio::spawn(spoke.run_with_abort(shutdown.clone(), abort.clone()));
+        Self {
+            handle,
+            shutdown,
+            abort,
+        }
+    }
+
+    fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    /// Stops the reconciler and waits until it and all of its tasks have ended. `graceful`
+    /// lets reconciles in flight finish within `limit`; past that, or when not graceful,
+    /// everything is aborted at once.
+    async fn stop(mut self, graceful: bool, limit: Duration) {
+        self.shutdown.cancel();
+        if !graceful {
+            self.abort.cancel();
+        }
+        if tokio::time::timeout(limit, &mut self.handle).await.is_ok() {
+            return;
+        }
+        self.abort.cancel();
+        if tokio::time::timeout(limit, &mut self.handle).await.is_ok() {
+            return;
+        }
+        // Its tasks ignore the abort only if one blocks a thread; drop them all anyway.
+        self.handle.abort();
+        let _ = tokio::time::timeout(limit, &mut self.handle).await;
+    }
+}
+
+impl Drop for Reconciler {
+    fn drop(&mut self) {
+        self.abort.cancel();
+        self.handle.abort();
+    }
+}
+
+/// Whether stopping may wait for reconciles in flight: not once this replica lost
+/// leadership (the supervisor records that before it stops the spoke tasks).
+fn graceful_stop(shared: &TaskShared) -> bool {
+    shared.state.is_leader()
 }
 
 async fn connect(shared: &TaskShared, spec: &SpokeSpec) -> Result<SpokeClient, EngageError> {
@@ -167,8 +233,32 @@ async fn engage_once(
     {
         return Outcome::Failed(e);
     }
+    // The reconciler watches ClusterSPIFFEIDs; a spoke refusing or failing that list would
+    // otherwise only show up during the initial sync, with a sync slot held. 404: the SPIRE
+    // CRD is not installed, which the reconciler reports per binding.
+    let csids: Api<ClusterSPIFFEID> = Api::all(sc.client.clone());
+    match bounded(
+        opts.request_timeout,
+        CLUSTER_SPIFFE_IDS_PROBE,
+        ErrorCategory::Unreachable,
+        csids.list_metadata(&ListParams::default().limit(1)),
+        |source| EngageError::Kube {
+            action: CLUSTER_SPIFFE_IDS_PROBE,
+            source,
+        },
+    )
+    .await
+    {
+        Ok(_) => {}
+        Err(EngageError::Kube {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.code == 404 => {}
+        Err(e) => return Outcome::Failed(e),
+    }
 
-    // Only a bounded number of spokes list and sync at once.
+    // Only a bounded number of spokes do their initial sync at once (connecting and the
+    // preflight above are not limited: a blackholed spoke never holds a slot).
     publish(shared, stop, name, |s| s.phase = Phase::Queued);
     let permit = tokio::select! {
         _ = stop.cancelled() => return Outcome::Stopped,
@@ -182,14 +272,20 @@ async fn engage_once(
         Err(e) => return Outcome::Failed(EngageError::Reconciler(e.to_string())),
     };
     let ctx = spoke.context();
-    let run_token = stop.child_token();
-    let handle = tokio::spawn(spoke.run(run_token.clone()));
+    let reconciler = Reconciler::start(spoke, stop);
     publish(shared, stop, name, |s| s.phase = Phase::Syncing);
     let deadline = Instant::now() + opts.initial_sync_timeout;
     while !snapshot::synced(&ctx) {
+        // A watch whose first list fails keeps retrying with backoff: give the slot back
+        // now rather than hold it until the deadline (other spokes are waiting for it).
+        if let Some(failure) = snapshot::sync_failure(&ctx) {
+            drop(permit);
+            reconciler.stop(false, opts.request_timeout).await;
+            return Outcome::Failed(EngageError::Watch(failure));
+        }
         if Instant::now() >= deadline {
-            run_token.cancel();
-            join_bounded(handle, opts.request_timeout).await;
+            drop(permit);
+            reconciler.stop(false, opts.request_timeout).await;
             return Outcome::Failed(EngageError::Timeout {
                 action: "initial cache sync",
                 seconds: opts.initial_sync_timeout.as_secs(),
@@ -198,7 +294,8 @@ async fn engage_once(
         }
         tokio::select! {
             _ = stop.cancelled() => {
-                join_bounded(handle, opts.request_timeout).await;
+                drop(permit);
+                reconciler.stop(graceful_stop(shared), opts.request_timeout).await;
                 return Outcome::Stopped;
             }
             _ = tokio::time::sleep(Duration::from_millis(25)) => {}
@@ -223,15 +320,18 @@ async fn engage_once(
     loop {
         tokio::select! {
             _ = stop.cancelled() => {
-                join_bounded(handle, opts.request_timeout).await;
+                reconciler.stop(graceful_stop(shared), opts.request_timeout).await;
                 return Outcome::Stopped;
             }
             _ = tokio::time::sleep(opts.snapshot_interval) => {}
         }
-        if handle.is_finished() {
+        if reconciler.is_finished() {
             // Stopping cancels the reconciler (a child token) too: when both fired during
             // the sleep, this is a stop, not a failure to log and back off from.
             if stop.is_cancelled() {
+                reconciler
+                    .stop(graceful_stop(shared), opts.request_timeout)
+                    .await;
                 return Outcome::Stopped;
             }
             return Outcome::Failed(EngageError::Reconciler("stopped unexpectedly".into()));
@@ -254,8 +354,7 @@ async fn engage_once(
         next_probe = Instant::now() + opts.probe_interval;
         if sc.needs_rebuild().await {
             tracing::info!(spoke = %name, "client certificate rotated; rebuilding the client");
-            run_token.cancel();
-            join_bounded(handle, opts.request_timeout).await;
+            reconciler.stop(true, opts.request_timeout).await;
             *client = None;
             return Outcome::Restart;
         }

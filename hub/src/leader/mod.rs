@@ -8,7 +8,7 @@
 //!
 //! kube-rs 5 has no leader-election helper, hence this module.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -16,6 +16,9 @@ use kleym_spoke::reconciler::CancellationToken;
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+// Tokio's clock (the same as std's outside tests), so the election runs on virtual time in
+// tests.
+use tokio::time::Instant;
 
 /// Where the in-cluster ServiceAccount's namespace is mounted.
 pub const SA_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
@@ -63,8 +66,16 @@ pub fn default_namespace() -> String {
 
 /// `POD_NAME`, else the host name, plus a random suffix (two processes never share one).
 pub fn default_identity() -> String {
-    let base = std::env::var("POD_NAME")
-        .ok()
+    identity(None)
+}
+
+/// `prefix` (e.g. `--instance`) when non-empty, else `POD_NAME`, else the host name, plus a
+/// random suffix (two processes never share one).
+pub fn identity(prefix: Option<&str>) -> String {
+    let base = prefix
+        .map(|p| p.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("POD_NAME").ok())
         .filter(|s| !s.is_empty())
         .or_else(|| {
             std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -223,35 +234,54 @@ pub fn spawn(
     };
     let handle = tokio::spawn(async move {
         loop {
-            // Bound each attempt so a hung hub API server cannot keep us "leading".
-            let attempt =
-                tokio::time::timeout(c.opts.renew_deadline, c.try_acquire_or_renew()).await;
             let leading_before = *tx.borrow();
+            // While leading, nothing may keep us leading past the renew deadline: the attempt
+            // is bounded by the time left (a hung hub API server), and a leader out of time
+            // steps down without waiting for another attempt. A successor takes over only
+            // `lease_duration` after our last renewal, so every write we make as leader
+            // (spokes stop at once on step-down) happens before then.
+            let renew_by = c
+                .last_renew
+                .filter(|_| leading_before)
+                .map(|t| t + c.opts.renew_deadline);
+            let limit = renew_by.map_or(c.opts.renew_deadline, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            let attempt = if limit.is_zero() {
+                None
+            } else {
+                tokio::time::timeout(limit, c.try_acquire_or_renew())
+                    .await
+                    .ok()
+            };
+            let in_time = renew_by.is_some_and(|d| Instant::now() < d);
             let leading = match attempt {
-                Ok(Ok(true)) => {
+                Some(Ok(true)) => {
                     c.last_renew = Some(Instant::now());
                     true
                 }
-                Ok(Ok(false)) => false,
-                Ok(Err(e)) => {
+                Some(Ok(false)) => false,
+                Some(Err(e)) => {
                     tracing::warn!(error = %e, lease = %c.opts.lease_name, "leader election attempt failed");
-                    leading_before
-                        && c.last_renew
-                            .is_some_and(|t| t.elapsed() < c.opts.renew_deadline)
+                    in_time
                 }
-                Err(_) => {
-                    leading_before
-                        && c.last_renew
-                            .is_some_and(|t| t.elapsed() < c.opts.renew_deadline)
-                }
+                None => in_time,
             };
             if leading != leading_before {
                 tracing::info!(identity = %c.opts.identity, leading, "leadership changed");
                 tx.send_replace(leading);
             }
+            // A leader whose renewal failed retries no later than its deadline.
+            let wait = match (leading, c.last_renew) {
+                (true, Some(t)) => c
+                    .opts
+                    .retry_period
+                    .min((t + c.opts.renew_deadline).saturating_duration_since(Instant::now())),
+                _ => c.opts.retry_period,
+            };
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(c.opts.retry_period) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
         let was_leading = tx.send_replace(false);
@@ -268,4 +298,124 @@ pub fn always_leader() -> watch::Receiver<bool> {
     // Keep the sender alive for the life of the process so `changed()` never errors.
     std::mem::forget(tx);
     rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    /// A hub API server holding one Lease in memory: it answers get/create/replace until
+    /// `hang` is set, then never answers again (a hung API server). Records when it last
+    /// answered a write.
+    #[derive(Clone, Default)]
+    struct FakeHub {
+        lease: Arc<Mutex<Option<serde_json::Value>>>,
+        hang: Arc<AtomicBool>,
+        last_write: Arc<Mutex<Option<tokio::time::Instant>>>,
+    }
+
+    impl FakeHub {
+        async fn handle(
+            self,
+            req: http::Request<kube::client::Body>,
+        ) -> Result<http::Response<Full<Bytes>>, std::convert::Infallible> {
+            if self.hang.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            let method = req.method().clone();
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let mut lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
+            let (code, out) = if method == http::Method::GET {
+                match lease.as_ref() {
+                    Some(l) => (200, l.clone()),
+                    None => (
+                        404,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                            "status": "Failure", "reason": "NotFound", "code": 404}),
+                    ),
+                }
+            } else {
+                let mut obj: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                obj["metadata"]["resourceVersion"] = "1".into();
+                *lease = Some(obj.clone());
+                *self.last_write.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(tokio::time::Instant::now());
+                (
+                    if method == http::Method::POST {
+                        201
+                    } else {
+                        200
+                    },
+                    obj,
+                )
+            };
+            Ok(http::Response::builder()
+                .status(code)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(out.to_string())))
+                .unwrap_or_default())
+        }
+    }
+
+    /// A leader whose renewal hangs (the hub API server stops answering) steps down no
+    /// later than its renew deadline after the last renewal: the attempt is bounded by the
+    /// time left, not by a whole renew deadline from when it started (which let it lead up
+    /// to a retry period longer). Virtual time: the bound is exact, not a wall-clock guess.
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_whose_renewal_hangs_steps_down_by_the_renew_deadline() {
+        let hub = FakeHub::default();
+        let svc = {
+            let hub = hub.clone();
+            tower::service_fn(move |req| hub.clone().handle(req))
+        };
+        let client = kube::Client::new(svc, "default");
+        let opts = LeaderOptions {
+            lease_name: "kleym-hub".into(),
+            namespace: "kleym".into(),
+            identity: "me_1".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        };
+        let shutdown = CancellationToken::new();
+        let (mut rx, task) = spawn(client, opts.clone(), shutdown.clone());
+        rx.wait_for(|leading| *leading).await.unwrap();
+        // A couple of renewals, then the API server hangs.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        hub.hang.store(true, Ordering::SeqCst);
+        let last = hub
+            .last_write
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .expect("renewed");
+        rx.wait_for(|leading| !*leading).await.unwrap();
+        let led_for = tokio::time::Instant::now().duration_since(last);
+        assert!(
+            led_for <= opts.renew_deadline,
+            "still leading {led_for:?} after the last renewal (renew deadline {:?})",
+            opts.renew_deadline
+        );
+        shutdown.cancel();
+        task.abort();
+    }
+
+    #[test]
+    fn identity_prefers_the_given_prefix() {
+        let id = identity(Some("hub-0"));
+        assert!(
+            id.starts_with("hub-0_") && id.len() > "hub-0_".len(),
+            "{id}"
+        );
+        // An empty prefix falls back (POD_NAME, the host name or `kleym-hub`).
+        assert!(!identity(Some("  ")).starts_with('_'));
+    }
 }

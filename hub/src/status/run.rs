@@ -1,6 +1,7 @@
 //! The status loop: on every change of the supervisor's `FleetState` (coalesced), rebuild the
 //! report and submit every spoke's `ClusterIdentityStatus` and the `FleetIdentityReport` to a
-//! [`StatusWriter`]. Only the leader writes.
+//! [`StatusWriter`]. Only the leader writes: leadership is checked before each flush and
+//! right before every write.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -51,7 +52,11 @@ pub async fn run_status_loop(
     options: StatusLoopOptions,
     shutdown: CancellationToken,
 ) {
-    let mut writer = StatusWriter::new(client.clone(), options.writer);
+    // Leadership is checked before each flush and again right before every write: a
+    // flush can outlast it (many objects, a slow hub API server).
+    let leader = state.clone();
+    let mut writer = StatusWriter::new(client.clone(), options.writer)
+        .with_fence(std::sync::Arc::new(move || leader.is_leader()));
     let mut uids = ProfileUids::default();
     let mut changes = state.subscribe();
     let mut last_resync = Instant::now();

@@ -9,6 +9,7 @@
 //! replace each other, so a burst of changes costs one write.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kleym_api::fleet::{
@@ -37,7 +38,18 @@ pub enum StatusError {
         #[source]
         source: kube::Error,
     },
+    /// The write fence said no (this replica is not the leader); nothing was sent.
+    #[error("not written ({kind} {name}): this replica is not the leader")]
+    Fenced {
+        /// Object kind.
+        kind: &'static str,
+        /// `namespace/name` or `name`.
+        name: String,
+    },
 }
+
+/// Whether this process may write now; asked right before every write (the leader check).
+pub type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// Tuning of a [`StatusWriter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +91,8 @@ pub struct WriteStats {
     pub deferred: usize,
     /// Writes that failed (kept for the next flush).
     pub failed: usize,
+    /// Whether the flush stopped because the write fence said no (the rest stays pending).
+    pub fenced: bool,
 }
 
 /// Per-object bookkeeping.
@@ -120,6 +134,7 @@ impl<T> Slot<T> {
 pub struct StatusWriter {
     client: kube::Client,
     options: WriterOptions,
+    fence: Option<WriteFence>,
     clusters: HashMap<ProfileRef, Slot<ClusterIdentityStatusStatus>>,
     report: Slot<FleetIdentityReportStatus>,
 }
@@ -130,9 +145,18 @@ impl StatusWriter {
         StatusWriter {
             client,
             options,
+            fence: None,
             clusters: HashMap::new(),
             report: Slot::default(),
         }
+    }
+
+    /// Writes only while `fence` returns true, asked right before every write request (not
+    /// once per flush: leadership can be lost in the middle of one, and a deposed leader
+    /// must not overwrite what its successor wrote).
+    pub fn with_fence(mut self, fence: WriteFence) -> Self {
+        self.fence = Some(fence);
+        self
     }
 
     /// Want `status` on the `ClusterIdentityStatus` of `profile`.
@@ -204,6 +228,11 @@ impl StatusWriter {
             match self.flush_cluster(&key, now, refresh).await {
                 Ok(true) => stats.written += 1,
                 Ok(false) => stats.unchanged += 1,
+                Err(e @ StatusError::Fenced { .. }) => {
+                    tracing::debug!(error = %e, "status flush stopped");
+                    stats.fenced = true;
+                    return stats;
+                }
                 Err(e) => {
                     stats.failed += 1;
                     tracing::warn!(error = %e, "writing ClusterIdentityStatus failed; will retry");
@@ -214,6 +243,10 @@ impl StatusWriter {
             Some(t) if t <= now => match self.flush_report(now).await {
                 Ok(true) => stats.written += 1,
                 Ok(false) => stats.unchanged += 1,
+                Err(e @ StatusError::Fenced { .. }) => {
+                    tracing::debug!(error = %e, "status flush stopped");
+                    stats.fenced = true;
+                }
                 Err(e) => {
                     stats.failed += 1;
                     tracing::warn!(error = %e, "writing FleetIdentityReport failed; will retry");
@@ -268,8 +301,18 @@ impl StatusWriter {
         if owner_ok && !changed {
             return Ok(false);
         }
+        let fence = self.fence.clone();
+        let may_write = || fence.as_ref().is_none_or(|f| f());
+        let fenced = || StatusError::Fenced {
+            kind: "ClusterIdentityStatus",
+            name: full_name.clone(),
+        };
         let params = PatchParams::apply(FIELD_MANAGER).force();
         if !owner_ok {
+            if !may_write() {
+                slot.pending = Some(want);
+                return Err(fenced());
+            }
             let obj = json!({
                 "apiVersion": "kleym.io/v1alpha1",
                 "kind": "ClusterIdentityStatus",
@@ -298,6 +341,10 @@ impl StatusWriter {
             "kind": "ClusterIdentityStatus",
             "status": want,
         });
+        if !may_write() {
+            slot.pending = Some(want);
+            return Err(fenced());
+        }
         if let Err(e) = api
             .patch_status(&key.name, &params, &Patch::Apply(body))
             .await
@@ -317,6 +364,12 @@ impl StatusWriter {
             kind: "FleetIdentityReport",
             name: FLEET_REPORT_NAME.to_string(),
             source,
+        };
+        let fence = self.fence.clone();
+        let may_write = || fence.as_ref().is_none_or(|f| f());
+        let fenced = || StatusError::Fenced {
+            kind: "FleetIdentityReport",
+            name: FLEET_REPORT_NAME.to_string(),
         };
         let slot = &mut self.report;
         let mut exists = slot.known;
@@ -343,6 +396,10 @@ impl StatusWriter {
         }
         let params = PatchParams::apply(FIELD_MANAGER).force();
         if !exists {
+            if !may_write() {
+                slot.pending = Some(want);
+                return Err(fenced());
+            }
             let obj = json!({
                 "apiVersion": "kleym.io/v1alpha1",
                 "kind": "FleetIdentityReport",
@@ -366,6 +423,10 @@ impl StatusWriter {
             "kind": "FleetIdentityReport",
             "status": want,
         });
+        if !may_write() {
+            slot.pending = Some(want);
+            return Err(fenced());
+        }
         if let Err(e) = api
             .patch_status(FLEET_REPORT_NAME, &params, &Patch::Apply(body))
             .await

@@ -19,6 +19,7 @@ use super::ns_cache::NamespaceCache;
 use super::overlay::Overlay;
 use super::queue::{ObjectKey, WorkQueue};
 use super::snapshot::SnapshotMemo;
+use super::watches::WatchFailures;
 use crate::compiler::ForeignSpiffeId;
 
 /// Field manager kleym uses for every write.
@@ -127,6 +128,8 @@ pub struct Context {
     pub namespace_cache: NamespaceCache,
     /// The hub's last snapshot of the bindings, reused while the binding cache is unchanged.
     pub binding_snapshot: SnapshotMemo,
+    /// Failures of watches whose cache has not synced yet (why an initial sync is stuck).
+    pub watch_failures: WatchFailures,
 }
 
 impl Context {
@@ -151,6 +154,7 @@ impl Context {
             compile_memo: CompileMemo::default(),
             namespace_cache: NamespaceCache::default(),
             binding_snapshot: SnapshotMemo::default(),
+            watch_failures: WatchFailures::default(),
         }
     }
 

@@ -68,20 +68,25 @@ impl Error {
 /// Category of a client error.
 pub fn kube_category(err: &kube::Error) -> &'static str {
     match err {
-        kube::Error::Api(status) => match status.code {
-            401 => "Unauthorized",
-            403 => "Forbidden",
-            404 => "NotFound",
-            409 => "Conflict",
-            410 => "Gone",
-            422 => "Invalid",
-            429 => "TooManyRequests",
-            500..=599 => "ServerError",
-            _ => "ApiError",
-        },
+        kube::Error::Api(status) => status_category(status.code),
         kube::Error::Auth(_) => "Auth",
         kube::Error::SerdeError(_) => "Serialization",
         _ => "Transport",
+    }
+}
+
+/// Category of an API error status code.
+pub fn status_category(code: u16) -> &'static str {
+    match code {
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        409 => "Conflict",
+        410 => "Gone",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        500..=599 => "ServerError",
+        _ => "ApiError",
     }
 }
 

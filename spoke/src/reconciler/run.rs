@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::api_availability::{self, ApiKind, ServedApis};
@@ -55,29 +56,85 @@ impl Spoke {
 
     /// Runs until `shutdown` is cancelled. Reconciles in flight finish before it returns.
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        self.run_with_abort(shutdown, CancellationToken::new())
+            .await
+    }
+
+    /// Runs until `shutdown` is cancelled (reconciles in flight finish first) or `abort` is
+    /// cancelled (everything stops at its next await, reconciles in flight included; also
+    /// while a graceful stop is under way). Every task of the reconciler (watches, workers,
+    /// discovery) belongs to it: when this returns, none of them runs any more, so nothing
+    /// more is sent to the cluster; dropping the future aborts them all too.
+    pub async fn run_with_abort(
+        self,
+        shutdown: CancellationToken,
+        abort: CancellationToken,
+    ) -> Result<(), Error> {
         let ctx = self.ctx;
+        let mut tasks: JoinSet<()> = JoinSet::new();
         let watches_token = shutdown.child_token();
-        watches::spawn_namespace_watch(&ctx, watches_token.child_token());
-
-        let discovery = tokio::spawn(discovery_loop(ctx.clone(), watches_token.clone()));
-        let readiness = tokio::spawn(readiness_loop(ctx.clone(), shutdown.clone()));
-
-        let mut workers = Vec::with_capacity(ctx.config.concurrency);
+        watches::spawn_namespace_watch(&ctx, &mut tasks, watches_token.child_token());
+        tasks.spawn(readiness_loop(ctx.clone(), shutdown.clone()));
         for _ in 0..ctx.config.concurrency {
-            workers.push(tokio::spawn(worker(ctx.clone(), shutdown.clone())));
+            tasks.spawn(worker(ctx.clone(), shutdown.clone()));
         }
 
-        shutdown.cancelled().await;
+        // Discovery runs here rather than in a task of its own: it starts and stops watches
+        // in `tasks`.
+        let mut discovery = Discovery::default();
+        let mut next_poll = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                biased;
+                _ = abort.cancelled() => {
+                    stop_now(&ctx, tasks).await;
+                    return Ok(());
+                }
+                _ = shutdown.cancelled() => break,
+                next = discover_at(&ctx, next_poll) => {
+                    discovery.apply(&ctx, &mut tasks, &watches_token, &shutdown, next);
+                    next_poll = tokio::time::Instant::now() + ctx.config.discovery_interval;
+                }
+                Some(ended) = tasks.join_next() => log_ended(ended),
+            }
+        }
+
         tracing::info!("shutting down spoke reconciler");
         ctx.queue.close();
         watches_token.cancel();
-        for w in workers {
-            let _ = w.await;
+        // Workers finish the reconcile in hand; everything else ends on its token.
+        loop {
+            tokio::select! {
+                biased;
+                _ = abort.cancelled() => {
+                    stop_now(&ctx, tasks).await;
+                    return Ok(());
+                }
+                ended = tasks.join_next() => match ended {
+                    Some(ended) => log_ended(ended),
+                    None => break,
+                },
+            }
         }
-        discovery.abort();
-        readiness.abort();
         ctx.readiness.set(false);
         Ok(())
+    }
+}
+
+/// Aborts every task of the reconciler and waits until each has ended.
+async fn stop_now(ctx: &Context, mut tasks: JoinSet<()>) {
+    tracing::info!("aborting spoke reconciler");
+    ctx.queue.close();
+    tasks.shutdown().await;
+    ctx.readiness.set(false);
+}
+
+/// A task ended while the reconciler runs (a watch whose API vanished) or stops.
+fn log_ended(ended: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = ended
+        && e.is_panic()
+    {
+        tracing::error!(error = %e, "a spoke reconciler task panicked");
     }
 }
 
@@ -92,42 +149,55 @@ pub async fn run(
         .await
 }
 
-/// Polls discovery; starts the watch of every API that appears and stops (and empties the
-/// cache of) every API that disappears, re-evaluating all bindings either way.
-async fn discovery_loop(ctx: Arc<Context>, token: CancellationToken) {
-    let mut tokens: HashMap<ApiKind, CancellationToken> = HashMap::new();
-    let mut warned_binding_crd = false;
-    loop {
+/// Discovery at `at` (now, if past).
+async fn discover_at(ctx: &Context, at: tokio::time::Instant) -> ServedApis {
+    tokio::time::sleep_until(at).await;
+    api_availability::discover(&ctx.client, &ctx.served()).await
+}
+
+/// What discovery started: the watch of every served API, by kind.
+#[derive(Default)]
+struct Discovery {
+    tokens: HashMap<ApiKind, CancellationToken>,
+    warned_binding_crd: bool,
+}
+
+impl Discovery {
+    /// Starts the watch of every API that appeared and stops (and empties the cache of)
+    /// every API that disappeared, re-evaluating all bindings either way.
+    fn apply(
+        &mut self,
+        ctx: &Arc<Context>,
+        tasks: &mut JoinSet<()>,
+        watches: &CancellationToken,
+        shutdown: &CancellationToken,
+        next: ServedApis,
+    ) {
         let previous = ctx.served();
-        let next = api_availability::discover(&ctx.client, &previous).await;
         let (appeared, vanished) = next.diff(&previous);
         *ctx.served.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
         for kind in &vanished {
             tracing::warn!(api = %kind, "API no longer served; stopping its watch");
-            if let Some(t) = tokens.remove(kind) {
+            if let Some(t) = self.tokens.remove(kind) {
                 t.cancel();
             }
-            deactivate(&ctx, *kind);
+            deactivate(ctx, *kind);
         }
         for kind in &appeared {
             tracing::info!(api = %kind, "API served; starting its watch");
-            let t = token.child_token();
-            watches::spawn_watch(&ctx, *kind, t.clone());
-            tokens.insert(*kind, t);
+            let t = watches.child_token();
+            watches::spawn_watch(ctx, tasks, *kind, t.clone());
+            self.tokens.insert(*kind, t);
         }
-        if !next.serves(ApiKind::Bindings) && !warned_binding_crd {
+        if !next.serves(ApiKind::Bindings) && !self.warned_binding_crd {
             tracing::warn!(
                 "{}; waiting for it to be installed",
                 Error::BindingCrdMissing
             );
-            warned_binding_crd = true;
+            self.warned_binding_crd = true;
         }
         if !appeared.is_empty() || !vanished.is_empty() {
-            tokio::spawn(requeue_all_when_synced(ctx.clone(), next));
-        }
-        tokio::select! {
-            _ = token.cancelled() => return,
-            _ = tokio::time::sleep(ctx.config.discovery_interval) => {}
+            tasks.spawn(requeue_all_when_synced(ctx.clone(), shutdown.clone()));
         }
     }
 }
@@ -163,10 +233,13 @@ fn deactivate(ctx: &Context, kind: ApiKind) {
 
 /// After the served set changed, every binding may change verdict (a CRD appeared or
 /// disappeared); enqueue them all once the caches have synced.
-async fn requeue_all_when_synced(ctx: Arc<Context>, _served: ServedApis) {
+async fn requeue_all_when_synced(ctx: Arc<Context>, shutdown: CancellationToken) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !all_synced(&ctx) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
     }
     let all = ctx
         .index

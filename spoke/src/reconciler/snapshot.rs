@@ -15,6 +15,7 @@ use kube::ResourceExt;
 
 use super::context::Context;
 use super::run::all_synced;
+use super::watches::WatchFailure;
 
 /// Prefix of the rendered selector that names the service account.
 const SA_SELECTOR_PREFIX: &str = "k8s:sa:";
@@ -191,6 +192,12 @@ fn sort_key(b: &InferenceIdentityBinding) -> (&str, &str) {
 /// Whether every active cache has completed its first list (same rule as readiness).
 pub fn synced(ctx: &Context) -> bool {
     all_synced(ctx)
+}
+
+/// Why the initial sync cannot complete right now: a watch whose cache has not completed its
+/// first list failed (the watcher keeps retrying; the caller may give up at once).
+pub fn sync_failure(ctx: &Context) -> Option<WatchFailure> {
+    ctx.watch_failures.first()
 }
 
 /// Whether the work queue has nothing pending or running.

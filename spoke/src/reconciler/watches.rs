@@ -1,7 +1,8 @@
 //! Watches feeding the caches, and the handlers that turn each change into the (few)
 //! bindings it affects.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -14,23 +15,125 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::api_availability::ApiKind;
 use super::caches::{Cache, Change};
 use super::context::Context;
-use super::error::kube_category;
+use super::error::{kube_category, status_category};
 use super::index::{SourceKey, TargetKey};
 use super::queue::ObjectKey;
 use super::trim::strip_unread_metadata;
 use crate::compiler::{ForeignSpiffeId, PoolView, TargetView};
 
-/// Starts the watch for `kind`; it runs until `token` is cancelled.
-pub fn spawn_watch(ctx: &Arc<Context>, kind: ApiKind, token: CancellationToken) {
+/// A watch whose cache has not completed its first list failed: the list was refused
+/// (403), the resource is not served (404), the server failed (5xx) or could not be
+/// reached. The watcher keeps retrying on its own; the hub uses this to give up on an
+/// initial sync at once instead of waiting out its deadline.
+#[derive(Debug, Clone)]
+pub struct WatchFailure {
+    /// `plural.group` of the watched resource (`namespaces` for the core group).
+    pub resource: String,
+    /// The watcher's error (shared: the same failure may be read several times).
+    pub error: Arc<watcher::Error>,
+}
+
+impl WatchFailure {
+    /// The client error behind the watcher's error, if any.
+    pub fn kube_error(&self) -> Option<&kube::Error> {
+        match self.error.as_ref() {
+            watcher::Error::InitialListFailed(e)
+            | watcher::Error::WatchStartFailed(e)
+            | watcher::Error::WatchFailed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The API server's answer (`Status`), if it answered with an error.
+    pub fn api_status(&self) -> Option<&kube::core::Status> {
+        match self.error.as_ref() {
+            watcher::Error::WatchError(s) => Some(s),
+            _ => match self.kube_error() {
+                Some(kube::Error::Api(s)) => Some(s),
+                _ => None,
+            },
+        }
+    }
+
+    /// The HTTP status code of the failure, if the API server answered.
+    pub fn status_code(&self) -> Option<u16> {
+        self.api_status().map(|s| s.code)
+    }
+
+    /// Stable category: `Forbidden`, `ServerError`, `CRDMissing` (a 404 on a list: the
+    /// resource is not served), or [`kube_category`]'s for other failures.
+    pub fn category(&self) -> &'static str {
+        match (self.status_code(), self.kube_error()) {
+            (Some(404), _) => "CRDMissing",
+            (Some(code), _) => status_category(code),
+            (None, Some(e)) => kube_category(e),
+            (None, None) => "WatchError",
+        }
+    }
+}
+
+impl std::fmt::Display for WatchFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.api_status() {
+            // The API's own words, without kube's debug rendering of the Status.
+            Some(s) => write!(
+                f,
+                "watch of {}: {} {}: {}",
+                self.resource, s.code, s.reason, s.message
+            ),
+            None => write!(f, "watch of {}: {}", self.resource, self.error),
+        }
+    }
+}
+
+/// The failures of watches whose cache has not synced yet, by resource.
+#[derive(Debug, Default)]
+pub struct WatchFailures(Mutex<BTreeMap<String, WatchFailure>>);
+
+impl WatchFailures {
+    fn record(&self, failure: WatchFailure) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(failure.resource.clone(), failure);
+    }
+
+    fn clear(&self, resource: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(resource);
+    }
+
+    /// One current failure (the first by resource name), if any.
+    pub fn first(&self) -> Option<WatchFailure> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .next()
+            .cloned()
+    }
+}
+
+/// Starts the watch for `kind` in `tasks`; it runs until `token` is cancelled.
+pub fn spawn_watch(
+    ctx: &Arc<Context>,
+    tasks: &mut JoinSet<()>,
+    kind: ApiKind,
+    token: CancellationToken,
+) {
     let client = ctx.client.clone();
     match kind {
         ApiKind::Bindings => spawn::<InferenceIdentityBinding>(
             ctx,
+            tasks,
             Api::all(client),
             |c| &c.caches.bindings,
             on_binding,
@@ -38,6 +141,7 @@ pub fn spawn_watch(ctx: &Arc<Context>, kind: ApiKind, token: CancellationToken) 
         ),
         ApiKind::ObjectivesLlmd => spawn::<llmd::InferenceObjective>(
             ctx,
+            tasks,
             Api::all(client),
             |c| &c.caches.objectives_llmd,
             on_llmd_objective,
@@ -45,16 +149,23 @@ pub fn spawn_watch(ctx: &Arc<Context>, kind: ApiKind, token: CancellationToken) 
         ),
         ApiKind::ObjectivesGaie => spawn::<gaie::InferenceObjective>(
             ctx,
+            tasks,
             Api::all(client),
             |c| &c.caches.objectives_gaie,
             on_gaie_objective,
             token,
         ),
-        ApiKind::Models => {
-            spawn::<InferenceModel>(ctx, Api::all(client), |c| &c.caches.models, on_model, token)
-        }
+        ApiKind::Models => spawn::<InferenceModel>(
+            ctx,
+            tasks,
+            Api::all(client),
+            |c| &c.caches.models,
+            on_model,
+            token,
+        ),
         ApiKind::PoolsV1 => spawn::<v1::InferencePool>(
             ctx,
+            tasks,
             Api::all(client),
             |c| &c.caches.pools_v1,
             on_pool_v1,
@@ -62,6 +173,7 @@ pub fn spawn_watch(ctx: &Arc<Context>, kind: ApiKind, token: CancellationToken) 
         ),
         ApiKind::PoolsLegacy => spawn::<v1alpha2::InferencePool>(
             ctx,
+            tasks,
             Api::all(client),
             |c| &c.caches.pools_legacy,
             on_pool_legacy,
@@ -69,6 +181,7 @@ pub fn spawn_watch(ctx: &Arc<Context>, kind: ApiKind, token: CancellationToken) 
         ),
         ApiKind::ClusterSpiffeIds => spawn::<ClusterSPIFFEID>(
             ctx,
+            tasks,
             Api::all(client),
             |c| &c.caches.cluster_spiffe_ids,
             on_cluster_spiffe_id,
@@ -77,10 +190,15 @@ pub fn spawn_watch(ctx: &Arc<Context>, kind: ApiKind, token: CancellationToken) 
     }
 }
 
-/// Starts the namespace watch (core API, always served).
-pub fn spawn_namespace_watch(ctx: &Arc<Context>, token: CancellationToken) {
+/// Starts the namespace watch (core API, always served) in `tasks`.
+pub fn spawn_namespace_watch(
+    ctx: &Arc<Context>,
+    tasks: &mut JoinSet<()>,
+    token: CancellationToken,
+) {
     spawn::<Namespace>(
         ctx,
+        tasks,
         Api::all(ctx.client.clone()),
         |c| &c.caches.namespaces,
         on_namespace,
@@ -90,6 +208,7 @@ pub fn spawn_namespace_watch(ctx: &Arc<Context>, token: CancellationToken) {
 
 fn spawn<K>(
     ctx: &Arc<Context>,
+    tasks: &mut JoinSet<()>,
     api: Api<K>,
     cache: fn(&Context) -> &Cache<K>,
     handler: fn(&Context, Change<K>),
@@ -100,10 +219,19 @@ fn spawn<K>(
 {
     let ctx = ctx.clone();
     cache(&ctx).activate();
-    let plural = K::plural(&K::DynamicType::default()).to_string();
-    tokio::spawn(async move {
+    let dt = K::DynamicType::default();
+    let plural = K::plural(&dt).to_string();
+    let group = K::group(&dt);
+    let resource = if group.is_empty() {
+        plural
+    } else {
+        format!("{plural}.{group}")
+    };
+    tasks.spawn(async move {
         let stream = watcher(api, watcher::Config::default()).default_backoff();
         let mut stream = std::pin::pin!(stream);
+        // Whether a failure of this watch is on record (cleared once its cache synced).
+        let mut failed = false;
         loop {
             let next = tokio::select! {
                 _ = token.cancelled() => break,
@@ -111,20 +239,32 @@ fn spawn<K>(
             };
             match next {
                 None => break,
-                Some(Ok(event)) => ingest(&ctx, cache(&ctx), handler, event),
+                Some(Ok(event)) => {
+                    ingest(&ctx, cache(&ctx), handler, event);
+                    if failed && cache(&ctx).is_ready() {
+                        ctx.watch_failures.clear(&resource);
+                        failed = false;
+                    }
+                }
                 Some(Err(err)) => {
-                    // The watcher retries with backoff; make RBAC problems loud.
-                    let category = match &err {
-                        watcher::Error::InitialListFailed(e)
-                        | watcher::Error::WatchStartFailed(e)
-                        | watcher::Error::WatchFailed(e) => kube_category(e),
-                        _ => "WatchError",
+                    let failure = WatchFailure {
+                        resource: resource.clone(),
+                        error: Arc::new(err),
                     };
-                    tracing::warn!(resource = %plural, category, error = %err, "watch failed; retrying");
+                    // The watcher retries with backoff; make RBAC problems loud.
+                    tracing::warn!(resource = %failure.resource, category = failure.category(), error = %failure.error, "watch failed; retrying");
+                    // Before the first list completed, the sync is stuck on this: say why.
+                    if !cache(&ctx).is_ready() {
+                        ctx.watch_failures.record(failure);
+                        failed = true;
+                    }
                 }
             }
         }
-        tracing::debug!(resource = %plural, "watch stopped");
+        if failed {
+            ctx.watch_failures.clear(&resource);
+        }
+        tracing::debug!(resource = %resource, "watch stopped");
     });
 }
 
@@ -506,6 +646,34 @@ pub(crate) fn on_namespace(ctx: &Context, change: Change<Namespace>) {
 mod tests {
     use super::*;
     use kleym_api::{ConflictPeer, InferenceIdentityBindingStatus};
+
+    fn list_failure(code: u16) -> WatchFailure {
+        let status = kube::core::Status::failure("nope", "Reason").with_code(code);
+        WatchFailure {
+            resource: "clusterspiffeids.spire.spiffe.io".into(),
+            error: Arc::new(watcher::Error::InitialListFailed(kube::Error::Api(
+                Box::new(status),
+            ))),
+        }
+    }
+
+    #[test]
+    fn watch_failures_are_categorised_and_name_the_resource() {
+        assert_eq!(list_failure(403).category(), "Forbidden");
+        assert_eq!(list_failure(404).category(), "CRDMissing");
+        assert_eq!(list_failure(500).category(), "ServerError");
+        assert_eq!(list_failure(503).status_code(), Some(503));
+        let text = list_failure(500).to_string();
+        assert!(
+            text.starts_with("watch of clusterspiffeids.spire.spiffe.io: 500 Reason: nope"),
+            "{text}"
+        );
+        let failures = WatchFailures::default();
+        failures.record(list_failure(500));
+        assert_eq!(failures.first().map(|f| f.category()), Some("ServerError"));
+        failures.clear("clusterspiffeids.spire.spiffe.io");
+        assert!(failures.first().is_none());
+    }
 
     fn binding(generation: i64) -> InferenceIdentityBinding {
         let spec = serde_json::from_value(serde_json::json!({
