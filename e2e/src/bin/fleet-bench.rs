@@ -81,13 +81,15 @@ Figures:
                       start (cold-start) or from the binding's creation (new-bindings).
   API requests/spoke  counted by an authenticator on each spoke (every authenticated request;
                       /version and health probes are anonymous there and not counted).
-                      \"to engage\": the spoke's count when the bench saw it engaged (within
-                      the 20 ms / 10 ms reading above). In cold-start this also holds the
-                      first writes of the spoke's reconciler, which starts on the synced
-                      caches before the hub publishes Engaged (it checks every 25 ms) and
-                      before the bench reads the count; the reads below are the engage
-                      traffic itself as long as the run ends before the reconcilers' 30 s
-                      discovery poll. \"in total\": at the end, split into writes (the hub's
+                      \"to engage\": the spoke's count at the moment the bench saw it
+                      engaged (within the 20 ms / 10 ms reading above). The hub declares a
+                      spoke engaged once its caches' initial lists are done, so some of their
+                      watch requests can arrive just after (the figure can be below the
+                      engage traffic), and in cold-start the reconciler, which starts on the
+                      same caches, may already have written (it can include writes). The
+                      whole engage traffic is the \"reads\" of the total below as long as the
+                      run ends before the reconcilers' 30 s discovery poll.
+                      \"in total\": at the end, split into writes (the hub's
                       own kleym_spoke_api_writes_total for the spoke: finalizer patches,
                       ClusterSPIFFEID applies, status applies, counted per attempt) and reads
                       (the rest: preflight list, discovery, lists, watches).
@@ -527,15 +529,16 @@ async fn track_engagement(
             break;
         }
         match &mut changes {
-            // Wake on the next state change, but scan at most every 10 ms.
+            // Scan on the next state change, but at most every 10 ms (a change during the
+            // pause is kept by the receiver and ends the wait at once).
             Some(rx) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
                 tokio::select! {
                     r = rx.changed() => if r.is_err() {
                         tokio::time::sleep(Duration::from_millis(20)).await;
                     },
                     _ = tokio::time::sleep_until(deadline) => {}
                 }
-                tokio::time::sleep(Duration::from_millis(10)).await;
             }
             None => tokio::time::sleep(Duration::from_millis(20)).await,
         }
