@@ -421,6 +421,14 @@ mod tests {
         let p = HubProcess::spawn(&sleeper, &kubeconfig, &[], &log).unwrap();
         let pid = p.pid();
         assert!(p.usage().unwrap().rss_kib > 0);
+        // SIGTERM before the script has written its line would leave the log empty (seen
+        // under load): wait for the line first.
+        for _ in 0..600 {
+            if !log_tail(&log, 1).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let stopped = p.stop(Duration::from_secs(30)).await.unwrap();
         assert!(stopped.graceful);
         assert!(
