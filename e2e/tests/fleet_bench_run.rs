@@ -1,13 +1,49 @@
-//! `fleet-bench` itself, on a tiny fleet: both hub modes converge, and the figures the docs quote
-//! (convergence, latency, requests and execs per spoke, per-process RSS/CPU) are printed. The
-//! figures' values are not asserted (they are measurements), only that the bench produces them
-//! and that every binding got its ClusterSPIFFEID (the bench exits non-zero otherwise).
+//! `fleet-bench` itself, on a tiny fleet (2 spokes × 3 bindings): both scenarios and both hub
+//! modes converge (the bench exits non-zero unless every binding is Ready with its
+//! ClusterSPIFFEID), and the figures it prints are parsed from its `summary:` line and
+//! checked for consistency: one credential exec per spoke, at least the three writes per
+//! binding (finalizer, ClusterSPIFFEID apply, status apply), percentiles in order and within
+//! the convergence time. Their magnitudes are not asserted (they are measurements).
 
+use std::collections::HashMap;
 use std::process::Command;
 
 use kleym_e2e::fleet::plugins::kleym_binary;
 
-fn run_bench(extra: &[&str]) -> String {
+const SPOKES: f64 = 2.0;
+const BINDINGS: f64 = 3.0;
+
+/// The `key=value` pairs of the bench's `summary:` line.
+struct Summary(HashMap<String, String>);
+
+impl Summary {
+    fn parse(stdout: &str) -> Self {
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("summary: "))
+            .unwrap_or_else(|| panic!("no summary line in:\n{stdout}"));
+        Self(
+            line.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn str(&self, key: &str) -> &str {
+        self.0
+            .get(key)
+            .unwrap_or_else(|| panic!("no {key} in the summary {:?}", self.0))
+    }
+
+    fn num(&self, key: &str) -> f64 {
+        let v = self.str(key);
+        v.parse()
+            .unwrap_or_else(|_| panic!("{key}={v} is not a number ({:?})", self.0))
+    }
+}
+
+fn run_bench(extra: &[&str]) -> (String, Summary) {
     let out = Command::new(env!("CARGO_BIN_EXE_fleet-bench"))
         .args([
             "--spokes",
@@ -30,35 +66,112 @@ fn run_bench(extra: &[&str]) -> String {
     for figure in [
         "time to engage 2 spokes",
         "time to converge",
-        "binding -> ClusterSPIFFEID latency: p50",
+        "converged 6 of 6 bindings",
+        "binding latency",
         "API requests per spoke",
-        // One static-token plugin exec per spoke: the credential cache works across reconciles.
         "credential execs per spoke: 1.00 (2 total)",
         "bench process (",
     ] {
         assert!(stdout.contains(figure), "missing {figure:?} in:\n{stdout}");
     }
-    stdout
+    let summary = Summary::parse(&stdout);
+    check_figures(&summary, &stdout);
+    (stdout, summary)
+}
+
+/// What holds for every run, whatever the machine's speed.
+fn check_figures(s: &Summary, stdout: &str) {
+    let ctx = format!("in:\n{stdout}");
+    assert_eq!(s.num("spokes"), SPOKES, "{ctx}");
+    assert_eq!(s.num("bindings_per_spoke"), BINDINGS, "{ctx}");
+    assert_eq!(s.num("converged"), SPOKES * BINDINGS, "{ctx}");
+    // One static-token plugin exec per spoke: the credential cache works across reconciles.
+    assert_eq!(s.str("execs"), "1.00", "{ctx}");
+    // Every binding needs its finalizer, its ClusterSPIFFEID and its status written at least
+    // once (per spoke: at least one of each per binding).
+    for kind in [
+        "writes_finalizer",
+        "writes_csid_apply",
+        "writes_status_apply",
+    ] {
+        assert!(
+            s.num(kind) >= BINDINGS,
+            "{kind} < {BINDINGS} per spoke {ctx}"
+        );
+    }
+    let writes = s.num("writes");
+    assert!(writes >= 3.0 * BINDINGS, "{ctx}");
+    // Reads (preflight, discovery, initial lists and watches) come on top of the writes.
+    let (reads, total) = (s.num("reads"), s.num("requests_total"));
+    assert!(reads >= 1.0, "{ctx}");
+    assert!((total - (reads + writes)).abs() < 0.01, "{ctx}");
+    let to_engage = s.num("requests_to_engage");
+    assert!(to_engage >= 1.0 && to_engage <= total, "{ctx}");
+    // Times: positive, latencies ordered and never beyond the convergence time.
+    let (engage, converge) = (s.num("engage_s"), s.num("converge_s"));
+    assert!(engage > 0.0 && converge > 0.0, "{ctx}");
+    let (p50, p99, max) = (s.num("p50_ms"), s.num("p99_ms"), s.num("max_ms"));
+    assert!(max > 0.0 && p50 <= p99 && p99 <= max, "{ctx}");
+    assert!(max <= converge * 1000.0 + 1.0, "{ctx}");
 }
 
 #[test]
-fn bench_with_the_real_hub_binary_in_a_child_process() {
+fn cold_start_with_the_real_hub_binary_converges_and_reports_its_figures() {
     let kleym = kleym_binary().expect("kleym binary");
     let kleym = kleym.to_str().expect("utf-8 path");
-    let stdout = run_bench(&["--hub", "process", "--kleym-bin", kleym]);
+    let (stdout, s) = run_bench(&[
+        "--scenario",
+        "cold-start",
+        "--hub",
+        "process",
+        "--kleym-bin",
+        kleym,
+    ]);
+    assert_eq!(s.str("scenario"), "cold-start");
+    assert!(
+        stdout.contains("bindings created before the hub starts: 6"),
+        "{stdout}"
+    );
+    // From hub start, the slowest binding is the convergence time itself.
+    assert!(
+        (s.num("max_ms") - s.num("converge_s") * 1000.0).abs() <= 1.0,
+        "{stdout}"
+    );
     assert!(
         stdout.contains("hub process (kleym, pid"),
         "the child hub's own figures are missing:\n{stdout}"
     );
+    assert!(s.num("hub_peak_rss_mib") > 0.0, "{stdout}");
+    assert!(s.num("hub_cpu_s") > 0.0, "{stdout}");
 }
 
 #[test]
-fn bench_with_the_hub_in_process() {
-    let stdout = run_bench(&["--hub", "in-process"]);
+fn new_bindings_with_the_real_hub_binary_converge_and_report_their_figures() {
+    let kleym = kleym_binary().expect("kleym binary");
+    let kleym = kleym.to_str().expect("utf-8 path");
+    let (stdout, s) = run_bench(&[
+        "--scenario",
+        "new-bindings",
+        "--hub",
+        "process",
+        "--kleym-bin",
+        kleym,
+    ]);
+    assert_eq!(s.str("scenario"), "new-bindings");
+    assert!(stdout.contains("bindings created in"), "{stdout}");
+    assert!(s.num("hub_peak_rss_mib") > 0.0, "{stdout}");
+}
+
+#[test]
+fn cold_start_with_the_hub_in_process() {
+    let (stdout, s) = run_bench(&["--hub", "in-process"]);
+    // cold-start is the default.
+    assert_eq!(s.str("scenario"), "cold-start");
     assert!(
         !stdout.contains("hub process (kleym"),
         "no child hub expected in-process:\n{stdout}"
     );
+    assert!(!s.0.contains_key("hub_peak_rss_mib"), "{stdout}");
 }
 
 #[test]

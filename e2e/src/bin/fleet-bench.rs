@@ -2,9 +2,11 @@
 //!
 //! Phases: start the clusters (hub + N spokes, every CRD) and seed each spoke with a
 //! namespace, a pool and M objectives; register one ClusterProfile per spoke (plugin: a
-//! static-token script); start the hub and wait until every spoke is engaged; then create
-//! M bindings per spoke and measure, per binding, the time from its creation to its
-//! ClusterSPIFFEID appearing (seen through an in-process watch on each spoke's store).
+//! static-token script). Then, by `--scenario`: `cold-start` creates every binding, starts
+//! the hub and measures from hub start to every binding converged; `new-bindings` starts the
+//! hub, waits until every spoke is engaged, then creates the bindings and measures each
+//! one's propagation. Convergence (Ready for the current generation and the ClusterSPIFFEID
+//! exists) is seen through in-process watches on the spokes' stores.
 //!
 //! The hub is the real `kleym` binary in a child process by default (`--hub process`), so
 //! its memory, CPU and file descriptors are its own and kubesim's server ends of its
@@ -13,49 +15,94 @@
 //! watches and counting authenticators. See [`LONG_ABOUT`] for every figure.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::{Parser, ValueEnum};
 use futures::StreamExt;
+use http_body_util::BodyExt;
+use kleym_e2e::fleet::convergence::{self, Names, SpokeProgress};
 use kleym_e2e::fleet::counting::{CountingAuthenticator, counting_token};
+use kleym_e2e::fleet::engagement::{LogTail, engaged_spoke};
 use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, wait_for};
-use kleym_e2e::fleet::hub_process::{HubProcess, log_tail, metric_by_label, metric_value};
+use kleym_e2e::fleet::harness::{FleetHarness, RunningHub};
+use kleym_e2e::fleet::hub_process::{HubProcess, log_tail, metric_by_label, metric_series};
 use kleym_e2e::fleet::plugins::{kleym_binary, static_token_plugin};
 use kleym_e2e::fleet::procstat::{FdPeakSampler, Proc, ProcReader, ProcUsage, read_all_at};
-use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
-use kleym_hub::fleet::Phase;
-use kubesim_store::WatchOptions;
+use kleym_e2e::fleet::profiles::{PROFILE_NS, access_provider, apply_profile, status};
+use kleym_hub::fleet::{FleetState, Phase};
+use kubesim_store::Cluster;
 use serde_json::json;
 
 const LONG_ABOUT: &str = "\
 fleet-bench: hub convergence over N spokes x M bindings on kubesim.
 
+Every spoke gets a namespace, a ServiceAccount, an InferencePool and M InferenceObjectives; the
+hub cluster gets one ClusterProfile per spoke (credential plugin: a static-token script). The M
+bindings per spoke (all valid and distinct) are created according to --scenario:
+  cold-start    (default) every spoke's environment and all N x M bindings exist before the hub
+                starts: the hub starts cold on a populated fleet, the case of the design target
+                (\"100 spokes x 100 bindings from cold start in seconds on 2 cores\"). Times and
+                latencies count from hub start.
+  new-bindings  the hub starts on spokes without bindings; once every spoke is engaged the
+                bench creates the bindings (interleaved across spokes, on a blocking thread):
+                how fast an engaged fleet propagates new bindings. Latencies count from each
+                binding's creation. (The only scenario before cold-start existed.)
+
+Converged: a binding is converged when its status has Ready=True for its current generation
+(the condition's observedGeneration equals metadata.generation) AND its ClusterSPIFFEID exists
+in the spoke; it converged at the later of the two moments, both seen through in-process
+watches on the spoke's store (exact arrival times, no polling). The bench's bindings are all
+valid and distinct, so every one is expected Ready: a refused one (Ready=False) is not
+converged and is reported with its reason. After the watches every spoke is listed once to
+confirm the end state. The bench exits non-zero unless all N x M bindings converged within
+--timeout-seconds.
+
 kubesim (the hub cluster and N spoke API servers) runs in this process. The hub runs:
   --hub process     (default) the real `kleym hub` binary as a child process, found next to
                     this executable (target/<profile>/kleym) or given with --kleym-bin; build
                     it with `cargo build --release -p kleym-hub --bin kleym`. Its logs go to
-                    hub.log in the bench's temp dir (path and tail printed on failure). Engaged
-                    = the hub's own /metrics (health port) shows kleym_hub_spokes{phase=\"Engaged\"}
-                    equal to N (the gauge follows the hub's fleet state at most every 0.5 s).
+                    hub.log in the bench's temp dir (path and tail printed on failure). A spoke
+                    is engaged when the log has its \"spoke engaged spoke=<ns>/<name>\" line
+                    (the hub logs it as it publishes the Engaged phase); the log is read every
+                    20 ms.
   --hub in-process  the hub's library runtime inside this process (what the binary runs);
-                    engaged = its in-process fleet state. RSS/CPU/fds are then kubesim + hub.
+                    engaged = its in-process fleet state, checked on every change (at most
+                    every 10 ms). RSS/CPU/fds are then kubesim + hub.
 
 Figures:
-  time to engage      hub start -> every spoke engaged (includes process start in process mode).
-  time to converge    first binding created -> last ClusterSPIFFEID seen.
-  latency p50/p99/max per binding: its creation -> its ClusterSPIFFEID appearing in the spoke
-                      (in-process store watch, exact arrival times, no polling).
-  API requests/spoke  counted by an authenticator on each spoke: to engage (preflight, initial
-                      lists/watches) and in total.
+  time to engage      hub start -> the last spoke seen engaged (includes process start in
+                      process mode).
+  time to converge    cold-start: hub start -> the last binding converged; new-bindings: first
+                      binding created -> the last binding converged.
+  latency p50/p99/max per binding, to converged and to its ClusterSPIFFEID alone: from hub
+                      start (cold-start) or from the binding's creation (new-bindings).
+  API requests/spoke  counted by an authenticator on each spoke (every authenticated request;
+                      /version and health probes are anonymous there and not counted).
+                      \"to engage\": the spoke's count at the moment the bench saw it
+                      engaged (within the 20 ms / 10 ms reading above). The hub declares a
+                      spoke engaged once its caches' initial lists are done, so some of their
+                      watch requests can arrive just after (the figure can be below the
+                      engage traffic), and in cold-start the reconciler, which starts on the
+                      same caches, may already have written (it can include writes). The
+                      whole engage traffic is the \"reads\" of the total below as long as the
+                      run ends before the reconcilers' 30 s discovery poll.
+                      \"in total\": at the end, split into writes (the hub's
+                      own kleym_spoke_api_writes_total for the spoke: finalizer patches,
+                      ClusterSPIFFEID applies, status applies, counted per attempt) and reads
+                      (the rest: preflight list, discovery, lists, watches).
   execs/spoke         credential-plugin runs (the plugin appends a line to a count file).
-  hub process         from /proc/<pid>: peak RSS (VmHWM; also RSS when engaged, before any
-                      binding, and at converge), CPU seconds (user+sys over its life, and up
-                      to engaged), peak open fds (sampled every 0.25 s) and fds per spoke.
+  hub process         from /proc/<pid>: peak RSS (VmHWM; also RSS when every spoke was seen
+                      engaged and at converge), CPU seconds (user+sys over its life, and up to
+                      every spoke engaged), peak open fds (sampled every 0.25 s) and fds per
+                      spoke.
   bench process       the same for this process (kubesim + measurement, + the hub in
-                      in-process mode); CPU total and from hub start to converged.";
+                      in-process mode); CPU total and from hub start to converged.
+
+The last line, \"summary: key=value ...\", repeats the main figures for scripts (times in
+seconds, latencies in milliseconds, requests and execs per spoke).";
 
 /// Where the hub runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -64,6 +111,43 @@ enum HubMode {
     Process,
     /// The hub's runtime inside the bench process.
     InProcess,
+}
+
+/// When the bindings are created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// Every binding exists before the hub starts; measured from hub start.
+    ColdStart,
+    /// Bindings are created once every spoke is engaged; measured from each creation.
+    NewBindings,
+}
+
+impl Scenario {
+    fn as_str(self) -> &'static str {
+        match self {
+            Scenario::ColdStart => "cold-start",
+            Scenario::NewBindings => "new-bindings",
+        }
+    }
+}
+
+/// The child hub's log level: at least `info`, because the bench reads each spoke's
+/// `spoke engaged` line from the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum HubLogLevel {
+    Info,
+    Debug,
+    Trace,
+}
+
+impl HubLogLevel {
+    fn as_str(self) -> &'static str {
+        match self {
+            HubLogLevel::Info => "info",
+            HubLogLevel::Debug => "debug",
+            HubLogLevel::Trace => "trace",
+        }
+    }
 }
 
 /// fleet-bench: hub convergence over N spokes × M bindings on kubesim.
@@ -76,6 +160,10 @@ struct Args {
     /// Bindings per spoke.
     #[arg(long, default_value_t = 100)]
     bindings: usize,
+    /// cold-start (default; the design target): every binding exists before the hub
+    /// starts. new-bindings: bindings are created once every spoke is engaged.
+    #[arg(long, value_enum, default_value_t = Scenario::ColdStart)]
+    scenario: Scenario,
     /// Hub `--concurrency` (spokes syncing at once).
     #[arg(long, default_value_t = 32)]
     concurrency: u16,
@@ -91,9 +179,10 @@ struct Args {
     /// The `kleym` binary for `--hub process` (default: `kleym` next to this executable).
     #[arg(long, value_name = "PATH")]
     kleym_bin: Option<PathBuf>,
-    /// The child hub's `--log-level`.
-    #[arg(long, default_value = "info")]
-    hub_log_level: String,
+    /// The child hub's `--log-level` (info at least: the bench reads its `spoke engaged`
+    /// lines).
+    #[arg(long, value_enum, default_value_t = HubLogLevel::Info)]
+    hub_log_level: HubLogLevel,
     /// Keep the temp dir (kubeconfigs, scripts, hub.log) after a successful run.
     #[arg(long)]
     keep_dir: bool,
@@ -169,55 +258,51 @@ impl Hub {
         }
     }
 
-    /// Waits until the hub reports all `n` spokes engaged.
-    async fn wait_engaged(&mut self, n: usize, limit: Duration) -> anyhow::Result<()> {
+    /// Runs `fut` to completion, failing fast (checked every second) if a child hub dies.
+    async fn while_alive<F: std::future::Future>(&mut self, fut: F) -> anyhow::Result<F::Output> {
+        tokio::pin!(fut);
+        loop {
+            tokio::select! {
+                r = &mut fut => return Ok(r),
+                _ = tokio::time::sleep(Duration::from_secs(1)) => self.check_alive()?,
+            }
+        }
+    }
+
+    /// The hub's `/metrics` text (`None` if it could not be read).
+    async fn metrics(&self) -> Option<String> {
+        match self {
+            Hub::Process(p) => p.metrics().await,
+            Hub::InProcess(h) => {
+                let resp = kleym_hub::http::metrics::metrics_response(&h.handle.registry);
+                let body = resp.into_body().collect().await.ok()?.to_bytes();
+                String::from_utf8(body.to_vec()).ok()
+            }
+        }
+    }
+
+    /// Spokes per phase, for an error message.
+    async fn phases(&self) -> BTreeMap<String, usize> {
         match self {
             Hub::InProcess(h) => {
-                let state = h.handle.state.clone();
-                let engaged = wait_for("every spoke engaged", limit, || {
-                    let state = state.clone();
-                    async move {
-                        let all = state.spokes();
-                        (all.len() == n && all.iter().all(|s| s.phase == Phase::Engaged))
-                            .then_some(())
-                    }
-                })
-                .await;
-                engaged.map_err(|e| {
-                    let by_phase = state.spokes().iter().fold(BTreeMap::new(), |mut acc, s| {
-                        *acc.entry(s.phase.as_str()).or_insert(0usize) += 1;
+                h.handle
+                    .state
+                    .spokes()
+                    .iter()
+                    .fold(BTreeMap::new(), |mut acc, s| {
+                        *acc.entry(s.phase.as_str().to_string()).or_insert(0) += 1;
                         acc
-                    });
-                    anyhow::anyhow!("{e}; phases: {by_phase:?}")
-                })
+                    })
             }
-            Hub::Process(p) => {
-                const ENGAGED: &str = "kleym_hub_spokes{phase=\"Engaged\"}";
-                let deadline = Instant::now() + limit;
-                let mut last = None;
-                loop {
-                    p.check_running()?;
-                    if let Some(m) = p.metrics().await {
-                        if metric_value(&m, ENGAGED) == Some(n as f64) {
-                            return Ok(());
-                        }
-                        last = Some(m);
-                    }
-                    if Instant::now() >= deadline {
-                        let phases: Vec<_> = last
-                            .as_deref()
-                            .map(|m| metric_by_label(m, "kleym_hub_spokes", "phase"))
-                            .unwrap_or_default()
-                            .into_iter()
-                            .filter(|(_, v)| *v > 0.0)
-                            .collect();
-                        anyhow::bail!(
-                            "timed out after {limit:?} waiting for every spoke engaged; phases on the hub's /metrics: {phases:?}"
-                        );
-                    }
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-            }
+            Hub::Process(p) => p
+                .metrics()
+                .await
+                .map(|m| metric_by_label(&m, "kleym_hub_spokes", "phase"))
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(_, v)| *v > 0.0)
+                .map(|(k, v)| (k, v as usize))
+                .collect(),
         }
     }
 
@@ -261,11 +346,22 @@ impl Hub {
 struct Fleet {
     f: FleetHarness,
     names: Vec<String>,
+    stores: Vec<Arc<Cluster>>,
     counters: Vec<Arc<CountingAuthenticator>>,
     provider_file: PathBuf,
     /// The plugin's count file, opened before any exec (it appends to the same inode), so
     /// it can be read even when kubesim has used up this process's fds.
     count_file: std::fs::File,
+}
+
+impl Fleet {
+    /// The spokes' names as the hub knows them (`<profile namespace>/<name>`).
+    fn hub_names(&self) -> Vec<String> {
+        self.names
+            .iter()
+            .map(|n| format!("{PROFILE_NS}/{n}"))
+            .collect()
+    }
 }
 
 async fn setup(dir: &Path, n: usize, m: usize) -> anyhow::Result<Fleet> {
@@ -287,10 +383,12 @@ async fn setup(dir: &Path, n: usize, m: usize) -> anyhow::Result<Fleet> {
         .to_string(),
     )?;
     let mut counters: Vec<Arc<CountingAuthenticator>> = Vec::with_capacity(n);
+    let mut stores = Vec::with_capacity(n);
     for name in &names {
         let s = f.spoke(name);
         counters.push(CountingAuthenticator::install(&s));
         env::seed_environment(&s.store(), m).map_err(anyhow::Error::msg)?;
+        stores.push(s.store());
     }
     let results = futures::stream::iter(names.iter().map(|name| {
         let s = f.spoke(name);
@@ -319,10 +417,134 @@ async fn setup(dir: &Path, n: usize, m: usize) -> anyhow::Result<Fleet> {
     Ok(Fleet {
         f,
         names,
+        stores,
         counters,
         provider_file,
         count_file,
     })
+}
+
+/// Creates bindings `0..m` in every store, interleaved across spokes (binding 0 everywhere,
+/// then binding 1, ...), on a blocking thread: the creates are synchronous store writes and
+/// must not hold up the runtime's threads (kubesim's servers and the watches run there).
+/// Returns when each was created, per spoke and binding, and how long it all took.
+async fn create_bindings(
+    stores: &[Arc<Cluster>],
+    m: usize,
+) -> anyhow::Result<(Vec<Vec<Instant>>, Duration)> {
+    let stores = stores.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let mut created = vec![Vec::with_capacity(m); stores.len()];
+        for i in 0..m {
+            for (store, row) in stores.iter().zip(created.iter_mut()) {
+                env::create_bindings(store, i..i + 1).map_err(anyhow::Error::msg)?;
+                row.push(Instant::now());
+            }
+        }
+        Ok((created, started.elapsed()))
+    })
+    .await?
+}
+
+/// Starts the convergence watches of every spoke (from the stores' current state).
+fn watch_all(
+    stores: &[Arc<Cluster>],
+    m: usize,
+    limit: Duration,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<SpokeProgress>>> {
+    let names = Arc::new(Names::new(m));
+    stores
+        .iter()
+        .map(|s| convergence::watch_spoke(s, names.clone(), limit).map_err(anyhow::Error::msg))
+        .collect()
+}
+
+/// Where the bench learns that a spoke engaged.
+enum EngageSource {
+    /// A child hub's log (`spoke engaged` lines).
+    Log(LogTail),
+    /// An in-process hub's fleet state.
+    State(FleetState),
+}
+
+/// When the bench saw each spoke engaged, and its request count then.
+struct Engagement {
+    at: Vec<Option<Instant>>,
+    requests: Vec<Option<u64>>,
+    /// The child hub's figures when the last spoke was seen engaged.
+    hub_usage: Option<ProcUsage>,
+}
+
+/// Follows `source` until every spoke (by its hub name) was seen engaged, or `limit`.
+async fn track_engagement(
+    mut source: EngageSource,
+    hub_names: Vec<String>,
+    counters: Vec<Arc<CountingAuthenticator>>,
+    hub_reader: Option<ProcReader>,
+    limit: Duration,
+) -> anyhow::Result<Engagement> {
+    let n = hub_names.len();
+    let index: HashMap<&str, usize> = hub_names
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.as_str(), i))
+        .collect();
+    let mut e = Engagement {
+        at: vec![None; n],
+        requests: vec![None; n],
+        hub_usage: None,
+    };
+    let mut left = n;
+    let deadline = tokio::time::Instant::now() + limit;
+    let mut changes = match &source {
+        EngageSource::State(s) => Some(s.subscribe()),
+        EngageSource::Log(_) => None,
+    };
+    while left > 0 {
+        let seen: Vec<usize> = match &mut source {
+            EngageSource::Log(tail) => tail
+                .new_lines()?
+                .iter()
+                .filter_map(|l| engaged_spoke(l).and_then(|s| index.get(s).copied()))
+                .collect(),
+            EngageSource::State(state) => (0..n)
+                .filter(|&i| {
+                    e.at[i].is_none()
+                        && state
+                            .get(&hub_names[i])
+                            .is_some_and(|s| s.phase == Phase::Engaged)
+                })
+                .collect(),
+        };
+        for i in seen {
+            if e.at[i].is_none() {
+                // The count first: it is the figure that moves fastest.
+                e.requests[i] = Some(counters[i].count());
+                e.at[i] = Some(Instant::now());
+                left -= 1;
+            }
+        }
+        if left == 0 || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        match &mut changes {
+            // Scan on the next state change, but at most every 10 ms (a change during the
+            // pause is kept by the receiver and ends the wait at once).
+            Some(rx) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                tokio::select! {
+                    r = rx.changed() => if r.is_err() {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    },
+                    _ = tokio::time::sleep_until(deadline) => {}
+                }
+            }
+            None => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    e.hub_usage = hub_reader.and_then(|r| r.read().ok());
+    Ok(e)
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
@@ -335,8 +557,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let (n, m) = (args.spokes, args.bindings);
     println!(
-        "fleet-bench: {n} spokes x {m} bindings (hub {:?}, concurrency {}, spoke concurrency {})",
-        args.hub, args.concurrency, args.spoke_concurrency
+        "fleet-bench: {n} spokes x {m} bindings, scenario {} (hub {:?}, concurrency {}, spoke concurrency {})",
+        args.scenario.as_str(),
+        args.hub,
+        args.concurrency,
+        args.spoke_concurrency
     );
     if let Some(k) = &kleym {
         println!("hub binary: {} ({})", k.display(), age(k));
@@ -349,6 +574,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         t.elapsed(),
         ProcUsage::read(Proc::SelfProcess).map_or(0, |u| u.rss_kib / 1024)
     );
+    // Cold start: every binding exists, and is watched, before the hub starts.
+    let cold_watchers = match args.scenario {
+        Scenario::ColdStart => {
+            let (_, took) = create_bindings(&fleet.stores, m).await?;
+            println!(
+                "bindings created before the hub starts: {} in {took:.1?}",
+                n * m
+            );
+            Some(watch_all(&fleet.stores, m, limit)?)
+        }
+        Scenario::NewBindings => None,
+    };
 
     let flags: Vec<String> = vec![
         "--clusterprofile-provider-file".into(),
@@ -366,21 +603,28 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let bench_cpu_at_start = self_reader.read()?.cpu_seconds;
     let hub_started = Instant::now();
     let log_path = dir.join("hub.log");
-    let mut hub = match &kleym {
+    let (mut hub, source, hub_reader) = match &kleym {
         Some(k) => {
             let mut flags = flags;
-            flags.extend(["--log-level".into(), args.hub_log_level.clone()]);
+            flags.extend([
+                "--log-level".into(),
+                args.hub_log_level.as_str().to_string(),
+            ]);
             let p = HubProcess::spawn(k, &fleet.f.hub_kubeconfig(), &flags, &log_path)?;
             println!("hub pid {}, log {}", p.pid(), log_path.display());
-            Hub::Process(p)
+            let tail = LogTail::new(std::fs::File::open(&log_path)?);
+            let reader = ProcReader::open(Proc::Pid(p.pid())).ok();
+            (Hub::Process(p), EngageSource::Log(tail), reader)
         }
-        None => Hub::InProcess(
-            fleet
+        None => {
+            let h = fleet
                 .f
                 .start_hub(&flags)
                 .await
-                .map_err(anyhow::Error::msg)?,
-        ),
+                .map_err(anyhow::Error::msg)?;
+            let state = h.handle.state.clone();
+            (Hub::InProcess(h), EngageSource::State(state), None)
+        }
     };
     let mut procs = vec![Proc::SelfProcess];
     if let Hub::Process(p) = &hub {
@@ -389,6 +633,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let fds = FdPeakSampler::start(&procs, Duration::from_millis(250));
     let ctx = Measure {
         fleet: &fleet,
+        scenario: args.scenario,
         n,
         m,
         limit,
@@ -397,7 +642,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         self_reader: &self_reader,
         fds: &fds,
     };
-    match ctx.measure(&mut hub).await {
+    match ctx
+        .measure(&mut hub, source, hub_reader, cold_watchers)
+        .await
+    {
         Ok(()) => {
             drop(fds);
             if let Err(e) = hub.stop().await {
@@ -431,6 +679,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 /// What the measurement phase needs.
 struct Measure<'a> {
     fleet: &'a Fleet,
+    scenario: Scenario,
     n: usize,
     m: usize,
     limit: Duration,
@@ -440,144 +689,222 @@ struct Measure<'a> {
     fds: &'a FdPeakSampler,
 }
 
-impl Measure<'_> {
-    async fn measure(&self, hub: &mut Hub) -> anyhow::Result<()> {
-        let (n, m, limit) = (self.n, self.m, self.limit);
-        let f = &self.fleet.f;
-        hub.wait_engaged(n, limit).await?;
-        let time_to_engage = self.hub_started.elapsed();
-        let hub_at_engage = hub.usage().and_then(Result::ok);
-        let requests_engage: Vec<u64> = self.fleet.counters.iter().map(|c| c.count()).collect();
-        println!("time to engage {n} spokes: {time_to_engage:.1?}");
+/// Writes per spoke by kind, from the hub's `kleym_spoke_api_writes_total{cluster,write}`.
+fn writes_by_spoke(metrics: &str, hub_names: &[String]) -> Vec<BTreeMap<String, u64>> {
+    let index: HashMap<&str, usize> = hub_names
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.as_str(), i))
+        .collect();
+    let mut out = vec![BTreeMap::new(); hub_names.len()];
+    for (labels, v) in metric_series(metrics, "kleym_spoke_api_writes_total") {
+        let label = |k: &str| {
+            labels
+                .iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| v.as_str())
+        };
+        if let (Some(cluster), Some(kind)) = (label("cluster"), label("write"))
+            && let Some(&i) = index.get(cluster)
+        {
+            *out[i].entry(kind.to_string()).or_insert(0) += v as u64;
+        }
+    }
+    out
+}
 
-        // Watch every spoke's ClusterSPIFFEIDs (in-process store watch: exact arrival times,
-        // no polling load), then create every binding, interleaved across spokes.
-        let stores: Vec<_> = self
-            .fleet
-            .names
-            .iter()
-            .map(|nm| f.spoke(nm).store())
-            .collect();
-        let index: Arc<HashMap<String, usize>> =
-            Arc::new((0..m).map(|i| (env::csid_name(i), i)).collect());
-        let mut watchers = Vec::with_capacity(n);
-        for store in &stores {
-            let res = store
-                .resolve("spire.spiffe.io", "v1alpha1", "clusterspiffeids")
-                .ok_or_else(|| anyhow::anyhow!("ClusterSPIFFEIDs not served"))?;
-            let opts = WatchOptions {
-                resource_version: Some(store.current_resource_version().to_string()),
-                ..WatchOptions::default()
-            };
-            let mut stream = store
-                .watch(&res, None, &opts)
-                .map_err(|e| anyhow::anyhow!("watch: {}", e.message))?;
-            let index = index.clone();
-            watchers.push(tokio::spawn(async move {
-                let mut seen: Vec<Option<Instant>> = vec![None; m];
-                let mut left = m;
-                let deadline = tokio::time::Instant::now() + limit;
-                while left > 0 {
-                    match tokio::time::timeout_at(deadline, stream.next()).await {
-                        Ok(Some(ev)) if ev.event_type == "ADDED" => {
-                            let name = ev.object["metadata"]["name"].as_str().unwrap_or_default();
-                            if let Some(&i) = index.get(name)
-                                && seen[i].is_none()
-                            {
-                                seen[i] = Some(Instant::now());
-                                left -= 1;
-                            }
-                        }
-                        Ok(Some(_)) => {}
-                        Ok(None) | Err(_) => break,
-                    }
-                }
-                seen
-            }));
-        }
-        let mut created = vec![vec![None::<Instant>; m]; n];
-        let first_create = Instant::now();
-        for i in 0..m {
-            for (store, row) in stores.iter().zip(created.iter_mut()) {
-                env::create_bindings(store, i..i + 1).map_err(anyhow::Error::msg)?;
-                row[i] = Some(Instant::now());
+impl Measure<'_> {
+    async fn measure(
+        &self,
+        hub: &mut Hub,
+        source: EngageSource,
+        hub_reader: Option<ProcReader>,
+        cold_watchers: Option<Vec<tokio::task::JoinHandle<SpokeProgress>>>,
+    ) -> anyhow::Result<()> {
+        let (n, m, limit) = (self.n, self.m, self.limit);
+        let hub_names = self.fleet.hub_names();
+        let engagement = track_engagement(
+            source,
+            hub_names.clone(),
+            self.fleet.counters.clone(),
+            hub_reader,
+            limit,
+        );
+        // Cold start: engagement and convergence overlap (a spoke's reconciler starts on its
+        // synced caches); new bindings: every spoke engaged first, then the bindings.
+        let (engagement, joined, created, converge_from) = match cold_watchers {
+            Some(watchers) => {
+                let (e, j) = hub
+                    .while_alive(futures::future::join(
+                        engagement,
+                        futures::future::join_all(watchers),
+                    ))
+                    .await?;
+                (e?, j, None, self.hub_started)
             }
-        }
-        let create_time = first_create.elapsed();
-        // Wait for the watchers, failing fast if a child hub dies meanwhile.
-        let all = futures::future::join_all(watchers);
-        tokio::pin!(all);
-        let joined = loop {
-            tokio::select! {
-                r = &mut all => break r,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => hub.check_alive()?,
+            None => {
+                let e = hub.while_alive(engagement).await??;
+                self.check_engaged(hub, &e).await?;
+                let watchers = watch_all(&self.fleet.stores, m, limit)?;
+                let first_create = Instant::now();
+                let (created, took) = create_bindings(&self.fleet.stores, m).await?;
+                println!(
+                    "bindings created in {took:.1?} ({} total, on a blocking thread)",
+                    n * m
+                );
+                let j = hub.while_alive(futures::future::join_all(watchers)).await?;
+                (e, j, Some(created), first_create)
             }
         };
-        let mut seen = Vec::with_capacity(n);
-        for w in joined {
-            seen.push(w?);
-        }
-        let last_seen = seen.iter().flatten().flatten().max().copied();
-        let converge = last_seen
-            .map(|t| t.saturating_duration_since(first_create))
+        self.check_engaged(hub, &engagement).await?;
+        let time_to_engage = engagement
+            .at
+            .iter()
+            .flatten()
+            .max()
+            .map(|t| t.saturating_duration_since(self.hub_started))
             .unwrap_or_default();
         let hub_usage = hub.usage();
         let bench_usage = self.self_reader.read();
-        let missing = seen.iter().flatten().filter(|s| s.is_none()).count();
-        if missing > 0 {
-            println!("{missing} bindings got no ClusterSPIFFEID within {limit:?}");
+        let mut progress = Vec::with_capacity(n);
+        for j in joined {
+            progress.push(j?);
         }
-        let mut lat: Vec<Duration> = Vec::with_capacity(n * m);
-        for (c_row, s_row) in created.iter().zip(&seen) {
-            for (c, v) in c_row.iter().zip(s_row) {
-                if let (Some(c), Some(v)) = (c, v) {
-                    lat.push(v.saturating_duration_since(*c));
-                }
-            }
-        }
-        lat.sort();
+        let converged_at: Vec<Vec<Option<Instant>>> =
+            progress.iter().map(SpokeProgress::converged_at).collect();
+        let last = converged_at.iter().flatten().flatten().max().copied();
+        let converge = last
+            .map(|t| t.saturating_duration_since(converge_from))
+            .unwrap_or_default();
+        let converged = converged_at.iter().flatten().flatten().count();
+
+        // Latency origin: hub start (cold start) or each binding's creation.
+        let origin = |s: usize, i: usize| match &created {
+            Some(c) => c[s][i],
+            None => self.hub_started,
+        };
+        let latencies = |times: &dyn Fn(usize) -> Vec<Option<Instant>>| {
+            let mut lat: Vec<Duration> = (0..n)
+                .flat_map(|s| {
+                    times(s)
+                        .into_iter()
+                        .enumerate()
+                        .filter_map(move |(i, t)| Some(t?.saturating_duration_since(origin(s, i))))
+                })
+                .collect();
+            lat.sort();
+            lat
+        };
+        let lat = latencies(&|s| converged_at[s].clone());
+        let lat_csid = latencies(&|s| progress[s].csid_at().to_vec());
+
+        // Requests, with writes by kind from the hub's own counters.
+        let metrics = hub.metrics().await;
+        let writes = metrics.as_deref().map(|mt| writes_by_spoke(mt, &hub_names));
         let requests_total: Vec<u64> = self.fleet.counters.iter().map(|c| c.count()).collect();
+        let requests_engage: Vec<u64> = engagement.requests.iter().flatten().copied().collect();
         let avg = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len().max(1) as f64;
+        let per_spoke = |x: u64| x as f64 / n.max(1) as f64;
         let execs = read_all_at(&self.fleet.count_file).map(|s| s.lines().count());
-        println!("bindings created in {create_time:.1?} ({} total)", n * m);
+
+        let origin_name = match self.scenario {
+            Scenario::ColdStart => "hub start",
+            Scenario::NewBindings => "first binding created",
+        };
+        let lat_from = match self.scenario {
+            Scenario::ColdStart => "from hub start",
+            Scenario::NewBindings => "from its creation",
+        };
+        println!("time to engage {n} spokes: {time_to_engage:.1?}");
         println!(
-            "time to converge (first binding created -> last ClusterSPIFFEID seen): {converge:.1?}"
+            "time to converge ({origin_name} -> last binding Ready with its ClusterSPIFFEID): {converge:.1?}; converged {converged} of {} bindings",
+            n * m
         );
+        let fmt_lat = |l: &[Duration]| {
+            format!(
+                "p50 {:.0?}, p99 {:.0?}, max {:.0?}",
+                percentile(l, 0.50),
+                percentile(l, 0.99),
+                l.last().copied().unwrap_or_default()
+            )
+        };
         println!(
-            "binding -> ClusterSPIFFEID latency: p50 {:.0?}, p99 {:.0?}, max {:.0?}",
-            percentile(&lat, 0.50),
-            percentile(&lat, 0.99),
-            lat.last().copied().unwrap_or_default()
+            "binding latency {lat_from}: to converged (Ready + ClusterSPIFFEID) {}; to ClusterSPIFFEID {}",
+            fmt_lat(&lat),
+            fmt_lat(&lat_csid)
         );
+        let total_writes: Option<u64> = writes
+            .as_ref()
+            .map(|w| w.iter().flat_map(|k| k.values()).sum());
+        let writes_kind = |kind: &str| {
+            writes
+                .as_ref()
+                .map(|w| w.iter().filter_map(|k| k.get(kind)).sum::<u64>())
+        };
+        let split = match total_writes {
+            Some(w) => {
+                let total: u64 = requests_total.iter().sum();
+                let mut kinds = String::new();
+                for (kind, label) in [
+                    ("finalizer", "finalizer"),
+                    ("clusterspiffeid_apply", "ClusterSPIFFEID apply"),
+                    ("status_apply", "status apply"),
+                    ("clusterspiffeid_delete", "ClusterSPIFFEID delete"),
+                ] {
+                    let k = writes_kind(kind).unwrap_or(0);
+                    if k > 0 || kind != "clusterspiffeid_delete" {
+                        let _ = write!(kinds, ", {:.1} {label}", per_spoke(k));
+                    }
+                }
+                format!(
+                    " = {:.1} reads (preflight, discovery, lists, watches) + {:.1} writes ({})",
+                    per_spoke(total.saturating_sub(w)),
+                    per_spoke(w),
+                    kinds.trim_start_matches(", ")
+                )
+            }
+            None => " (writes unknown: the hub's /metrics was unreadable)".to_string(),
+        };
         println!(
-            "API requests per spoke: {:.1} to engage, {:.1} in total (max {}); credential execs per spoke: {}",
+            "API requests per spoke: {:.1} to engage (read as each spoke was seen engaged), {:.1} in total (max {}){split}",
             avg(&requests_engage),
             avg(&requests_total),
             requests_total.iter().max().copied().unwrap_or(0),
-            match execs {
-                Ok(e) => format!("{:.2} ({e} total)", e as f64 / n.max(1) as f64),
+        );
+        println!(
+            "credential execs per spoke: {}",
+            match &execs {
+                Ok(e) => format!("{:.2} ({e} total)", per_spoke(*e as u64)),
                 Err(e) => format!("unknown (count file unreadable: {e})"),
             }
         );
         let mib = |u: &Option<ProcUsage>, f: fn(&ProcUsage) -> u64| {
             u.as_ref().map_or("?".into(), |u| (f(u) / 1024).to_string())
         };
+        let mut hub_summary = String::new();
         match (&*hub, hub_usage) {
             (Hub::Process(p), Some(Ok(u))) => {
                 let hub_fds = self
                     .fds
                     .peak(Proc::Pid(p.pid()))
                     .max(u.open_fds.unwrap_or(0));
+                let at_engage = engagement.hub_usage;
                 println!(
-                    "hub process (kleym, pid {}): peak RSS {} MiB (VmHWM; {} MiB when engaged, {} MiB at converge), CPU {:.2} s user+sys ({} s of it to engage), open fds peak {hub_fds} ({:.1} per spoke; {} at converge)",
+                    "hub process (kleym, pid {}): peak RSS {} MiB (VmHWM; {} MiB when every spoke was seen engaged, {} MiB at converge), CPU {:.2} s user+sys ({} s of it until every spoke was engaged), open fds peak {hub_fds} ({:.1} per spoke; {} at converge)",
                     p.pid(),
                     u.peak_rss_mib(),
-                    mib(&hub_at_engage, |u| u.rss_kib),
+                    mib(&at_engage, |u| u.rss_kib),
                     u.rss_kib / 1024,
                     u.cpu_seconds,
-                    hub_at_engage.map_or("?".into(), |u| format!("{:.2}", u.cpu_seconds)),
+                    at_engage.map_or("?".into(), |u| format!("{:.2}", u.cpu_seconds)),
                     hub_fds as f64 / n.max(1) as f64,
                     u.open_fds.map_or("?".into(), |n| n.to_string())
+                );
+                let _ = write!(
+                    hub_summary,
+                    " hub_peak_rss_mib={} hub_cpu_s={:.2} hub_fds_peak={hub_fds}",
+                    u.peak_rss_mib(),
+                    u.cpu_seconds
                 );
             }
             (Hub::Process(p), Some(Err(e))) => {
@@ -589,7 +916,7 @@ impl Measure<'_> {
             Hub::Process(_) => format!("kubesim's {} API servers + measurement", n + 1),
             Hub::InProcess(_) => format!("kubesim's {} API servers + the hub + measurement", n + 1),
         };
-        match bench_usage {
+        match &bench_usage {
             Ok(u) => println!(
                 "bench process ({what}): peak RSS {} MiB (VmHWM), CPU {:.2} s user+sys in total, {:.2} s from hub start to converged, open fds peak {}",
                 u.peak_rss_mib(),
@@ -604,9 +931,85 @@ impl Measure<'_> {
                 self.fds.peak(Proc::SelfProcess)
             ),
         }
-        if missing > 0 {
-            anyhow::bail!("{missing} of {} bindings did not converge", n * m);
+
+        // The watches decide when; a listing confirms the end state.
+        let mut wrong: Vec<String> = Vec::new();
+        for (s, p) in progress.iter().enumerate() {
+            for (i, what) in p.missing() {
+                wrong.push(format!(
+                    "{}: {}/{}: {what}",
+                    self.fleet.names[s],
+                    env::NS,
+                    env::binding_name(i)
+                ));
+            }
+        }
+        if wrong.is_empty() {
+            for store in &self.fleet.stores {
+                wrong.extend(convergence::verify_listed(store, m));
+            }
+        }
+
+        let opt = |v: Option<u64>| v.map_or("?".to_string(), |v| format!("{:.2}", per_spoke(v)));
+        println!(
+            "summary: scenario={} spokes={n} bindings_per_spoke={m} converged={converged} engage_s={:.3} converge_s={:.3} p50_ms={} p99_ms={} max_ms={} requests_to_engage={:.2} requests_total={:.2} reads={} writes={} writes_finalizer={} writes_csid_apply={} writes_status_apply={} execs={}{hub_summary}",
+            self.scenario.as_str(),
+            time_to_engage.as_secs_f64(),
+            converge.as_secs_f64(),
+            percentile(&lat, 0.50).as_millis(),
+            percentile(&lat, 0.99).as_millis(),
+            lat.last().copied().unwrap_or_default().as_millis(),
+            avg(&requests_engage),
+            avg(&requests_total),
+            opt(total_writes.map(|w| requests_total.iter().sum::<u64>().saturating_sub(w))),
+            opt(total_writes),
+            opt(writes_kind("finalizer")),
+            opt(writes_kind("clusterspiffeid_apply")),
+            opt(writes_kind("status_apply")),
+            match &execs {
+                Ok(e) => format!("{:.2}", per_spoke(*e as u64)),
+                Err(_) => "?".into(),
+            },
+        );
+        if !wrong.is_empty() {
+            let shown = wrong
+                .iter()
+                .take(20)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n  ");
+            anyhow::bail!(
+                "{} problems among the {} bindings (converged = Ready for their generation with their ClusterSPIFFEID) {}; first ones:\n  {shown}",
+                wrong.len(),
+                n * m,
+                if converged == n * m {
+                    "in the final listing although the watches saw them converge"
+                } else {
+                    "after the watches ended (all converged or the time limit)"
+                }
+            );
         }
         Ok(())
+    }
+
+    /// Fails, with the hub's phases, unless every spoke was seen engaged.
+    async fn check_engaged(&self, hub: &Hub, e: &Engagement) -> anyhow::Result<()> {
+        let missing: Vec<&str> =
+            e.at.iter()
+                .zip(&self.fleet.names)
+                .filter(|(at, _)| at.is_none())
+                .map(|(_, name)| name.as_str())
+                .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        anyhow::bail!(
+            "{} of {} spokes were not seen engaged within {:?} (first: {:?}); phases on the hub: {:?}",
+            missing.len(),
+            self.n,
+            self.limit,
+            &missing[..missing.len().min(5)],
+            hub.phases().await
+        )
     }
 }

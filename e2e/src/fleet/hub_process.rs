@@ -272,6 +272,54 @@ pub fn metric_by_label(metrics: &str, name: &str, label: &str) -> Vec<(String, f
         .collect()
 }
 
+/// Every series of metric `name` with its labels (in exposition order) and value, e.g.
+/// `kleym_spoke_api_writes_total{cluster="fleet/a",write="finalizer"} 3` →
+/// `([("cluster", "fleet/a"), ("write", "finalizer")], 3.0)`. Lines that do not parse are
+/// skipped.
+pub fn metric_series(metrics: &str, name: &str) -> Vec<(Vec<(String, String)>, f64)> {
+    metrics
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (labels, rest) = match rest.strip_prefix('{') {
+                Some(r) => parse_labels(r)?,
+                None => (Vec::new(), rest),
+            };
+            let v = rest
+                .strip_prefix(' ')?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()?;
+            Some((labels, v))
+        })
+        .collect()
+}
+
+/// `a="x",b="y"} rest` → the labels and ` rest` (backslash escapes in values kept as
+/// their escaped character).
+fn parse_labels(mut s: &str) -> Option<(Vec<(String, String)>, &str)> {
+    let mut out = Vec::new();
+    loop {
+        if let Some(rest) = s.strip_prefix('}') {
+            return Some((out, rest));
+        }
+        let (key, rest) = s.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = rest.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (_, '\\') => value.push(chars.next()?.1),
+                (i, '"') => break i,
+                (_, c) => value.push(c),
+            }
+        };
+        out.push((key.to_string(), value));
+        s = &rest[end + 1..];
+        s = s.strip_prefix(',').unwrap_or(s);
+    }
+}
+
 /// The last `lines` lines of a log file (empty if unreadable).
 pub fn log_tail(path: &Path, lines: usize) -> String {
     let text = std::fs::read(path)
@@ -318,6 +366,37 @@ mod tests {
     }
 
     #[test]
+    fn metric_series_reads_every_label() {
+        let m = "# TYPE kleym_spoke_api_writes counter\n\
+            kleym_spoke_api_writes_total{cluster=\"fleet/a\",write=\"finalizer\"} 3\n\
+            kleym_spoke_api_writes_total{cluster=\"fleet/b\",write=\"status_apply\"} 4\n\
+            kleym_spoke_api_writes_total{cluster=\"q\\\"x\",write=\"finalizer\"} 1\n\
+            kleym_spoke_api_writes_totally{cluster=\"fleet/a\"} 9\n\
+            kleym_hub_leader 1\n";
+        let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+            v.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            metric_series(m, "kleym_spoke_api_writes_total"),
+            vec![
+                (
+                    pairs(&[("cluster", "fleet/a"), ("write", "finalizer")]),
+                    3.0
+                ),
+                (
+                    pairs(&[("cluster", "fleet/b"), ("write", "status_apply")]),
+                    4.0
+                ),
+                (pairs(&[("cluster", "q\"x"), ("write", "finalizer")]), 1.0),
+            ]
+        );
+        assert_eq!(metric_series(m, "kleym_hub_leader"), vec![(vec![], 1.0)]);
+        assert!(metric_series(m, "kleym_missing").is_empty());
+    }
+
+    #[test]
     fn log_tail_keeps_the_last_lines() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("hub.log");
@@ -342,6 +421,14 @@ mod tests {
         let p = HubProcess::spawn(&sleeper, &kubeconfig, &[], &log).unwrap();
         let pid = p.pid();
         assert!(p.usage().unwrap().rss_kib > 0);
+        // SIGTERM before the script has written its line would leave the log empty (seen
+        // under load): wait for the line first.
+        for _ in 0..600 {
+            if !log_tail(&log, 1).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let stopped = p.stop(Duration::from_secs(30)).await.unwrap();
         assert!(stopped.graceful);
         assert!(

@@ -1,10 +1,13 @@
 //! Shared fixtures for fleet (hub + many spokes) tests and `fleet-bench`: kubesim clusters
 //! with the real CRDs, ClusterProfiles pointing at spokes, credential plugin scripts,
 //! spoke environments with N bindings, convergence checks read straight from the spokes'
-//! stores, request-counting and request-recording authenticators, the real `kleym hub` binary as a child process
-//! and `/proc` resource figures.
+//! stores (and, from store watches, when each binding converged), each spoke's engagement
+//! moment from the hub's log, request-counting and request-recording authenticators, the
+//! real `kleym hub` binary as a child process and `/proc` resource figures.
 
+pub mod convergence;
 pub mod counting;
+pub mod engagement;
 pub mod env;
 pub mod harness;
 pub mod hub_process;
