@@ -89,15 +89,6 @@ async fn bounded<T, E>(
     }
 }
 
-/// Waits for a stopping task (the previous task of the same spoke), aborting it after
-/// `limit`; returns once it has ended (an aborted task ends at its next await).
-async fn join_bounded<T>(mut handle: JoinHandle<T>, limit: Duration) {
-    if tokio::time::timeout(limit, &mut handle).await.is_err() {
-        handle.abort();
-        let _ = tokio::time::timeout(limit, handle).await;
-    }
-}
-
 /// A running spoke reconciler. Dropped without [`Reconciler::stop`] (the spoke task was
 /// aborted), it aborts the reconciler and with it every task the reconciler runs.
 struct Reconciler {
