@@ -114,7 +114,9 @@ fn debug_env(
 
 /// A validated exec configuration (client-go's `ExecConfig`, minus the interactive parts:
 /// the hub never runs plugins interactively, so `interactiveMode` is forced to `Never`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+/// Its `Debug` passes the arguments through the token redaction (a plugin may take
+/// `--token=…`) and hides env values.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct ExecConfig {
     /// ExecCredential version the plugin speaks.
     pub api_version: ExecApiVersion,
@@ -128,6 +130,24 @@ pub struct ExecConfig {
     pub provide_cluster_info: bool,
     /// Shown in errors when the command is not found.
     pub install_hint: Option<String>,
+}
+
+impl std::fmt::Debug for ExecConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let args: Vec<String> = self
+            .args
+            .iter()
+            .map(|a| crate::credentials::secret::redact_token_like(a))
+            .collect();
+        f.debug_struct("ExecConfig")
+            .field("api_version", &self.api_version)
+            .field("command", &self.command)
+            .field("args", &args)
+            .field("env", &self.env)
+            .field("provide_cluster_info", &self.provide_cluster_info)
+            .field("install_hint", &self.install_hint)
+            .finish()
+    }
 }
 
 /// One validated access provider.
@@ -492,8 +512,9 @@ fn canonical_provider(
 /// `provideClusterInfo: true` and the `Ignore` policies; use the provider file for anything
 /// else.
 pub fn parse_provider_flag(value: &str) -> Result<ProviderConfig, ProviderConfigError> {
+    // The value is echoed in the error: redacted, since plugin arguments may carry a secret.
     let flag_err = |reason: &str| ProviderConfigError::Flag {
-        value: value.to_string(),
+        value: crate::credentials::secret::redact_token_like(value),
         reason: reason.to_string(),
     };
     let (name, rest) = value
@@ -821,6 +842,20 @@ mod tests {
         let e = parse_provider_flag("a=").unwrap_err().to_string();
         assert!(e.contains("empty command"), "{e}");
         let e = parse_provider_flag("a='/bin/x").unwrap_err().to_string();
+        assert!(e.contains("unterminated"), "{e}");
+    }
+
+    #[test]
+    fn exec_config_debug_and_flag_errors_redact_secret_arguments() {
+        let secret = "s3cr3t-V4lue-0f-a-t0ken";
+        let p = parse_provider_flag(&format!("a=/bin/plugin --token={secret}")).unwrap();
+        let dbg = format!("{:?}", p.exec);
+        assert!(!dbg.contains(secret), "{dbg}");
+        assert!(dbg.contains("--token="), "{dbg}");
+        let e = parse_provider_flag(&format!("a=/bin/plugin --token={secret} 'unterminated"))
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains(secret), "{e}");
         assert!(e.contains("unterminated"), "{e}");
     }
 
