@@ -12,7 +12,7 @@ use kleym_spoke::reconciler::CancellationToken;
 use tokio::task::AbortHandle;
 
 use super::profile_finalizer::{Ensured, ProfileRef, ensure};
-use super::spoke_task::{StopSignal, TaskShared, run_spoke};
+use super::spoke_task::{StopSignal, TaskShared, publish, run_spoke};
 use super::state::Phase;
 use crate::inventory::SpokeSpec;
 
@@ -49,18 +49,6 @@ impl Drop for Previous {
         if !self.done.is_cancelled() {
             self.abort.abort();
         }
-    }
-}
-
-/// Publishes unless the task was told to stop (the supervisor then owns the phase).
-fn publish(
-    shared: &TaskShared,
-    stop: &CancellationToken,
-    name: &str,
-    f: impl FnOnce(&mut super::state::SpokeState),
-) {
-    if !stop.is_cancelled() {
-        shared.state.update(name, f);
     }
 }
 

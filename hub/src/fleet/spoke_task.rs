@@ -52,7 +52,7 @@ impl StopSignal {
 
 /// Publishes into the fleet state unless the task was told to stop: once stopped, the
 /// supervisor owns the spoke's published phase (refused, waiting, standby, removing).
-fn publish(
+pub(crate) fn publish(
     shared: &TaskShared,
     stop: &CancellationToken,
     name: &str,

@@ -295,21 +295,8 @@ impl Loop {
             previous: self.previous(name),
             done: done.clone(),
         };
-        self.seq += 1;
-        let seq = self.seq;
-        let (shared, hub, owned) = (self.shared.clone(), self.hub.clone(), name.to_string());
-        let abort = self.tasks.spawn(async move {
-            engagement(shared, hub, e).await;
-            (owned, seq)
-        });
-        self.tails.insert(
-            name.to_string(),
-            Tail {
-                done,
-                abort,
-                removal: false,
-            },
-        );
+        let (shared, hub) = (self.shared.clone(), self.hub.clone());
+        self.spawn_tail(name, done, false, engagement(shared, hub, e));
         self.known.insert(name.to_string(), spec.clone());
         self.running
             .insert(name.to_string(), Running { spec, uid, stop });
@@ -406,21 +393,8 @@ impl Loop {
             done: done.clone(),
         };
         let uid = cp.metadata.uid.clone();
-        self.seq += 1;
-        let seq = self.seq;
-        let (shared, hub, owned) = (self.shared.clone(), self.hub.clone(), name.to_string());
-        let abort = self.tasks.spawn(async move {
-            run_removal(shared, hub, job).await;
-            (owned, seq)
-        });
-        self.tails.insert(
-            name.to_string(),
-            Tail {
-                done,
-                abort,
-                removal: true,
-            },
-        );
+        let (shared, hub) = (self.shared.clone(), self.hub.clone());
+        let seq = self.spawn_tail(name, done, true, run_removal(shared, hub, job));
         self.removing.insert(
             name.to_string(),
             Removing {
@@ -431,6 +405,33 @@ impl Loop {
                 finished: false,
             },
         );
+    }
+
+    /// Spawns a spoke's engagement or removal task as the new tail of its chain; returns its
+    /// sequence number (which [`Self::task_ended`] receives when it ends).
+    fn spawn_tail(
+        &mut self,
+        name: &str,
+        done: CancellationToken,
+        removal: bool,
+        task: impl Future<Output = ()> + Send + 'static,
+    ) -> u64 {
+        self.seq += 1;
+        let seq = self.seq;
+        let owned = name.to_string();
+        let abort = self.tasks.spawn(async move {
+            task.await;
+            (owned, seq)
+        });
+        self.tails.insert(
+            name.to_string(),
+            Tail {
+                done,
+                abort,
+                removal,
+            },
+        );
+        seq
     }
 
     fn task_ended(&mut self, name: &str, seq: u64) {
