@@ -1,7 +1,8 @@
 //! Credential cache and spoke client: expiry-driven refresh before expiry in the background
 //! (a hung plugin blocks nobody), one exec under concurrency, 401 → one re-exec and one retry,
-//! 401-driven re-execs bounded when the server keeps rejecting, credentials without expiry
-//! kept, expired plugin output refused.
+//! 401-driven re-execs backing off exponentially when the server keeps rejecting (also when
+//! the 401 arrives during a background refresh), credentials without expiry kept, expired
+//! plugin output refused, runs that die without a result or whose cache is dropped cleaned up.
 
 #[path = "fixtures/http401.rs"]
 mod http401;
@@ -14,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::FutureExt as _;
 use kleym_hub::access::ExecApiVersion;
 use kleym_hub::credentials::cache::refresh_deadline;
 use kleym_hub::credentials::{
@@ -73,15 +75,40 @@ fn write_cred(dir: &Path, n: usize, token: &str, expires_at: DateTime<Utc>) {
 }
 
 fn file_spoke(opts: CacheOptions) -> (tempfile::TempDir, Arc<SpokeCredentials>, CredentialMetrics) {
+    file_spoke_for(opts, "https://spoke:6443")
+}
+
+fn file_spoke_for(
+    opts: CacheOptions,
+    server: &str,
+) -> (tempfile::TempDir, Arc<SpokeCredentials>, CredentialMetrics) {
     let dir = tempfile::tempdir().unwrap();
     let s = write_script(dir.path(), "p.sh", &file_plugin());
     let metrics = CredentialMetrics::default();
     let creds = Arc::new(SpokeCredentials::new(
-        access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        access_for(&s, ExecApiVersion::V1, server),
         opts,
         metrics.clone(),
     ));
     (dir, creds, metrics)
+}
+
+/// Options under which a credential valid for 60 s is due for a background refresh 200 ms
+/// after it was obtained.
+fn early_refresh(opts: CacheOptions) -> CacheOptions {
+    CacheOptions {
+        refresh_fraction: 1.0,
+        min_refresh_interval: Duration::from_millis(200),
+        ..opts
+    }
+}
+
+fn in_an_hour() -> DateTime<Utc> {
+    Utc::now() + chrono::Duration::hours(1)
+}
+
+fn in_a_minute() -> DateTime<Utc> {
+    Utc::now() + chrono::Duration::seconds(60)
 }
 
 /// Polls `done` every 20 ms, up to 1000 times (a bound for a broken build, not a timing claim).
@@ -300,9 +327,22 @@ async fn one_exec_for_fifty_concurrent_callers() {
 #[tokio::test]
 async fn credential_without_expiry_is_kept_until_a_401() {
     let body = format!("{COUNT}\n{}", print_token(V1, "tok-$n", None));
-    let (dir, creds, _) = spoke(&body, "https://spoke:6443");
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(dir.path(), "p.sh", &body);
+    // Options under which a credential with any expiry would be refreshed 10 ms after it was
+    // obtained, many times over during the half second below.
+    let creds = SpokeCredentials::new(
+        access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        CacheOptions {
+            refresh_fraction: 1.0,
+            min_refresh_interval: Duration::from_millis(10),
+            ..cache_opts()
+        },
+        CredentialMetrics::default(),
+    );
     let first = creds.get().await.unwrap();
-    for _ in 0..5 {
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(creds.get().await.unwrap().generation, first.generation);
     }
     assert_eq!(count(dir.path()), 1);
@@ -474,6 +514,71 @@ async fn a_server_that_always_401s_causes_a_bounded_number_of_execs() {
     assert!(sent[2..].iter().all(|a| a == "Bearer tok-2"), "{sent:?}");
 }
 
+#[tokio::test]
+async fn a_server_that_always_401s_gets_doubling_delays_between_reexecs() {
+    let (addr, seen) = http401::start(accept_none).await;
+    let dir = tempfile::tempdir().unwrap();
+    // Each run records when it started (ns since the epoch).
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        &format!(
+            "{COUNT}\ndate +%s%N >> \"$KLEYM_TEST_DIR/starts\"\n{}",
+            print_token(V1, "tok-$n", None)
+        ),
+    );
+    let initial = Duration::from_millis(100);
+    let creds = Arc::new(SpokeCredentials::new(
+        access_for(&s, ExecApiVersion::V1, &format!("http://{addr}")),
+        CacheOptions {
+            unauthorized_backoff: BackoffOptions {
+                initial,
+                max: Duration::from_secs(60),
+            },
+            ..cache_opts()
+        },
+        CredentialMetrics::default(),
+    ));
+    let client = build_spoke_client(creds, &ClientOptions::default())
+        .await
+        .unwrap();
+    // Run 1 builds the client, run 2 is the 401-driven re-exec, then one run per backoff.
+    const BACKOFFS: usize = 4;
+    let mut requests = 0;
+    while count(dir.path()) < 2 + BACKOFFS {
+        assert!(requests < 5000, "only {} runs", count(dir.path()));
+        assert!(client.client.apiserver_version().await.is_err());
+        requests += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // A run only starts on a request, and a request starts at most one.
+    assert_eq!(count(dir.path()), 2 + BACKOFFS);
+    assert!(
+        requests > 2 * BACKOFFS,
+        "the backoff let {requests} requests exec"
+    );
+    let starts: Vec<u128> = std::fs::read_to_string(dir.path().join("starts"))
+        .unwrap()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert_eq!(starts.len(), 2 + BACKOFFS);
+    // After the k-th consecutive rejection the next re-exec waits initial × 2^(k-1), times a
+    // jitter factor in [0.5, 1): lower bounds only, which no slowness can break.
+    for k in 1..=BACKOFFS {
+        let gap = Duration::from_nanos((starts[k + 1] - starts[k]) as u64);
+        let floor = initial * (1 << (k - 1)) / 2;
+        assert!(
+            gap >= floor,
+            "re-exec after rejection {k} came {gap:?} after the previous one, under {floor:?}"
+        );
+    }
+    // Every request reached the server once, the first one twice (its retry after run 2): a
+    // backed-off re-exec happens when a request starts, and its credential is rejected
+    // without another retry.
+    assert_eq!(seen.list().len(), requests + 1);
+}
+
 static ACCEPTED: AtomicUsize = AtomicUsize::new(0);
 
 fn accept_current(token: &str) -> bool {
@@ -518,4 +623,213 @@ async fn the_401_backoff_expires_and_a_success_resets_it() {
         "v1.33.0"
     );
     assert_eq!(count(dir.path()), 4);
+}
+
+fn accept_third(token: &str) -> bool {
+    token == "tok-3"
+}
+
+#[tokio::test]
+async fn a_401_blames_the_bearer_token_sent_even_when_refreshed_after_the_client_was_built() {
+    // Bearer tokens are set per request from the cache, so a client built with generation 1
+    // sends generation 2 after a background refresh, and a 401 must reject generation 2.
+    let (addr, seen) = http401::start(accept_third).await;
+    let opts = early_refresh(cache_opts());
+    let (dir, creds, metrics) = file_spoke_for(opts, &format!("http://{addr}"));
+    write_cred(dir.path(), 1, "tok-1", in_a_minute());
+    write_cred(dir.path(), 2, "tok-2", in_an_hour());
+    write_cred(dir.path(), 3, "tok-3", in_an_hour());
+    let client = build_spoke_client(creds.clone(), &ClientOptions::default())
+        .await
+        .unwrap();
+    let first = creds.get().await.unwrap();
+    sleep_until(refresh_deadline(
+        first.obtained_at,
+        first.credential.expires_at.unwrap(),
+        &opts,
+    ))
+    .await;
+    creds.get().await.unwrap();
+    eventually("the background refresh finished", || {
+        metrics.exec_count("test", "success") == 2
+    })
+    .await;
+    assert_eq!(
+        client.client.apiserver_version().await.unwrap().git_version,
+        "v1.33.0"
+    );
+    assert_eq!(seen.list(), vec!["Bearer tok-2", "Bearer tok-3"]);
+    assert_eq!(count(dir.path()), 3);
+    assert!(!client.needs_rebuild().await);
+}
+
+#[tokio::test]
+async fn a_401_during_a_background_refresh_puts_the_refreshed_credential_on_probation() {
+    let (addr, seen) = http401::start(accept_none).await;
+    let opts = early_refresh(persistent_401_opts(Duration::from_secs(600)));
+    let (dir, creds, _) = file_spoke_for(opts, &format!("http://{addr}"));
+    write_cred(dir.path(), 1, "tok-1", in_a_minute());
+    // The plugin caches its token: the refresh returns the one the server just revoked.
+    write_cred(dir.path(), 2, "tok-1", in_an_hour());
+    write_cred(dir.path(), 3, "tok-3", in_an_hour());
+    std::fs::write(dir.path().join("hold-2"), "").unwrap();
+    let client = build_spoke_client(creds.clone(), &ClientOptions::default())
+        .await
+        .unwrap();
+    let first = creds.get().await.unwrap();
+    sleep_until(refresh_deadline(
+        first.obtained_at,
+        first.credential.expires_at.unwrap(),
+        &opts,
+    ))
+    .await;
+    // The background refresh starts, and hangs until released.
+    assert_eq!(creds.get().await.unwrap().generation, first.generation);
+    eventually("the refresh started", || {
+        dir.path().join("started-2").exists()
+    })
+    .await;
+    // Meanwhile a request is rejected: its retry waits for the refresh in flight.
+    let request = {
+        let c = client.client.clone();
+        tokio::spawn(async move { c.apiserver_version().await })
+    };
+    eventually("the 401 was reported", || {
+        creds.get().now_or_never().is_none()
+    })
+    .await;
+    std::fs::remove_file(dir.path().join("hold-2")).unwrap();
+    assert!(request.await.unwrap().is_err());
+    assert_eq!(seen.list(), vec!["Bearer tok-1", "Bearer tok-1"]);
+    assert_eq!(count(dir.path()), 2);
+    // The refreshed credential replaced a rejected one and was rejected too: 401-driven
+    // re-execs back off, as after any re-exec'ed credential that is rejected.
+    for _ in 0..3 {
+        assert!(client.client.apiserver_version().await.is_err());
+    }
+    assert_eq!(count(dir.path()), 2);
+    assert_eq!(seen.list().len(), 5);
+}
+
+#[test]
+fn a_background_refresh_that_dies_with_its_runtime_does_not_block_the_next_one() {
+    let opts = early_refresh(cache_opts());
+    let (dir, creds, metrics) = file_spoke(opts);
+    write_cred(dir.path(), 1, "tok-1", in_a_minute());
+    write_cred(dir.path(), 2, "tok-2", in_an_hour());
+    write_cred(dir.path(), 3, "tok-3", in_an_hour());
+    std::fs::write(dir.path().join("hold-2"), "").unwrap();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first_runtime = runtime();
+    let first = first_runtime.block_on(async {
+        let first = creds.get().await.unwrap();
+        sleep_until(refresh_deadline(
+            first.obtained_at,
+            first.credential.expires_at.unwrap(),
+            &opts,
+        ))
+        .await;
+        assert_eq!(creds.get().await.unwrap().generation, first.generation);
+        eventually("the refresh started", || {
+            dir.path().join("started-2").exists()
+        })
+        .await;
+        first
+    });
+    // The refresh task goes away with its runtime, without a result and without a waiter.
+    drop(first_runtime);
+    runtime().block_on(async {
+        // Still valid, still due: served at once, and a new refresh starts.
+        assert_eq!(creds.get().await.unwrap().generation, first.generation);
+        eventually("a new refresh ran", || {
+            metrics.exec_count("test", "success") == 2
+        })
+        .await;
+        let c = creds.get().await.unwrap();
+        assert_eq!(c.credential.token.as_ref().unwrap().expose(), "tok-3");
+    });
+    assert_eq!(count(dir.path()), 3);
+}
+
+#[test]
+fn a_run_that_dies_with_its_runtime_is_recorded_as_a_failure() {
+    let (dir, creds, _) = file_spoke(CacheOptions {
+        failure_backoff: Duration::from_secs(600),
+        ..cache_opts()
+    });
+    write_cred(dir.path(), 1, "tok-1", in_an_hour());
+    write_cred(dir.path(), 2, "tok-2", in_an_hour());
+    std::fs::write(dir.path().join("hold-1"), "").unwrap();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first_runtime = runtime();
+    first_runtime.block_on(async {
+        // Starts run 1; nobody waits for it.
+        assert!(creds.get().now_or_never().is_none());
+        eventually("the run started", || dir.path().join("started-1").exists()).await;
+    });
+    drop(first_runtime);
+    runtime().block_on(async {
+        // The failure is remembered like any other: no new run during the failure backoff.
+        for _ in 0..3 {
+            let err = creds.get().await.unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("the plugin run ended without a result"),
+                "{err}"
+            );
+        }
+    });
+    assert_eq!(count(dir.path()), 1);
+}
+
+#[tokio::test]
+async fn dropping_the_cache_kills_its_plugin_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        r#"echo $$ > "$KLEYM_TEST_DIR/self.pid"
+sleep 300 & echo $! > "$KLEYM_TEST_DIR/child.tmp"; mv "$KLEYM_TEST_DIR/child.tmp" "$KLEYM_TEST_DIR/child.pid"
+wait"#,
+    );
+    let creds = SpokeCredentials::new(
+        access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        CacheOptions {
+            // Far beyond the polling below: only the drop can end this run in time.
+            exec: ExecOptions {
+                timeout: Duration::from_secs(600),
+                ..ExecOptions::default()
+            },
+            ..cache_opts()
+        },
+        CredentialMetrics::default(),
+    );
+    // Starts the run; nobody waits for it.
+    assert!(creds.get().now_or_never().is_none());
+    let child_file = dir.path().join("child.pid");
+    eventually("the plugin started its child", || child_file.exists()).await;
+    let pid = |f: &str| -> u32 {
+        std::fs::read_to_string(dir.path().join(f))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let (plugin, child) = (pid("self.pid"), pid("child.pid"));
+    assert!(!process_gone(plugin) && !process_gone(child));
+    drop(creds);
+    eventually("the plugin's process group was killed", || {
+        process_gone(plugin) && process_gone(child)
+    })
+    .await;
 }

@@ -146,17 +146,6 @@ cat > "$KLEYM_TEST_DIR/stdin.txt"
     assert_eq!(info["spec"]["interactive"], false);
 }
 
-fn process_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        // A zombie awaiting its reaper is dead too.
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
-}
-
 #[tokio::test]
 async fn hung_plugin_and_its_children_are_killed_at_the_timeout() {
     let dir = tempfile::tempdir().unwrap();

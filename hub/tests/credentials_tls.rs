@@ -1,6 +1,7 @@
 //! Spoke clients over real TLS: the profile's CA and `tls-server-name` are honoured, bearer
-//! tokens and client certificates both work, and a rotated client certificate is picked up by
-//! rebuilding the client.
+//! tokens and client certificates both work, a rotated client certificate is picked up by
+//! rebuilding the client, and a 401 for the certificate a client still sends does not reject
+//! the cache's newer one.
 
 #[path = "fixtures/connect_proxy.rs"]
 mod connect_proxy;
@@ -12,7 +13,9 @@ mod tls_spoke;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::Utc;
 use kleym_hub::access::ExecApiVersion;
+use kleym_hub::credentials::cache::refresh_deadline;
 use kleym_hub::credentials::{
     CacheOptions, ClientOptions, CredentialMetrics, ExecOptions, SpokeCredentials,
     build_spoke_client,
@@ -167,4 +170,95 @@ async fn profile_proxy_url_is_used() {
         targets.lock().unwrap().clone(),
         vec![format!("{}:{}", tls_spoke::SERVER_NAME, spoke_addr.port())]
     );
+}
+
+fn revoked_a(cn: &str) -> bool {
+    cn == "hub-a"
+}
+
+#[tokio::test]
+async fn a_401_for_a_replaced_client_certificate_does_not_reject_its_replacement() {
+    let pki = tls_spoke::Pki::new();
+    // The server no longer accepts hub-a.
+    let addr = tls_spoke::start_revoking(&pki, TOKEN, revoked_a).await;
+    let dir = tempfile::tempdir().unwrap();
+    // Run n prints cred-n.json (and fails when there is none): hub-a valid for a minute, then
+    // hub-b valid for an hour.
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        &format!("{COUNT}\ncat \"$KLEYM_TEST_DIR/cred-$n.json\""),
+    );
+    for (n, cn, valid) in [(1, "hub-a", 60), (2, "hub-b", 3600)] {
+        let (cert, key) = pki.issue(cn, vec![], ExtendedKeyUsagePurpose::ClientAuth);
+        let expires = (Utc::now() + chrono::Duration::seconds(valid))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let doc = serde_json::json!({"apiVersion": V1, "kind": "ExecCredential", "status": {
+            "clientCertificateData": cert, "clientKeyData": key, "expirationTimestamp": expires}});
+        std::fs::write(dir.path().join(format!("cred-{n}.json")), doc.to_string()).unwrap();
+    }
+    let mut access = access_for(&s, ExecApiVersion::V1, &format!("https://{addr}"));
+    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes());
+    access.cluster.tls_server_name = Some(tls_spoke::SERVER_NAME.into());
+    let opts = CacheOptions {
+        // hub-a is due for a background refresh 200 ms after it was obtained.
+        refresh_fraction: 1.0,
+        min_refresh_interval: Duration::from_millis(200),
+        ..opts()
+    };
+    let creds = Arc::new(SpokeCredentials::new(
+        access,
+        opts,
+        CredentialMetrics::default(),
+    ));
+    let client = build_spoke_client(creds.clone(), &client_opts())
+        .await
+        .unwrap();
+    let first = creds.get().await.unwrap();
+    let due = refresh_deadline(
+        first.obtained_at,
+        first.credential.expires_at.unwrap(),
+        &opts,
+    );
+    if let Ok(wait) = (due - Utc::now()).to_std() {
+        tokio::time::sleep(wait + Duration::from_millis(20)).await;
+    }
+    // The background refresh stores hub-b; the client is still built with hub-a.
+    creds.get().await.unwrap();
+    for _ in 0..1000 {
+        if creds.get().await.unwrap().generation != first.generation {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let refreshed = creds.get().await.unwrap();
+    assert_eq!(refreshed.generation, first.generation + 1);
+
+    // hub-a is rejected. The 401s are about hub-a: hub-b, never sent, stays the cache's
+    // credential (no re-exec, which would fail here, and no 401 backoff).
+    for _ in 0..3 {
+        let err = client.client.apiserver_version().await.unwrap_err();
+        assert!(
+            err.to_string().contains("401") || err.to_string().contains("Unauthorized"),
+            "{err}"
+        );
+    }
+    assert_eq!(count(dir.path()), 2);
+    assert_eq!(creds.get().await.unwrap().generation, refreshed.generation);
+    assert!(client.needs_rebuild().await);
+
+    let rebuilt = build_spoke_client(creds.clone(), &client_opts())
+        .await
+        .unwrap();
+    assert_eq!(
+        rebuilt
+            .client
+            .apiserver_version()
+            .await
+            .unwrap()
+            .git_version,
+        "cert:hub-b"
+    );
+    assert!(!rebuilt.needs_rebuild().await);
+    assert_eq!(count(dir.path()), 2);
 }

@@ -4,7 +4,9 @@
 //!   where skew is the smaller of [`CacheOptions::max_refresh_skew`] and
 //!   [`CacheOptions::refresh_fraction`] of the credential's lifetime (so a 1 h token refreshes
 //!   1 min early, a 2 min token 12 s early), but never sooner than
-//!   [`CacheOptions::min_refresh_interval`] after it was obtained.
+//!   [`CacheOptions::min_refresh_interval`] after it was obtained. That floor does not bound the
+//!   execs for credentials living shorter than it: those are used until they expire and then
+//!   replaced by an exec that callers wait for.
 //! - The refresh of a credential that is still valid runs in the background: callers keep
 //!   getting the current credential at once, so a hung plugin never blocks requests while the
 //!   old credential lasts. The refresh is a spawned task, so it completes (and is cached) even
@@ -20,7 +22,12 @@
 //!   server will not accept what the plugin returns: further 401-driven re-execs back off
 //!   exponentially with jitter ([`CacheOptions::unauthorized_backoff`]); meanwhile the
 //!   rejected credential keeps being sent (so callers see the server's 401). A request that
-//!   succeeds ([`SpokeCredentials::report_success`]) ends the backoff.
+//!   succeeds ([`SpokeCredentials::report_success`]) ends the backoff. Any credential that
+//!   replaces a rejected one is on such probation, including one from a background refresh
+//!   that was already running when the 401 arrived (a plugin that caches its token often
+//!   returns the same revoked one).
+//! - A run that ends without a result (its task panicked, or the runtime shut down) is
+//!   recorded as a failure, so the next caller or refresh starts a new one.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -46,8 +53,10 @@ pub struct CacheOptions {
     /// Early-refresh margin as a fraction of the credential lifetime (0.0 ..= 1.0).
     pub refresh_fraction: f64,
     /// The earliest a credential is refreshed after it was obtained (a floor on the refresh
-    /// interval; a credential expiring sooner is used until it expires). Bounds the execs a
-    /// plugin returning nearly expired credentials can cause.
+    /// interval). Bounds the execs a plugin returning nearly expired credentials can cause,
+    /// but only for credentials living at least this long: one expiring sooner is used until
+    /// it expires and then replaced by an exec that callers wait for, so such a plugin is
+    /// still exec'ed once per credential lifetime.
     pub min_refresh_interval: Duration,
     /// How long a failed exec is remembered before the next attempt.
     pub failure_backoff: Duration,
@@ -175,7 +184,8 @@ impl Drop for SpokeCredentials {
     fn drop(&mut self) {
         // Nobody can ask for this spoke's credentials any more: stop its plugin run (the exec
         // runtime kills the plugin's process group when its future is dropped).
-        if let Some(inflight) = self.inner.lock().inflight.take() {
+        let inflight = self.inner.lock().inflight.take();
+        if let Some(inflight) = inflight {
             inflight.abort.abort();
         }
     }
@@ -250,11 +260,16 @@ impl Inner {
         after_401: bool,
     ) -> watch::Receiver<Option<Outcome>> {
         let (tx, rx) = watch::channel(None);
-        let inner = Arc::clone(self);
+        let mut guard = RunGuard {
+            inner: Arc::clone(self),
+            tx,
+            finished: false,
+        };
         let task = tokio::spawn(async move {
-            let outcome = inner.exec_and_store(after_401).await;
+            let outcome = guard.inner.exec_and_store(after_401).await;
+            guard.finished = true;
             // No receiver left is fine: the result is in the cache already.
-            let _ = tx.send(Some(outcome));
+            let _ = guard.tx.send(Some(outcome));
         });
         st.inflight = Some(Inflight {
             result: rx.clone(),
@@ -271,6 +286,11 @@ impl Inner {
         st.inflight = None;
         match result {
             Ok(credential) => {
+                // Checked now rather than when the run started: a 401 for the current
+                // credential may have arrived while a background refresh was running.
+                let replaces_rejected = st.current.as_ref().is_some_and(|e| {
+                    e.cached.generation <= self.invalidated.load(Ordering::Acquire)
+                });
                 self.metrics
                     .observe(&self.access.provider, "success", elapsed);
                 st.last_generation += 1;
@@ -287,10 +307,11 @@ impl Inner {
                     expires_at = ?credential.expires_at,
                     refresh_at = ?refresh_at,
                     after_401,
+                    replaces_rejected,
                     elapsed_ms = elapsed.as_millis() as u64,
                     "credential plugin succeeded"
                 );
-                if after_401 || st.unauthorized_streak > 0 {
+                if after_401 || replaces_rejected || st.unauthorized_streak > 0 {
                     self.probation.store(generation, Ordering::Release);
                 }
                 let cached = CachedCredential {
@@ -323,6 +344,50 @@ impl Inner {
                 }
             }
         }
+    }
+
+    fn ended_without_result(&self) -> CredentialError {
+        self.error(ExecError::Io {
+            command: self.access.exec.command.clone(),
+            source: std::io::Error::other("the plugin run ended without a result"),
+        })
+    }
+}
+
+/// Owned by a plugin run's task. Should the task end without storing a result (a panic, or the
+/// runtime shutting down drops it), it clears `inflight` and records the failure; otherwise no
+/// further background refresh would ever start, as only waiters would notice the dead run.
+struct RunGuard {
+    inner: Arc<Inner>,
+    tx: watch::Sender<Option<Outcome>>,
+    finished: bool,
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let inner = &self.inner;
+        let mut st = inner.lock();
+        // Not ours any more when `SpokeCredentials::drop` cancelled the run (it took it).
+        let ours = st
+            .inflight
+            .as_ref()
+            .is_some_and(|f| f.result.same_channel(&self.tx.subscribe()));
+        if !ours {
+            return;
+        }
+        st.inflight = None;
+        let err = inner.ended_without_result();
+        st.last_failure = Some((Instant::now(), err.clone()));
+        drop(st);
+        tracing::warn!(
+            spoke = %inner.access.spoke,
+            provider = %inner.access.provider,
+            "credential plugin run ended without a result"
+        );
+        let _ = self.tx.send(Some(Err(err)));
     }
 }
 
@@ -362,8 +427,8 @@ impl SpokeCredentials {
         if let Some(outcome) = outcome {
             return outcome;
         }
-        // The task ended without a result (the runtime is shutting down): forget it so the
-        // next caller starts a new run instead of waiting on a dead channel.
+        // The run's task was dropped without even its guard reporting (it normally sends the
+        // failure): forget it so the next caller starts a new run, not wait on a dead channel.
         let mut st = self.inner.lock();
         if st
             .inflight
@@ -372,10 +437,7 @@ impl SpokeCredentials {
         {
             st.inflight = None;
         }
-        Err(self.inner.error(ExecError::Io {
-            command: self.inner.access.exec.command.clone(),
-            source: std::io::Error::other("the plugin run ended without a result"),
-        }))
+        Err(self.inner.ended_without_result())
     }
 
     /// Marks the credential of `generation` as rejected by the server (HTTP 401). The next
@@ -385,15 +447,29 @@ impl SpokeCredentials {
     /// off (see the module docs).
     pub fn invalidate_after_401(&self, generation: u64) {
         let inner = &self.inner;
+        // A burst of 401s for one credential: only the first takes the lock.
+        if inner.invalidated.load(Ordering::Acquire) >= generation {
+            return;
+        }
+        // Rejecting and setting the backoff under one lock: a caller deciding under the lock
+        // must never see the credential rejected before the backoff that keeps it is set.
+        let mut st = inner.lock();
         let previous = inner.invalidated.fetch_max(generation, Ordering::AcqRel);
         if previous >= generation {
             return;
         }
         if inner.probation.load(Ordering::Acquire) != generation {
-            tracing::info!(spoke = %inner.access.spoke, generation, "credential rejected with 401; will re-exec");
+            if st
+                .current
+                .as_ref()
+                .is_some_and(|e| e.cached.generation > generation)
+            {
+                tracing::debug!(spoke = %inner.access.spoke, generation, "credential rejected with 401 was already replaced");
+            } else {
+                tracing::info!(spoke = %inner.access.spoke, generation, "credential rejected with 401; will re-exec");
+            }
             return;
         }
-        let mut st = inner.lock();
         st.unauthorized_streak = st.unauthorized_streak.saturating_add(1);
         let delay = inner
             .opts
@@ -485,6 +561,93 @@ impl CredentialCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::{ClusterAccess, ExecApiVersion, ExecConfig};
+    use crate::credentials::secret::Secret;
+
+    fn access() -> EffectiveAccess {
+        EffectiveAccess {
+            spoke: "fleet/spoke-1".into(),
+            provider: "test".into(),
+            cluster: ClusterAccess {
+                server: "https://spoke:6443".into(),
+                certificate_authority_pem: None,
+                tls_server_name: None,
+                insecure_skip_tls_verify: false,
+                proxy_url: None,
+                disable_compression: false,
+                exec_extension: None,
+            },
+            exec: ExecConfig {
+                api_version: ExecApiVersion::V1,
+                command: "/bin/false".into(),
+                args: vec![],
+                env: vec![],
+                provide_cluster_info: false,
+                install_hint: None,
+            },
+        }
+    }
+
+    #[test]
+    fn a_401_for_a_credential_on_probation_is_never_seen_without_its_backoff() {
+        let opts = CacheOptions {
+            unauthorized_backoff: BackoffOptions {
+                initial: Duration::from_secs(600),
+                max: Duration::from_secs(600),
+            },
+            ..CacheOptions::default()
+        };
+        let creds = Arc::new(SpokeCredentials::new(
+            access(),
+            opts,
+            CredentialMetrics::default(),
+        ));
+        // Generation 1 came from a 401-driven re-exec and has not been accepted yet.
+        {
+            let mut st = creds.inner.lock();
+            st.last_generation = 1;
+            st.current = Some(Entry {
+                cached: CachedCredential {
+                    generation: 1,
+                    obtained_at: Utc::now(),
+                    credential: Arc::new(Credential {
+                        token: Some(Secret::new("t")),
+                        client_certificate: None,
+                        expires_at: None,
+                    }),
+                },
+                refresh_at: None,
+            });
+        }
+        creds.inner.probation.store(1, Ordering::Release);
+
+        // Hold the lock as a caller deciding what to serve would, while the 401 is reported;
+        // the sleep gives the report every chance to get as far as it can without the lock.
+        let st = creds.inner.lock();
+        let reporter = {
+            let creds = Arc::clone(&creds);
+            std::thread::spawn(move || creds.invalidate_after_401(1))
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        let entry = st.current.as_ref().unwrap();
+        // Rejected without the backoff that keeps it served, the caller would re-exec at once.
+        assert!(
+            creds.inner.usable(&st, entry, Utc::now()),
+            "the credential was seen rejected before its backoff was set"
+        );
+        drop(st);
+        reporter.join().unwrap();
+        let st = creds.inner.lock();
+        assert_eq!(creds.inner.invalidated.load(Ordering::Acquire), 1);
+        assert_eq!(st.unauthorized_streak, 1);
+        assert!(st.reexec_not_before.is_some());
+        // Rejected, and served during the backoff.
+        assert!(
+            creds
+                .inner
+                .usable(&st, st.current.as_ref().unwrap(), Utc::now())
+        );
+    }
 
     fn at(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)

@@ -19,10 +19,14 @@
 //! cache later holds a different certificate (refresh before expiry, or re-exec after a 401),
 //! [`SpokeClient::needs_rebuild`] turns true and the owner (the fleet supervisor) must build a
 //! new client, which opens new connections with the new identity — the equivalent of
-//! client-go closing all connections on rotation.
+//! client-go closing all connections on rotation. Until then the client keeps sending the
+//! certificate it was built with, so the outcome of its requests is reported for the
+//! generation that certificate came from, never for a newer one it has not sent (a 401 for
+//! the old certificate must not reject, and start a backoff for, its unsent replacement).
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -32,7 +36,8 @@ use kube::client::{Body, ClientBuilder};
 use thiserror::Error;
 use tower::{BoxError, Service};
 
-use super::cache::{CredentialError, SpokeCredentials};
+use super::cache::{CachedCredential, CredentialError, SpokeCredentials};
+use super::credential::Credential;
 use super::proxy::proxy_for;
 use super::secret::short_hash;
 
@@ -79,36 +84,72 @@ pub struct SpokeClient {
     /// The client; every request carries the cache's current bearer token.
     pub client: kube::Client,
     credentials: Arc<SpokeCredentials>,
-    // Hash of the client certificate baked into the TLS connector, if any.
+    built: Arc<BuiltWith>,
+}
+
+/// The credential a client's TLS connector was built with.
+#[derive(Debug)]
+struct BuiltWith {
+    generation: u64,
+    // The client certificate baked into the connector, if any.
+    certificate_pem: Option<String>,
+    // Hash of `certificate_pem`, for logs.
     certificate_hash: Option<String>,
+    // Set when a request was sent with this certificate while the cache held another one.
+    stale: AtomicBool,
+}
+
+impl BuiltWith {
+    /// Whether a client built with `self` sends `credential` as it is: always for a client
+    /// without a certificate (bearer tokens are set per request), else only when the credential
+    /// carries the very certificate the connector holds.
+    fn sends(&self, credential: &Credential) -> bool {
+        let Some(built) = &self.certificate_pem else {
+            return true;
+        };
+        credential
+            .client_certificate
+            .as_ref()
+            .is_some_and(|cc| cc.certificate_pem == *built)
+    }
+
+    /// The generation a request made with `cred` is to be reported for: `cred`'s own, unless
+    /// the connector still holds an older certificate; then the generation that certificate
+    /// came from (already replaced, so a 401 for it is a no-op), and the client is marked for
+    /// a rebuild.
+    fn reported_generation(&self, cred: &CachedCredential) -> u64 {
+        if self.sends(&cred.credential) {
+            return cred.generation;
+        }
+        self.stale.store(true, Ordering::Relaxed);
+        self.generation
+    }
 }
 
 impl std::fmt::Debug for SpokeClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SpokeClient")
             .field("spoke", &self.credentials.access().spoke)
-            .field("certificate", &self.certificate_hash)
+            .field("certificate", &self.built.certificate_hash)
             .finish_non_exhaustive()
     }
 }
 
 impl SpokeClient {
     /// Whether the TLS client certificate in the cache differs from the one this client was
-    /// built with (always false for token-only credentials). Checking starts the background
-    /// refresh when the cached credential is due for one; the next check sees its result.
+    /// built with, or a request of this client already went out with a certificate the cache
+    /// had replaced (always false for clients built from a token-only credential). Checking
+    /// starts the background refresh when the cached credential is due for one; the next check
+    /// sees its result.
     pub async fn needs_rebuild(&self) -> bool {
-        let Some(built) = &self.certificate_hash else {
+        if self.built.certificate_pem.is_none() {
             return false;
-        };
+        }
+        if self.built.stale.load(Ordering::Relaxed) {
+            return true;
+        }
         match self.credentials.get().await {
-            Ok(c) => {
-                c.credential
-                    .client_certificate
-                    .as_ref()
-                    .map(|cc| short_hash(cc.certificate_pem.as_bytes()))
-                    .as_ref()
-                    != Some(built)
-            }
+            Ok(c) => !self.built.sends(&c.credential),
             Err(_) => false,
         }
     }
@@ -147,10 +188,18 @@ pub async fn build_spoke_client(
         cluster["disable-compression"] = true.into();
     }
     let mut user = serde_json::json!({});
-    let certificate_hash = first.credential.client_certificate.as_ref().map(|cc| {
+    let certificate_pem = first.credential.client_certificate.as_ref().map(|cc| {
         user["client-certificate-data"] = b64(cc.certificate_pem.as_bytes()).into();
         user["client-key-data"] = b64(cc.key_pem.expose().as_bytes()).into();
-        short_hash(cc.certificate_pem.as_bytes())
+        cc.certificate_pem.clone()
+    });
+    let built = Arc::new(BuiltWith {
+        generation: first.generation,
+        certificate_hash: certificate_pem
+            .as_ref()
+            .map(|pem| short_hash(pem.as_bytes())),
+        certificate_pem,
+        stale: AtomicBool::new(false),
     });
     let kubeconfig = serde_json::json!({
         "apiVersion": "v1",
@@ -185,11 +234,12 @@ pub async fn build_spoke_client(
     let service = AuthRetry {
         inner,
         credentials: credentials.clone(),
+        built: built.clone(),
     };
     Ok(SpokeClient {
         client: kube::Client::new(service, default_ns),
         credentials,
-        certificate_hash,
+        built,
     })
 }
 
@@ -198,6 +248,7 @@ pub async fn build_spoke_client(
 struct AuthRetry {
     inner: kube::Client,
     credentials: Arc<SpokeCredentials>,
+    built: Arc<BuiltWith>,
 }
 
 fn with_auth(mut req: Request<Body>, token: Option<&str>) -> Result<Request<Body>, BoxError> {
@@ -235,16 +286,18 @@ impl Service<Request<Body>> for AuthRetry {
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         let inner = self.inner.clone();
         let credentials = self.credentials.clone();
+        let built = self.built.clone();
         Box::pin(async move {
             let cred = credentials.get().await.map_err(BoxError::from)?;
             let replay = try_clone(&req);
             let req = with_auth(req, cred.credential.token.as_ref().map(|t| t.expose()))?;
             let resp = inner.send(req).await.map_err(BoxError::from)?;
+            let sent = built.reported_generation(&cred);
             if resp.status() != StatusCode::UNAUTHORIZED {
-                credentials.report_success(cred.generation);
+                credentials.report_success(sent);
                 return Ok(resp);
             }
-            credentials.invalidate_after_401(cred.generation);
+            credentials.invalidate_after_401(sent);
             let Some(replay) = replay else {
                 return Ok(resp);
             };
@@ -269,10 +322,11 @@ impl Service<Request<Body>> for AuthRetry {
             let resp = inner.send(replay).await.map_err(BoxError::from)?;
             // The re-exec'ed credential's verdict drives the cache's 401 backoff: rejected too
             // means the next 401-driven re-exec waits; accepted ends any backoff.
+            let sent = built.reported_generation(&fresh);
             if resp.status() == StatusCode::UNAUTHORIZED {
-                credentials.invalidate_after_401(fresh.generation);
+                credentials.invalidate_after_401(sent);
             } else {
-                credentials.report_success(fresh.generation);
+                credentials.report_success(sent);
             }
             Ok(resp)
         })
