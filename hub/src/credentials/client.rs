@@ -118,7 +118,7 @@ impl BuiltWith {
     /// came from (already replaced, so a 401 for it is a no-op), and the client is marked for
     /// a rebuild.
     fn reported_generation(&self, cred: &CachedCredential) -> u64 {
-        if self.sends(&cred.credential) {
+        if cred.generation == self.generation || self.sends(&cred.credential) {
             return cred.generation;
         }
         self.stale.store(true, Ordering::Relaxed);
