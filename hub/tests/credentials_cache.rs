@@ -553,10 +553,6 @@ async fn a_server_that_always_401s_gets_doubling_delays_between_reexecs() {
     }
     // A run only starts on a request, and a request starts at most one.
     assert_eq!(count(dir.path()), 2 + BACKOFFS);
-    assert!(
-        requests > 2 * BACKOFFS,
-        "the backoff let {requests} requests exec"
-    );
     let starts: Vec<u128> = std::fs::read_to_string(dir.path().join("starts"))
         .unwrap()
         .lines()
