@@ -102,7 +102,8 @@ pub(crate) async fn engagement(shared: TaskShared, hub: kube::Client, e: Engagem
     let keeper = async {
         loop {
             e.recheck.notified().await;
-            // Deleting or gone: the supervisor stops this task.
+            // Deleting or gone: the supervisor stops this task next. Stopped: the spoke's
+            // run ends the task (its stop may be graceful).
             if f.ensure(None, true).await.is_none() {
                 std::future::pending::<()>().await;
             }
