@@ -7,7 +7,8 @@
 //! profile until removal ran: also when the spoke was Waiting, or when no hub ran at the
 //! time. A 409 or a 500 on one binding's finalizer update is retried; a profile leaving
 //! `--clusterprofile-selector` is orphaned whatever the policy; a profile deleted and at once
-//! recreated ends engaged, its bindings finalized and its state intact.
+//! recreated ends engaged, its bindings finalized and its state intact; a profile selected
+//! again while its removal still runs ends engaged and keeps kleym's finalizer.
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use kleym_e2e::fleet::plugins::static_token_plugin;
 use kleym_e2e::fleet::profiles::{
     PROFILE_NS, access_provider, apply_profile, delete_profile, register_admin_token_spoke, status,
 };
+use kleym_e2e::kubesim::ErrorRule;
 use kleym_hub::fleet::Phase;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubesim_store::{DeleteOptions, WriteOptions};
@@ -466,5 +468,82 @@ async fn a_profile_deleted_and_recreated_at_once_ends_engaged() {
     let st = state.get("fleet/spoke").expect("state kept");
     assert_eq!(st.phase, Phase::Engaged);
     assert!(env::bindings(&store).iter().all(has_our_finalizer));
+    hub.stop().await.unwrap();
+}
+
+/// Relabelled out of the selector, then back in while the removal job still retries its
+/// Orphan pass (every binding update fails): the job finishes first, quietly, and leaves
+/// kleym's finalizer to the new engagement, which ends engaged with the profile carrying it
+/// (before, the job released it after the engagement had checked it: an engaged spoke whose
+/// profile could be deleted without removal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_selected_again_during_its_removal_keeps_kleyms_finalizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    register(&f, "spoke").await;
+    let label = |v: &str| json!({"metadata": {"labels": {"kleym.example/fleet": v}}});
+    let relabel = |v: &'static str| {
+        let api = profiles(&f);
+        async move {
+            api.patch("spoke", &PatchParams::default(), &Patch::Merge(&label(v)))
+                .await
+                .unwrap();
+        }
+    };
+    relabel("yes").await;
+    let hub = f
+        .start_hub(&hub_flags(
+            &f,
+            "orphan",
+            &["--clusterprofile-selector", "kleym.example/fleet=yes"],
+        ))
+        .await
+        .unwrap();
+    converged(&f, "spoke", BINDINGS).await;
+
+    let faults = f.spoke("spoke").faults();
+    faults
+        .add_error_rule(ErrorRule {
+            verb: Some("patch".into()),
+            resource: Some("inferenceidentitybindings".into()),
+            rate: 1.0,
+            code: 500,
+        })
+        .unwrap();
+    relabel("no").await;
+    let state = hub.handle.state.clone();
+    wait_for("the removal retrying", LIMIT, || {
+        let state = state.clone();
+        async move {
+            let s = state.get("fleet/spoke")?;
+            (s.phase == Phase::Removing
+                && s.reason
+                    .as_deref()
+                    .is_some_and(|r| r.contains("failed, retrying")))
+            .then_some(())
+        }
+    })
+    .await
+    .unwrap();
+    relabel("yes").await;
+    wait_for("engagement pending", LIMIT, || {
+        let state = state.clone();
+        async move {
+            let s = state.get("fleet/spoke")?;
+            (s.engagements == 2).then_some(())
+        }
+    })
+    .await
+    .unwrap();
+    faults.clear_error_rules();
+
+    wait_phase(&hub, "spoke", Phase::Engaged).await;
+    converged(&f, "spoke", BINDINGS).await;
+    let cp = profile(&f, "spoke").await.unwrap();
+    assert!(
+        carries_profile_finalizer(&cp),
+        "{:?}",
+        cp.metadata.finalizers
+    );
     hub.stop().await.unwrap();
 }

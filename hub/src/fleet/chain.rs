@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use kleym_api::external::clusterprofile::ClusterProfile;
 use kleym_spoke::reconciler::CancellationToken;
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
 use super::profile_finalizer::{Ensured, ProfileRef, ensure};
@@ -59,64 +60,122 @@ pub(crate) struct Engagement {
     /// The profile as the supervisor last saw it (its finalizers and resourceVersion).
     pub seen: Option<ClusterProfile>,
     pub stop: Arc<StopSignal>,
+    /// Notified when the supervisor sees the profile without kleym's finalizer while the
+    /// spoke is engaged: the task reads it again and puts the finalizer back.
+    pub recheck: Arc<Notify>,
     pub previous: Option<Previous>,
     pub done: CancellationToken,
 }
 
 /// An engagement: wait for the spoke's previous task, make sure the profile carries
 /// [`PROFILE_FINALIZER`](super::profile_finalizer::PROFILE_FINALIZER) (retried with backoff;
-/// nothing is written to the spoke before), then run the spoke until stopped.
+/// nothing is written to the spoke before), then run the spoke until stopped, putting the
+/// finalizer back whenever the supervisor reports it missing.
 pub(crate) async fn engagement(shared: TaskShared, hub: kube::Client, e: Engagement) {
     let _done = e.done.drop_guard();
+    let mut seen = e.seen;
     if let Some(p) = &e.previous {
         p.wait().await;
+        // What the supervisor saw predates that task's end, and a removal it waited for may
+        // have released the profile since: read it fresh.
+        seen = None;
     }
     let stop = e.stop.token.clone();
     let name = e.spec.name.clone();
-    let opts = shared.opts.clone();
-    let mut seen = e.seen;
-    let mut failures: u32 = 0;
-    while !stop.is_cancelled() {
-        // The watched object first; after a failure, a fresh read.
-        let known = seen.take();
-        let ensured = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = ensure(&hub, &e.profile, known.as_ref(), opts.request_timeout) => r,
-        };
-        match ensured {
-            Ok(Ensured::Present) => break,
-            // The supervisor sees the deletion (or the new object) next and stops this task.
-            Ok(Ensured::Deleting | Ensured::Gone) => {
-                stop.cancelled().await;
-                return;
+    let f = Finalizer {
+        shared: &shared,
+        hub: &hub,
+        profile: &e.profile,
+        name: &name,
+        stop: &stop,
+    };
+    match f.ensure(seen, false).await {
+        Some(Ensured::Present) => {}
+        // The supervisor sees the deletion (or the new object) next and stops this task.
+        Some(Ensured::Deleting | Ensured::Gone) => {
+            stop.cancelled().await;
+            return;
+        }
+        None => return,
+    }
+    // Never ends by itself: the task ends when the spoke's run does (a stop is graceful).
+    let keeper = async {
+        loop {
+            e.recheck.notified().await;
+            // Deleting or gone: the supervisor stops this task next. Stopped: the spoke's
+            // run ends the task (its stop may be graceful).
+            if f.ensure(None, true).await.is_none() {
+                std::future::pending::<()>().await;
             }
-            Err(err) => {
-                failures = failures.saturating_add(1);
-                let delay = opts.backoff.delay(failures);
+        }
+    };
+    tokio::select! {
+        _ = run_spoke(shared.clone(), e.spec, e.stop.clone()) => {}
+        _ = keeper => {}
+    }
+}
+
+/// Puts kleym's finalizer on a spoke's profile, for its engagement task.
+struct Finalizer<'a> {
+    shared: &'a TaskShared,
+    hub: &'a kube::Client,
+    profile: &'a ProfileRef,
+    name: &'a str,
+    stop: &'a CancellationToken,
+}
+
+impl Finalizer<'_> {
+    /// Makes sure the profile carries the finalizer, starting from `seen` (else a fresh
+    /// read), retried with backoff; `None` when stopped first. Failures are published as
+    /// `BackingOff` before the spoke runs, only logged once it runs (`engaged`).
+    async fn ensure(&self, mut seen: Option<ClusterProfile>, engaged: bool) -> Option<Ensured> {
+        let opts = &self.shared.opts;
+        let mut failures: u32 = 0;
+        loop {
+            // The watched object first; after a failure, a fresh read.
+            let known = seen.take();
+            let ensured = tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => return None,
+                r = ensure(self.hub, self.profile, known.as_ref(), opts.request_timeout) => r,
+            };
+            let err = match ensured {
+                Ok(x) => return Some(x),
+                Err(err) => err,
+            };
+            failures = failures.saturating_add(1);
+            let delay = opts.backoff.delay(failures);
+            if engaged {
                 tracing::warn!(
-                    spoke = %name,
-                    profile = %e.profile,
+                    spoke = %self.name,
+                    profile = %self.profile,
+                    category = err.category().as_str(),
+                    error = %err,
+                    retry_in = ?delay,
+                    "kleym's finalizer is missing from the engaged spoke's ClusterProfile; putting it back failed"
+                );
+            } else {
+                tracing::warn!(
+                    spoke = %self.name,
+                    profile = %self.profile,
                     category = err.category().as_str(),
                     error = %err,
                     retry_in = ?delay,
                     "cannot engage the spoke before kleym's finalizer is on its ClusterProfile"
                 );
-                publish(&shared, &stop, &name, |s| {
+                publish(self.shared, self.stop, self.name, |s| {
                     s.phase = Phase::BackingOff;
                     s.consecutive_failures = failures;
                     s.last_error = Some(err.to_spoke_error());
                 });
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(delay) => {}
-                }
+            }
+            tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => return None,
+                _ = tokio::time::sleep(delay) => {}
             }
         }
     }
-    if stop.is_cancelled() {
-        return;
-    }
-    run_spoke(shared, e.spec, e.stop).await;
 }
 
 #[cfg(test)]

@@ -14,9 +14,11 @@
 //!
 //! Stopped (leadership lost, shutdown) the job leaves the profile's finalizer in place: the
 //! next leader finds the profile (deleting) in its initial list and runs the job again.
+//! Quiet (the profile came back into the selection while the job ran) the job finishes its
+//! pass but leaves the finalizer too: the newer engagement, chained after it, relies on it.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -120,11 +122,15 @@ pub(crate) struct RemovalJob {
     pub access: Result<SpokeSpec, String>,
     /// Why the job runs.
     pub trigger: Trigger,
-    /// Stops the job (leadership lost, shutdown): the profile keeps its finalizer.
+    /// Stops the job at once (leadership lost, shutdown): the profile keeps its finalizer.
     pub stop: CancellationToken,
-    /// Set when a newer engagement of the spoke exists: the job finishes but no longer
-    /// publishes (the state is the new engagement's).
+    /// Set when a newer engagement of the spoke exists: the job finishes its pass but no
+    /// longer publishes (the state is the new engagement's) nor releases the profile (the
+    /// new engagement relies on its finalizer).
     pub quiet: Arc<AtomicBool>,
+    /// How the job ended (set once, when it ran to its end): what the supervisor
+    /// republishes when it finds the profile still listed later (e.g. leading again).
+    pub outcome: Arc<OnceLock<String>>,
     /// The spoke's previous task.
     pub previous: Option<Previous>,
     /// Cancelled when the job ended.
@@ -140,9 +146,13 @@ struct Job<'a> {
 
 impl Job<'_> {
     fn publish(&self, f: impl FnOnce(&mut super::state::SpokeState)) {
-        if !self.quiet.load(Ordering::Acquire) && !self.stop.is_cancelled() {
+        if !self.is_quiet() && !self.stop.is_cancelled() {
             self.shared.state.update(self.name, f);
         }
+    }
+
+    fn is_quiet(&self) -> bool {
+        self.quiet.load(Ordering::Acquire)
     }
 
     fn removing(&self, reason: String, error: Option<SpokeError>) {
@@ -159,6 +169,7 @@ impl Job<'_> {
     /// Sleeps `delay` unless stopped first (`false`).
     async fn sleep(&self, delay: Duration) -> bool {
         tokio::select! {
+            biased;
             _ = self.stop.cancelled() => false,
             _ = tokio::time::sleep(delay) => true,
         }
@@ -177,7 +188,7 @@ fn spoke_error(category: ErrorCategory, message: String) -> SpokeError {
 enum Applied {
     Done(RemovalReport),
     GaveUp { left: String },
-    Skipped,
+    Skipped { reason: String },
     Stopped,
 }
 
@@ -205,10 +216,12 @@ pub(crate) async fn run_removal(shared: TaskShared, hub: kube::Client, job: Remo
             );
             let mut failures: u32 = 0;
             loop {
-                if job.stop.is_cancelled() {
-                    return;
-                }
-                match look_up(&hub, &job.profile, opts.request_timeout).await {
+                let found = tokio::select! {
+                    biased;
+                    _ = job.stop.cancelled() => return,
+                    r = look_up(&hub, &job.profile, opts.request_timeout) => r,
+                };
+                match found {
                     Ok(found) => {
                         break plan_departed(&found, policy, Utc::now(), opts.removal_timeout);
                     }
@@ -229,6 +242,9 @@ pub(crate) async fn run_removal(shared: TaskShared, hub: kube::Client, job: Remo
         }
     };
     tracing::info!(spoke = %job.name, policy = ?plan.policy, why = plan.why, deadline = %plan.deadline, "removing spoke");
+    if job.stop.is_cancelled() {
+        return;
+    }
     let applied = match &job.access {
         Err(reason) => {
             tracing::warn!(
@@ -237,27 +253,31 @@ pub(crate) async fn run_removal(shared: TaskShared, hub: kube::Client, job: Remo
                 %reason,
                 "spoke access unusable: removal policy not applied; its bindings keep kleym.io/cleanup"
             );
+            let why = format!(
+                "{}; access unusable ({reason}): removal policy not applied",
+                plan.why
+            );
             j.removing(
-                format!(
-                    "{}; access unusable ({reason}): removal policy not applied",
-                    plan.why
-                ),
+                why.clone(),
                 Some(spoke_error(ErrorCategory::Other, reason.clone())),
             );
-            Applied::Skipped
+            Applied::Skipped { reason: why }
         }
         Ok(spec) => apply_until_deadline(&j, spec, &plan, started).await,
     };
-    match &applied {
+    let outcome = match &applied {
         Applied::Stopped => return,
-        Applied::Done(report) => tracing::info!(
-            spoke = %job.name,
-            policy = ?plan.policy,
-            finalizers_removed = report.finalizers_removed,
-            cluster_spiffe_ids_deleted = report.cluster_spiffe_ids_deleted,
-            foreign_kept = report.foreign_kept,
-            "spoke removed"
-        ),
+        Applied::Done(report) => {
+            tracing::info!(
+                spoke = %job.name,
+                policy = ?plan.policy,
+                finalizers_removed = report.finalizers_removed,
+                cluster_spiffe_ids_deleted = report.cluster_spiffe_ids_deleted,
+                foreign_kept = report.foreign_kept,
+                "spoke removed"
+            );
+            format!("{}: removal policy {:?} done", plan.why, plan.policy)
+        }
         Applied::GaveUp { left } => {
             tracing::warn!(
                 spoke = %job.name,
@@ -266,12 +286,22 @@ pub(crate) async fn run_removal(shared: TaskShared, hub: kube::Client, job: Remo
                 %left,
                 "removal gave up at its deadline; what is left keeps kleym.io/cleanup"
             );
+            format!(
+                "{}: removal policy {:?} gave up at its deadline: {left}",
+                plan.why, plan.policy
+            )
         }
-        Applied::Skipped => {}
-    }
+        Applied::Skipped { reason } => reason.clone(),
+    };
     if plan.release {
-        release_until_done(&j, &hub, &job.profile).await;
+        if j.is_quiet() {
+            tracing::info!(spoke = %job.name, profile = %job.profile, "the profile is selected again: kleym.io/spoke-removal stays for its new engagement");
+        } else if !release_until_done(&j, &hub, &job.profile).await {
+            return;
+        }
     }
+    j.removing(outcome.clone(), None);
+    let _ = job.outcome.set(outcome);
 }
 
 /// Passes until one leaves nothing, or the deadline passed (at least one full attempt, even
@@ -300,6 +330,7 @@ async fn apply_until_deadline(
         let limit = left_time.min(opts.request_timeout);
         let creds = j.shared.cache.for_access(&spec.access);
         let attempt_result = tokio::select! {
+            biased;
             _ = j.stop.cancelled() => return Applied::Stopped,
             r = async {
                 let client = match tokio::time::timeout(limit, build_spoke_client(creds, &opts.client)).await {
@@ -370,21 +401,26 @@ async fn apply_until_deadline(
 }
 
 /// Removes kleym's finalizer from the profile, retrying (the hub cluster is expected to
-/// come back) until done or stopped.
-async fn release_until_done(j: &Job<'_>, hub: &kube::Client, profile: &ProfileRef) {
+/// come back) until done (`true`), stopped, or a newer engagement of the profile relies
+/// on the finalizer (quiet).
+async fn release_until_done(j: &Job<'_>, hub: &kube::Client, profile: &ProfileRef) -> bool {
     let opts = &j.shared.opts;
     let mut failures: u32 = 0;
     loop {
+        if j.is_quiet() {
+            return false;
+        }
         let r = tokio::select! {
-            _ = j.stop.cancelled() => return,
+            biased;
+            _ = j.stop.cancelled() => return false,
             r = release(hub, profile, opts.request_timeout) => r,
         };
         match r {
             Ok(Released::Removed) => {
                 tracing::info!(spoke = %j.name, %profile, "removed kleym.io/spoke-removal from the ClusterProfile");
-                return;
+                return true;
             }
-            Ok(Released::Absent | Released::Gone) => return,
+            Ok(Released::Absent | Released::Gone) => return true,
             Err(e) => {
                 failures = failures.saturating_add(1);
                 let delay = opts.backoff.delay(failures);
@@ -395,7 +431,7 @@ async fn release_until_done(j: &Job<'_>, hub: &kube::Client, profile: &ProfileRe
                     Some(e.to_spoke_error()),
                 );
                 if !j.sleep(delay).await {
-                    return;
+                    return false;
                 }
             }
         }

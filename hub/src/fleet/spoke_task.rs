@@ -8,7 +8,8 @@
 //!
 //! Stopping is graceful (reconciles in flight finish) on shutdown, removal and
 //! re-engagement, and immediate when this replica lost leadership: another replica may be
-//! about to take over, and nothing must reach the spoke from this one after that.
+//! about to take over, and nothing must reach the spoke from this one after that. A
+//! graceful stop still in progress when leadership is lost turns into an immediate one.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -39,12 +40,26 @@ pub(crate) struct TaskShared {
 }
 
 /// How the supervisor stops a task.
-#[derive(Default)]
 pub(crate) struct StopSignal {
+    /// Cancelled to stop (gracefully unless `halt` is cancelled too).
     pub token: CancellationToken,
+    /// Cancelled to stop at once (this replica lost leadership), also a graceful stop
+    /// already under way; cancelling it cancels `token`.
+    pub halt: CancellationToken,
+}
+
+impl Default for StopSignal {
+    fn default() -> Self {
+        let halt = CancellationToken::new();
+        Self {
+            token: halt.child_token(),
+            halt,
+        }
+    }
 }
 
 impl StopSignal {
+    /// A graceful stop.
     pub fn stop(&self) {
         self.token.cancel();
     }
@@ -115,15 +130,18 @@ impl Reconciler {
     }
 
     /// Stops the reconciler and waits until it and all of its tasks have ended. `graceful`
-    /// lets reconciles in flight finish within `limit`; past that, or when not graceful,
-    /// everything is aborted at once.
-    async fn stop(mut self, graceful: bool, limit: Duration) {
+    /// lets reconciles in flight finish within `limit`; past that, when `halt` fires
+    /// meanwhile (leadership lost), or when not graceful, everything is aborted at once.
+    async fn stop(mut self, graceful: bool, halt: &CancellationToken, limit: Duration) {
         self.shutdown.cancel();
-        if !graceful {
-            self.abort.cancel();
-        }
-        if tokio::time::timeout(limit, &mut self.handle).await.is_ok() {
-            return;
+        if graceful && !halt.is_cancelled() {
+            tokio::select! {
+                biased;
+                _ = halt.cancelled() => {}
+                r = tokio::time::timeout(limit, &mut self.handle) => if r.is_ok() {
+                    return;
+                },
+            }
         }
         self.abort.cancel();
         if tokio::time::timeout(limit, &mut self.handle).await.is_ok() {
@@ -140,12 +158,6 @@ impl Drop for Reconciler {
         self.abort.cancel();
         self.handle.abort();
     }
-}
-
-/// Whether stopping may wait for reconciles in flight: not once this replica lost
-/// leadership (the supervisor records that before it stops the spoke tasks).
-fn graceful_stop(shared: &TaskShared) -> bool {
-    shared.state.is_leader()
 }
 
 async fn connect(shared: &TaskShared, spec: &SpokeSpec) -> Result<SpokeClient, EngageError> {
@@ -175,11 +187,12 @@ fn spoke_config(opts: &FleetOptions, spec: &SpokeSpec) -> SpokeConfig {
 async fn engage_once(
     shared: &TaskShared,
     spec: &SpokeSpec,
-    stop: &CancellationToken,
+    signal: &StopSignal,
     client: &mut Option<SpokeClient>,
     failures: &mut u32,
     metrics: &Arc<SpokeMetrics>,
 ) -> Outcome {
+    let (stop, halt) = (&signal.token, &signal.halt);
     let opts = &shared.opts;
     let name = spec.name.as_str();
     publish(shared, stop, name, |s| s.phase = Phase::Connecting);
@@ -271,12 +284,12 @@ async fn engage_once(
         // now rather than hold it until the deadline (other spokes are waiting for it).
         if let Some(failure) = snapshot::sync_failure(&ctx) {
             drop(permit);
-            reconciler.stop(false, opts.request_timeout).await;
+            reconciler.stop(false, halt, opts.request_timeout).await;
             return Outcome::Failed(EngageError::Watch(failure));
         }
         if Instant::now() >= deadline {
             drop(permit);
-            reconciler.stop(false, opts.request_timeout).await;
+            reconciler.stop(false, halt, opts.request_timeout).await;
             return Outcome::Failed(EngageError::Timeout {
                 action: "initial cache sync",
                 seconds: opts.initial_sync_timeout.as_secs(),
@@ -286,7 +299,7 @@ async fn engage_once(
         tokio::select! {
             _ = stop.cancelled() => {
                 drop(permit);
-                reconciler.stop(graceful_stop(shared), opts.request_timeout).await;
+                reconciler.stop(true, halt, opts.request_timeout).await;
                 return Outcome::Stopped;
             }
             _ = tokio::time::sleep(Duration::from_millis(25)) => {}
@@ -311,7 +324,7 @@ async fn engage_once(
     loop {
         tokio::select! {
             _ = stop.cancelled() => {
-                reconciler.stop(graceful_stop(shared), opts.request_timeout).await;
+                reconciler.stop(true, halt, opts.request_timeout).await;
                 return Outcome::Stopped;
             }
             _ = tokio::time::sleep(opts.snapshot_interval) => {}
@@ -320,9 +333,7 @@ async fn engage_once(
             // Stopping cancels the reconciler (a child token) too: when both fired during
             // the sleep, this is a stop, not a failure to log and back off from.
             if stop.is_cancelled() {
-                reconciler
-                    .stop(graceful_stop(shared), opts.request_timeout)
-                    .await;
+                reconciler.stop(true, halt, opts.request_timeout).await;
                 return Outcome::Stopped;
             }
             return Outcome::Failed(EngageError::Reconciler("stopped unexpectedly".into()));
@@ -345,7 +356,7 @@ async fn engage_once(
         next_probe = Instant::now() + opts.probe_interval;
         if sc.needs_rebuild().await {
             tracing::info!(spoke = %name, "client certificate rotated; rebuilding the client");
-            reconciler.stop(true, opts.request_timeout).await;
+            reconciler.stop(true, halt, opts.request_timeout).await;
             *client = None;
             return Outcome::Restart;
         }
@@ -395,7 +406,7 @@ pub(crate) async fn run_spoke(shared: TaskShared, spec: SpokeSpec, stop: Arc<Sto
         match engage_once(
             &shared,
             &spec,
-            &stop.token,
+            &stop,
             &mut client,
             &mut failures,
             &reconciler_metrics,
@@ -430,4 +441,62 @@ pub(crate) async fn run_spoke(shared: TaskShared, spec: SpokeSpec, stop: Arc<Sto
         }
     }
     drop(metrics);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reconciler whose reconciles in flight never finish on their own: it ends only
+    /// when aborted.
+    fn stubborn() -> (Reconciler, CancellationToken) {
+        let shutdown = CancellationToken::new();
+        let abort = CancellationToken::new();
+        let aborted = abort.clone();
+        let handle = tokio::spawn(async move {
+            aborted.cancelled().await;
+            Ok(())
+        });
+        let r = Reconciler {
+            handle,
+            shutdown,
+            abort: abort.clone(),
+        };
+        (r, abort)
+    }
+
+    // Paused (virtual) time: a graceful stop that is not escalated waits out its whole limit.
+    #[tokio::test(start_paused = true)]
+    async fn a_graceful_stop_turns_into_an_abort_when_leadership_is_lost_meanwhile() {
+        const LIMIT: Duration = Duration::from_secs(3600);
+        let (r, abort) = stubborn();
+        let signal = StopSignal::default();
+        let halt = signal.halt.clone();
+        let t0 = tokio::time::Instant::now();
+        let stopping = tokio::spawn(async move { r.stop(true, &halt, LIMIT).await });
+        tokio::task::yield_now().await;
+        assert!(
+            !abort.is_cancelled(),
+            "graceful: reconciles in flight may finish"
+        );
+        signal.halt.cancel();
+        assert!(signal.token.is_cancelled(), "halting also stops");
+        stopping.await.unwrap();
+        assert!(abort.is_cancelled());
+        assert!(
+            t0.elapsed() < LIMIT,
+            "the graceful stop waited out its limit instead of aborting on halt"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_graceful_stop_waits_for_reconciles_in_flight_up_to_its_limit() {
+        const LIMIT: Duration = Duration::from_secs(30);
+        let (r, abort) = stubborn();
+        let halt = CancellationToken::new();
+        let t0 = tokio::time::Instant::now();
+        r.stop(true, &halt, LIMIT).await;
+        assert!(abort.is_cancelled());
+        assert!(t0.elapsed() >= LIMIT, "aborted before its limit");
+    }
 }

@@ -3,17 +3,22 @@
 //! deleted or leaves the selection. Its loop owns the bookkeeping (no lock at all); all I/O
 //! happens in the tasks. A spoke's tasks are chained (see `chain`): each starts after the
 //! previous one ended.
+//!
+//! Fencing: every task of a spoke's chain that has not ended yet — the running engagement,
+//! one still stopping gracefully, a removal job, also one made quiet by a newer engagement —
+//! holds a halt token the loop keeps until the task ended; losing leadership cancels them
+//! all at once (shutdown those of the removal jobs).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use kleym_api::external::clusterprofile::ClusterProfile;
 use kleym_spoke::reconciler::CancellationToken;
-use tokio::sync::{Semaphore, watch};
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::sync::{Notify, Semaphore, watch};
+use tokio::task::{AbortHandle, Id, JoinError, JoinSet};
 
 use super::chain::{Engagement, Previous, engagement};
 use super::options::FleetOptions;
@@ -31,6 +36,8 @@ struct Running {
     spec: SpokeSpec,
     uid: Option<String>,
     stop: Arc<StopSignal>,
+    /// Tells the task the profile was seen without kleym's finalizer.
+    recheck: Arc<Notify>,
 }
 
 /// A removal job (running, or finished while its profile is still listed).
@@ -38,8 +45,19 @@ struct Removing {
     uid: Option<String>,
     stop: CancellationToken,
     quiet: Arc<AtomicBool>,
+    /// How it ended, once it ran to its end.
+    outcome: Arc<OnceLock<String>>,
     seq: u64,
     finished: bool,
+}
+
+/// A task of a spoke's chain that has not ended yet.
+struct Live {
+    name: String,
+    seq: u64,
+    /// Stops it at once (see the module's "Fencing").
+    halt: CancellationToken,
+    removal: bool,
 }
 
 /// Engages the spokes of an inventory. Build with [`Supervisor::new`], drive with
@@ -88,20 +106,7 @@ impl Supervisor {
         shutdown: CancellationToken,
     ) {
         let mut events = std::pin::pin!(events);
-        let mut lp = Loop {
-            shared: self.shared,
-            providers: self.providers,
-            hub: self.hub,
-            profiles: BTreeMap::new(),
-            running: HashMap::new(),
-            removing: HashMap::new(),
-            known: HashMap::new(),
-            tails: HashMap::new(),
-            tasks: JoinSet::new(),
-            seq: 0,
-            leading: *leader.borrow_and_update(),
-        };
-        lp.shared.state.set_leader(lp.leading);
+        let mut lp = Loop::new(self, *leader.borrow_and_update());
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -116,10 +121,8 @@ impl Supervisor {
                         break;
                     }
                 },
-                Some(done) = lp.tasks.join_next(), if !lp.tasks.is_empty() => {
-                    if let Ok((name, seq)) = done {
-                        lp.task_ended(&name, seq);
-                    }
+                Some(done) = lp.tasks.join_next_with_id(), if !lp.tasks.is_empty() => {
+                    lp.joined(done);
                 }
             }
         }
@@ -145,13 +148,33 @@ struct Loop {
     /// is now waiting, refused or gone.
     known: HashMap<String, SpokeSpec>,
     tails: HashMap<String, Tail>,
-    /// Every engagement and removal task; each returns its spoke name and sequence number.
-    tasks: JoinSet<(String, u64)>,
+    /// Every engagement and removal task.
+    tasks: JoinSet<()>,
+    /// The tasks of `tasks` not joined yet, by task id.
+    live: HashMap<Id, Live>,
     seq: u64,
     leading: bool,
 }
 
 impl Loop {
+    fn new(sup: Supervisor, leading: bool) -> Self {
+        sup.shared.state.set_leader(leading);
+        Self {
+            shared: sup.shared,
+            providers: sup.providers,
+            hub: sup.hub,
+            profiles: BTreeMap::new(),
+            running: HashMap::new(),
+            removing: HashMap::new(),
+            known: HashMap::new(),
+            tails: HashMap::new(),
+            tasks: JoinSet::new(),
+            live: HashMap::new(),
+            seq: 0,
+            leading,
+        }
+    }
+
     fn on_event(&mut self, ev: InventoryEvent) {
         match ev {
             InventoryEvent::Upsert(cp) => {
@@ -182,6 +205,12 @@ impl Loop {
         self.shared.state.set_leader(leading);
         tracing::info!(leading, "leadership changed");
         if !leading {
+            // Fencing: every task still running stops at once, also an engagement already
+            // stopping gracefully and a removal job made quiet by a newer engagement (neither
+            // is in `running` or `removing` any more).
+            for t in self.live.values() {
+                t.halt.cancel();
+            }
             // Removal jobs of profiles no longer listed are stopped too (a standby never
             // writes); jobs of listed ones stop in `standby` below.
             let names: Vec<String> = self.removing.keys().cloned().collect();
@@ -260,19 +289,25 @@ impl Loop {
                 return;
             }
         };
-        if self
-            .running
-            .get(name)
-            .is_some_and(|r| r.spec == spec && r.uid == uid)
+        if let Some(r) = self.running.get(name)
+            && r.spec == spec
+            && r.uid == uid
         {
-            // Same effective configuration (e.g. a status heartbeat): nothing to do.
+            // Same effective configuration (e.g. a status heartbeat): nothing to do, unless
+            // kleym's finalizer went missing (removed by hand, or released by a removal
+            // racing this engagement): the task reads the profile and puts it back.
+            if !has_profile_finalizer(cp) {
+                tracing::info!(spoke = %name, "engaged spoke's ClusterProfile seen without kleym's finalizer; checking");
+                r.recheck.notify_one();
+            }
             return;
         }
         let profile = ProfileRef::of(cp);
         let seen = cp.clone();
         let reengage = self.stop_running(name).is_some();
         // A removal still in flight (the profile came back into the selection) finishes
-        // first; the state is the new engagement's from now on.
+        // first, quiet: the state is the new engagement's from now on, and so is the
+        // profile's finalizer (the job leaves it). It still halts with its chain.
         if let Some(r) = self.removing.remove(name) {
             r.quiet.store(true, Ordering::Release);
         }
@@ -286,20 +321,30 @@ impl Loop {
         });
         tracing::info!(spoke = %name, provider = %spec.access.provider, reengage, "engaging spoke");
         let stop = Arc::new(StopSignal::default());
+        let recheck = Arc::new(Notify::new());
         let done = CancellationToken::new();
         let e = Engagement {
             spec: spec.clone(),
             profile,
             seen: Some(seen),
             stop: stop.clone(),
+            recheck: recheck.clone(),
             previous: self.previous(name),
             done: done.clone(),
         };
         let (shared, hub) = (self.shared.clone(), self.hub.clone());
-        self.spawn_tail(name, done, false, engagement(shared, hub, e));
+        let halt = stop.halt.clone();
+        self.spawn_tail(name, done, halt, false, engagement(shared, hub, e));
         self.known.insert(name.to_string(), spec.clone());
-        self.running
-            .insert(name.to_string(), Running { spec, uid, stop });
+        self.running.insert(
+            name.to_string(),
+            Running {
+                spec,
+                uid,
+                stop,
+                recheck,
+            },
+        );
     }
 
     /// The profile has a `deletionTimestamp`: start its removal job (once per profile).
@@ -307,11 +352,19 @@ impl Loop {
         let Some(cp) = self.profiles.get(name).cloned() else {
             return;
         };
-        if self
-            .removing
-            .get(name)
-            .is_some_and(|r| r.uid == cp.metadata.uid)
+        if let Some(r) = self.removing.get(name)
+            && r.uid == cp.metadata.uid
         {
+            if r.finished {
+                // Its removal ran to its end; other finalizers keep the profile. Published
+                // again: leading again after a standby, the state still says `Standby`.
+                let outcome = r.outcome.get().map_or("removal finished", String::as_str);
+                let reason = format!("{outcome}; waiting for the ClusterProfile to go");
+                self.shared.state.update(name, |s| {
+                    s.phase = Phase::Removing;
+                    s.reason = Some(reason);
+                });
+            }
             return;
         }
         let engaged = self.stop_running(name);
@@ -381,6 +434,7 @@ impl Loop {
         tracing::info!(spoke = %name, policy = ?self.shared.opts.removal_policy, ?trigger, "starting removal");
         let stop = CancellationToken::new();
         let quiet = Arc::new(AtomicBool::new(false));
+        let outcome = Arc::new(OnceLock::new());
         let done = CancellationToken::new();
         let job = RemovalJob {
             name: name.to_string(),
@@ -389,18 +443,26 @@ impl Loop {
             trigger,
             stop: stop.clone(),
             quiet: quiet.clone(),
+            outcome: outcome.clone(),
             previous: self.previous(name),
             done: done.clone(),
         };
         let uid = cp.metadata.uid.clone();
         let (shared, hub) = (self.shared.clone(), self.hub.clone());
-        let seq = self.spawn_tail(name, done, true, run_removal(shared, hub, job));
+        let seq = self.spawn_tail(
+            name,
+            done,
+            stop.clone(),
+            true,
+            run_removal(shared, hub, job),
+        );
         self.removing.insert(
             name.to_string(),
             Removing {
                 uid,
                 stop,
                 quiet,
+                outcome,
                 seq,
                 finished: false,
             },
@@ -408,21 +470,28 @@ impl Loop {
     }
 
     /// Spawns a spoke's engagement or removal task as the new tail of its chain; returns its
-    /// sequence number (which [`Self::task_ended`] receives when it ends).
+    /// sequence number (which [`Self::task_ended`] receives when it ends). `halt` stops
+    /// the task at once.
     fn spawn_tail(
         &mut self,
         name: &str,
         done: CancellationToken,
+        halt: CancellationToken,
         removal: bool,
         task: impl Future<Output = ()> + Send + 'static,
     ) -> u64 {
         self.seq += 1;
         let seq = self.seq;
-        let owned = name.to_string();
-        let abort = self.tasks.spawn(async move {
-            task.await;
-            (owned, seq)
-        });
+        let abort = self.tasks.spawn(task);
+        self.live.insert(
+            abort.id(),
+            Live {
+                name: name.to_string(),
+                seq,
+                halt,
+                removal,
+            },
+        );
         self.tails.insert(
             name.to_string(),
             Tail {
@@ -432,6 +501,22 @@ impl Loop {
             },
         );
         seq
+    }
+
+    /// A task of `tasks` ended: returned, panicked, or aborted (a stuck predecessor by its
+    /// successor; shutdown).
+    fn joined(&mut self, r: Result<(Id, ()), JoinError>) {
+        let (id, panicked) = match r {
+            Ok((id, ())) => (id, false),
+            Err(e) => (e.id(), e.is_panic()),
+        };
+        let Some(t) = self.live.remove(&id) else {
+            return;
+        };
+        if panicked {
+            tracing::error!(spoke = %t.name, removal = t.removal, "spoke task panicked");
+        }
+        self.task_ended(&t.name, t.seq);
     }
 
     fn task_ended(&mut self, name: &str, seq: u64) {
@@ -471,7 +556,9 @@ impl Loop {
         });
     }
 
-    async fn shutdown(mut self) {
+    /// Stops every task for shutdown: engagements gracefully, removal jobs (also quiet
+    /// ones) at once.
+    fn stop_all(&mut self) {
         let names: Vec<String> = self.running.keys().cloned().collect();
         for name in names {
             self.stop_running(&name);
@@ -480,6 +567,13 @@ impl Loop {
         for name in names {
             self.stop_removal(&name);
         }
+        for t in self.live.values().filter(|t| t.removal) {
+            t.halt.cancel();
+        }
+    }
+
+    async fn shutdown(mut self) {
+        self.stop_all();
         let limit = self.shared.opts.request_timeout.saturating_mul(2) + Duration::from_secs(1);
         let _ = tokio::time::timeout(limit, async {
             while self.tasks.join_next().await.is_some() {}
@@ -826,6 +920,285 @@ mod tests {
             "{s:?}"
         );
         r.stop().await;
+    }
+
+    /// Waits until every task of the loop ended, feeding each end to the loop.
+    async fn join_all(lp: &mut Loop) {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(r) = lp.tasks.join_next_with_id().await {
+                lp.joined(r);
+            }
+        })
+        .await
+        .expect("the tasks ended");
+    }
+
+    /// A supervisor loop driven by the test itself (no task runs until the test awaits).
+    fn test_loop(hub: &FakeHub, opts: FleetOptions, leading: bool) -> Loop {
+        let providers = Arc::new(ProviderSet::load(None, &["p=/bin/false".to_string()]).unwrap());
+        let cache = Arc::new(CredentialCache::new(
+            CacheOptions::default(),
+            CredentialMetrics::default(),
+        ));
+        let sup = Supervisor::new(opts, providers, cache, FleetState::new(), hub.client());
+        Loop::new(sup, leading)
+    }
+
+    /// Engaged, left the selection (a removal job starts), selected again (the job goes
+    /// quiet, a new engagement waits for it): the first engagement is still stopping, the
+    /// job is in neither `running` nor `removing`.
+    fn engaged_departed_and_back(lp: &mut Loop) {
+        let m = meta(&[PROFILE_FINALIZER], None);
+        lp.on_event(profile_with(
+            m.clone(),
+            "2026-01-01T00:00:00Z",
+            "a.example",
+            "p",
+        ));
+        lp.on_event(InventoryEvent::Deleted("fleet/c1".into()));
+        lp.on_event(profile_with(m, "2026-01-01T00:00:00Z", "a.example", "p"));
+        assert_eq!(lp.live.len(), 3);
+        assert_eq!(lp.running.len(), 1);
+        assert!(lp.removing.is_empty());
+    }
+
+    #[tokio::test]
+    async fn losing_leadership_halts_every_task_also_quiet_removals_and_stopping_engagements() {
+        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let mut lp = test_loop(&hub, FleetOptions::default(), true);
+        engaged_departed_and_back(&mut lp);
+        lp.on_leadership(false);
+        let halted: Vec<(u64, bool)> = lp
+            .live
+            .values()
+            .map(|t| (t.seq, t.halt.is_cancelled()))
+            .collect();
+        assert!(halted.iter().all(|(_, h)| *h), "{halted:?}");
+        // None of them ran before the step-down; once halted, none reaches the hub (the
+        // quiet job would read the profile, apply Orphan until its deadline (600 s), then
+        // release the profile the next leader relies on).
+        join_all(&mut lp).await;
+        assert!(lp.live.is_empty());
+        assert_eq!(*hub.requests.lock().unwrap(), Vec::new());
+        assert_eq!(
+            lp.shared.state.get("fleet/c1").unwrap().phase,
+            Phase::Standby
+        );
+    }
+
+    #[tokio::test]
+    async fn shutdown_stops_quiet_removal_jobs_at_once_and_engagements_gracefully() {
+        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let mut lp = test_loop(&hub, FleetOptions::default(), true);
+        engaged_departed_and_back(&mut lp);
+        lp.stop_all();
+        let mut kinds: Vec<(u64, bool, bool)> = lp
+            .live
+            .values()
+            .map(|t| (t.seq, t.removal, t.halt.is_cancelled()))
+            .collect();
+        kinds.sort();
+        // Engagement, removal, engagement: only the removal job is halted.
+        assert_eq!(
+            kinds,
+            [(1, false, false), (2, true, true), (3, false, false)]
+        );
+        assert!(lp.running.is_empty());
+        join_all(&mut lp).await;
+        assert_eq!(*hub.requests.lock().unwrap(), Vec::new());
+    }
+
+    #[tokio::test]
+    async fn a_profile_selected_again_during_its_removal_keeps_kleyms_finalizer() {
+        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        // The job gives up (the plugin fails) a couple of seconds after it started.
+        let opts = FleetOptions {
+            request_timeout: Duration::from_secs(1),
+            removal_timeout: Duration::from_secs(2),
+            ..FleetOptions::default()
+        };
+        let r = start(&hub, opts, true);
+        let state = r.state.clone();
+        let m = meta(&[PROFILE_FINALIZER], None);
+        r.events
+            .send(profile_with(
+                m.clone(),
+                "2026-01-01T00:00:00Z",
+                "a.example",
+                "p",
+            ))
+            .unwrap();
+        r.events
+            .send(InventoryEvent::Deleted("fleet/c1".into()))
+            .unwrap();
+        r.events
+            .send(profile_with(m, "2026-01-01T00:00:00Z", "a.example", "p"))
+            .unwrap();
+        // The second engagement runs after the job ended.
+        wait(&state, "engaged again", |s| {
+            s.get("fleet/c1")
+                .is_some_and(|x| x.engagements == 2 && x.phase == Phase::BackingOff)
+        })
+        .await;
+        let looked_up = hub.requests.lock().unwrap().iter().any(|(m, _)| m == "GET");
+        assert!(looked_up, "the job ran");
+        assert_eq!(hub.finalizers(), json!([PROFILE_FINALIZER]));
+        assert_eq!(
+            hub.patches(),
+            Vec::<Value>::new(),
+            "the quiet job left the finalizer to the new engagement"
+        );
+        r.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_reengagement_reads_the_profile_again_after_its_predecessor() {
+        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let r = start(&hub, FleetOptions::default(), true);
+        let state = r.state.clone();
+        let m = meta(&[PROFILE_FINALIZER], None);
+        r.events
+            .send(profile_with(
+                m.clone(),
+                "2026-01-01T00:00:00Z",
+                "a.example",
+                "p",
+            ))
+            .unwrap();
+        wait(&state, "backing off", |s| {
+            s.get("fleet/c1")
+                .is_some_and(|x| x.phase == Phase::BackingOff)
+        })
+        .await;
+        // The finalizer goes; the watch has not told yet when the spec changes.
+        {
+            let mut meta = hub.meta.lock().unwrap();
+            let m = meta.as_mut().unwrap();
+            m["finalizers"] = json!([]);
+            m["resourceVersion"] = json!("2");
+        }
+        r.events
+            .send(profile_with(m, "2026-01-01T00:00:00Z", "b.example", "p"))
+            .unwrap();
+        wait(&state, "re-engaged", |s| {
+            s.get("fleet/c1")
+                .is_some_and(|x| x.engagements == 2 && x.phase == Phase::BackingOff)
+        })
+        .await;
+        assert_eq!(hub.finalizers(), json!([PROFILE_FINALIZER]));
+        assert_eq!(hub.patches().len(), 1);
+        r.stop().await;
+    }
+
+    #[tokio::test]
+    async fn an_engaged_profile_seen_without_kleyms_finalizer_gets_it_back() {
+        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let r = start(&hub, FleetOptions::default(), true);
+        let state = r.state.clone();
+        r.events
+            .send(profile_with(
+                meta(&[PROFILE_FINALIZER], None),
+                "2026-01-01T00:00:00Z",
+                "a.example",
+                "p",
+            ))
+            .unwrap();
+        wait(&state, "backing off", |s| {
+            s.get("fleet/c1")
+                .is_some_and(|x| x.phase == Phase::BackingOff)
+        })
+        .await;
+        assert!(hub.patches().is_empty());
+        // Someone removes it; the watch forwards the change (same spec).
+        let mut m = meta(&["other.io/keep"], None);
+        m["resourceVersion"] = json!("2");
+        *hub.meta.lock().unwrap() = Some(m.clone());
+        r.events
+            .send(profile_with(m, "2026-01-01T00:00:00Z", "a.example", "p"))
+            .unwrap();
+        wait(&state, "finalizer back", |_| {
+            hub.finalizers() == json!(["other.io/keep", PROFILE_FINALIZER])
+        })
+        .await;
+        let st = state.get("fleet/c1").unwrap();
+        assert_eq!(st.engagements, 1, "no re-engagement");
+        r.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_finished_removal_is_published_again_when_leading_again() {
+        let deleted = meta(
+            &[PROFILE_FINALIZER, "other.io/keep"],
+            Some("2020-01-01T00:00:00Z"),
+        );
+        let hub = FakeHub::new(deleted.clone());
+        let opts = FleetOptions {
+            request_timeout: Duration::from_millis(500),
+            removal_timeout: Duration::from_secs(1),
+            ..FleetOptions::default()
+        };
+        let mut lp = test_loop(&hub, opts, true);
+        lp.on_event(profile_with(
+            deleted,
+            "2026-01-01T00:00:00Z",
+            "a.example",
+            "p",
+        ));
+        join_all(&mut lp).await;
+        assert!(lp.removing["fleet/c1"].finished);
+        assert_eq!(hub.finalizers(), json!(["other.io/keep"]));
+        lp.on_leadership(false);
+        assert_eq!(
+            lp.shared.state.get("fleet/c1").unwrap().phase,
+            Phase::Standby
+        );
+        lp.on_leadership(true);
+        let s = lp.shared.state.get("fleet/c1").unwrap();
+        assert_eq!(s.phase, Phase::Removing, "{s:?}");
+        let reason = s.reason.unwrap_or_default();
+        assert!(
+            reason.contains("gave up") && reason.contains("waiting for the ClusterProfile to go"),
+            "{reason}"
+        );
+        // Nothing ran again.
+        assert!(lp.live.is_empty());
+        assert_eq!(hub.patches().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_task_that_panics_still_ends_its_spoke() {
+        let hub = FakeHub::new(meta(&[], None));
+        let mut lp = test_loop(&hub, FleetOptions::default(), true);
+        // A removal job of a profile no longer listed, which panics.
+        lp.shared
+            .state
+            .update("fleet/c1", |s| s.phase = Phase::Removing);
+        let stop = CancellationToken::new();
+        let seq = lp.spawn_tail(
+            "fleet/c1",
+            CancellationToken::new(),
+            stop.clone(),
+            true,
+            async { panic!("a bug") },
+        );
+        lp.removing.insert(
+            "fleet/c1".into(),
+            Removing {
+                uid: None,
+                stop,
+                quiet: Arc::default(),
+                outcome: Arc::default(),
+                seq,
+                finished: false,
+            },
+        );
+        join_all(&mut lp).await;
+        assert!(lp.live.is_empty());
+        assert!(lp.removing.is_empty());
+        assert!(
+            lp.shared.state.get("fleet/c1").is_none(),
+            "the spoke is forgotten"
+        );
     }
 
     fn tokio_stream_from(
