@@ -1,4 +1,4 @@
-//! External types against the real upstream CRDs in `shared/crds/upstream/`: every field we
+//! External types against the real upstream CRDs vendored in `e2e/crds/upstream/`: every field we
 //! model exists in the upstream schema, and sample objects round-trip through serde.
 
 use kleym_api::external::{clusterprofile, model, objective, pool, spiffeid};
@@ -7,17 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 fn upstream_schema(file: &str, version: &str) -> Value {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/crds/upstream")
-        .join(file);
-    let path = if path.exists() {
-        path
-    } else {
-        std::path::Path::new("/work/shared/crds/upstream").join(file)
-    };
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let crd: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let crd: Value = serde_yaml_ng::from_str(upstream_crds::upstream_yaml(file)).unwrap();
     crd["spec"]["versions"]
         .as_array()
         .unwrap()

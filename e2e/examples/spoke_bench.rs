@@ -5,13 +5,12 @@
 //!
 //! `cargo run --release -p kleym-e2e --example spoke_bench [-- BINDINGS [NAMESPACES]]`
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use kleym_api::InferenceIdentityBinding;
-use kleym_e2e::kubesim::{Kubesim, KubesimOptions, load_crds};
+use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::discovery::ApiResource;
@@ -21,8 +20,7 @@ use serde_json::{Value, json};
 const DEFAULT_NAMESPACES: usize = 10;
 
 fn crds() -> Vec<Value> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds/upstream");
-    let mut out = load_crds(&dir).expect("upstream CRDs");
+    let mut out = kleym_e2e::fleet::upstream_crds().expect("upstream CRDs");
     for crd in kleym_api::crds::all() {
         out.push(serde_json::to_value(crd).expect("CRD serialises"));
     }

@@ -26,7 +26,22 @@ fn members(f: &Value) -> BTreeSet<String> {
 #[test]
 fn demo_converges_and_reports_exactly_the_planted_findings() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kleym-demo"))
+    // Run a copy of the binary, from a working directory outside the repository, as an
+    // installed `kleym-demo` would run: it must need nothing from the source tree (the
+    // upstream CRDs are embedded) and, with no `kleym` beside it, runs the credential
+    // plugins from its own binary.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let installed = elsewhere.path().join("kleym-demo");
+    std::fs::copy(env!("CARGO_BIN_EXE_kleym-demo"), &installed).unwrap();
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .canonicalize()
+        .unwrap();
+    let cwd = elsewhere.path().canonicalize().unwrap();
+    assert!(!cwd.starts_with(&repo), "{cwd:?} is inside {repo:?}");
+    let out = Command::new(&installed)
+        .current_dir(&cwd)
         .args(["--exit-when-converged", "--spokes", "3", "--timeout", "120"])
         .args(["--trust-domain", "test.example"])
         .arg("--state-dir")

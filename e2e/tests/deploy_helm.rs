@@ -5,8 +5,8 @@
 //! object of a kind kubesim serves passes `kubectl apply --dry-run=server` against a kubesim
 //! cluster with every CRD installed.
 //!
-//! helm is located via `$KLEYM_HELM`, then `PATH`, then the cache `.ci/fetch-k8s-tools`
-//! fills; without it the tests fail (run `.ci/ensure-helm`), they never skip.
+//! helm is located as every tool is (`test_tools`: PATH first, then the project's tool cache
+//! that `scripts/ensure-tools` fills); without it the tests fail, they never skip.
 
 mod deploy_support;
 
@@ -18,10 +18,6 @@ use kleym_e2e::fleet::all_crds;
 use kleym_e2e::kubesim::testing::Kubectl;
 use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
 use serde_json::{Value, json};
-
-/// Version directory of the pinned tools (holding `kubectl/kubectl` and `helm/helm`); keep
-/// equal to `DEST` in `.ci/fetch-k8s-tools`.
-const PINNED_TOOLS_DIR: &str = "v1.32.3";
 
 /// Kinds the chart renders that kubesim does not serve, with the resource name
 /// `kubectl api-resources -o name` would list: the dry run leaves them out (a test checks
@@ -39,34 +35,10 @@ fn chart() -> PathBuf {
     repo_root().join("charts/kleym")
 }
 
-/// The helm binary: `$KLEYM_HELM`, else `helm` on `PATH`, else the pinned cached one.
+/// The helm binary, found as every test finds its tools (`test_tools`: PATH first, then the
+/// project's tool cache); panics naming the command that installs it.
 fn find_helm() -> PathBuf {
-    if let Some(p) = std::env::var_os("KLEYM_HELM") {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "KLEYM_HELM={} is not a file", p.display());
-        return p;
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    if let Some(p) = std::env::split_paths(&path)
-        .map(|d| d.join("helm"))
-        .find(|p| p.is_file())
-    {
-        return p;
-    }
-    let tools = std::env::var_os("KLEYM_TOOLS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kleym-tools")));
-    let cached = tools.map(|t| t.join(PINNED_TOOLS_DIR).join("helm/helm"));
-    match cached {
-        Some(p) if p.is_file() => p,
-        other => panic!(
-            "helm not found: KLEYM_HELM unset, no helm on PATH, none at {}; run .ci/ensure-helm \
-             (it installs the pinned helm there)",
-            other.map_or("the tools cache (HOME unset)".into(), |p| p
-                .display()
-                .to_string())
-        ),
-    }
+    test_tools::require(test_tools::Tool::Helm)
 }
 
 /// Runs helm with private config/cache/data directories (no user state leaks in) and

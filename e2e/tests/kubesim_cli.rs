@@ -9,7 +9,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
 fn upstream_crds() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds/upstream")
+    upstream_crds::upstream_dir()
 }
 
 async fn kubectl(kubeconfig: &Path, args: &[&str]) -> std::process::Output {

@@ -203,9 +203,9 @@ async fn discovery_documents_have_kube_shapes() {
 async fn table_output_and_warnings() {
     let (_sim, c) = start().await;
     let admin = c.admin_token();
-    let crd = kleym_e2e::kubesim::load_crds(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/crds/upstream/spire.spiffe.io_clusterspiffeids.yaml"),
+    let crd = kleym_e2e::kubesim::parse_crds(
+        "spire.spiffe.io_clusterspiffeids.yaml",
+        upstream_crds::upstream_yaml("spire.spiffe.io_clusterspiffeids.yaml"),
     )
     .unwrap();
     kleym_e2e::kubesim::install_crd(&c.store(), crd[0].clone()).unwrap();

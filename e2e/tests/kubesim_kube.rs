@@ -43,9 +43,9 @@ fn is_status(err: &kube::Error, code: u16) -> bool {
 async fn discovery_lists_builtins_and_crds() {
     let (_sim, c) = start().await;
     let client = c.kube_client().await.unwrap();
-    let crd = kleym_e2e::kubesim::load_crds(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../shared/crds/upstream/spire.spiffe.io_clusterspiffeids.yaml"),
+    let crd = kleym_e2e::kubesim::parse_crds(
+        "spire.spiffe.io_clusterspiffeids.yaml",
+        upstream_crds::upstream_yaml("spire.spiffe.io_clusterspiffeids.yaml"),
     )
     .unwrap();
     kleym_e2e::kubesim::install_crd(&c.store(), crd[0].clone()).unwrap();

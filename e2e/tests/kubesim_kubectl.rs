@@ -1,7 +1,8 @@
 //! Conformance: the real kubectl (a client nobody here wrote) against kubesim.
 //!
 //! Each test starts its own simulated cluster and writes a kubeconfig into a tempdir.
-//! kubectl is located with `KUBECTL` or `PATH`; the tests fail with a clear message without it.
+//! kubectl is located as every tool is (`test_tools`: PATH, then the tool cache); the tests fail
+//! with a message naming `scripts/ensure-tools` without it.
 
 use kleym_e2e::kubesim::testing::Kubectl;
 use kleym_e2e::kubesim::{ClusterHandle, Kubesim, KubesimOptions};
@@ -33,7 +34,7 @@ async fn setup() -> Env {
 }
 
 fn upstream_crds() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds/upstream")
+    upstream_crds::upstream_dir()
 }
 
 impl Env {

@@ -16,7 +16,7 @@ use kleym_api::external::objective::llmd;
 use kleym_api::external::pool::v1 as pool_v1;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
-use kleym_e2e::kubesim::{ClusterHandle, Kubesim, KubesimOptions, load_crds};
+use kleym_e2e::kubesim::{ClusterHandle, Kubesim, KubesimOptions};
 use kleym_spoke::compiler::output::cluster_spiffe_id_name;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -26,13 +26,9 @@ use serde_json::{Value, json};
 const NS: &str = "llm";
 const TD: &str = "prod.example.org";
 
-fn upstream_crds_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds/upstream")
-}
-
 /// Upstream CRDs (optionally without the ClusterSPIFFEID one) plus ours.
 fn crds(with_spire: bool) -> Vec<Value> {
-    let mut out: Vec<Value> = load_crds(&upstream_crds_dir())
+    let mut out: Vec<Value> = kleym_e2e::fleet::upstream_crds()
         .expect("upstream CRDs")
         .into_iter()
         .filter(|c| with_spire || c["spec"]["group"] != "spire.spiffe.io")
@@ -574,12 +570,14 @@ async fn clusterspiffeid_crd_installed_while_running_is_picked_up() {
     })
     .await;
 
-    let spire: Vec<CustomResourceDefinition> =
-        load_crds(&upstream_crds_dir().join("spire.spiffe.io_clusterspiffeids.yaml"))
-            .unwrap()
-            .into_iter()
-            .map(|v| serde_json::from_value(v).unwrap())
-            .collect();
+    let spire: Vec<CustomResourceDefinition> = kleym_e2e::kubesim::parse_crds(
+        "spire.spiffe.io_clusterspiffeids.yaml",
+        upstream_crds::upstream_yaml("spire.spiffe.io_clusterspiffeids.yaml"),
+    )
+    .unwrap()
+    .into_iter()
+    .map(|v| serde_json::from_value(v).unwrap())
+    .collect();
     let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in spire {
         crd_api.create(&PostParams::default(), &crd).await.unwrap();

@@ -1,6 +1,6 @@
 //! A real third-party exec plugin, `aws eks get-token` (awscli), run unchanged through kleym's
 //! exec runtime with dummy static AWS credentials: it signs an STS URL locally (no network)
-//! and prints an ExecCredential with an expiry. `.ci/ensure-awscli` installs the CLI.
+//! and prints an ExecCredential with an expiry. `scripts/ensure-tools` installs the CLI.
 //!
 //! The developer's own AWS setup cannot change the outcome: the plugin runs through
 //! `env -u` without `AWS_PROFILE`, `AWS_DEFAULT_PROFILE` and the other variables that select
@@ -8,22 +8,14 @@
 //! does not exist (unset, they would fall back to `~/.aws`), and `HOME` in a temporary
 //! directory.
 //!
-//! When `aws` is not on `PATH` the test fails with a message saying how to install it. To
-//! skip it on purpose, set `KLEYM_SKIP_AWSCLI=1` (the test then passes without running the
-//! CLI; a printed note would be swallowed by the test harness, so the variable is the record).
+//! `aws` is found as every tool is (`test_tools`: PATH first, then the project's tool cache);
+//! when it is missing the test fails with a message naming the command that installs it.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use kleym_hub::access::{ClusterAccess, EffectiveAccess, EnvVar, ExecApiVersion, ExecConfig};
 use kleym_hub::credentials::{ExecOptions, run_plugin};
-
-fn find_aws() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("aws"))
-        .find(|p| p.is_file())
-}
 
 /// Variables of the developer's environment that would make `aws` pick other credentials, a
 /// profile that does not exist here, or another endpoint; removed from the plugin's env.
@@ -99,21 +91,14 @@ fn access(aws: PathBuf, api: ExecApiVersion, dir: &std::path::Path) -> Effective
                 })
                 .collect(),
             provide_cluster_info: true,
-            install_hint: Some("run .ci/ensure-awscli".into()),
+            install_hint: Some("run scripts/ensure-tools".into()),
         },
     }
 }
 
 #[tokio::test]
 async fn aws_eks_get_token_works_unchanged() {
-    let Some(aws) = find_aws() else {
-        if std::env::var("KLEYM_SKIP_AWSCLI").as_deref() == Ok("1") {
-            return;
-        }
-        panic!(
-            "`aws` is not on PATH: run .ci/ensure-awscli (or set KLEYM_SKIP_AWSCLI=1 to skip this test on purpose)"
-        );
-    };
+    let aws = test_tools::require(test_tools::Tool::Aws);
     let dir = tempfile::tempdir().unwrap();
     let opts = ExecOptions {
         timeout: Duration::from_secs(120),

@@ -8,10 +8,8 @@ use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kubesim_schema::CompiledSchema;
 
 fn upstream() -> CompiledSchema {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/crds/upstream/spire.spiffe.io_clusterspiffeids.yaml");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let crd: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+    let text = upstream_crds::upstream_yaml("spire.spiffe.io_clusterspiffeids.yaml");
+    let crd: serde_json::Value = serde_yaml_ng::from_str(text).unwrap();
     CompiledSchema::new(&crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]).unwrap()
 }
 

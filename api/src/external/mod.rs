@@ -1,5 +1,5 @@
 //! Upstream kinds kleym reads or writes, modelled field-for-field from the CRDs in
-//! `shared/crds/upstream/`. kleym never installs these CRDs, so the types carry no schema
+//! `e2e/crds/upstream/`. kleym never installs these CRDs, so the types carry no schema
 //! (`schema = "disabled"`); optional upstream fields are `Option`s so that objects
 //! round-trip through serde unchanged.
 

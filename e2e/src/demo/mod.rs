@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kleym_e2e::fleet::harness::{FleetHarness, RunningHub};
-use kleym_e2e::fleet::upstream_crds_dir;
 use kleym_hub::fleet::runtime::api_router;
 use kleym_hub::fleet::state::Phase;
 use kleym_hub::report::FullReport;
@@ -37,11 +36,6 @@ pub struct Options {
 /// Why the demo failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DemoError {
-    /// The upstream CRDs are not where the repository layout puts them.
-    #[error(
-        "the upstream CRDs were not found at {0}: the demo expects the shared/ directory next to the repository (../shared/crds/upstream)"
-    )]
-    MissingCrds(PathBuf),
     /// Setting up the simulated fleet failed.
     #[error("setup: {0}")]
     Setup(String),
@@ -93,17 +87,6 @@ fn progress_of(bindings: &[Value]) -> Progress {
 /// Runs the demo; `plugin` is the command (and leading arguments) that runs the bundled
 /// credential plugins.
 pub async fn run(opts: &Options, plugin: &setup::PluginCommand) -> Result<(), DemoError> {
-    let crds = upstream_crds_dir();
-    if !crds.is_dir() {
-        // Show a clean absolute path: <parent of the repository>/shared/crds/upstream.
-        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let shown = repo
-            .canonicalize()
-            .ok()
-            .and_then(|r| r.parent().map(|p| p.join("shared/crds/upstream")))
-            .unwrap_or(crds);
-        return Err(DemoError::MissingCrds(shown));
-    }
     std::fs::create_dir_all(&opts.state_dir)?;
     let state_dir = opts.state_dir.canonicalize()?;
     println!(

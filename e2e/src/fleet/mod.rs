@@ -16,20 +16,24 @@ pub mod procstat;
 pub mod profiles;
 pub mod recording;
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 
-use crate::kubesim::load_crds;
+use crate::kubesim::parse_crds;
 
-/// `/work/shared/crds/upstream` relative to this crate.
-pub fn upstream_crds_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/crds/upstream")
+/// The vendored upstream CRDs (ClusterProfile v1alpha1, inference, SPIRE), parsed from the
+/// texts embedded in the `upstream-crds` crate (so this works from any working directory and
+/// from an installed binary).
+pub fn upstream_crds() -> Result<Vec<Value>, String> {
+    let mut out = Vec::new();
+    for file in upstream_crds::UPSTREAM {
+        out.extend(parse_crds(file.name, file.yaml).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
 }
 
 /// The upstream CRDs (ClusterProfile, inference, SPIRE) plus kleym's own.
 pub fn all_crds() -> Result<Vec<Value>, String> {
-    let mut out = load_crds(&upstream_crds_dir()).map_err(|e| e.to_string())?;
+    let mut out = upstream_crds()?;
     for crd in kleym_api::crds::all() {
         out.push(serde_json::to_value(crd).map_err(|e| e.to_string())?);
     }

@@ -333,21 +333,32 @@ pub fn load_crds(path: &Path) -> Result<Vec<Value>, KubesimError> {
     let mut out = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).map_err(|e| err(format!("{}: {e}", f.display())))?;
-        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-            let v: Value = serde::Deserialize::deserialize(doc)
-                .map_err(|e| err(format!("{}: {e}", f.display())))?;
-            if v.is_null() {
-                continue;
-            }
-            if v.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
-                return Err(err(format!(
-                    "{}: not a CustomResourceDefinition: kind {:?}",
-                    f.display(),
-                    v.get("kind")
-                )));
-            }
-            out.push(v);
+        out.extend(parse_crds(&f.display().to_string(), &text)?);
+    }
+    Ok(out)
+}
+
+/// Parse the CRDs in `text` (one or more YAML documents; empty documents are skipped);
+/// `origin` names the text in errors (a file name). Documents that are not
+/// CustomResourceDefinitions are rejected.
+pub fn parse_crds(origin: &str, text: &str) -> Result<Vec<Value>, KubesimError> {
+    let err = |message: String| KubesimError::Crds {
+        path: origin.to_string(),
+        message,
+    };
+    let mut out = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| err(e.to_string()))?;
+        if v.is_null() {
+            continue;
         }
+        if v.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
+            return Err(err(format!(
+                "not a CustomResourceDefinition: kind {:?}",
+                v.get("kind")
+            )));
+        }
+        out.push(v);
     }
     Ok(out)
 }

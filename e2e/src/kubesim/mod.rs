@@ -19,4 +19,4 @@ pub mod virtual_resources;
 
 pub use error::KubesimError;
 pub use faults::{ErrorRule, FaultHandle, FaultRequest, FaultState};
-pub use fleet::{ClusterHandle, Kubesim, KubesimOptions, install_crd, load_crds};
+pub use fleet::{ClusterHandle, Kubesim, KubesimOptions, install_crd, load_crds, parse_crds};

@@ -22,24 +22,10 @@ pub struct KubectlError {
     pub stderr: String,
 }
 
-/// Locate kubectl: `$KUBECTL`, else the first `kubectl` on `PATH`.
+/// Locate kubectl as every test does (`test_tools`: PATH first, then the project's tool
+/// cache); the error names the command that installs it.
 pub fn find_kubectl() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("KUBECTL") {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(format!("KUBECTL={} is not a file", p.display()))
-        };
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("kubectl"))
-        .find(|p| p.is_file())
-        .ok_or_else(|| {
-            "kubectl not found on PATH (set KUBECTL=/path/to/kubectl; .ci/ensure-kubectl installs it)"
-                .to_string()
-        })
+    test_tools::find(test_tools::Tool::Kubectl).map_err(|e| e.to_string())
 }
 
 /// kubectl bound to one kubeconfig.

@@ -1,4 +1,4 @@
-//! Every upstream CRD in `shared/crds/upstream`: compile each served version, admit a
+//! Every vendored upstream CRD (`e2e/crds/upstream`): compile each served version, admit a
 //! realistic object and reject an invalid one with kube-apiserver's message.
 
 mod common;

@@ -261,7 +261,7 @@ fn custom_resource_generation_and_status_rules() {
 #[test]
 fn every_upstream_crd_installs() {
     let c = cluster();
-    let mut files: Vec<String> = std::fs::read_dir(UPSTREAM_CRDS)
+    let mut files: Vec<String> = std::fs::read_dir(upstream_crds_dir())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
         .filter(|f| f.ends_with(".yaml"))

@@ -10,9 +10,7 @@ pub const T2: &str = "2026-01-01T00:02:00Z";
 
 /// `openAPIV3Schema` of the first version of a CRD stored under `tests/data`.
 pub fn crd_schema(file: &str) -> Value {
-    let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(path).unwrap();
-    let crd: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let crd: Value = serde_yaml_ng::from_str(upstream_crds::upstream_yaml(file)).unwrap();
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
 }
 

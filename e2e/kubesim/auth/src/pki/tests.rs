@@ -225,14 +225,12 @@ async fn foreign_ca_is_rejected_both_ways() {
     );
 }
 
-/// Go's crypto/x509 is stricter than webpki in places: have the real kubectl (when the machine
-/// has it) talk to a TLS server using our certificates, with a client certificate.
+/// Go's crypto/x509 is stricter than webpki in places: have the real kubectl talk to a TLS
+/// server using our certificates, with a client certificate. Fails (never skips) without
+/// kubectl, naming the command that installs it.
 #[tokio::test]
 async fn kubectl_accepts_our_certificates() {
-    let Ok(kubectl) = which("kubectl") else {
-        eprintln!("kubectl not found; skipping");
-        return;
-    };
+    let kubectl = test_tools::require(test_tools::Tool::Kubectl);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     // The canned responder below speaks HTTP/1.1 only, so do not offer h2.
@@ -311,14 +309,4 @@ async fn kubectl_accepts_our_certificates() {
         "kubectl failed: {}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-fn which(bin: &str) -> std::result::Result<std::path::PathBuf, ()> {
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|p| p.join(bin))
-                .find(|p| p.is_file())
-        })
-        .ok_or(())
 }

@@ -1,4 +1,4 @@
-//! Test helpers: load the upstream CRDs from `shared/crds/upstream` and run the
+//! Test helpers: load the vendored upstream CRDs (`upstream-crds`) and run the
 //! defaults → prune → validate pipeline the store runs on every write.
 
 #![allow(dead_code)]
@@ -8,29 +8,14 @@ use std::path::PathBuf;
 use kubesim_schema::{CompiledSchema, FieldError};
 use serde_json::Value;
 
-/// `shared/crds/upstream`, found from the crate dir (`/work/main/e2e/kubesim/schema`)
-/// or from `KUBESIM_UPSTREAM_CRDS`.
+/// The vendored upstream CRDs' directory (`e2e/crds/upstream`).
 pub fn upstream_dir() -> PathBuf {
-    if let Ok(dir) = std::env::var("KUBESIM_UPSTREAM_CRDS") {
-        return PathBuf::from(dir);
-    }
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for ancestor in manifest.ancestors() {
-        let candidate = ancestor.join("shared/crds/upstream");
-        if candidate.is_dir() {
-            return candidate;
-        }
-    }
-    panic!(
-        "shared/crds/upstream not found above {}",
-        manifest.display()
-    );
+    upstream_crds::upstream_dir()
 }
 
 /// The CRD in `file` as JSON.
 pub fn load_crd(file: &str) -> Value {
-    let text = std::fs::read_to_string(upstream_dir().join(file)).unwrap();
-    serde_yaml_ng::from_str(&text).unwrap()
+    serde_yaml_ng::from_str(upstream_crds::upstream_yaml(file)).unwrap()
 }
 
 /// `(version name, compiled schema)` for every served version.

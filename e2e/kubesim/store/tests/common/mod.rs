@@ -41,11 +41,14 @@ pub fn yaml_docs(path: &str) -> Vec<Value> {
         .collect()
 }
 
-pub const UPSTREAM_CRDS: &str = "/work/shared/crds/upstream";
+/// The vendored upstream CRDs' directory (`e2e/crds/upstream`).
+pub fn upstream_crds_dir() -> std::path::PathBuf {
+    upstream_crds::upstream_dir()
+}
 
 pub fn install_crd(c: &Cluster, file: &str) -> Value {
     let crd_res = res(c, "apiextensions.k8s.io", "v1", "customresourcedefinitions");
-    let doc = yaml_docs(&format!("{UPSTREAM_CRDS}/{file}")).remove(0);
+    let doc = yaml_docs(&upstream_crds_dir().join(file).to_string_lossy()).remove(0);
     c.create(&crd_res, None, doc, &opts("test"))
         .unwrap_or_else(|e| panic!("{file}: {e}"))
         .object
