@@ -85,7 +85,7 @@ impl fmt::Display for NotFound {
         write!(
             f,
             "{} not found (tried: {}); run `{INSTALL_COMMAND}` from the repository root to install \
-             it into the tool cache, or put a {} on PATH",
+             it into the tool cache, or put {} on PATH",
             self.tool,
             self.tried.join("; "),
             match self.tool.minimum() {
