@@ -1,61 +1,26 @@
-//! The Helm chart (`charts/kleym/`), rendered by a tiny renderer of the template subset it
-//! uses (`deploy_support`): every template parses as YAML under several value sets, every
-//! key of values.yaml is documented, the hub Deployment is hardened and its arguments are
-//! flags `kleym hub` accepts, the hub RBAC follows the plugin switches, and the single-cluster
-//! ClusterRole equals `deploy/spoke/clusterrole.yaml`.
+//! The Helm chart (`charts/kleym/`) without helm: every key of values.yaml is documented and
+//! described by values.schema.json (and nothing else is), the schema's enums are the values
+//! the binary accepts, and the Grafana dashboard queries only metrics the hub exports. The
+//! rendered chart is checked through the real helm in `deploy_helm.rs`.
 
 mod deploy_support;
 
-use deploy_support::{Release, documents, merge, render, repo_root};
-use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
-fn chart() -> std::path::PathBuf {
-    repo_root().join("charts/kleym")
+use clap::ValueEnum;
+use deploy_support::{
+    chart, dashboard_queries, default_values, exposition_sample_names, promql_metric_names,
+};
+use serde_json::Value;
+
+fn schema() -> Value {
+    let text = std::fs::read_to_string(chart().join("values.schema.json")).unwrap();
+    serde_json::from_str(&text).expect("values.schema.json is JSON")
 }
 
-fn values(overrides: Value) -> Value {
-    let text = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
-    let mut v: Value = serde_yaml_ng::from_str(&text).unwrap();
-    merge(&mut v, &overrides);
-    v
-}
-
-fn render_chart(overrides: Value) -> Vec<Value> {
-    let values = values(overrides);
-    let release = Release {
-        name: "kleym".into(),
-        namespace: "kleym-system".into(),
-    };
-    let mut docs = Vec::new();
-    let mut paths: Vec<_> = std::fs::read_dir(chart().join("templates"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    paths.sort();
-    for path in paths {
-        let src = std::fs::read_to_string(&path).unwrap();
-        let out =
-            render(&src, &values, &release).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        docs.extend(documents(&out).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
-    }
-    docs
-}
-
-fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
-    docs.iter()
-        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-}
-
-fn rules_mention(docs: &[Value], resource: &str) -> Vec<Value> {
-    docs.iter()
-        .filter(|d| d["kind"] == "Role" || d["kind"] == "ClusterRole")
-        .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
-        .filter(|r| {
-            r["resources"]
-                .as_array()
-                .is_some_and(|a| a.iter().any(|x| x == resource))
-        })
-        .collect()
+fn dashboard() -> Value {
+    let text = std::fs::read_to_string(chart().join("dashboards/kleym-hub.json")).unwrap();
+    serde_json::from_str(&text).expect("the dashboard is JSON")
 }
 
 #[test]
@@ -67,7 +32,7 @@ fn chart_metadata_and_every_value_is_documented() {
     assert_eq!(chart_yaml["name"], "kleym");
     let text = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
     let lines: Vec<&str> = text.lines().collect();
-    let key = regex::Regex::new(r"^\s*[A-Za-z][A-Za-z0-9]*:").unwrap();
+    let key = regex::Regex::new(r"^\s*[A-Za-z][A-Za-z0-9_]*:").unwrap();
     let mut checked = 0;
     for (i, line) in lines.iter().enumerate() {
         if !key.is_match(line) {
@@ -85,193 +50,286 @@ fn chart_metadata_and_every_value_is_documented() {
         );
         checked += 1;
     }
-    assert!(checked > 20, "only {checked} keys found");
-}
-
-#[test]
-fn fleet_mode_hub_is_hardened_and_its_args_parse() {
-    let docs = render_chart(json!({}));
-    let dep = find(&docs, "Deployment", "kleym-hub").expect("hub Deployment");
-    assert!(find(&docs, "Deployment", "kleym-spoke").is_none());
-    assert_eq!(dep["spec"]["replicas"], 2);
-    let pod = &dep["spec"]["template"]["spec"];
-    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(
-        pod["securityContext"]["seccompProfile"]["type"],
-        "RuntimeDefault"
-    );
-    let c = &pod["containers"][0];
-    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
-    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
-    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
-    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
-    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(c["resources"]["limits"]["memory"], "512Mi");
-    let args: Vec<String> = c["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(args[0], "hub");
-    assert!(args.contains(&"--leader-elect=true".to_string()));
-    // The flags are those of `kleym hub` (same parser, in-process).
-    let parsed = kleym_e2e::fleet::harness::parse_hub_args(&args[1..]).unwrap();
-    assert!(parsed.leader_elect);
-    assert_eq!(parsed.trust_domain.as_deref(), Some("example.org"));
-    assert_eq!(parsed.removal_timeout_seconds, 600);
-
-    // The provider ConfigMap is a provider file the hub loads.
-    let cm = find(&docs, "ConfigMap", "kleym-hub-providers").expect("provider ConfigMap");
-    let file: Value =
-        serde_yaml_ng::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
-    assert_eq!(
-        file["providers"][0]["execConfig"]["args"][3],
-        "kleym-system/kleym-hub"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let pf = dir.path().join("providers.yaml");
-    std::fs::write(&pf, cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
-    let with_file = kleym_e2e::fleet::harness::parse_hub_args(&[
-        "--clusterprofile-provider-file".into(),
-        pf.to_string_lossy().into(),
-    ])
-    .unwrap();
-    with_file
-        .access
-        .provider_set()
-        .expect("provider file loads");
-
-    let svc = find(&docs, "Service", "kleym").expect("Service");
-    assert_eq!(svc["spec"]["ports"][0]["name"], "metrics");
-    assert!(find(&docs, "ServiceMonitor", "kleym").is_none());
-}
-
-#[test]
-fn hub_rbac_is_minimal_and_follows_the_plugin_switches() {
-    let default = render_chart(json!({}));
-    // token-request on (default): tokens for its own ServiceAccount only; no Secrets.
-    let token = rules_mention(&default, "serviceaccounts/token");
-    assert_eq!(token.len(), 1);
-    assert_eq!(token[0]["resourceNames"], json!(["kleym-hub"]));
-    assert_eq!(token[0]["verbs"], json!(["create"]));
-    assert!(rules_mention(&default, "secrets").is_empty());
-    for r in [
-        "clusterprofiles",
-        "tokenreviews",
-        "subjectaccessreviews",
-        "leases",
-        "events",
+    assert!(checked > 40, "only {checked} keys found");
+    for file in [
+        ".helmignore",
+        "templates/NOTES.txt",
+        "templates/_helpers.tpl",
     ] {
-        assert!(!rules_mention(&default, r).is_empty(), "no rule for {r}");
+        assert!(chart().join(file).is_file(), "charts/kleym/{file} missing");
     }
-    let profiles = rules_mention(&default, "clusterprofiles");
-    // get/patch: kleym's finalizer on the profiles it engages (removal on deletion).
-    assert_eq!(
-        profiles[0]["verbs"],
-        json!(["get", "list", "watch", "patch"])
-    );
-    // No wildcard anywhere.
-    for d in &default {
-        for r in d["rules"].as_array().into_iter().flatten() {
-            for field in ["apiGroups", "resources", "verbs"] {
-                assert!(
-                    !r[field].as_array().unwrap().iter().any(|x| x == "*"),
-                    "wildcard in {r}"
-                );
-            }
+}
+
+/// Walks values.yaml and the schema together: where the schema closes an object
+/// (`additionalProperties: false`), its properties and the values' keys must be the same.
+fn compare(values: &Value, schema: &Value, path: &str, problems: &mut Vec<String>) {
+    let closed = schema["additionalProperties"] == Value::Bool(false);
+    let props = schema["properties"].as_object();
+    let (Some(values), true, Some(props)) = (values.as_object(), closed, props) else {
+        return;
+    };
+    for (k, v) in values {
+        match props.get(k) {
+            Some(s) => compare(v, s, &format!("{path}.{k}"), problems),
+            None => problems.push(format!("{path}.{k}: in values.yaml, not in the schema")),
         }
     }
-
-    let flipped = render_chart(json!({"credentialPlugins": {
-        "tokenRequest": false, "secretReader": true, "secretNamespace": "spoke-tokens"}}));
-    assert!(rules_mention(&flipped, "serviceaccounts/token").is_empty());
-    let secrets = rules_mention(&flipped, "secrets");
-    assert_eq!(secrets.len(), 1);
-    assert_eq!(secrets[0]["verbs"], json!(["get"]));
-    let role = find(&flipped, "Role", "kleym-hub-secret-reader").unwrap();
-    assert_eq!(role["metadata"]["namespace"], "spoke-tokens");
+    for k in props.keys() {
+        // `global` is helm's own (parent charts), never in values.yaml.
+        let helm_global = path.is_empty() && k == "global";
+        if !values.contains_key(k) && !helm_global {
+            problems.push(format!("{path}.{k}: in the schema, not in values.yaml"));
+        }
+    }
 }
 
 #[test]
-fn optional_parts_render_as_valid_yaml() {
-    let docs = render_chart(json!({
-        "serviceMonitor": {"enabled": true},
-        "api": {"enabled": true},
-        "spireClassName": "spire-system",
-        "hub": {"clusterProfileNamespace": "fleet", "clusterProfileSelector": "env=prod",
-                "providerFile": "providers:\n  - name: eks\n    execConfig:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: aws\n      args: [eks, get-token]\n"}
-    }));
-    let sm = find(&docs, "ServiceMonitor", "kleym").expect("ServiceMonitor");
-    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
-    let svc = find(&docs, "Service", "kleym").unwrap();
-    assert_eq!(svc["spec"]["ports"][1]["name"], "api");
-    let cm = find(&docs, "ConfigMap", "kleym-hub-providers").unwrap();
-    let file: Value =
-        serde_yaml_ng::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
-    assert_eq!(file["providers"][0]["name"], "eks");
-    let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
-    let args = dep["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
-    assert!(args.contains("--spire-class-name=spire-system"), "{args}");
-    assert!(
-        args.contains("--clusterprofile-selector=env=prod"),
-        "{args}"
+fn values_schema_describes_exactly_the_values() {
+    let schema = schema();
+    assert_eq!(schema["$schema"], "http://json-schema.org/draft-07/schema#");
+    let mut problems = Vec::new();
+    compare(&default_values(), &schema, "", &mut problems);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The comparison sees a difference (so it can fail).
+    let mut extra = default_values();
+    extra["hub"]["typo"] = Value::Bool(true);
+    let mut problems = Vec::new();
+    compare(&extra, &schema, "", &mut problems);
+    assert_eq!(problems, [".hub.typo: in values.yaml, not in the schema"]);
+}
+
+/// The names clap accepts for a value enum.
+fn clap_values<E: ValueEnum>() -> Vec<String> {
+    E::value_variants()
+        .iter()
+        .filter_map(|v| v.to_possible_value())
+        .map(|p| p.get_name().to_string())
+        .collect()
+}
+
+#[test]
+fn schema_enums_are_the_values_the_binary_accepts() {
+    let schema = schema();
+    let props = &schema["properties"];
+    for (what, enumerated, accepted) in [
+        (
+            "hub.removalPolicy",
+            &props["hub"]["properties"]["removalPolicy"]["enum"],
+            clap_values::<kleym_hub::fleet::RemovalPolicy>(),
+        ),
+        (
+            "logFormat",
+            &props["logFormat"]["enum"],
+            clap_values::<kleym_hub::fleet::runtime::LogFormat>(),
+        ),
+        (
+            "api.authMode",
+            &props["api"]["properties"]["authMode"]["enum"],
+            clap_values::<kleym_hub::http::auth::AuthMode>(),
+        ),
+    ] {
+        let mut enumerated: Vec<String> = enumerated
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: no enum in the schema"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        let mut accepted = accepted;
+        enumerated.sort();
+        accepted.sort();
+        assert_eq!(enumerated, accepted, "{what}");
+    }
+    assert_eq!(
+        props["mode"]["enum"],
+        serde_json::json!(["fleet", "single-cluster"])
     );
-    // With the API on, the flags are still those of `kleym hub`.
-    let argv: Vec<String> = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+}
+
+/// The `/metrics` exposition of `hub`, as the hub serves it.
+async fn scrape(hub: &kleym_hub::fleet::runtime::HubHandle) -> String {
+    let response = kleym_hub::http::metrics::metrics_response(&hub.registry);
+    assert_eq!(response.status(), 200);
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    String::from_utf8(body.to_vec()).unwrap()
+}
+
+/// The sample names a `kleym hub` process exposes on `/metrics`: the registry a hub builds
+/// (as `kleym hub` does, via `start_hub`), encoded by the `/metrics` handler. Its cluster is
+/// unreachable; the registry does not depend on it. A labelled family is encoded only once
+/// it has a series, so each gets one, through the hub's own handles.
+async fn hub_exported_names() -> BTreeSet<String> {
+    use kleym_hub::http::metrics::{CacheLabels, OutcomeLabels, RequestLabels, ReviewLabels};
+
+    let args = kleym_e2e::fleet::harness::parse_hub_args(&[
+        "--leader-elect=false".into(),
+        "--clusterprofile-access-provider".into(),
+        "tok=/bin/true".into(),
+    ])
+    .unwrap();
+    let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let stop = kleym_spoke::reconciler::CancellationToken::new();
+    let hub = kleym_hub::fleet::runtime::start_hub(&args, client, stop.clone()).unwrap();
+    hub.credentials
+        .metrics()
+        .observe("tok", "success", std::time::Duration::from_millis(3));
+    let api = &hub.api_metrics;
+    let outcome = |o: &str| OutcomeLabels { outcome: o.into() };
+    api.requests
+        .get_or_create(&RequestLabels {
+            route: "/v1/report".into(),
+            code: 200,
+        })
+        .inc();
+    api.authn.get_or_create(&outcome("authenticated")).inc();
+    api.authz.get_or_create(&outcome("allowed")).inc();
+    api.cache_hits
+        .get_or_create(&CacheLabels {
+            cache: "access".into(),
+        })
+        .inc();
+    api.reviews
+        .get_or_create(&ReviewLabels {
+            kind: "token".into(),
+            result: "ok".into(),
+        })
+        .inc();
+    // `kleym_hub_spokes` is set by the hub's metrics task on its first run.
+    let mut exposition = scrape(&hub).await;
+    for _ in 0..1000 {
+        if exposition.contains("# TYPE kleym_hub_spokes ") {
+            break;
+        }
+        tokio::task::yield_now().await;
+        exposition = scrape(&hub).await;
+    }
+    stop.cancel();
+    let names = exposition_sample_names(&exposition);
+    // Families of every part of the hub are there (fleet, per spoke, credentials, API).
+    for family in [
+        "kleym_hub_spokes",
+        "kleym_hub_leader",
+        "kleym_hub_findings",
+        "kleym_hub_spoke_phase",
+        "kleym_spoke_api_writes_total",
+        "kleym_spoke_reconcile_duration_seconds_bucket",
+        "kleym_credential_exec_total",
+        "kleym_credential_exec_duration_seconds_bucket",
+        "kleym_hub_api_requests_total",
+        "kleym_hub_api_authn_total",
+        "kleym_hub_api_authz_total",
+        "kleym_hub_api_auth_cache_hits_total",
+        "kleym_hub_api_auth_reviews_total",
+        "kleym_hub_api_auth_permissive_allowed_total",
+    ] {
+        assert!(names.contains(family), "{family} not in {names:?}");
+    }
+    names
+}
+
+#[tokio::test]
+async fn dashboard_queries_only_metrics_the_hub_exports() {
+    let exported = hub_exported_names().await;
+    let queries = dashboard_queries(&dashboard());
+    assert!(queries.len() > 20, "only {} queries found", queries.len());
+    let mut used = BTreeSet::new();
+    let mut unknown = Vec::new();
+    for (place, expr) in &queries {
+        let names = promql_metric_names(expr);
+        assert!(!names.is_empty(), "{place}: no metric in {expr:?}");
+        for name in names {
+            if !exported.contains(&name) {
+                unknown.push(format!("{place}: {name} (in {expr:?})"));
+            }
+            used.insert(name);
+        }
+    }
+    assert!(
+        unknown.is_empty(),
+        "the dashboard queries metrics the hub does not export:\n{}",
+        unknown.join("\n")
+    );
+    // What the dashboard is for: spokes by phase, engage/converge latency, credential execs,
+    // API writes, findings by kind.
+    for name in [
+        "kleym_hub_spokes",
+        "kleym_hub_spoke_phase",
+        "kleym_credential_exec_duration_seconds_bucket",
+        "kleym_spoke_reconcile_duration_seconds_bucket",
+        "kleym_credential_exec_total",
+        "kleym_spoke_api_writes_total",
+        "kleym_hub_findings",
+    ] {
+        assert!(used.contains(name), "the dashboard does not show {name}");
+    }
+}
+
+#[test]
+fn promql_metric_names_are_every_selected_series() {
+    let names = |e: &str| promql_metric_names(e).into_iter().collect::<Vec<_>>();
+    assert_eq!(
+        names(
+            r#"histogram_quantile(0.95, sum by (le, provider) (rate(kleym_nope_bucket{job=~"$job", x="a b"}[$__rate_interval])))"#
+        ),
+        ["kleym_nope_bucket"]
+    );
+    assert_eq!(
+        names(
+            r#"sum(a_total{phase="Engaged"} and on (instance) (leader == 1)) / ignoring (x) group_left () b offset 5m"#
+        ),
+        ["a_total", "b", "leader"]
+    );
+    assert_eq!(names("time() - (ts_seconds > 0)"), ["ts_seconds"]);
+    assert_eq!(
+        names(r#"label_values(kleym_hub_spoke_phase{job=~"$job"}, cluster)"#),
+        ["kleym_hub_spoke_phase"]
+    );
+    assert_eq!(
+        names("sum(rate(c_sum[5m])) / sum(rate(c_count[1h30m]))"),
+        ["c_count", "c_sum"]
+    );
+}
+
+#[test]
+fn exposition_names_carry_the_type_suffixes() {
+    let names = exposition_sample_names(
+        "# HELP a x\n# TYPE a counter\na_total 1\n# TYPE h histogram\n# TYPE g gauge\n# EOF\n",
+    );
+    for n in ["a_total", "h_bucket", "h_sum", "h_count", "g"] {
+        assert!(names.contains(n), "{n}: {names:?}");
+    }
+    assert!(!names.contains("a") && !names.contains("h") && !names.contains("g_total"));
+}
+
+#[test]
+fn dashboard_is_a_grafana_dashboard_on_its_datasource_variable() {
+    let d = dashboard();
+    assert_eq!(d["uid"], "kleym-hub");
+    let vars: Vec<&str> = d["templating"]["list"]
         .as_array()
         .unwrap()
         .iter()
-        .skip(1)
-        .map(|a| a.as_str().unwrap().to_string())
+        .filter_map(|v| v["name"].as_str())
         .collect();
-    let parsed = kleym_e2e::fleet::harness::parse_hub_args(&argv).unwrap();
-    assert_eq!(parsed.api.api_addr.port(), 8443);
-}
-
-#[test]
-fn single_cluster_mode_runs_the_spoke_with_the_deploy_spoke_rules() {
-    let docs = render_chart(json!({"mode": "single-cluster"}));
-    assert!(find(&docs, "Deployment", "kleym-hub").is_none());
-    assert!(rules_mention(&docs, "clusterprofiles").is_empty());
-    let dep = find(&docs, "Deployment", "kleym-spoke").expect("spoke Deployment");
-    let c = &dep["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(c["args"][0], "spoke");
-    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
-    let role = find(&docs, "ClusterRole", "kleym-spoke").unwrap();
-    let deploy: Value = serde_yaml_ng::from_str(
-        &std::fs::read_to_string(repo_root().join("deploy/spoke/clusterrole.yaml")).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(
-        role["rules"], deploy["rules"],
-        "chart and deploy/spoke differ"
-    );
-    let svc = find(&docs, "Service", "kleym").unwrap();
-    assert_eq!(
-        svc["spec"]["selector"]["app.kubernetes.io/component"],
-        "spoke"
-    );
-}
-
-#[test]
-fn renderer_rejects_what_it_does_not_understand() {
-    let v = json!({"a": {"b": "x"}});
-    let r = Release {
-        name: "n".into(),
-        namespace: "ns".into(),
-    };
-    assert_eq!(render("{{ .Values.a.b }}", &v, &r).unwrap(), "x");
-    assert_eq!(
-        render(
-            "a\n{{- if eq .Values.a.b \"y\" }}\nyes\n{{- else }}\nno\n{{- end }}",
-            &v,
-            &r
-        )
-        .unwrap(),
-        "a\nno"
-    );
-    assert!(render("{{ include \"x\" . }}", &v, &r).is_err());
-    assert!(render("{{ .Values.missing }}", &v, &r).is_err());
-    assert!(render("{{ if .Values.a.b }}", &v, &r).is_err());
+    assert!(vars.contains(&"datasource"), "{vars:?}");
+    let mut ids = BTreeSet::new();
+    for p in d["panels"].as_array().unwrap() {
+        let id = p["id"].as_u64().expect("panel id");
+        assert!(ids.insert(id), "panel id {id} twice");
+        let grid = &p["gridPos"];
+        assert!(
+            grid["x"].as_u64().unwrap() + grid["w"].as_u64().unwrap() <= 24,
+            "{}: wider than the grid",
+            p["title"]
+        );
+        for t in p["targets"].as_array().into_iter().flatten() {
+            assert_eq!(
+                t["datasource"]["uid"], "${datasource}",
+                "{}: a target not on the datasource variable",
+                p["title"]
+            );
+        }
+    }
 }

@@ -1,9 +1,12 @@
 //! The Helm chart (`charts/kleym/`) through the REAL `helm`: `helm lint --strict` passes
-//! under every value set `deploy_chart.rs` exercises (and a few more), `helm template`
-//! renders exactly the documents the home-made renderer (`deploy_support`) renders — which
-//! proves that renderer, and so `deploy_chart.rs`'s assertions, faithful — and every rendered
-//! object of a kind kubesim serves passes `kubectl apply --dry-run=server` against a kubesim
-//! cluster with every CRD installed.
+//! under several value sets, invalid values (a typo in an enum, an unknown key) are rejected
+//! by values.schema.json, `helm template` renders what the chart promises (hardened hub and
+//! spoke whose flags the binaries accept, probes on their own port, minimal RBAC following
+//! the plugin switches and the ServiceAccount values, the standard labels, names within 63
+//! characters, pod scheduling values, the PodDisruptionBudget, the Grafana dashboard
+//! ConfigMap), `helm install --dry-run` prints the next steps, and every rendered object of
+//! a kind kubesim serves passes `kubectl apply --dry-run=server` against a kubesim cluster
+//! with every CRD installed.
 //!
 //! helm is located as every tool is (`test_tools`: PATH first, then the project's tool cache
 //! that `scripts/ensure-tools` fills); without it the tests fail, they never skip.
@@ -13,7 +16,7 @@ mod deploy_support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use deploy_support::{Release, documents, merge, render, repo_root};
+use deploy_support::{documents, repo_root};
 use kleym_e2e::fleet::all_crds;
 use kleym_e2e::kubesim::testing::Kubectl;
 use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
@@ -22,13 +25,14 @@ use serde_json::{Value, json};
 /// Kinds the chart renders that kubesim does not serve, with the resource name
 /// `kubectl api-resources -o name` would list: the dry run leaves them out (a test checks
 /// kubesim still lacks them, so this list cannot go stale). kubesim has no workload API
-/// (`apps/v1` Deployments) and no Services; the ServiceMonitor's CRD
-/// (`monitoring.coreos.com`, Prometheus Operator) is not among the CRDs it installs. Those
-/// objects are checked by `deploy_chart.rs` and by the renderer comparison here.
-const NOT_SERVED_BY_KUBESIM: [(&str, &str); 3] = [
+/// (`apps/v1` Deployments), no Services and no PodDisruptionBudgets; the ServiceMonitor's
+/// CRD (`monitoring.coreos.com`, Prometheus Operator) is not among the CRDs it installs.
+/// Those objects are checked by the assertions on `helm template`'s output here.
+const NOT_SERVED_BY_KUBESIM: [(&str, &str); 4] = [
     ("Deployment", "deployments.apps"),
     ("Service", "services"),
     ("ServiceMonitor", "servicemonitors.monitoring.coreos.com"),
+    ("PodDisruptionBudget", "poddisruptionbudgets.policy"),
 ];
 
 fn chart() -> PathBuf {
@@ -63,6 +67,24 @@ fn helm(args: &[&str], home: &Path) -> String {
     stdout
 }
 
+/// Runs helm as [`helm`] does and returns whether it succeeded, its stdout and its stderr
+/// (for runs that are meant to fail).
+fn helm_result(args: &[&str], home: &Path) -> (bool, String, String) {
+    let out = Command::new(find_helm())
+        .args(args)
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("spawn helm");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// One value set: overrides of values.yaml plus the release it is installed as.
 struct Case {
     what: &'static str,
@@ -80,11 +102,10 @@ fn case(what: &'static str, overrides: Value) -> Case {
     }
 }
 
-/// The value sets of `deploy_chart.rs`, plus the non-default branches it does not take.
-///
-/// Known divergence, deliberately not exercised: helm reads numeric values as float64 and
-/// prints integers >= 1e6 as `1e+06` (`--concurrency=1e+06`), where the home-made renderer
-/// prints `1000000`; no value of this chart is meant to be that large.
+/// A release name of helm's maximum length (53) that does not contain the chart's name.
+const LONG_RELEASE: &str = "a-release-name-of-fifty-three-characters-at-the-limit";
+
+/// The value sets every test below renders: each non-default branch of the chart.
 fn cases() -> Vec<Case> {
     vec![
         case("defaults (fleet mode)", json!({})),
@@ -99,25 +120,57 @@ fn cases() -> Vec<Case> {
             json!({"credentialPlugins": {"secretReader": true}}),
         ),
         case(
-            "API (TLS) and ServiceMonitor on, optional hub flags",
+            "API (TLS), ServiceMonitor and dashboard on, optional hub flags",
             json!({
-                "serviceMonitor": {"enabled": true},
+                "serviceMonitor": {"enabled": true, "labels": {"release": "prometheus"}},
+                "grafanaDashboard": {"enabled": true, "annotations": {"grafana_folder": "kleym"}},
                 "api": {"enabled": true},
                 "spireClassName": "spire-system",
-                "hub": {"clusterProfileNamespace": "fleet", "clusterProfileSelector": "env=prod",
+                "hub": {"clusterProfileNamespace": "fleet", "clusterProfileSelector": "env in (prod, staging),!legacy",
                         "providerFile": "providers:\n  - name: eks\n    execConfig:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: aws\n      args: [eks, get-token]\n"}
             }),
         ),
         case(
-            "one replica, no leader election, cleanup",
-            json!({"hub": {"replicas": 1, "leaderElection": false, "removalPolicy": "cleanup"},
+            "one replica, no leader election, cleanup, no PDB",
+            json!({"hub": {"replicas": 1, "leaderElection": false, "removalPolicy": "cleanup",
+                           "podDisruptionBudget": {"enabled": false}},
                    "logFormat": "text", "logLevel": "info,kleym_hub=debug"}),
+        ),
+        case(
+            "workload identity on an existing ServiceAccount, scheduling, other ports",
+            json!({
+                "serviceAccount": {"create": false, "name": "kleym-cloud",
+                                   "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/kleym-hub"}},
+                "podAnnotations": {"example.com/team": "identity"},
+                "podLabels": {"azure.workload.identity/use": "true",
+                              "app.kubernetes.io/component": "not-the-component"},
+                "nodeSelector": {"kubernetes.io/os": "linux"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "control", "effect": "NoSchedule"}],
+                "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                    "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "hub"}}}}]}},
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"},
+                    {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+                     "labelSelector": {"matchLabels": {"custom": "selector"}}}],
+                "imagePullSecrets": [{"name": "registry-credentials"}],
+                "priorityClassName": "system-cluster-critical",
+                "image": {"tag": "1.2.3"},
+                "hub": {"metricsPort": 9090, "healthPort": 9091, "podDisruptionBudget": {"maxUnavailable": "50%"}}
+            }),
         ),
         case("single-cluster mode", json!({"mode": "single-cluster"})),
         case(
-            "single-cluster mode with ServiceMonitor and SPIRE class",
+            "single-cluster mode with ServiceMonitor, SPIRE class, scheduling and a named ServiceAccount",
             json!({"mode": "single-cluster", "serviceMonitor": {"enabled": true},
-                   "spireClassName": "spire-system"}),
+                   "spireClassName": "spire-system",
+                   "grafanaDashboard": {"enabled": true},
+                   "serviceAccount": {"name": "spoke-sa", "annotations": {"iam.gke.io/gcp-service-account": "kleym@p.iam.gserviceaccount.com"}},
+                   "podLabels": {"team": "identity"},
+                   "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                   "topologySpreadConstraints": [
+                       {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}],
+                   "spoke": {"metricsPort": 9100, "healthPort": 9101}}),
         ),
         Case {
             what: "another release name and namespace",
@@ -125,6 +178,22 @@ fn cases() -> Vec<Case> {
             release: "acme",
             namespace: "elsewhere",
         },
+        Case {
+            what: "longest release name",
+            overrides: json!({"serviceMonitor": {"enabled": true},
+                              "grafanaDashboard": {"enabled": true},
+                              "credentialPlugins": {"secretReader": true}}),
+            release: LONG_RELEASE,
+            namespace: "kleym-system",
+        },
+        case(
+            "fullnameOverride of 63 characters",
+            json!({"fullnameOverride": "x".repeat(63), "api": {"enabled": true}}),
+        ),
+        case(
+            "nameOverride, single-cluster",
+            json!({"nameOverride": "identity", "mode": "single-cluster"}),
+        ),
     ]
 }
 
@@ -156,65 +225,87 @@ fn helm_template(case: &Case, include_crds: bool) -> Vec<Value> {
     documents(&out).unwrap_or_else(|e| panic!("{}: helm output does not parse: {e}", case.what))
 }
 
-/// The home-made renderer's output for `case` (as `deploy_chart.rs` renders it).
-fn home_made_render(case: &Case) -> Vec<Value> {
-    let text = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
-    let mut values: Value = serde_yaml_ng::from_str(&text).unwrap();
-    merge(&mut values, &case.overrides);
-    let release = Release {
-        name: case.release.into(),
-        namespace: case.namespace.into(),
+/// `helm template` of release `kleym` in `kleym-system` with `overrides`.
+fn render(overrides: Value) -> Vec<Value> {
+    helm_template(&case("render", overrides), false)
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn rules_mention(docs: &[Value], resource: &str) -> Vec<Value> {
+    docs.iter()
+        .filter(|d| d["kind"] == "Role" || d["kind"] == "ClusterRole")
+        .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+        .filter(|r| {
+            r["resources"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == resource))
+        })
+        .collect()
+}
+
+/// The first container's arguments.
+fn container_args(deployment: &Value) -> Vec<String> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().expect("string arg").to_string())
+        .collect()
+}
+
+/// Where the chart says the containers' probes and metrics are: the `health` port gets the
+/// probes and is what `--health-addr` binds; `metrics` is `--metrics-addr`.
+fn assert_probes_on_their_own_port(dep: &Value, args: &[String], metrics: u16, health: u16) {
+    let c = &dep["spec"]["template"]["spec"]["containers"][0];
+    let ports = c["ports"].as_array().unwrap();
+    let port = |name: &str| {
+        ports
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no port {name}: {ports:?}"))["containerPort"]
+            .as_u64()
+            .unwrap()
     };
-    let mut paths: Vec<_> = std::fs::read_dir(chart().join("templates"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    paths.sort();
-    let mut docs = Vec::new();
-    for path in paths {
-        let src = std::fs::read_to_string(&path).unwrap();
-        let out =
-            render(&src, &values, &release).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        docs.extend(documents(&out).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
+    assert_eq!(port("metrics"), u64::from(metrics));
+    assert_eq!(port("health"), u64::from(health));
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["port"], "health", "{probe}");
     }
-    docs
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert!(
+        args.contains(&format!("--metrics-addr=0.0.0.0:{metrics}")),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&format!("--health-addr=0.0.0.0:{health}")),
+        "{args:?}"
+    );
 }
 
-/// `Kind namespace/name`, the identity of a rendered object.
-fn identity(doc: &Value) -> String {
-    format!(
-        "{} {}/{}",
-        doc["kind"].as_str().unwrap_or("?"),
-        doc["metadata"]["namespace"].as_str().unwrap_or(""),
-        doc["metadata"]["name"].as_str().unwrap_or("?")
-    )
-}
-
-/// Documents sorted by identity (helm orders by kind, the renderer by file).
-fn by_identity(mut docs: Vec<Value>) -> Vec<(String, Value)> {
-    docs.sort_by_cached_key(identity);
-    docs.into_iter().map(|d| (identity(&d), d)).collect()
-}
-
-/// Paths where `helm` and `ours` differ, as `path: helm=… ours=…` lines.
-fn differences(helm: &Value, ours: &Value, path: &str, out: &mut Vec<String>) {
-    match (helm, ours) {
-        (Value::Object(h), Value::Object(o)) => {
-            let keys: std::collections::BTreeSet<&String> = h.keys().chain(o.keys()).collect();
-            for k in keys {
-                let null = Value::Null;
-                let (hv, ov) = (h.get(k).unwrap_or(&null), o.get(k).unwrap_or(&null));
-                differences(hv, ov, &format!("{path}.{k}"), out);
-            }
-        }
-        (Value::Array(h), Value::Array(o)) if h.len() == o.len() => {
-            for (i, (hv, ov)) in h.iter().zip(o).enumerate() {
-                differences(hv, ov, &format!("{path}[{i}]"), out);
-            }
-        }
-        _ if helm != ours => out.push(format!("  {path}: helm={helm} ours={ours}")),
-        _ => {}
-    }
+/// Runs the `kleym` binary with `args` and a kubeconfig that does not exist: the command
+/// line parses (else clap exits 2 with a usage error) and the run stops at the kubeconfig.
+fn assert_kleym_accepts(args: &[String]) {
+    let kleym = kleym_e2e::fleet::plugins::kleym_binary().expect("kleym binary");
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(kleym)
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(dir.path().join("missing"))
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(stderr.contains("kubeconfig"), "{args:?}: {stderr}");
 }
 
 #[test]
@@ -243,27 +334,87 @@ fn helm_lint_strict_passes_under_every_value_set() {
 }
 
 #[test]
-fn helm_template_equals_the_home_made_renderer() {
-    for case in cases() {
-        let helm_docs = by_identity(helm_template(&case, false));
-        let ours = by_identity(home_made_render(&case));
-        assert!(
-            !helm_docs.is_empty(),
-            "{}: helm rendered nothing",
-            case.what
-        );
-        let helm_ids: Vec<&String> = helm_docs.iter().map(|(id, _)| id).collect();
-        let our_ids: Vec<&String> = ours.iter().map(|(id, _)| id).collect();
-        assert_eq!(helm_ids, our_ids, "{}: different objects", case.what);
-        for ((id, h), (_, o)) in helm_docs.iter().zip(&ours) {
-            let mut diffs = Vec::new();
-            differences(h, o, "", &mut diffs);
+fn invalid_values_are_rejected_by_helm() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = chart();
+    let chart = chart.to_str().unwrap();
+    // (values, what helm says, whether values.schema.json catches it: then `helm lint`
+    // fails too; a template `fail` only fails rendering, lint renders leniently).
+    for (overrides, needle, schema) in [
+        (
+            json!({"mode": "fleeet"}),
+            "mode must be one of the following",
+            true,
+        ),
+        (
+            json!({"hub": {"removalPolicy": "Cleanup"}}),
+            "hub.removalPolicy",
+            true,
+        ),
+        (json!({"logFormat": "yaml"}), "logFormat", true),
+        (
+            json!({"api": {"authMode": "enforced"}}),
+            "api.authMode",
+            true,
+        ),
+        (
+            json!({"image": {"pullPolicy": "Sometimes"}}),
+            "image.pullPolicy",
+            true,
+        ),
+        (json!({"hub": {"replica": 3}}), "replica", true),
+        (json!({"hub": {"replicas": 0}}), "hub.replicas", true),
+        (
+            json!({"trustDomain": "spiffe://example.org"}),
+            "trustDomain",
+            true,
+        ),
+        (
+            json!({"serviceAccount": {"create": false}}),
+            "serviceAccount.name",
+            true,
+        ),
+        (
+            json!({"hub": {"replicas": 2, "leaderElection": false}}),
+            "hub.leaderElection",
+            true,
+        ),
+        (
+            json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}]}),
+            "whenUnsatisfiable",
+            true,
+        ),
+        (
+            json!({"serviceMonitor": {"interval": "30 seconds"}}),
+            "serviceMonitor.interval",
+            true,
+        ),
+        (
+            json!({"hub": {"healthPort": 8080}}),
+            "hub.healthPort must differ from hub.metricsPort",
+            false,
+        ),
+        (
+            json!({"mode": "single-cluster", "spoke": {"healthPort": 8080}}),
+            "spoke.healthPort must differ",
+            false,
+        ),
+    ] {
+        let values = dir.path().join("invalid.json");
+        std::fs::write(&values, overrides.to_string()).unwrap();
+        let values = values.to_str().unwrap();
+        let (ok, stdout, stderr) =
+            helm_result(&["template", "kleym", chart, "-f", values], dir.path());
+        assert!(!ok, "{overrides}: rendered\n{stdout}");
+        assert!(stderr.contains(needle), "{overrides}: {stderr}");
+        if schema {
             assert!(
-                diffs.is_empty(),
-                "{}: {id} differs between helm and the home-made renderer:\n{}",
-                case.what,
-                diffs.join("\n")
+                stderr.contains("values don't meet the specifications of the schema"),
+                "{overrides}: {stderr}"
             );
+            let (ok, stdout, _) =
+                helm_result(&["lint", "--strict", chart, "-f", values], dir.path());
+            assert!(!ok, "{overrides}: lint passed\n{stdout}");
         }
     }
 }
@@ -279,6 +430,542 @@ fn helm_template_renders_the_chart_crds_only_with_include_crds() {
     assert_eq!(crd(&helm_template(&case, false)), 0);
     let files = std::fs::read_dir(chart().join("crds")).unwrap().count();
     assert_eq!(crd(&helm_template(&case, true)), files);
+}
+
+#[test]
+fn fleet_mode_hub_is_hardened_and_its_args_parse() {
+    let docs = render(json!({}));
+    let dep = find(&docs, "Deployment", "kleym-hub").expect("hub Deployment");
+    assert!(find(&docs, "Deployment", "kleym-spoke").is_none());
+    assert_eq!(dep["spec"]["replicas"], 2);
+    let pod = &dep["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "kleym-hub");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], "ghcr.io/kleym/kleym:0.1.0");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(c["resources"]["limits"]["memory"], "512Mi");
+    let args = container_args(dep);
+    assert_eq!(args[0], "hub");
+    assert!(args.contains(&"--leader-elect=true".to_string()));
+    assert!(args.contains(&"--lease-name=kleym-hub".to_string()));
+    assert_probes_on_their_own_port(dep, &args, 8080, 8081);
+    // The flags are those of `kleym hub` (same parser, in-process).
+    let parsed = kleym_e2e::fleet::harness::parse_hub_args(&args[1..]).unwrap();
+    assert!(parsed.leader_elect);
+    assert_eq!(parsed.trust_domain.as_deref(), Some("example.org"));
+    assert_eq!(parsed.removal_timeout_seconds, 600);
+    assert_eq!(parsed.health_addr, Some("0.0.0.0:8081".parse().unwrap()));
+    // A changed provider file rolls the hub pods.
+    let checksum = dep["spec"]["template"]["metadata"]["annotations"]["checksum/providers"]
+        .as_str()
+        .expect("checksum annotation");
+    let other = render(json!({"hub": {"providerFile": "providers: []\n"}}));
+    let other = find(&other, "Deployment", "kleym-hub").unwrap();
+    assert_ne!(
+        other["spec"]["template"]["metadata"]["annotations"]["checksum/providers"],
+        checksum
+    );
+
+    // The provider ConfigMap is a provider file the hub loads.
+    let cm = find(&docs, "ConfigMap", "kleym-hub-providers").expect("provider ConfigMap");
+    let file: Value =
+        serde_yaml_ng::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        file["providers"][0]["execConfig"]["args"][3],
+        "kleym-system/kleym-hub"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pf = dir.path().join("providers.yaml");
+    std::fs::write(&pf, cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
+    let with_file = kleym_e2e::fleet::harness::parse_hub_args(&[
+        "--clusterprofile-provider-file".into(),
+        pf.to_string_lossy().into(),
+    ])
+    .unwrap();
+    with_file
+        .access
+        .provider_set()
+        .expect("provider file loads");
+
+    // The Service exposes /metrics, not the probe port.
+    let svc = find(&docs, "Service", "kleym").expect("Service");
+    let ports: Vec<&Value> = svc["spec"]["ports"].as_array().unwrap().iter().collect();
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    assert_eq!(ports[0]["name"], "metrics");
+    assert!(find(&docs, "ServiceMonitor", "kleym").is_none());
+    assert!(of_kind(&docs, "ConfigMap").len() == 1, "only the providers");
+
+    // The PodDisruptionBudget covers exactly the hub pods.
+    let pdb = find(&docs, "PodDisruptionBudget", "kleym-hub").expect("hub PDB");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    let pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+        .as_object()
+        .unwrap();
+    let selector = pdb["spec"]["selector"]["matchLabels"].as_object().unwrap();
+    assert_eq!(
+        selector,
+        dep["spec"]["selector"]["matchLabels"].as_object().unwrap()
+    );
+    for (k, v) in selector {
+        assert_eq!(pod_labels.get(k), Some(v), "PDB selector {k}");
+    }
+    // The rolling update of the hub is fine: leader election keeps one writer.
+    assert!(dep["spec"]["strategy"].is_null());
+}
+
+#[test]
+fn hub_rbac_is_minimal_and_follows_the_plugin_switches() {
+    let default = render(json!({}));
+    // token-request on (default): tokens for its own ServiceAccount only; no Secrets.
+    let token = rules_mention(&default, "serviceaccounts/token");
+    assert_eq!(token.len(), 1);
+    assert_eq!(token[0]["resourceNames"], json!(["kleym-hub"]));
+    assert_eq!(token[0]["verbs"], json!(["create"]));
+    assert!(rules_mention(&default, "secrets").is_empty());
+    for r in [
+        "clusterprofiles",
+        "tokenreviews",
+        "subjectaccessreviews",
+        "leases",
+        "events",
+    ] {
+        assert!(!rules_mention(&default, r).is_empty(), "no rule for {r}");
+    }
+    let profiles = rules_mention(&default, "clusterprofiles");
+    // get/patch: kleym's finalizer on the profiles it engages (removal on deletion).
+    assert_eq!(
+        profiles[0]["verbs"],
+        json!(["get", "list", "watch", "patch"])
+    );
+    // No wildcard anywhere.
+    for d in &default {
+        for r in d["rules"].as_array().into_iter().flatten() {
+            for field in ["apiGroups", "resources", "verbs"] {
+                assert!(
+                    !r[field].as_array().unwrap().iter().any(|x| x == "*"),
+                    "wildcard in {r}"
+                );
+            }
+        }
+    }
+
+    let flipped = render(json!({"credentialPlugins": {
+        "tokenRequest": false, "secretReader": true, "secretNamespace": "spoke-tokens"}}));
+    assert!(rules_mention(&flipped, "serviceaccounts/token").is_empty());
+    let secrets = rules_mention(&flipped, "secrets");
+    assert_eq!(secrets.len(), 1);
+    assert_eq!(secrets[0]["verbs"], json!(["get"]));
+    let role = find(&flipped, "Role", "kleym-hub-secret-reader").unwrap();
+    assert_eq!(role["metadata"]["namespace"], "spoke-tokens");
+}
+
+#[test]
+fn service_account_values_reach_the_pod_the_rbac_and_the_provider() {
+    // Created, with workload identity annotations (IRSA).
+    let arn = "arn:aws:iam::111122223333:role/kleym-hub";
+    let docs =
+        render(json!({"serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": arn}}}));
+    let sa = find(&docs, "ServiceAccount", "kleym-hub").expect("ServiceAccount");
+    assert_eq!(
+        sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"],
+        arn
+    );
+
+    // Existing (not created): every reference uses its name.
+    let docs = render(json!({"serviceAccount": {"create": false, "name": "kleym-cloud"}}));
+    assert!(of_kind(&docs, "ServiceAccount").is_empty());
+    let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["serviceAccountName"],
+        "kleym-cloud"
+    );
+    for kind in ["ClusterRoleBinding", "RoleBinding"] {
+        for b in of_kind(&docs, kind) {
+            assert_eq!(b["subjects"][0]["name"], "kleym-cloud", "{kind}");
+            assert_eq!(b["subjects"][0]["namespace"], "kleym-system", "{kind}");
+        }
+    }
+    let token = rules_mention(&docs, "serviceaccounts/token");
+    assert_eq!(token[0]["resourceNames"], json!(["kleym-cloud"]));
+    let cm = find(&docs, "ConfigMap", "kleym-hub-providers").unwrap();
+    let file: Value =
+        serde_yaml_ng::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        file["providers"][0]["execConfig"]["args"][3],
+        "kleym-system/kleym-cloud"
+    );
+
+    // Single-cluster mode: the spoke's ServiceAccount, named.
+    let docs = render(json!({"mode": "single-cluster", "serviceAccount": {"name": "spoke-sa"}}));
+    assert!(find(&docs, "ServiceAccount", "spoke-sa").is_some());
+    let crb = find(&docs, "ClusterRoleBinding", "kleym-spoke").unwrap();
+    assert_eq!(crb["subjects"][0]["name"], "spoke-sa");
+}
+
+#[test]
+fn pod_values_reach_the_hub_and_spoke_pods() {
+    let values = json!({
+        "podAnnotations": {"example.com/team": "identity"},
+        "podLabels": {"azure.workload.identity/use": "true",
+                      "app.kubernetes.io/component": "not-the-component"},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "pool", "operator": "In", "values": ["control"]}]}]}}},
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"},
+            {"maxSkew": 2, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {"custom": "selector"}}}],
+        "imagePullSecrets": [{"name": "registry-credentials"}],
+        "priorityClassName": "system-cluster-critical",
+    });
+    for (mode, name, component) in [
+        ("fleet", "kleym-hub", "hub"),
+        ("single-cluster", "kleym-spoke", "spoke"),
+    ] {
+        let mut v = values.clone();
+        v["mode"] = json!(mode);
+        let docs = render(v);
+        let dep = find(&docs, "Deployment", name).expect(name);
+        let meta = &dep["spec"]["template"]["metadata"];
+        let pod = &dep["spec"]["template"]["spec"];
+        assert_eq!(
+            meta["annotations"]["example.com/team"], "identity",
+            "{mode}"
+        );
+        assert_eq!(
+            meta["labels"]["azure.workload.identity/use"], "true",
+            "{mode}"
+        );
+        // The chart's own labels win: the selector still matches.
+        assert_eq!(
+            meta["labels"]["app.kubernetes.io/component"], component,
+            "{mode}"
+        );
+        for (k, v) in dep["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+            assert_eq!(&meta["labels"][k], v, "{mode}: selector {k}");
+        }
+        assert_eq!(pod["nodeSelector"]["kubernetes.io/os"], "linux", "{mode}");
+        assert_eq!(pod["tolerations"], values["tolerations"], "{mode}");
+        assert_eq!(pod["affinity"], values["affinity"], "{mode}");
+        assert_eq!(
+            pod["imagePullSecrets"],
+            json!([{"name": "registry-credentials"}]),
+            "{mode}"
+        );
+        assert_eq!(
+            pod["priorityClassName"], "system-cluster-critical",
+            "{mode}"
+        );
+        let spread = pod["topologySpreadConstraints"].as_array().unwrap();
+        assert_eq!(spread.len(), 2, "{mode}");
+        // Without a labelSelector: one selecting this workload's pods is added.
+        assert_eq!(
+            spread[0]["labelSelector"]["matchLabels"], dep["spec"]["selector"]["matchLabels"],
+            "{mode}"
+        );
+        assert_eq!(spread[0]["topologyKey"], "topology.kubernetes.io/zone");
+        assert_eq!(
+            spread[1]["labelSelector"]["matchLabels"],
+            json!({"custom": "selector"}),
+            "{mode}"
+        );
+    }
+    // Unset, none of these fields appear.
+    let docs = render(json!({}));
+    let pod = &find(&docs, "Deployment", "kleym-hub").unwrap()["spec"]["template"]["spec"];
+    for field in [
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "topologySpreadConstraints",
+        "imagePullSecrets",
+        "priorityClassName",
+    ] {
+        assert!(pod[field].is_null(), "{field}: {}", pod[field]);
+    }
+}
+
+#[test]
+fn every_object_has_the_standard_labels_and_names_fit() {
+    let chart_yaml: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(chart().join("Chart.yaml")).unwrap())
+            .unwrap();
+    let chart_label = format!(
+        "kleym-{}",
+        chart_yaml["version"].as_str().expect("chart version")
+    );
+    let app_version = chart_yaml["appVersion"].as_str().expect("appVersion");
+    for case in cases() {
+        let docs = helm_template(&case, false);
+        let name_label = case.overrides["nameOverride"].as_str().unwrap_or("kleym");
+        for d in &docs {
+            let id = format!("{}: {} {}", case.what, d["kind"], d["metadata"]["name"]);
+            let labels = &d["metadata"]["labels"];
+            assert_eq!(labels["helm.sh/chart"], chart_label.as_str(), "{id}");
+            assert_eq!(labels["app.kubernetes.io/name"], name_label, "{id}");
+            assert_eq!(labels["app.kubernetes.io/instance"], case.release, "{id}");
+            assert_eq!(labels["app.kubernetes.io/version"], app_version, "{id}");
+            assert_eq!(labels["app.kubernetes.io/managed-by"], "Helm", "{id}");
+            assert!(
+                ["hub", "spoke"]
+                    .contains(&labels["app.kubernetes.io/component"].as_str().unwrap_or("")),
+                "{id}: {labels}"
+            );
+            let name = d["metadata"]["name"].as_str().unwrap();
+            assert!(name.len() <= 63, "{id}: {} characters", name.len());
+            assert!(!name.ends_with('-'), "{id}");
+        }
+    }
+    // The name rules: a release containing the chart's name is the base name; others get
+    // `<release>-kleym`, cut to 63; fullnameOverride wins.
+    let acme = helm_template(
+        &Case {
+            what: "acme",
+            overrides: json!({}),
+            release: "acme",
+            namespace: "x",
+        },
+        false,
+    );
+    assert!(find(&acme, "Deployment", "acme-kleym-hub").is_some());
+    assert!(find(&acme, "Service", "acme-kleym").is_some());
+    let long = helm_template(
+        &Case {
+            what: "long",
+            overrides: json!({"grafanaDashboard": {"enabled": true}}),
+            release: LONG_RELEASE,
+            namespace: "x",
+        },
+        false,
+    );
+    // `<release>-kleym` is 59 characters: whole before `-hub`, cut before longer suffixes.
+    let base = format!("{LONG_RELEASE}-kleym");
+    assert_eq!(base.len(), 59);
+    assert!(find(&long, "Deployment", &format!("{base}-hub")).is_some());
+    let providers = format!("{}-hub-providers", &base[..49]);
+    assert!(
+        find(&long, "ConfigMap", &providers).is_some(),
+        "{providers}"
+    );
+    let dashboard = format!("{}-hub-dashboard", &base[..49]);
+    assert!(
+        find(&long, "ConfigMap", &dashboard).is_some(),
+        "{dashboard}"
+    );
+    let over = render(json!({"fullnameOverride": "identity"}));
+    assert!(find(&over, "Deployment", "identity-hub").is_some());
+    assert!(find(&over, "Service", "identity").is_some());
+    let args = container_args(find(&over, "Deployment", "identity-hub").unwrap());
+    assert!(args.contains(&"--lease-name=identity-hub".to_string()));
+}
+
+#[test]
+fn optional_parts_render_as_valid_yaml() {
+    let docs = render(json!({
+        "serviceMonitor": {"enabled": true, "labels": {"release": "prometheus"}},
+        "api": {"enabled": true},
+        "spireClassName": "spire-system",
+        "image": {"tag": "1.2.3"},
+        "hub": {"clusterProfileNamespace": "fleet", "clusterProfileSelector": "env in (prod, staging)",
+                "providerFile": "providers:\n  - name: eks\n    execConfig:\n      apiVersion: client.authentication.k8s.io/v1beta1\n      command: aws\n      args: [eks, get-token]\n"}
+    }));
+    let sm = find(&docs, "ServiceMonitor", "kleym").expect("ServiceMonitor");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");
+    let svc = find(&docs, "Service", "kleym").unwrap();
+    for (k, v) in sm["spec"]["selector"]["matchLabels"].as_object().unwrap() {
+        assert_eq!(
+            &svc["metadata"]["labels"][k], v,
+            "ServiceMonitor selector {k}"
+        );
+    }
+    assert_eq!(svc["spec"]["ports"][1]["name"], "api");
+    let cm = find(&docs, "ConfigMap", "kleym-hub-providers").unwrap();
+    let file: Value =
+        serde_yaml_ng::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(file["providers"][0]["name"], "eks");
+    let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["containers"][0]["image"],
+        "ghcr.io/kleym/kleym:1.2.3"
+    );
+    let args = container_args(dep);
+    assert!(args.contains(&"--spire-class-name=spire-system".to_string()));
+    // A selector with spaces and parentheses stays one argument.
+    assert!(
+        args.contains(&"--clusterprofile-selector=env in (prod, staging)".to_string()),
+        "{args:?}"
+    );
+    // With the API on, the flags are still those of `kleym hub`.
+    let parsed = kleym_e2e::fleet::harness::parse_hub_args(&args[1..]).unwrap();
+    assert_eq!(parsed.api.api_addr.port(), 8443);
+    assert_eq!(
+        parsed.clusterprofile_selector.as_deref(),
+        Some("env in (prod, staging)")
+    );
+}
+
+#[test]
+fn grafana_dashboard_ships_behind_its_switch() {
+    let file = std::fs::read_to_string(chart().join("dashboards/kleym-hub.json")).unwrap();
+    let file: Value = serde_json::from_str(&file).unwrap();
+    let off = render(json!({}));
+    assert!(find(&off, "ConfigMap", "kleym-hub-dashboard").is_none());
+    let on = render(json!({"grafanaDashboard": {"enabled": true,
+        "namespace": "monitoring", "annotations": {"grafana_folder": "kleym"}}}));
+    let cm = find(&on, "ConfigMap", "kleym-hub-dashboard").expect("dashboard ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm["metadata"]["namespace"], "monitoring");
+    assert_eq!(cm["metadata"]["annotations"]["grafana_folder"], "kleym");
+    let shipped: Value =
+        serde_json::from_str(cm["data"]["kleym-hub.json"].as_str().unwrap()).unwrap();
+    assert_eq!(shipped, file);
+    // Only the hub has these metrics.
+    let spoke = render(json!({"mode": "single-cluster", "grafanaDashboard": {"enabled": true}}));
+    assert!(of_kind(&spoke, "ConfigMap").is_empty());
+}
+
+#[test]
+fn single_cluster_mode_runs_the_spoke_with_the_deploy_spoke_rules() {
+    let docs = render(json!({"mode": "single-cluster",
+        "spoke": {"metricsPort": 9100, "healthPort": 9101}, "spireClassName": "spire-a"}));
+    assert!(find(&docs, "Deployment", "kleym-hub").is_none());
+    assert!(of_kind(&docs, "PodDisruptionBudget").is_empty());
+    assert!(rules_mention(&docs, "clusterprofiles").is_empty());
+    let dep = find(&docs, "Deployment", "kleym-spoke").expect("spoke Deployment");
+    // No leader election: never two spoke pods at once.
+    assert_eq!(dep["spec"]["replicas"], 1);
+    assert_eq!(dep["spec"]["strategy"], json!({"type": "Recreate"}));
+    let c = &dep["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        dep["spec"]["template"]["spec"]["serviceAccountName"],
+        "kleym-spoke"
+    );
+    assert!(find(&docs, "ServiceAccount", "kleym-spoke").is_some());
+    let args = container_args(dep);
+    assert_eq!(args[0], "spoke");
+    assert_probes_on_their_own_port(dep, &args, 9100, 9101);
+    // The flags are those of `kleym spoke`.
+    assert_kleym_accepts(&args);
+    let role = find(&docs, "ClusterRole", "kleym-spoke").unwrap();
+    let deploy: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo_root().join("deploy/spoke/clusterrole.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        role["rules"], deploy["rules"],
+        "chart and deploy/spoke differ"
+    );
+    let svc = find(&docs, "Service", "kleym").unwrap();
+    assert_eq!(
+        svc["spec"]["selector"]["app.kubernetes.io/component"],
+        "spoke"
+    );
+    assert_eq!(svc["spec"]["ports"][0]["port"], 9100);
+}
+
+#[test]
+fn the_spoke_check_rejects_flags_kleym_does_not_know() {
+    // assert_kleym_accepts can fail: an unknown flag is a usage error.
+    let bad = vec!["spoke".to_string(), "--trust-domainn=x".to_string()];
+    let outcome = std::panic::catch_unwind(|| assert_kleym_accepts(&bad));
+    assert!(outcome.is_err());
+}
+
+/// Copies the directory `from` into `to`, recursively.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// templates/NOTES.txt as `helm install` prints it after installing `release` with `set`.
+/// `helm template` does not render the notes and `helm install --dry-run` needs a cluster
+/// serving Deployments, so a copy of the chart renders them into a ConfigMap instead
+/// (`tpl` of the file, with the chart's named templates).
+fn notes(release: &str, set: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("kleym");
+    copy_dir(&chart(), &copy);
+    std::fs::rename(copy.join("templates/NOTES.txt"), copy.join("notes.txt")).unwrap();
+    std::fs::write(
+        copy.join("templates/zz-notes.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  \
+         notes: {{ tpl (.Files.Get \"notes.txt\") . | toJson }}\n",
+    )
+    .unwrap();
+    let mut args = vec![
+        "template",
+        release,
+        copy.to_str().unwrap(),
+        "--namespace",
+        "kleym-system",
+        "--show-only",
+        "templates/zz-notes.yaml",
+    ];
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    let out = helm(&args, dir.path());
+    let docs = documents(&out).unwrap();
+    docs[0]["data"]["notes"]
+        .as_str()
+        .expect("rendered notes")
+        .to_string()
+}
+
+#[test]
+fn notes_say_what_to_do_next() {
+    let fleet = notes(
+        "kleym",
+        &["api.enabled=true", "grafanaDashboard.enabled=true"],
+    );
+    for needle in [
+        "rollout status deployment/kleym-hub",
+        "ClusterProfile",
+        "kleym-hub-providers",
+        "ServiceAccount kleym-system/kleym-hub",
+        "kubectl get clusteridentitystatuses -A",
+        "kubectl get fleetidentityreports -A",
+        "kleym report",
+        "/v1/report",
+        "kleym-hub-dashboard",
+        "helm upgrade",
+    ] {
+        assert!(
+            fleet.contains(needle),
+            "fleet NOTES lack {needle:?}:\n{fleet}"
+        );
+    }
+    let single = notes("acme", &["mode=single-cluster"]);
+    for needle in [
+        "rollout status deployment/acme-kleym-spoke",
+        "kubectl get inferenceidentitybindings -A",
+        "kubectl get clusterspiffeids",
+    ] {
+        assert!(
+            single.contains(needle),
+            "single-cluster NOTES lack {needle:?}:\n{single}"
+        );
+    }
+    assert!(!single.contains("ClusterProfile"), "{single}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,6 @@
 //! The real `kleym hub` binary against kubesim: engages a spoke through a plugin script,
-//! compiles its bindings, serves `/healthz`, `/readyz` and `/metrics`, never logs the token
+//! compiles its bindings, serves `/healthz`, `/readyz` and `/metrics` (and the probes alone
+//! on `--health-addr`), never logs the token
 //! (logs captured at trace level for kleym), and exits cleanly on SIGTERM.
 
 use std::process::Stdio;
@@ -45,10 +46,12 @@ async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
     )
     .unwrap();
 
-    let addr = {
+    let free_port = || {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
+    let addr = free_port();
+    let health_addr = free_port();
     let mut child = tokio::process::Command::new(&kleym)
         .args(["hub", "--kubeconfig"])
         .arg(f.hub_kubeconfig())
@@ -63,6 +66,7 @@ async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
         ])
         .args(["--log-level", "info,kleym_hub=trace,kleym_spoke=trace"])
         .args(["--metrics-addr", &addr.to_string()])
+        .args(["--health-addr", &health_addr.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -103,6 +107,13 @@ async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
     .await
     .unwrap();
     assert!(readyz.ends_with("ok"));
+    // The probe port answers the probes the same, and serves no metrics.
+    let healthz = get(health_addr, "/healthz").await.unwrap();
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+    let readyz = get(health_addr, "/readyz").await.unwrap();
+    assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
+    let none = get(health_addr, "/metrics").await.unwrap();
+    assert!(none.starts_with("HTTP/1.1 404"), "{none}");
     let metrics = wait_for("engaged in metrics", LIMIT, || async move {
         get(addr, "/metrics")
             .await

@@ -2,8 +2,8 @@
 //! per spoke from its access provider and credential plugin, runs one spoke reconciler per
 //! engaged spoke (only while this replica holds the leader Lease), writes
 //! `ClusterIdentityStatus` per profile and the `FleetIdentityReport` (leader only), and
-//! serves `/healthz`, `/readyz` and `/metrics` on `--metrics-addr` (plain HTTP) plus the hub
-//! API (those three and the authenticated `/v1/report`, `/v1/clusters`) on `--api-addr`
+//! serves `/healthz`, `/readyz` and `/metrics` on `--metrics-addr` (plain HTTP; the probes
+//! alone also on `--health-addr` when given) plus the hub API (those three and the authenticated `/v1/report`, `/v1/clusters`) on `--api-addr`
 //! (TLS, or `--api-insecure-http`) until SIGTERM or SIGINT. The machinery lives in the
 //! library ([`kleym_hub::fleet::runtime`]) so tests and benchmarks run the same code.
 

@@ -47,7 +47,8 @@ pub enum Command {
         verdict in the binding's status.\n\n\
         Connects with --kubeconfig/--context, else KUBECONFIG or ~/.kube/config, else the \
         in-cluster ServiceAccount. Needs the RBAC in deploy/spoke/. Serves /healthz, /readyz \
-        and /metrics on --metrics-addr; stops cleanly on SIGTERM or SIGINT.")]
+        and /metrics on --metrics-addr, and /healthz and /readyz alone on --health-addr when \
+        given (probes on a port of their own); stops cleanly on SIGTERM or SIGINT.")]
     Spoke(spoke::Args),
     /// Run the fleet hub: engage every healthy ClusterProfile's cluster and compile its
     /// InferenceIdentityBindings there.
@@ -57,8 +58,9 @@ pub enum Command {
         (--clusterprofile-provider-file / --clusterprofile-access-provider), and run one spoke \
         reconciler per engaged spoke while this replica holds the leader Lease. The leader writes \
         a ClusterIdentityStatus per profile and the fleet-wide FleetIdentityReport. Serves \
-        /healthz, /readyz and /metrics on --metrics-addr, and the authenticated API (/v1/report, \
-        /v1/clusters) on --api-addr when TLS files or --api-insecure-http are given; stops \
+        /healthz, /readyz and /metrics on --metrics-addr, /healthz and /readyz alone on \
+        --health-addr when given (probes on a port of their own), and the authenticated API \
+        (/v1/report, /v1/clusters) on --api-addr when TLS files or --api-insecure-http are given; stops \
         cleanly on SIGTERM or SIGINT."
     )]
     Hub(Box<hub::Args>),

@@ -1,6 +1,7 @@
 //! `kleym spoke`: the single-cluster operator. Runs one spoke reconciler against the
 //! cluster of the current kubeconfig context (or the in-cluster ServiceAccount), with
-//! `/healthz`, `/readyz` and `/metrics` on `--metrics-addr`, until SIGTERM or SIGINT.
+//! `/healthz`, `/readyz` and `/metrics` on `--metrics-addr` (and the probes alone on
+//! `--health-addr` when given), until SIGTERM or SIGINT.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -50,6 +51,12 @@ pub struct Args {
     /// Address serving `/healthz`, `/readyz` (caches synced) and `/metrics` (Prometheus).
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     pub metrics_addr: SocketAddr,
+
+    /// Address serving only `/healthz` and `/readyz`, so that kubelet probes use a port of
+    /// their own, apart from `/metrics`. Unset, or equal to `--metrics-addr`: no extra
+    /// listener. The probes stay on `--metrics-addr` either way.
+    #[arg(long, value_name = "ADDR")]
+    pub health_addr: Option<SocketAddr>,
 
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
@@ -121,16 +128,29 @@ struct HttpState {
     registry: Arc<Registry>,
 }
 
-/// The `/healthz`, `/readyz` and `/metrics` router.
-fn router(readiness: Readiness, registry: Arc<Registry>) -> Router {
+/// `/healthz` and `/readyz`.
+fn probe_routes() -> Router<HttpState> {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+}
+
+/// The `/healthz`, `/readyz` and `/metrics` router (`--metrics-addr`).
+fn router(readiness: Readiness, registry: Arc<Registry>) -> Router {
+    probe_routes()
         .route("/metrics", get(metrics))
         .with_state(HttpState {
             readiness,
             registry,
         })
+}
+
+/// The `/healthz` and `/readyz` router (`--health-addr`).
+fn probe_router(readiness: Readiness) -> Router {
+    probe_routes().with_state(HttpState {
+        readiness,
+        registry: Arc::new(Registry::default()),
+    })
 }
 
 async fn readyz(State(s): State<HttpState>) -> impl IntoResponse {
@@ -156,7 +176,32 @@ async fn run_async(args: &Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
-    tracing::info!(addr = %args.metrics_addr, trust_domain = %args.trust_domain, "kleym spoke starting");
+    let probe_listener = match kleym_hub::fleet::runtime::separate_health_addr(
+        args.health_addr,
+        args.metrics_addr,
+    ) {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding --health-addr {addr}"))?,
+        ),
+        None => None,
+    };
+    tracing::info!(
+        addr = %args.metrics_addr,
+        health_addr = ?probe_listener.as_ref().and(args.health_addr),
+        trust_domain = %args.trust_domain,
+        "kleym spoke starting"
+    );
+    let probes = probe_listener.map(|l| {
+        let app = probe_router(readiness.clone());
+        let probe_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            axum::serve(l, app)
+                .with_graceful_shutdown(async move { probe_shutdown.cancelled().await })
+                .await
+        })
+    });
     let http_shutdown = shutdown.clone();
     let http = tokio::spawn(async move {
         axum::serve(listener, router(readiness, Arc::new(registry)))
@@ -175,6 +220,11 @@ async fn run_async(args: &Args) -> anyhow::Result<()> {
     shutdown.cancel();
     if let Ok(Err(err)) = http.await {
         tracing::warn!(error = %err, "metrics server failed");
+    }
+    if let Some(probes) = probes
+        && let Ok(Err(err)) = probes.await
+    {
+        tracing::warn!(error = %err, "probe server failed");
     }
     result.context("spoke reconciler failed")
 }
@@ -232,6 +282,16 @@ mod tests {
         assert_eq!(c.concurrency, 8);
         assert_eq!(w.args.log_format, LogFormat::Json);
         assert_eq!(w.args.metrics_addr, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(w.args.health_addr, None);
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--trust-domain",
+            "td.example",
+            "--health-addr",
+            "0.0.0.0:8081",
+        ])
+        .unwrap();
+        assert_eq!(w.args.health_addr, Some("0.0.0.0:8081".parse().unwrap()));
     }
 
     #[test]
@@ -240,6 +300,39 @@ mod tests {
             Wrapper::try_parse_from(["kleym", "--trust-domain", "t", "--concurrency", "0"])
                 .is_err()
         );
+    }
+
+    /// Serves `app` on a loopback port and returns its address.
+    async fn serve(app: Router) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        addr
+    }
+
+    /// GETs `path` from `addr`, returning the whole response.
+    async fn http_get(addr: SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn probe_router_follows_readiness_and_serves_no_metrics() {
+        let readiness = Readiness::default();
+        let addr = serve(probe_router(readiness.clone())).await;
+        assert!(http_get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
+        readiness.set(true);
+        assert!(http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+        assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(http_get(addr, "/metrics").await.starts_with("HTTP/1.1 404"));
     }
 
     #[tokio::test]

@@ -1,8 +1,9 @@
 //! The hub process's machinery as a library, so `kleym hub`, the end-to-end tests and
 //! `fleet-bench` run the same code: flags ([`HubArgs`]), [`start_hub_with`] (leader
 //! election, inventory watch, supervisor, status writers, metrics), the hub API
-//! ([`api_router`], served on `--api-addr`) and the plain-HTTP health server
-//! ([`health_router`], on `--metrics-addr`).
+//! ([`api_router`], served on `--api-addr`), the plain-HTTP health server
+//! ([`health_router`], on `--metrics-addr`) and the probe-only server ([`probe_router`], on
+//! `--health-addr`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -115,6 +116,12 @@ pub struct HubArgs {
     /// served on `--api-addr`.
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     pub metrics_addr: SocketAddr,
+
+    /// Address serving only `/healthz` and `/readyz` over plain HTTP, so that kubelet probes
+    /// use a port of their own, apart from `/metrics`. Unset, or equal to `--metrics-addr`:
+    /// no extra listener. The probes stay on `--metrics-addr` either way.
+    #[arg(long, value_name = "ADDR")]
+    pub health_addr: Option<SocketAddr>,
 
     /// The hub API (`--api-addr`, TLS, auth). Without `--tls-cert-file`/`--tls-key-file`
     /// or `--api-insecure-http` the API listener is not started (a warning is logged).
@@ -463,15 +470,16 @@ pub fn api_router(hub: &HubHandle, api: &ApiArgs, client: kube::Client) -> Route
     })
 }
 
-/// `/healthz`, `/readyz` (the API's readiness: inventory synced and leadership known) and
-/// `/metrics` only, for the plain-HTTP `--metrics-addr` listener.
-pub fn health_router(hub: &HubHandle) -> Router {
-    #[derive(Clone)]
-    struct S {
-        view: Arc<FleetHubView>,
-        registry: Arc<Registry>,
-    }
-    async fn readyz(State(s): State<S>) -> axum::response::Response {
+/// State of [`health_router`] and [`probe_router`].
+#[derive(Clone)]
+struct HealthState {
+    view: Arc<FleetHubView>,
+    registry: Arc<Registry>,
+}
+
+/// `/healthz` and `/readyz` (the API's readiness: inventory synced and leadership known).
+fn probe_routes() -> Router<HealthState> {
+    async fn readyz(State(s): State<HealthState>) -> axum::response::Response {
         let r = s.view.ready();
         if r.is_ready() {
             (StatusCode::OK, "ok").into_response()
@@ -483,17 +491,39 @@ pub fn health_router(hub: &HubHandle) -> Router {
                 .into_response()
         }
     }
-    async fn metrics(State(s): State<S>) -> axum::response::Response {
-        encode_metrics(s.registry).await
-    }
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+}
+
+fn health_state(hub: &HubHandle) -> HealthState {
+    HealthState {
+        view: hub.view.clone(),
+        registry: hub.registry.clone(),
+    }
+}
+
+/// `/healthz`, `/readyz` (the API's readiness: inventory synced and leadership known) and
+/// `/metrics` only, for the plain-HTTP `--metrics-addr` listener.
+pub fn health_router(hub: &HubHandle) -> Router {
+    async fn metrics(State(s): State<HealthState>) -> axum::response::Response {
+        encode_metrics(s.registry).await
+    }
+    probe_routes()
         .route("/metrics", get(metrics))
-        .with_state(S {
-            view: hub.view.clone(),
-            registry: hub.registry.clone(),
-        })
+        .with_state(health_state(hub))
+}
+
+/// `/healthz` and `/readyz` as [`health_router`] serves them, without `/metrics`: the
+/// `--health-addr` listener.
+pub fn probe_router(hub: &HubHandle) -> Router {
+    probe_routes().with_state(health_state(hub))
+}
+
+/// The `--health-addr` to bind besides `--metrics-addr`: `health`, unless it is unset or the
+/// same address (the probes are served there already).
+pub fn separate_health_addr(health: Option<SocketAddr>, metrics: SocketAddr) -> Option<SocketAddr> {
+    health.filter(|h| *h != metrics)
 }
 
 /// `/metrics` of the plain-HTTP servers, built off the async workers as the API router's
@@ -510,7 +540,8 @@ async fn encode_metrics(registry: Arc<Registry>) -> axum::response::Response {
 }
 
 /// Runs the hub (fleet machinery, status writers, the health/metrics server on
-/// `--metrics-addr` and the hub API on `--api-addr`) until `shutdown`.
+/// `--metrics-addr`, the probe server on `--health-addr` and the hub API on `--api-addr`)
+/// until `shutdown`.
 pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
     let client = hub_client(args).await?;
     // TLS problems (unreadable files) are fatal before anything starts; a missing TLS
@@ -534,6 +565,14 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     let listener = tokio::net::TcpListener::bind(args.metrics_addr)
         .await
         .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
+    let probe_listener = match separate_health_addr(args.health_addr, args.metrics_addr) {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding --health-addr {addr}"))?,
+        ),
+        None => None,
+    };
     let hub = start_hub_with(
         args,
         client.clone(),
@@ -544,6 +583,7 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     )?;
     tracing::info!(
         metrics_addr = %args.metrics_addr,
+        health_addr = ?probe_listener.as_ref().and(args.health_addr),
         api_addr = ?api_listener.as_ref().map(|_| args.api.api_addr),
         api_auth_mode = ?args.api.auth_mode(),
         leader_elect = args.leader_elect,
@@ -555,6 +595,15 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         axum::serve(listener, health_app)
             .with_graceful_shutdown(async move { health_shutdown.cancelled().await })
             .await
+    });
+    let probes = probe_listener.map(|l| {
+        let app = probe_router(&hub);
+        let probe_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            axum::serve(l, app)
+                .with_graceful_shutdown(async move { probe_shutdown.cancelled().await })
+                .await
+        })
     });
     let api = match (api_listener, tls) {
         (Some(l), Some(tls)) => {
@@ -570,6 +619,11 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     shutdown.cancel();
     if let Ok(Err(err)) = health.await {
         tracing::warn!(error = %err, "health server failed");
+    }
+    if let Some(probes) = probes
+        && let Ok(Err(err)) = probes.await
+    {
+        tracing::warn!(error = %err, "probe server failed");
     }
     if let Some(api) = api
         && let Ok(Err(err)) = api.await
@@ -740,6 +794,83 @@ mod tests {
             w.args.fleet_options().event_instance.as_deref(),
             Some("hub-7")
         );
+    }
+
+    #[test]
+    fn health_addr_is_optional_and_separate_only_when_it_differs() {
+        let w = Wrapper::try_parse_from(["kleym"]).unwrap();
+        assert_eq!(w.args.health_addr, None);
+        assert_eq!(
+            separate_health_addr(w.args.health_addr, w.args.metrics_addr),
+            None
+        );
+        let w = Wrapper::try_parse_from(["kleym", "--health-addr", "0.0.0.0:8081"]).unwrap();
+        assert_eq!(
+            separate_health_addr(w.args.health_addr, w.args.metrics_addr),
+            Some("0.0.0.0:8081".parse().unwrap())
+        );
+        // The same address as --metrics-addr: served there already, nothing more to bind.
+        let w = Wrapper::try_parse_from(["kleym", "--health-addr", "0.0.0.0:8080"]).unwrap();
+        assert_eq!(
+            separate_health_addr(w.args.health_addr, w.args.metrics_addr),
+            None
+        );
+        assert!(Wrapper::try_parse_from(["kleym", "--health-addr", "8081"]).is_err());
+    }
+
+    /// GETs `path` from `addr`, returning the whole response.
+    async fn http_get(addr: SocketAddr, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut response = String::new();
+        conn.read_to_string(&mut response).await.unwrap();
+        response
+    }
+
+    /// The `--health-addr` router answers the probes as the `--metrics-addr` one does, and
+    /// serves no metrics.
+    #[tokio::test]
+    async fn probe_router_serves_probes_but_not_metrics() {
+        // A hub whose cluster is unreachable: the inventory is never listed (not ready).
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--leader-elect=false",
+            "--clusterprofile-access-provider",
+            "tok=/bin/true",
+        ])
+        .unwrap();
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let stop = CancellationToken::new();
+        let hub = start_hub(&w.args, client, stop.clone()).unwrap();
+        let serve = |app: Router| async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            addr
+        };
+        let probes = serve(probe_router(&hub)).await;
+        let health = serve(health_router(&hub)).await;
+        for addr in [probes, health] {
+            assert!(http_get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+            let readyz = http_get(addr, "/readyz").await;
+            assert!(readyz.starts_with("HTTP/1.1 503"), "{readyz}");
+            assert!(readyz.contains("NotReady"), "{readyz}");
+        }
+        assert!(
+            http_get(probes, "/metrics")
+                .await
+                .starts_with("HTTP/1.1 404")
+        );
+        let metrics = http_get(health, "/metrics").await;
+        assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+        assert!(metrics.contains("kleym_hub_leader"), "{metrics}");
+        stop.cancel();
     }
 
     /// `/metrics` of the plain-HTTP server is encoded (off the async workers) from the
