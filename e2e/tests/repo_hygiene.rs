@@ -1,6 +1,6 @@
-//! The repository stands alone: no tracked file refers to a directory beside the clone
-//! (`../shared`, where the project's source documents live on developers' machines) or to an
-//! absolute path of a development machine. A fresh clone with nothing beside it must build,
+//! The repository stands alone: no tracked file refers to a directory beside the clone (the
+//! `shared` folder where the project's source documents live on developers' machines) or to
+//! an absolute path of a development machine. A fresh clone with nothing beside it must build,
 //! test and run the demo.
 
 use std::path::{Path, PathBuf};
