@@ -77,6 +77,8 @@ fn spoke(at: i64, healthy: bool, bindings: usize) -> SpokeObservation {
         },
         synced: Health::Ok,
         error_message: (!healthy).then(|| "dial tcp 10.0.0.1:443: connection refused".into()),
+        consecutive_failures: 0,
+        next_retry: None,
         spoke_version: Some("v1.33.1".into()),
         last_sync: Some(Utc.timestamp_opt(at, 0).unwrap()),
         bindings: (0..bindings)

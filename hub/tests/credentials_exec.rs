@@ -208,7 +208,7 @@ async fn invalid_outputs_are_rejected_with_the_rule_that_failed() {
         matches!(
             garbage,
             ExecError::InvalidOutput {
-                source: OutputError::NotADocument(_),
+                source: OutputError::NotADocument { .. },
                 ..
             }
         ),
@@ -299,8 +299,10 @@ async fn oversized_output_is_rejected() {
     );
 }
 
+/// The error names the exit code and stderr's size and hash, never its text (the error
+/// reaches status objects); the redacted excerpt is kept for the log.
 #[tokio::test]
-async fn non_zero_exit_reports_code_and_redacted_stderr() {
+async fn non_zero_exit_reports_code_and_stderr_hash_with_the_text_for_logs_only() {
     let token = long_token(1);
     let err = output_error(
         &format!("echo 'cannot reach issuer; last token {token}' >&2; exit 3"),
@@ -310,8 +312,106 @@ async fn non_zero_exit_reports_code_and_redacted_stderr() {
     let msg = err.to_string();
     assert!(matches!(err, ExecError::Failed { .. }), "{msg}");
     assert!(msg.contains("exit code 3"), "{msg}");
-    assert!(msg.contains("cannot reach issuer"), "{msg}");
-    assert!(!msg.contains(&token), "{msg}");
+    let stderr = err.stderr().unwrap();
+    let line = format!("cannot reach issuer; last token {token}\n");
+    assert_eq!(stderr.len(), line.len() as u64);
+    let sha = stderr.sha256_prefix();
+    assert_eq!(sha.len(), 12);
+    assert!(sha.chars().all(|c| c.is_ascii_hexdigit()), "{sha}");
+    assert!(
+        msg.contains(&format!("stderr: {} bytes, sha256:{sha}", line.len())),
+        "{msg}"
+    );
+    for shown in [&msg, &format!("{err:?}")] {
+        assert!(!shown.contains("cannot reach issuer"), "{shown}");
+        assert!(!shown.contains(&token), "{shown}");
+    }
+    assert!(
+        stderr.log_excerpt().contains("cannot reach issuer"),
+        "{}",
+        stderr.log_excerpt()
+    );
+    assert!(!stderr.log_excerpt().contains(&token));
+}
+
+/// Text no pattern recognises as a secret stays out of every error form for a plugin that
+/// exits 1 after printing it, one that prints it and hangs until killed, and one that prints
+/// invalid JSON containing it (on stdout, and on stderr).
+#[tokio::test]
+async fn plugin_output_that_is_not_token_shaped_never_reaches_the_error() {
+    const SECRET: &str = "swordfishcorrecthorse";
+    let o = ExecOptions {
+        timeout: Duration::from_millis(1500),
+        ..ExecOptions::default()
+    };
+    for (body, label) in [
+        (
+            format!("echo 'client secret is {SECRET}' >&2; exit 1"),
+            "exit_error",
+        ),
+        (
+            format!(
+                "echo 'client secret is {SECRET}' >&2; echo 'client secret is {SECRET}'; exec sleep 300"
+            ),
+            "timeout",
+        ),
+        (
+            format!("echo 'client secret is {SECRET}' >&2; echo '{{\"token\": \"{SECRET}\"'"),
+            "invalid_output",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let s = write_script(dir.path(), "p.sh", &body);
+        let err = run_plugin(
+            &access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+            &o,
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.result_label(), label, "{err}");
+        let shown = format!("{err} / {err:?}");
+        assert!(!shown.contains("swordfish"), "{label}: {shown}");
+        let stderr = err.stderr().unwrap();
+        assert_eq!(stderr.len(), 39, "{label}: stderr counted even when killed");
+        assert!(
+            shown.contains(&format!("sha256:{}", stderr.sha256_prefix())),
+            "{shown}"
+        );
+        // The log may carry it: redaction does not recognise it (which is the point).
+        assert!(stderr.log_excerpt().contains(SECRET), "{label}");
+    }
+}
+
+/// A plugin flooding stderr: the excerpt is bounded, the size and hash cover all of it.
+#[tokio::test]
+async fn stderr_excerpt_is_bounded_and_the_hash_covers_everything() {
+    let o = ExecOptions {
+        max_stderr_bytes: 1000,
+        ..opts()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let s = write_script(
+        dir.path(),
+        "p.sh",
+        "head -c 300000 /dev/zero | tr '\\0' 'a' >&2; exit 2",
+    );
+    let err = run_plugin(
+        &access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
+        &o,
+    )
+    .await
+    .unwrap_err();
+    let stderr = err.stderr().unwrap();
+    assert_eq!(stderr.len(), 300_000, "{err}");
+    assert!(
+        stderr.log_excerpt().len() <= 1000,
+        "{}",
+        stderr.log_excerpt().len()
+    );
+    // SHA-256 of 300000 'a's.
+    use sha2::Digest;
+    let want = hex::encode(sha2::Sha256::digest(vec![b'a'; 300_000]));
+    assert_eq!(stderr.sha256_prefix(), &want[..12]);
 }
 
 #[tokio::test]

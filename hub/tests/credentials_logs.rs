@@ -1,7 +1,8 @@
 //! Token values never appear in logs, even at trace level (hyper, kube and our own spans
 //! included), across success, 401 retry, plugin failure and invalid output; short tokens and
-//! labelled secrets a failing plugin prints on stderr are redacted; provider env values never
-//! show in `Debug` output.
+//! labelled secrets a failing plugin prints on stderr are redacted in the log's stderr
+//! excerpt, and errors carry no stderr text at all; provider env values never show in
+//! `Debug` output.
 
 #[path = "fixtures/http401.rs"]
 mod http401;
@@ -139,12 +140,16 @@ async fn short_secrets_on_plugin_stderr_never_reach_errors_or_logs() {
     let err = creds.get().await.unwrap_err().to_string();
     let logs = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("credential plugin failed"), "{logs}");
+    // The error (it reaches status objects) has no stderr text at all, only its size and hash.
+    assert!(err.contains("exit code 4"), "{err}");
+    assert!(err.contains("sha256:"), "{err}");
+    assert!(!err.contains("issuer said no"), "{err}");
+    // The log has the redacted excerpt: what went wrong is still readable…
+    assert!(logs.contains("exit code 4"), "{logs}");
+    assert!(logs.contains("issuer said no, token"), "{logs}");
+    assert!(logs.contains("AWS_SECRET_ACCESS_KEY"), "{logs}");
+    // …the values are not.
     for text in [&err, &logs] {
-        // What went wrong is still readable…
-        assert!(text.contains("exit code 4"), "{text}");
-        assert!(text.contains("issuer said no, token"), "{text}");
-        assert!(text.contains("AWS_SECRET_ACCESS_KEY"), "{text}");
-        // …the values are not.
         for secret in [token, password, key] {
             assert!(!text.contains(secret), "{secret} leaked:\n{text}");
         }

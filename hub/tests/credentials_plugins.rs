@@ -71,11 +71,12 @@ async fn secret_reader_reads_the_token_named_by_cluster_name() {
         .unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, ExecError::Failed { .. }), "{msg}");
+    assert!(msg.contains("exit code 1"), "{msg}");
+    // The plugin's message is in the stderr excerpt kept for the log, not in the error.
+    let excerpt = err.stderr().unwrap().log_excerpt();
     assert!(
-        msg.contains("exit code 1")
-            && msg.contains("[secret-reader]")
-            && msg.contains("Spec.Cluster.Config"),
-        "{msg}"
+        excerpt.contains("[secret-reader]") && excerpt.contains("Spec.Cluster.Config"),
+        "{excerpt}"
     );
 
     // Unknown Secret: the API error, never a token.
@@ -86,8 +87,12 @@ async fn secret_reader_reads_the_token_named_by_cluster_name() {
     .await
     .unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("failed to get secret hubns/other"), "{msg}");
-    assert!(!msg.contains(TOKEN));
+    let excerpt = err.stderr().unwrap().log_excerpt();
+    assert!(
+        excerpt.contains("failed to get secret hubns/other"),
+        "{excerpt}"
+    );
+    assert!(!msg.contains(TOKEN) && !excerpt.contains(TOKEN));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -128,10 +133,10 @@ async fn token_request_uses_the_spoke_server_as_audience() {
     let err = run_plugin(&access(bad, ExecApiVersion::V1, None), &opts())
         .await
         .unwrap_err();
+    let excerpt = err.stderr().unwrap().log_excerpt();
     assert!(
-        err.to_string()
-            .contains("--service-account must be <namespace>/<name>"),
-        "{err}"
+        excerpt.contains("--service-account must be <namespace>/<name>"),
+        "{err}: {excerpt}"
     );
 }
 

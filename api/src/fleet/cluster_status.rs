@@ -97,6 +97,15 @@ pub struct ClusterIdentityStatusStatus {
     /// True when `nonReadyBindings` lists fewer bindings than `bindings.notReady`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub non_ready_bindings_truncated: bool,
+    /// Failed attempts to engage the spoke (or failed health probes of an engaged spoke) since
+    /// it was last engaged; absent when there are none. While the hub retries, the conditions
+    /// keep showing the last failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_failures: Option<i64>,
+    /// When the hub makes its next attempt to engage the failing spoke. A time in the past
+    /// means that attempt is under way. Absent when the hub is not backing off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry_time: Option<Time>,
 }
 
 /// Binding counts of one spoke. `notReady` is split by the reason of the binding's `Ready`

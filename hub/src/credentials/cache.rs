@@ -329,12 +329,23 @@ impl Inner {
             Err(err) => {
                 self.metrics
                     .observe(&self.access.provider, err.result_label(), elapsed);
-                tracing::warn!(
-                    spoke = %self.access.spoke,
-                    provider = %self.access.provider,
-                    error = %err,
-                    "credential plugin failed"
-                );
+                // The error shows stderr's size and hash only; the log also gets the bounded,
+                // redacted excerpt (quoted by `?`, so a plugin cannot forge log lines).
+                match err.stderr().filter(|e| !e.log_excerpt().is_empty()) {
+                    Some(stderr) => tracing::warn!(
+                        spoke = %self.access.spoke,
+                        provider = %self.access.provider,
+                        error = %err,
+                        stderr_excerpt = ?stderr.log_excerpt(),
+                        "credential plugin failed"
+                    ),
+                    None => tracing::warn!(
+                        spoke = %self.access.spoke,
+                        provider = %self.access.provider,
+                        error = %err,
+                        "credential plugin failed"
+                    ),
+                }
                 let err = self.error(err);
                 st.last_failure = Some((Instant::now(), err.clone()));
                 let now = Utc::now();

@@ -1,6 +1,13 @@
 //! The async exec runtime: runs one credential plugin the way client-go does, with the
 //! safety client-go lacks (a timeout that kills the plugin's whole process group, bounded
-//! stdout and stderr, token-free errors).
+//! stdout and stderr, errors free of plugin output).
+//!
+//! What a plugin prints never reaches an error message: errors end up in status objects, the
+//! HTTP API and the fleet report, and no pattern recognises every secret a plugin may print
+//! (`client secret is swordfish`). An error names the exit code or signal, the timeout, or the
+//! protocol rule the output broke, plus the size and a SHA-256 prefix of stderr
+//! ([`PluginStderr`]); a bounded excerpt of stderr, with token-like words and labelled values
+//! redacted, is kept for the hub's log only ([`PluginStderr::log_excerpt`]).
 //!
 //! Protocol: the plugin inherits the hub's environment, then the configured env on top, then
 //! `KUBERNETES_EXEC_INFO` (`{"apiVersion", "kind": "ExecCredential", "spec": {"cluster"?,
@@ -11,6 +18,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
 use thiserror::Error;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
@@ -27,7 +35,8 @@ pub struct ExecOptions {
     pub timeout: Duration,
     /// Maximum stdout size; larger output is an error.
     pub max_stdout_bytes: usize,
-    /// How much stderr is kept for error messages (the rest is drained and dropped).
+    /// How much stderr is kept for the log excerpt (the rest is drained, hashed and
+    /// counted, and dropped).
     pub max_stderr_bytes: usize,
 }
 
@@ -41,7 +50,108 @@ impl Default for ExecOptions {
     }
 }
 
-/// Why a plugin run produced no credential.
+/// What a plugin wrote to stderr. Its [`Display`](std::fmt::Display) and `Debug` forms
+/// show only the size and a hash, so errors that carry it are safe for status objects; the
+/// excerpt is for logs ([`PluginStderr::log_excerpt`]).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct PluginStderr {
+    bytes: u64,
+    sha256: String,
+    excerpt: String,
+}
+
+/// Hex digits of the stderr hash shown in errors: enough to tell two outputs apart or match
+/// one with the log, too few to guess a short secret from.
+const STDERR_HASH_HEX: usize = 12;
+
+impl PluginStderr {
+    /// Total bytes the plugin wrote to stderr.
+    pub fn len(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether the plugin wrote nothing to stderr.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+
+    /// The first 12 hex digits of the SHA-256 of everything the plugin wrote to stderr
+    /// (empty when it wrote nothing).
+    pub fn sha256_prefix(&self) -> &str {
+        &self.sha256
+    }
+
+    /// For the hub's log only, never for status, Events or API responses: the first
+    /// [`ExecOptions::max_stderr_bytes`] bytes of stderr, trimmed, with token-like words and
+    /// labelled values redacted. Redaction cannot recognise every secret (a plain-word
+    /// password in prose passes), which is why nothing else carries this.
+    pub fn log_excerpt(&self) -> &str {
+        &self.excerpt
+    }
+}
+
+impl std::fmt::Display for PluginStderr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_empty() {
+            f.write_str("no stderr")
+        } else {
+            write!(f, "stderr: {} bytes, sha256:{}", self.bytes, self.sha256)
+        }
+    }
+}
+
+impl std::fmt::Debug for PluginStderr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginStderr")
+            .field("bytes", &self.bytes)
+            .field("sha256", &self.sha256)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Collects stderr as it is read: the total size, its hash, and the first bytes.
+struct StderrCollector {
+    cap: usize,
+    bytes: u64,
+    hasher: Sha256,
+    kept: Vec<u8>,
+}
+
+impl StderrCollector {
+    fn new(cap: usize) -> Self {
+        Self {
+            cap,
+            bytes: 0,
+            hasher: Sha256::new(),
+            kept: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.bytes = self.bytes.saturating_add(chunk.len() as u64);
+        self.hasher.update(chunk);
+        let room = self.cap.saturating_sub(self.kept.len());
+        self.kept.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+
+    fn finish(self) -> PluginStderr {
+        if self.bytes == 0 {
+            return PluginStderr::default();
+        }
+        let digest = self.hasher.finalize();
+        let mut sha256 = hex::encode(digest);
+        sha256.truncate(STDERR_HASH_HEX);
+        let text = String::from_utf8_lossy(&self.kept);
+        PluginStderr {
+            bytes: self.bytes,
+            sha256,
+            excerpt: redact_token_like(text.trim()),
+        }
+    }
+}
+
+/// Why a plugin run produced no credential. No variant carries what the plugin printed
+/// (see the module docs): these messages reach status objects.
 #[derive(Debug, Error)]
 pub enum ExecError {
     /// The command does not exist.
@@ -69,12 +179,14 @@ pub enum ExecError {
         source: std::io::Error,
     },
     /// The plugin did not finish in time and was killed.
-    #[error("exec: executable {command} timed out after {timeout:?} and was killed")]
+    #[error("exec: executable {command} timed out after {timeout:?} and was killed ({stderr})")]
     Timeout {
         /// The command.
         command: String,
         /// The limit.
         timeout: Duration,
+        /// What it wrote to stderr until then.
+        stderr: PluginStderr,
     },
     /// The plugin wrote more than the stdout limit.
     #[error("exec: executable {command} wrote more than {limit} bytes to stdout")]
@@ -85,22 +197,24 @@ pub enum ExecError {
         limit: usize,
     },
     /// The plugin exited unsuccessfully.
-    #[error("exec: executable {command} failed with {status}; stderr: {stderr:?}")]
+    #[error("exec: executable {command} failed with {status} ({stderr})")]
     Failed {
         /// The command.
         command: String,
         /// `exit code N` or `signal N`.
         status: String,
-        /// Bounded stderr excerpt with token-like strings redacted.
-        stderr: String,
+        /// What it wrote to stderr.
+        stderr: PluginStderr,
     },
     /// The output broke an ExecCredential rule.
-    #[error("exec: executable {command} returned an invalid credential: {source}")]
+    #[error("exec: executable {command} returned an invalid credential: {source} ({stderr})")]
     InvalidOutput {
         /// The command.
         command: String,
         /// The rule.
         source: OutputError,
+        /// What it wrote to stderr.
+        stderr: PluginStderr,
     },
 }
 
@@ -114,6 +228,16 @@ impl ExecError {
             ExecError::StdoutTooLarge { .. } => "output_too_large",
             ExecError::Failed { .. } => "exit_error",
             ExecError::InvalidOutput { .. } => "invalid_output",
+        }
+    }
+
+    /// What the plugin wrote to stderr, when it ran to an end (exit, timeout, bad output).
+    pub fn stderr(&self) -> Option<&PluginStderr> {
+        match self {
+            ExecError::Timeout { stderr, .. }
+            | ExecError::Failed { stderr, .. }
+            | ExecError::InvalidOutput { stderr, .. } => Some(stderr),
+            _ => None,
         }
     }
 }
@@ -227,6 +351,15 @@ pub async fn run_plugin(
         });
     };
 
+    // Filled as stderr is read, so a plugin killed on timeout still has its stderr reported.
+    // A std mutex: locked only between reads, never across an await.
+    let collected = std::sync::Mutex::new(StderrCollector::new(opts.max_stderr_bytes));
+    let take_stderr = |collected: std::sync::Mutex<StderrCollector>| {
+        collected
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .finish()
+    };
     let work = async {
         let out = async {
             let r = read_bounded(stdout, opts.max_stdout_bytes).await;
@@ -235,7 +368,7 @@ pub async fn run_plugin(
             }
             r
         };
-        let (out, err) = tokio::join!(out, read_capped(stderr, opts.max_stderr_bytes));
+        let (out, err) = tokio::join!(out, read_stderr(stderr, &collected));
         let status = child.wait().await;
         (out, err, status)
     };
@@ -249,6 +382,7 @@ pub async fn run_plugin(
             return Err(ExecError::Timeout {
                 command,
                 timeout: opts.timeout,
+                stderr: take_stderr(collected),
             });
         }
     };
@@ -260,7 +394,9 @@ pub async fn run_plugin(
     };
     let stdout = out.map_err(io)?;
     let status = status.map_err(io)?;
-    let stderr = err.unwrap_or_default();
+    // A stderr read error only shortens what is reported; the exit status still counts.
+    let _ = err;
+    let stderr = take_stderr(collected);
     let Some(stdout) = stdout else {
         return Err(ExecError::StdoutTooLarge {
             command,
@@ -271,11 +407,14 @@ pub async fn run_plugin(
         return Err(ExecError::Failed {
             command,
             status: describe_status(&status),
-            stderr: stderr_excerpt(&stderr),
+            stderr,
         });
     }
-    parse_exec_output(&stdout, access.exec.api_version)
-        .map_err(|source| ExecError::InvalidOutput { command, source })
+    parse_exec_output(&stdout, access.exec.api_version).map_err(|source| ExecError::InvalidOutput {
+        command,
+        source,
+        stderr,
+    })
 }
 
 fn describe_status(status: &std::process::ExitStatus) -> String {
@@ -290,11 +429,6 @@ fn describe_status(status: &std::process::ExitStatus) -> String {
         }
     }
     "unknown status".into()
-}
-
-fn stderr_excerpt(bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
-    redact_token_like(text.trim())
 }
 
 /// Reads all of `r`; `Ok(None)` when it holds more than `limit` bytes (reading stops there).
@@ -316,18 +450,21 @@ async fn read_bounded<R: AsyncRead + Unpin>(
     }
 }
 
-/// Keeps the first `cap` bytes of `r` and drains the rest, so the plugin never blocks on a
-/// full stderr pipe.
-async fn read_capped<R: AsyncRead + Unpin>(mut r: R, cap: usize) -> std::io::Result<Vec<u8>> {
-    let mut buf = Vec::new();
+/// Reads all of `r` into `into` (which keeps the first bytes and hashes and counts all), so
+/// the plugin never blocks on a full stderr pipe.
+async fn read_stderr<R: AsyncRead + Unpin>(
+    mut r: R,
+    into: &std::sync::Mutex<StderrCollector>,
+) -> std::io::Result<()> {
     let mut chunk = [0u8; 8192];
     loop {
         let n = r.read(&mut chunk).await?;
         if n == 0 {
-            return Ok(buf);
+            return Ok(());
         }
-        let room = cap.saturating_sub(buf.len());
-        buf.extend_from_slice(&chunk[..n.min(room)]);
+        into.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(&chunk[..n]);
     }
 }
 

@@ -1,37 +1,108 @@
 //! Parsing and validating a plugin's stdout as an `ExecCredential`, with client-go's rules
 //! plus one of ours (an `expirationTimestamp` must be in the future). Errors name the rule that
-//! failed and never include credential values; the only output values they echo are `kind`
-//! and `apiVersion`, bounded and with token-like words redacted.
+//! failed and never include what the plugin printed (they reach status objects): an
+//! `apiVersion` is named only when it is one of the protocol's own versions, any other value
+//! is described by its length and a hash ([`Echo`]).
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use super::credential::{ClientCertificate, Credential};
-use super::secret::{Secret, redact_token_like};
+use super::secret::Secret;
 use crate::access::ExecApiVersion;
+
+/// The ExecCredential API versions client-go has known: a plugin returning one of them is
+/// named in the error (the value is the protocol's, not a secret).
+const KNOWN_API_VERSIONS: [&str; 3] = [
+    "client.authentication.k8s.io/v1",
+    "client.authentication.k8s.io/v1beta1",
+    "client.authentication.k8s.io/v1alpha1",
+];
+
+/// A value the plugin printed where the protocol expects a fixed one, as an error may show
+/// it: named when it is one of the protocol's own values, else only its length and the
+/// first 12 hex digits of its SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Echo {
+    /// Absent, empty or not a string.
+    Missing,
+    /// A value the protocol defines.
+    Known(&'static str),
+    /// Anything else.
+    Other {
+        /// Length in characters.
+        chars: usize,
+        /// First 12 hex digits of the SHA-256 of the value.
+        sha256: String,
+    },
+}
+
+impl Echo {
+    /// Describes `value`, naming it only when it is in `known`.
+    pub fn of(value: &str, known: &[&'static str]) -> Self {
+        if value.is_empty() {
+            return Echo::Missing;
+        }
+        if let Some(k) = known.iter().find(|k| **k == value) {
+            return Echo::Known(k);
+        }
+        let mut sha256 = hex::encode(Sha256::digest(value.as_bytes()));
+        sha256.truncate(12);
+        Echo::Other {
+            chars: value.chars().count(),
+            sha256,
+        }
+    }
+}
+
+impl std::fmt::Display for Echo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Echo::Missing => f.write_str("none"),
+            Echo::Known(v) => write!(f, "{v:?}"),
+            Echo::Other { chars, sha256 } => write!(
+                f,
+                "another value ({chars} characters, sha256:{sha256}; not shown)"
+            ),
+        }
+    }
+}
 
 /// Which output rule a plugin broke.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum OutputError {
-    /// stdout is neither JSON nor YAML.
-    #[error("plugin output is not a JSON (or YAML) document: {0}")]
-    NotADocument(String),
+    /// stdout is neither JSON nor YAML. Only where the JSON parser gave up is shown (its
+    /// messages are not guaranteed to leave the input out).
+    #[error(
+        "plugin output is not a JSON (or YAML) document ({stdout_bytes} bytes; JSON {problem} at line {line}, column {column})"
+    )]
+    NotADocument {
+        /// Size of stdout.
+        stdout_bytes: usize,
+        /// `syntax error`, `unexpected end of input`, …
+        problem: &'static str,
+        /// Line of the error (1-based).
+        line: usize,
+        /// Column of the error (1-based).
+        column: usize,
+    },
     /// The document is not an object.
     #[error("plugin output is not an object")]
     NotAnObject,
     /// `kind` is not `ExecCredential`.
-    #[error("plugin output has kind {0:?}, want \"ExecCredential\"")]
-    WrongKind(String),
+    #[error("plugin output has kind {0}, want \"ExecCredential\"")]
+    WrongKind(Echo),
     /// `apiVersion` differs from the configured one.
     #[error(
-        "exec plugin is configured to use API version {expected}, plugin returned version {got:?}"
+        "exec plugin is configured to use API version {expected}, plugin returned version {got}"
     )]
     ApiVersionMismatch {
         /// Configured version.
         expected: &'static str,
         /// Returned version.
-        got: String,
+        got: Echo,
     },
     /// `status` is absent or null.
     #[error("exec plugin didn't return a status field")]
@@ -92,7 +163,20 @@ pub fn parse_exec_output_at(
         // Garbage that YAML reads as a plain scalar is still reported as "not a document".
         Err(json_err) => match serde_yaml_ng::from_slice::<Value>(stdout) {
             Ok(v @ Value::Object(_)) => v,
-            _ => return Err(OutputError::NotADocument(json_err.to_string())),
+            _ => {
+                use serde_json::error::Category;
+                return Err(OutputError::NotADocument {
+                    stdout_bytes: stdout.len(),
+                    problem: match json_err.classify() {
+                        Category::Eof => "unexpected end of input",
+                        Category::Syntax => "syntax error",
+                        Category::Data => "data error",
+                        Category::Io => "read error",
+                    },
+                    line: json_err.line(),
+                    column: json_err.column(),
+                });
+            }
         },
     };
     let obj = doc.as_object().ok_or(OutputError::NotAnObject)?;
@@ -103,12 +187,12 @@ pub fn parse_exec_output_at(
     if got_version != expected.as_str() {
         return Err(OutputError::ApiVersionMismatch {
             expected: expected.as_str(),
-            got: bounded(got_version),
+            got: Echo::of(got_version, &KNOWN_API_VERSIONS),
         });
     }
     let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
     if kind != "ExecCredential" {
-        return Err(OutputError::WrongKind(bounded(kind)));
+        return Err(OutputError::WrongKind(Echo::of(kind, &[])));
     }
     let status = match obj.get("status") {
         None | Some(Value::Null) => return Err(OutputError::MissingStatus),
@@ -167,12 +251,6 @@ pub fn parse_exec_output_at(
     })
 }
 
-/// An echoed output value (`kind`, `apiVersion`): at most 64 characters, token-like words
-/// redacted, since a misbehaving plugin could put anything there.
-fn bounded(s: &str) -> String {
-    redact_token_like(&s.chars().take(64).collect::<String>())
-}
-
 fn validate_cert_pem(pem: &str) -> Result<(), OutputError> {
     let mut reader = pem.as_bytes();
     let certs: Vec<_> = rustls_pemfile::certs(&mut reader)
@@ -221,11 +299,11 @@ mod tests {
     #[test]
     fn rule_violations() {
         let cases: &[(&[u8], OutputError)] = &[
-            (b"not json {", OutputError::NotADocument(String::new())),
-            (b"{unterminated: [", OutputError::NotADocument(String::new())),
+            (b"not json {", OutputError::NotADocument { stdout_bytes: 10, problem: "syntax error", line: 1, column: 2 }),
+            (b"{unterminated: [", OutputError::NotADocument { stdout_bytes: 16, problem: "syntax error", line: 1, column: 2 }),
             (b"[1]", OutputError::NotAnObject),
-            (br#"{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"t"}}"#, OutputError::ApiVersionMismatch { expected: "client.authentication.k8s.io/v1", got: "client.authentication.k8s.io/v1beta1".into() }),
-            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"Other","status":{"token":"t"}}"#, OutputError::WrongKind("Other".into())),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential","status":{"token":"t"}}"#, OutputError::ApiVersionMismatch { expected: "client.authentication.k8s.io/v1", got: Echo::Known("client.authentication.k8s.io/v1beta1") }),
+            (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"Other","status":{"token":"t"}}"#, OutputError::WrongKind(Echo::of("Other", &[]))),
             (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential"}"#, OutputError::MissingStatus),
             (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{}}"#, OutputError::NoCredential),
             (br#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":5}}"#, OutputError::FieldType("token")),
@@ -235,10 +313,7 @@ mod tests {
         ];
         for (input, want) in cases {
             let got = parse_exec_output(input, V1).unwrap_err();
-            match (want, &got) {
-                (OutputError::NotADocument(_), OutputError::NotADocument(_)) => {}
-                _ => assert_eq!(&got, want, "{}", String::from_utf8_lossy(input)),
-            }
+            assert_eq!(&got, want, "{}", String::from_utf8_lossy(input));
         }
     }
 
@@ -269,6 +344,41 @@ mod tests {
         }
         let ok = parse_exec_output_at(at("2030-01-01T00:00:11Z").as_bytes(), V1, now).unwrap();
         assert!(ok.expires_at.is_some());
+    }
+
+    /// Whatever a plugin prints where a rule expects something else, its error (which
+    /// reaches status objects) names the rule, never the text.
+    #[test]
+    fn plugin_output_never_reaches_the_error() {
+        let secret = "swordfishcorrecthorse";
+        let v1 = "client.authentication.k8s.io/v1";
+        for out in [
+            format!("client secret is {secret}"),
+            format!("{{\"status\": {{\"token\": \"{secret}\""),
+            format!("{{\"token\": {secret}}}"),
+            format!(
+                r#"{{"apiVersion":"{secret}","kind":"ExecCredential","status":{{"token":"t"}}}}"#
+            ),
+            format!(r#"{{"apiVersion":"{v1}","kind":"{secret}","status":{{"token":"t"}}}}"#),
+            format!(
+                r#"{{"apiVersion":"{v1}","kind":"ExecCredential","status":{{"token":"t","expirationTimestamp":"{secret}"}}}}"#
+            ),
+        ] {
+            let err = parse_exec_output(out.as_bytes(), V1).unwrap_err();
+            let shown = format!("{err} {err:?}");
+            assert!(!shown.contains(secret), "{out}: {shown}");
+            assert!(!shown.contains("swordfish"), "{out}: {shown}");
+        }
+        let err = parse_exec_output(
+            format!(r#"{{"apiVersion":"{secret}","kind":"ExecCredential"}}"#).as_bytes(),
+            V1,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("another value (21 characters, sha256:"),
+            "{err}"
+        );
     }
 
     #[test]

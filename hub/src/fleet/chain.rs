@@ -167,6 +167,7 @@ impl Finalizer<'_> {
                     s.phase = Phase::BackingOff;
                     s.consecutive_failures = failures;
                     s.last_error = Some(err.to_spoke_error());
+                    s.next_retry = super::spoke_task::retry_time(delay);
                 });
             }
             tokio::select! {

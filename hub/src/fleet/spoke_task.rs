@@ -315,6 +315,7 @@ async fn engage_once(
         s.phase = Phase::Engaged;
         s.consecutive_failures = 0;
         s.last_error = None;
+        s.next_retry = None;
         s.bindings = first;
     });
     tracing::info!(spoke = %name, version = %version, "spoke engaged");
@@ -391,6 +392,12 @@ async fn engage_once(
     }
 }
 
+/// The wall-clock time `delay` from now (`None` only if that is out of chrono's range).
+pub(crate) fn retry_time(delay: Duration) -> Option<chrono::DateTime<Utc>> {
+    let delay = chrono::Duration::from_std(delay).ok()?;
+    Utc::now().checked_add_signed(delay)
+}
+
 /// Runs one spoke until `stop` fires. The caller (`chain::engagement`) has waited for the
 /// spoke's previous task, so two reconcilers never run for one spoke.
 pub(crate) async fn run_spoke(shared: TaskShared, spec: SpokeSpec, stop: Arc<StopSignal>) {
@@ -432,6 +439,7 @@ pub(crate) async fn run_spoke(shared: TaskShared, spec: SpokeSpec, stop: Arc<Sto
                     s.phase = Phase::BackingOff;
                     s.consecutive_failures = failures;
                     s.last_error = Some(err.to_spoke_error());
+                    s.next_retry = retry_time(delay);
                 });
                 tokio::select! {
                     _ = stop.token.cancelled() => break,

@@ -142,6 +142,9 @@ pub struct SpokeState {
     pub last_error: Option<SpokeError>,
     /// Failures since the last successful sync.
     pub consecutive_failures: u32,
+    /// When the spoke task retries after its last failure (in the past while that attempt
+    /// runs). Kept, like `last_error`, until an attempt succeeds.
+    pub next_retry: Option<DateTime<Utc>>,
     /// Last time the reconciler was synced and idle.
     pub last_sync: Option<DateTime<Utc>>,
     /// The spoke API server's `gitVersion`.
@@ -168,6 +171,7 @@ impl SpokeState {
             reason: None,
             last_error: None,
             consecutive_failures: 0,
+            next_retry: None,
             last_sync: None,
             version: None,
             trust_domain: None,

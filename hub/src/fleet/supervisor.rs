@@ -314,6 +314,11 @@ impl Loop {
         state.update(name, |s| {
             s.phase = Phase::Pending;
             s.reason = None;
+            // A new effective configuration (or profile) starts its own retry count: the
+            // failures so far were the previous configuration's.
+            s.last_error = None;
+            s.consecutive_failures = 0;
+            s.next_retry = None;
             s.engagements += 1;
             s.trust_domain = Some(spec.settings.trust_domain.clone());
             s.spire_class_name = spec.settings.spire_class_name.clone();

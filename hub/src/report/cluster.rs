@@ -53,6 +53,9 @@ pub fn cluster_status(
         bindings: counts,
         non_ready_bindings: non_ready,
         non_ready_bindings_truncated: truncated,
+        consecutive_failures: (spoke.consecutive_failures > 0)
+            .then_some(i64::from(spoke.consecutive_failures)),
+        next_retry_time: spoke.next_retry.map(super::k8s_time),
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
+
 use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
 use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 
@@ -17,14 +19,16 @@ const POD_LABEL_PREFIX: &str = "k8s:pod-label:";
 
 impl From<&SpokeState> for SpokeObservation {
     fn from(s: &SpokeState) -> Self {
-        let (credentials, reachable, synced, message) = health_of(s);
+        let shown = health_of(s);
         SpokeObservation {
             cluster: s.name.clone(),
             trust_domain: s.trust_domain.clone(),
-            credentials,
-            reachable,
-            synced,
-            error_message: message,
+            credentials: shown.credentials,
+            reachable: shown.reachable,
+            synced: shown.synced,
+            error_message: shown.message,
+            consecutive_failures: shown.failures,
+            next_retry: shown.next_retry,
             spoke_version: s.version.clone(),
             last_sync: s.last_sync,
             bindings: s.bindings.iter().map(BindingObservation::from).collect(),
@@ -48,49 +52,88 @@ impl super::full::FullReport {
     }
 }
 
-/// The three health aspects and the message to show, from the phase and last error.
-fn health_of(s: &SpokeState) -> (Health, Health, Health, Option<String>) {
+/// What a spoke's status shows: the three health aspects, the message, and while a failure
+/// is shown, the failure count and the next retry.
+struct Shown {
+    credentials: Health,
+    reachable: Health,
+    synced: Health,
+    message: Option<String>,
+    failures: u32,
+    next_retry: Option<DateTime<Utc>>,
+}
+
+impl Shown {
+    fn new(aspects: (Health, Health, Health), message: Option<String>) -> Self {
+        let (credentials, reachable, synced) = aspects;
+        Shown {
+            credentials,
+            reachable,
+            synced,
+            message,
+            failures: 0,
+            next_retry: None,
+        }
+    }
+}
+
+/// The health aspects and the message to show, from the phase and last error.
+fn health_of(s: &SpokeState) -> Shown {
     use Health::{Failed, Ok as Up, Unknown};
-    let error = s.last_error.as_ref();
-    let message = error.map(|e| e.message.clone());
+    // A spoke task retrying after a failure goes through the attempt's phases again
+    // (Connecting, Queued, Syncing), which say nothing new about it: the last failure stays
+    // shown until an attempt succeeds (engaging clears it). Otherwise a spoke failing slowly
+    // (a hung plugin, a blackholed server) would show "not observed yet" most of the time.
+    let retrying = s.consecutive_failures > 0 && s.last_error.is_some();
     match s.phase {
-        Phase::Engaged => (Up, Up, Up, None),
+        Phase::Engaged => Shown::new((Up, Up, Up), None),
+        Phase::Degraded | Phase::BackingOff => failure(s),
+        Phase::Pending | Phase::Connecting | Phase::Queued | Phase::Syncing if retrying => {
+            failure(s)
+        }
         // Not Ready until the initial sync completed: the bindings are not known yet (or are
         // the previous engagement's), so no "all bindings ready" may be derived from them.
-        Phase::Syncing => (Up, Up, Unknown, Some(SYNCING_MESSAGE.to_string())),
-        Phase::Refused => (
-            Failed(ErrorCategory::ProfileRefused),
-            Unknown,
-            Unknown,
-            s.reason.clone().or(message),
+        Phase::Syncing => Shown::new((Up, Up, Unknown), Some(SYNCING_MESSAGE.to_string())),
+        Phase::Refused => Shown::new(
+            (Failed(ErrorCategory::ProfileRefused), Unknown, Unknown),
+            s.reason
+                .clone()
+                .or_else(|| s.last_error.as_ref().map(|e| e.message.clone())),
         ),
-        Phase::Degraded | Phase::BackingOff => {
-            let Some(e) = error else {
-                return (Unknown, Unknown, Unknown, None);
-            };
-            let (c, r, y) = match e.category {
-                FleetCategory::Credentials => (
-                    Failed(ErrorCategory::CredentialPluginFailed),
-                    Unknown,
-                    Unknown,
-                ),
-                FleetCategory::Unauthorized => (Failed(ErrorCategory::Unauthorized), Up, Unknown),
-                FleetCategory::Unreachable => (Up, Failed(ErrorCategory::Unreachable), Unknown),
-                FleetCategory::Tls => (Up, Failed(ErrorCategory::TlsFailure), Unknown),
-                FleetCategory::Forbidden => (Up, Up, Failed(ErrorCategory::Forbidden)),
-                FleetCategory::CrdMissing => (Up, Up, Failed(ErrorCategory::CrdMissing)),
-                FleetCategory::ServerError | FleetCategory::SyncTimeout | FleetCategory::Other => {
-                    (Up, Up, Failed(ErrorCategory::Other))
-                }
-            };
-            (c, r, y, message)
-        }
         Phase::Pending
         | Phase::Queued
         | Phase::Connecting
         | Phase::Waiting
         | Phase::Standby
-        | Phase::Removing => (Unknown, Unknown, Unknown, s.reason.clone()),
+        | Phase::Removing => Shown::new((Unknown, Unknown, Unknown), s.reason.clone()),
+    }
+}
+
+/// The last failure of a spoke that is backing off, retrying or degraded.
+fn failure(s: &SpokeState) -> Shown {
+    use Health::{Failed, Ok as Up, Unknown};
+    let Some(e) = s.last_error.as_ref() else {
+        return Shown::new((Unknown, Unknown, Unknown), None);
+    };
+    let aspects = match e.category {
+        FleetCategory::Credentials => (
+            Failed(ErrorCategory::CredentialPluginFailed),
+            Unknown,
+            Unknown,
+        ),
+        FleetCategory::Unauthorized => (Failed(ErrorCategory::Unauthorized), Up, Unknown),
+        FleetCategory::Unreachable => (Up, Failed(ErrorCategory::Unreachable), Unknown),
+        FleetCategory::Tls => (Up, Failed(ErrorCategory::TlsFailure), Unknown),
+        FleetCategory::Forbidden => (Up, Up, Failed(ErrorCategory::Forbidden)),
+        FleetCategory::CrdMissing => (Up, Up, Failed(ErrorCategory::CrdMissing)),
+        FleetCategory::ServerError | FleetCategory::SyncTimeout | FleetCategory::Other => {
+            (Up, Up, Failed(ErrorCategory::Other))
+        }
+    };
+    Shown {
+        failures: s.consecutive_failures,
+        next_retry: s.next_retry,
+        ..Shown::new(aspects, Some(e.message.clone()))
     }
 }
 
@@ -239,6 +282,57 @@ mod tests {
                     assert!(message.contains(SYNCING_MESSAGE), "{message}");
                 }
             }
+        }
+    }
+
+    /// A spoke retrying after failures keeps showing the last one in every phase of the
+    /// retry (before the fix, Connecting, Queued and Syncing showed "not observed yet"), with
+    /// the failure count and the next retry; engaging clears all of it.
+    #[test]
+    fn a_retrying_spoke_shows_its_last_failure_until_it_is_engaged() {
+        let retry_at = Utc::now() + chrono::Duration::seconds(30);
+        for (category, reason) in [
+            (FleetCategory::Credentials, "CredentialPluginFailed"),
+            (FleetCategory::Unauthorized, "Unauthorized"),
+            (FleetCategory::Unreachable, "Unreachable"),
+            (FleetCategory::Forbidden, "Forbidden"),
+        ] {
+            let mut s = SpokeState::new("fleet/east");
+            s.last_error = Some(SpokeError {
+                category,
+                message: "exec: executable p failed with exit code 1".into(),
+                at: Utc::now(),
+            });
+            s.consecutive_failures = 3;
+            s.next_retry = Some(retry_at);
+            for phase in [
+                Phase::BackingOff,
+                Phase::Connecting,
+                Phase::Queued,
+                Phase::Syncing,
+            ] {
+                s.phase = phase;
+                let status =
+                    super::super::cluster_status(&SpokeObservation::from(&s), Utc::now(), None);
+                let (st, r, message, _) = ready_of(&s);
+                assert_eq!((st.as_str(), r.as_str()), ("False", reason), "{phase:?}");
+                assert!(message.contains("exit code 1"), "{phase:?}: {message}");
+                assert_eq!(status.consecutive_failures, Some(3), "{phase:?}");
+                assert_eq!(
+                    status.next_retry_time,
+                    Some(crate::report::k8s_time(retry_at)),
+                    "{phase:?}"
+                );
+            }
+        }
+        // A spoke that never failed shows neither, whatever its phase.
+        let mut fresh = SpokeState::new("fleet/west");
+        for phase in Phase::ALL {
+            fresh.phase = phase;
+            let status =
+                super::super::cluster_status(&SpokeObservation::from(&fresh), Utc::now(), None);
+            assert_eq!(status.consecutive_failures, None, "{phase:?}");
+            assert_eq!(status.next_retry_time, None, "{phase:?}");
         }
     }
 

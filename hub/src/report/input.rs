@@ -25,12 +25,23 @@ pub struct SpokeObservation {
     pub synced: Health,
     /// The last error's message (already free of secrets), shown in the failing condition.
     pub error_message: Option<String>,
+    /// Failed attempts (or health probes) since the spoke was last engaged, while the failure
+    /// is shown; 0 otherwise.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub consecutive_failures: u32,
+    /// When the hub retries the failing spoke (in the past while that attempt runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_retry: Option<DateTime<Utc>>,
     /// Kubernetes version of the spoke.
     pub spoke_version: Option<String>,
     /// When the hub last completed a sync with the spoke.
     pub last_sync: Option<DateTime<Utc>>,
     /// The spoke's bindings as last observed (kept while the spoke is unreachable).
     pub bindings: Vec<BindingObservation>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl SpokeObservation {
