@@ -112,12 +112,13 @@ fn capture() -> (Buffer, tracing::subscriber::DefaultGuard) {
     (buffer, tracing::subscriber::set_default(subscriber))
 }
 
-#[tokio::test]
-async fn short_secrets_on_plugin_stderr_never_reach_errors_or_logs() {
+/// Runs a failing plugin that prints a phrase, three short secrets and a plain-words secret
+/// on stderr, with `--log-plugin-stderr` on or off; returns (error text, captured logs).
+async fn failing_plugin_run(log_stderr_excerpt: bool) -> (String, String) {
     let (buffer, _guard) = capture();
     // Short values the old "20 characters or longer" rule let through: a 9-character token,
     // a plain-word password and a mixed-case key.
-    let (token, password, key) = ("Xq7bN2kLp", "correcthorsebattery", "AbCdEfGhIjKl");
+    let (token, password, key) = SHORT_SECRETS;
     let dir = tempfile::tempdir().unwrap();
     let s = write_script(
         dir.path(),
@@ -126,6 +127,7 @@ async fn short_secrets_on_plugin_stderr_never_reach_errors_or_logs() {
             "echo 'issuer said no, token {token} expired' >&2\n\
              echo 'password: {password}' >&2\n\
              echo 'AWS_SECRET_ACCESS_KEY={key}' >&2\n\
+             echo 'client secret is {PLAIN_SECRET}' >&2\n\
              exit 4"
         ),
     );
@@ -133,22 +135,51 @@ async fn short_secrets_on_plugin_stderr_never_reach_errors_or_logs() {
         access_for(&s, ExecApiVersion::V1, "https://spoke:6443"),
         CacheOptions {
             failure_backoff: Duration::ZERO,
+            exec: ExecOptions {
+                log_stderr_excerpt,
+                ..ExecOptions::default()
+            },
             ..CacheOptions::default()
         },
         CredentialMetrics::default(),
     );
     let err = creds.get().await.unwrap_err().to_string();
     let logs = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    (err, logs)
+}
+
+const SHORT_SECRETS: (&str, &str, &str) = ("Xq7bN2kLp", "correcthorsebattery", "AbCdEfGhIjKl");
+/// A secret in plain words: no pattern can tell it from prose.
+const PLAIN_SECRET: &str = "swordfish";
+
+#[tokio::test]
+async fn plugin_stderr_reaches_neither_errors_nor_logs_by_default() {
+    let (err, logs) = failing_plugin_run(false).await;
     assert!(logs.contains("credential plugin failed"), "{logs}");
-    // The error (it reaches status objects) has no stderr text at all, only its size and hash.
+    // The error (it reaches status objects) and the log carry stderr's size and hash only.
+    for text in [&err, &logs] {
+        assert!(text.contains("exit code 4"), "{text}");
+        assert!(text.contains("sha256:"), "{text}");
+        assert!(!text.contains("issuer said no"), "{text}");
+        assert!(!text.contains("stderr_excerpt"), "{text}");
+        assert!(!text.contains(PLAIN_SECRET), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn with_log_plugin_stderr_the_log_gets_a_redacted_excerpt() {
+    let (err, logs) = failing_plugin_run(true).await;
+    // The error still has no stderr text at all, only its size and hash.
     assert!(err.contains("exit code 4"), "{err}");
     assert!(err.contains("sha256:"), "{err}");
     assert!(!err.contains("issuer said no"), "{err}");
-    // The log has the redacted excerpt: what went wrong is still readable…
+    // The log has the redacted excerpt: what went wrong is readable…
     assert!(logs.contains("exit code 4"), "{logs}");
     assert!(logs.contains("issuer said no, token"), "{logs}");
     assert!(logs.contains("AWS_SECRET_ACCESS_KEY"), "{logs}");
-    // …the values are not.
+    // …the values that look like secrets are not (a plain-words one would be: that is why
+    // the excerpt is opt-in).
+    let (token, password, key) = SHORT_SECRETS;
     for text in [&err, &logs] {
         for secret in [token, password, key] {
             assert!(!text.contains(secret), "{secret} leaked:\n{text}");

@@ -329,9 +329,13 @@ impl Inner {
             Err(err) => {
                 self.metrics
                     .observe(&self.access.provider, err.result_label(), elapsed);
-                // The error shows stderr's size and hash only; the log also gets the bounded,
-                // redacted excerpt (quoted by `?`, so a plugin cannot forge log lines).
-                match err.stderr().filter(|e| !e.log_excerpt().is_empty()) {
+                // The error shows stderr's size and hash only. Only when the operator asked for
+                // it (`--log-plugin-stderr`) does the log also get the bounded, redacted
+                // excerpt (quoted by `?`, so a plugin cannot forge log lines).
+                match err
+                    .stderr()
+                    .filter(|e| self.opts.exec.log_stderr_excerpt && !e.log_excerpt().is_empty())
+                {
                     Some(stderr) => tracing::warn!(
                         spoke = %self.access.spoke,
                         provider = %self.access.provider,

@@ -38,6 +38,10 @@ pub struct ExecOptions {
     /// How much stderr is kept for the log excerpt (the rest is drained, hashed and
     /// counted, and dropped).
     pub max_stderr_bytes: usize,
+    /// Whether a failing plugin's redacted stderr excerpt goes into the hub's log. Off by
+    /// default: plugin output may hold secrets that no pattern recognises, so by default the
+    /// log, like status, carries only stderr's size and hash (`--log-plugin-stderr`).
+    pub log_stderr_excerpt: bool,
 }
 
 impl Default for ExecOptions {
@@ -46,6 +50,7 @@ impl Default for ExecOptions {
             timeout: Duration::from_secs(30),
             max_stdout_bytes: 1 << 20,
             max_stderr_bytes: 4096,
+            log_stderr_excerpt: false,
         }
     }
 }

@@ -151,6 +151,13 @@ pub struct HubArgs {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub exec_timeout_seconds: u64,
 
+    /// Also log a bounded (4 KiB), pattern-redacted excerpt of a failing credential
+    /// plugin's stderr. Off by default: plugin output can hold secrets that no pattern
+    /// recognises, so by default logs, like status, carry only stderr's size and sha256.
+    /// Turn it on briefly to debug a plugin, and treat the log as sensitive while it is on.
+    #[arg(long)]
+    pub log_plugin_stderr: bool,
+
     /// TCP+TLS connect timeout of spoke clients, in seconds.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub connect_timeout_seconds: u64,
@@ -245,6 +252,7 @@ impl HubArgs {
         CacheOptions {
             exec: ExecOptions {
                 timeout: Duration::from_secs(self.exec_timeout_seconds),
+                log_stderr_excerpt: self.log_plugin_stderr,
                 ..ExecOptions::default()
             },
             ..CacheOptions::default()
