@@ -10,7 +10,7 @@ use kleym_api::external::model::{self, InferenceModel};
 use kleym_api::external::objective::{self, gaie, llmd};
 use kleym_api::external::pool::{v1, v1alpha2};
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_api::{InferenceIdentityBinding, TargetKind, labels};
+use kleym_api::{InferenceIdentityBinding, TargetKind};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -569,7 +569,10 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
             .foreign_spiffe_ids
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        match (&change, ForeignSpiffeId::from_object(&obj)) {
+        match (
+            &change,
+            ForeignSpiffeId::from_object(&obj, &ctx.config.field_manager),
+        ) {
             (Change::Upsert { .. }, Some(f)) => {
                 foreign.insert(name.clone(), f.clone()).as_ref() != Some(&f)
             }
@@ -588,16 +591,11 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
     {
         return;
     }
-    let obj_labels = obj.labels();
-    let ours =
-        obj_labels.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGED_BY_VALUE);
-    if ours {
-        if let (Some(ns), Some(n)) = (
-            obj_labels.get(labels::BINDING_NAMESPACE),
-            obj_labels.get(labels::BINDING_NAME),
-        ) {
-            affected.push(ObjectKey::new(ns.clone(), n.clone()));
-        }
+    // Whose output it is, by the ownership proof (labels can be copied onto any object,
+    // and such an object must stay in the overlap analysis below).
+    let owner = crate::ownership::proven_owner(&obj, &ctx.config.field_manager);
+    if let Ok(owner) = owner {
+        affected.push(ObjectKey::new(owner.namespace, owner.name));
     } else {
         // Another ClusterSPIFFEID: its selection can overlap any binding's pods (overlap
         // warnings). Only spec changes matter, not SPIRE's frequent status writes.
