@@ -1,8 +1,9 @@
 //! Profile deletion honours `--removal-policy` and never leaves kleym's finalizers behind.
 //!
 //! `Orphan` stops managing the spoke and removes kleym's finalizers but keeps the
-//! ClusterSPIFFEIDs; `Cleanup` also deletes the ClusterSPIFFEIDs kleym created (UID-proven)
-//! and leaves foreign ones alone — even one that took the name of an object kleym created.
+//! ClusterSPIFFEIDs; `Cleanup` also deletes the ClusterSPIFFEIDs kleym created (proven on the
+//! object, never by a binding's status, which a tenant can forge) and leaves foreign ones
+//! alone — even one that took the name of an object kleym created.
 //! The hub's finalizer on the ClusterProfile (`kleym.io/spoke-removal`) keeps a deleted
 //! profile until removal ran: also when the spoke was Waiting, or when no hub ran at the
 //! time. A 409 or a 500 on one binding's finalizer update is retried; a profile leaving

@@ -224,6 +224,11 @@ async fn apply_verdict(
             .round(k8s_openapi::jiff::Unit::Second)
             .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
     );
+    // Status read back (audit, see `crate::ownership`): only compared with the status we
+    // want (is a write needed), carries condition transition times over, and decides
+    // whether a verdict event is due. A forged status can at most cause one more write of
+    // this binding's own status or change an event about this binding: no object is
+    // chosen from it.
     let previous = binding.status.as_ref();
     let desired_status = status::build_status(&inputs, previous, &now);
     let transition = events::transition(status::recorded_refusal(previous), inputs.refusal());
@@ -406,7 +411,9 @@ pub fn enqueue_changed_peers<'a>(
 }
 
 /// Do the peer's recorded namespace-wide findings differ from the verdict's? (Peers and
-/// warnings compare as sets.)
+/// warnings compare as sets.) Status read back (audit, see `crate::ownership`): the answer
+/// only decides whether the peer, a binding of the same namespace, is enqueued; its
+/// reconcile derives everything again from specs and the ownership proof.
 pub fn conflict_view_differs(peer: &InferenceIdentityBinding, v: &Verdict) -> bool {
     let status = peer.status.as_ref();
     let recorded_conflict = status.is_some_and(|s| {

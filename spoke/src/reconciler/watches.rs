@@ -355,7 +355,8 @@ pub(crate) fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>
 
 /// Does this version of a binding need a reconcile? Our own status writes come back as
 /// events: only a first sight, a spec change (generation), deletion, finalizer or UID
-/// changes, or a status that vanished need one.
+/// changes, or a status that vanished need one. (Status read back only to enqueue the
+/// binding itself: no object is chosen from it, see `crate::ownership`.)
 pub fn binding_change_needs_reconcile(
     old: Option<&InferenceIdentityBinding>,
     new: &InferenceIdentityBinding,
@@ -389,7 +390,9 @@ pub fn binding_compile_inputs_differ(
 }
 
 /// Bindings in the namespace that recorded `gone` as a conflict peer, or that `gone`
-/// recorded as one.
+/// recorded as one. (Status read back only to pick bindings of the same namespace to
+/// enqueue: a forged peer name costs a reconcile, which re-derives everything from specs
+/// and proves ownership on the objects, see `crate::ownership`.)
 fn peers_to_revisit(
     ctx: &Context,
     key: &ObjectKey,
