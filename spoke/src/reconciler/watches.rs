@@ -586,33 +586,35 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
     if foreign_changed {
         ctx.namespace_cache.invalidate_all();
     }
-    // The echo of our own apply: the binding that wrote it already acted on it.
-    if let Change::Upsert { new, .. } = &change
-        && ctx
-            .csid_overlay
-            .is_own_write("", &name, new.metadata.resource_version.as_deref())
-    {
+    // The echo of our own apply: the binding that wrote it already acted on it (unless
+    // the write changed the foreign set, e.g. a migrated object is proven kleym's now).
+    let echo = matches!(&change, Change::Upsert { new, .. } if ctx
+        .csid_overlay
+        .is_own_write("", &name, new.metadata.resource_version.as_deref()));
+    if echo && !foreign_changed {
         return;
     }
     // Whose output it is, by the ownership proof (labels can be copied onto any object,
     // and such an object must stay in the overlap analysis below).
     let owner = crate::ownership::proven_owner(&obj, &ctx.config.field_manager);
-    if let Ok(owner) = owner {
+    // Another ClusterSPIFFEID: its selection can overlap any binding's pods (overlap
+    // warnings). Only spec changes matter, not SPIRE's frequent status writes.
+    let spec_changed = old
+        .as_ref()
+        .is_none_or(|o| o.metadata.generation != obj.metadata.generation);
+    let owner_is_foreign = owner.is_err();
+    if let Ok(owner) = owner
+        && !echo
+    {
         affected.push(ObjectKey::new(owner.namespace, owner.name));
-    } else {
-        // Another ClusterSPIFFEID: its selection can overlap any binding's pods (overlap
-        // warnings). Only spec changes matter, not SPIRE's frequent status writes.
-        let spec_changed = old
-            .as_ref()
-            .is_none_or(|o| o.metadata.generation != obj.metadata.generation);
-        if spec_changed {
-            affected.extend(
-                ctx.index
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .all_bindings(),
-            );
-        }
+    }
+    if foreign_changed || (owner_is_foreign && spec_changed) {
+        affected.extend(
+            ctx.index
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .all_bindings(),
+        );
     }
     ctx.queue.enqueue_all(affected);
 }
