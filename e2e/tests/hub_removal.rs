@@ -1,8 +1,9 @@
 //! Profile deletion honours `--removal-policy` and never leaves kleym's finalizers behind.
 //!
 //! `Orphan` stops managing the spoke and removes kleym's finalizers but keeps the
-//! ClusterSPIFFEIDs; `Cleanup` also deletes the ClusterSPIFFEIDs kleym created (UID-proven)
-//! and leaves foreign ones alone — even one that took the name of an object kleym created.
+//! ClusterSPIFFEIDs; `Cleanup` also deletes the ClusterSPIFFEIDs kleym created (proven on the
+//! object, never by a binding's status, which a tenant can forge) and leaves foreign ones
+//! alone — even one that took the name of an object kleym created.
 //! The hub's finalizer on the ClusterProfile (`kleym.io/spoke-removal`) keeps a deleted
 //! profile until removal ran: also when the spoke was Waiting, or when no hub ran at the
 //! time. A 409 or a 500 on one binding's finalizer update is retried; a profile leaving
@@ -321,6 +322,170 @@ async fn cleanup_spares_a_foreign_object_that_took_the_name_of_one_kleym_created
     assert_eq!(
         left[0]["spec"]["spiffeIDTemplate"],
         "spiffe://other.example/taken"
+    );
+    hub.stop().await.unwrap();
+}
+
+/// A tenant of the spoke's namespace: its bindings and their status, `get` on
+/// ClusterSPIFFEIDs (to learn a UID), nothing else. Returns its client.
+async fn spoke_tenant(f: &FleetHarness, spoke: &str) -> kube::Client {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let cluster = f.spoke(spoke);
+    let admin = cluster.kube_client().await.unwrap();
+    let pp = PostParams::default();
+    fn typed<K: serde::de::DeserializeOwned>(v: Value) -> K {
+        serde_json::from_value(v).unwrap()
+    }
+    Api::<ServiceAccount>::namespaced(admin.clone(), env::NS)
+        .create(&pp, &typed(json!({"metadata": {"name": "tenant"}})))
+        .await
+        .unwrap();
+    let subjects = json!([{"kind": "ServiceAccount", "name": "tenant", "namespace": env::NS}]);
+    Api::<Role>::namespaced(admin.clone(), env::NS)
+        .create(
+            &pp,
+            &typed(json!({
+                "metadata": {"name": "bindings"},
+                "rules": [
+                    {"apiGroups": ["kleym.io"], "resources": ["inferenceidentitybindings"],
+                     "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                    {"apiGroups": ["kleym.io"], "resources": ["inferenceidentitybindings/status"],
+                     "verbs": ["get", "update", "patch"]}
+                ]
+            })),
+        )
+        .await
+        .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), env::NS)
+        .create(
+            &pp,
+            &typed(json!({
+                "metadata": {"name": "tenant-bindings"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "bindings"},
+                "subjects": subjects
+            })),
+        )
+        .await
+        .unwrap();
+    Api::<ClusterRole>::all(admin.clone())
+        .create(
+            &pp,
+            &typed(json!({
+                "metadata": {"name": "clusterspiffeid-reader"},
+                "rules": [{"apiGroups": ["spire.spiffe.io"], "resources": ["clusterspiffeids"],
+                           "verbs": ["get"]}]
+            })),
+        )
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(admin)
+        .create(
+            &pp,
+            &typed(json!({
+                "metadata": {"name": "tenant-clusterspiffeid-reader"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "clusterspiffeid-reader"},
+                "subjects": subjects
+            })),
+        )
+        .await
+        .unwrap();
+    let token = cluster
+        .issue_sa_token(env::NS, "tenant", &[], Duration::from_secs(3600), None)
+        .await
+        .unwrap();
+    cluster.client_for_token(&token).await.unwrap()
+}
+
+/// Cleanup reads no status: a tenant forges `status.clusterSPIFFEID` of binding 1 to name a
+/// platform ClusterSPIFFEID (carrying kleym's labels, so Cleanup's label-selected list has
+/// it), and of binding 0 to name a foreign object (kleym's labels too) that replaced
+/// binding 0's output at its name. Cleanup deletes the outputs proven to be kleym's and
+/// neither victim: same UID, same resourceVersion (before: both were deleted, the forged
+/// UIDs satisfying the delete's precondition).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_ignores_a_forged_status() {
+    use kleym_api::InferenceIdentityBinding;
+    use kleym_api::external::spiffeid::ClusterSPIFFEID;
+    use kube::ResourceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    let hub = engage(&f, "spoke", "cleanup", &[]).await;
+    make_unhealthy(&f, &hub, "spoke").await;
+    let admin = f.spoke("spoke").kube_client().await.unwrap();
+    let csids: Api<ClusterSPIFFEID> = Api::all(admin);
+    let kleym_labels = |binding: &str| {
+        json!({"kleym.io/managed-by": "kleym", "kleym.io/binding-namespace": env::NS,
+               "kleym.io/binding-name": binding})
+    };
+    let platform: ClusterSPIFFEID = serde_json::from_value(json!({
+        "apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID",
+        "metadata": {"name": "platform-default", "labels": kleym_labels(&env::binding_name(1))},
+        "spec": {"spiffeIDTemplate": "spiffe://fleet.example/platform"}
+    }))
+    .unwrap();
+    csids
+        .create(&PostParams::default(), &platform)
+        .await
+        .unwrap();
+    let taken = env::csid_name(0);
+    csids
+        .delete(&taken, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let squatter: ClusterSPIFFEID = serde_json::from_value(json!({
+        "apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID",
+        "metadata": {"name": taken, "labels": kleym_labels(&env::binding_name(0))},
+        "spec": {"spiffeIDTemplate": "spiffe://fleet.example/taken"}
+    }))
+    .unwrap();
+    csids
+        .create(&PostParams::default(), &squatter)
+        .await
+        .unwrap();
+
+    let tenant = spoke_tenant(&f, "spoke").await;
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(tenant.clone(), env::NS);
+    let tenant_csids: Api<ClusterSPIFFEID> = Api::all(tenant);
+    let mut victims = Vec::new();
+    for (i, victim) in [(1, "platform-default".to_string()), (0, taken.clone())] {
+        let obj = tenant_csids.get(&victim).await.expect("the tenant may get");
+        let denied = tenant_csids
+            .delete(&victim, &kube::api::DeleteParams::default())
+            .await
+            .expect_err("the tenant may not delete ClusterSPIFFEIDs");
+        assert!(
+            matches!(&denied, kube::Error::Api(s) if s.code == 403),
+            "{denied:?}"
+        );
+        bindings
+            .patch_status(
+                &env::binding_name(i),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"clusterSPIFFEID": {
+                    "name": victim, "uid": obj.uid().unwrap()}}})),
+            )
+            .await
+            .expect("the tenant may write its binding's status");
+        victims.push((victim, obj.uid(), obj.resource_version()));
+    }
+
+    delete_profile(&f.hub_client, "spoke").await.unwrap();
+    removed(&f, &hub, "spoke").await;
+    for (victim, uid, rv) in &victims {
+        let after = csids.get(victim).await.expect("kept");
+        assert_eq!(
+            (&after.uid(), &after.resource_version()),
+            (uid, rv),
+            "{victim}: same UID and resourceVersion"
+        );
+    }
+    let left = env::csid_names(&f.spoke("spoke").store());
+    assert_eq!(
+        left.into_iter().collect::<Vec<_>>(),
+        [taken, "platform-default".to_string()],
+        "kleym's own outputs (bindings 1 and 2) are deleted"
     );
     hub.stop().await.unwrap();
 }

@@ -194,7 +194,9 @@ fn bench_csid(i: usize, binding_uid: &str) -> serde_json::Value {
                 "kleym.io/binding-namespace": env::NS,
                 "kleym.io/managed-by": "kleym"
             },
-            "annotations": {"kleym.io/binding-uid": binding_uid}
+            "annotations": {
+                "kleym.io/owner": format!("{}/{}/{binding_uid}", env::NS, env::binding_name(i))
+            }
         },
         "spec": {
             "fallback": false,

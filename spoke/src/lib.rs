@@ -2,4 +2,5 @@
 //! into SPIRE `ClusterSPIFFEID`s, and the per-cluster reconciler built on it.
 
 pub mod compiler;
+pub mod ownership;
 pub mod reconciler;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use compiler_common::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, LabelSelectorRequirement, Time,
+    FieldsV1, LabelSelector, LabelSelectorRequirement, ManagedFieldsEntry, Time,
 };
 use kleym_api::conditions as types;
 use kleym_spoke::compiler::collisions::{WarningReason, selector_provably_matches};
@@ -15,6 +15,7 @@ use kleym_spoke::compiler::{
     Analysis, BindingRef, CompiledIdentity, ForeignSpiffeId, Lookup, NamespaceLabels, Reason,
     analyze,
 };
+use kleym_spoke::ownership::{OWNER_ANNOTATION, Owner};
 
 fn bref(name: &str) -> BindingRef {
     BindingRef {
@@ -338,11 +339,40 @@ fn foreign_view_skips_kleym_objects() {
         ours.output.spec.clone(),
     );
     obj.metadata.labels = Some(ours.output.labels.clone());
-    assert!(ForeignSpiffeId::from_object(&obj).is_none());
-    obj.metadata.labels = None;
-    let f = ForeignSpiffeId::from_object(&obj).unwrap();
+    // kleym's labels alone (anyone who writes ClusterSPIFFEIDs can copy them) do not hide
+    // an object from the overlap analysis.
+    let f = ForeignSpiffeId::from_object(&obj, "kleym").expect("labels are not proof");
     assert!(!f.fallback);
     assert_eq!(f.workload_selector_templates, ours.selectors);
+    // kleym's output: the owner annotation, applied by kleym's field manager.
+    let owner = Owner {
+        namespace: NS.into(),
+        name: "a".into(),
+        uid: "binding-uid".into(),
+    };
+    assert_eq!(
+        obj.metadata.name.as_deref(),
+        Some(owner.object_name().as_str())
+    );
+    obj.metadata.uid = Some("csid-uid".into());
+    obj.metadata.annotations = Some(BTreeMap::from([(
+        OWNER_ANNOTATION.to_string(),
+        owner.annotation_value(),
+    )]));
+    let applied_by = |manager: &str| {
+        Some(vec![ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Apply".into()),
+            fields_v1: Some(FieldsV1(serde_json::json!({
+                "f:metadata": {"f:annotations": {"f:kleym.io/owner": {}}}
+            }))),
+            ..Default::default()
+        }])
+    };
+    obj.metadata.managed_fields = applied_by("someone-else");
+    assert!(ForeignSpiffeId::from_object(&obj, "kleym").is_some());
+    obj.metadata.managed_fields = applied_by("kleym");
+    assert!(ForeignSpiffeId::from_object(&obj, "kleym").is_none());
 }
 
 #[test]

@@ -6,13 +6,19 @@
 //! and a failing binding is reported in [`RemovalReport::left`] without stopping the others.
 //! The caller repeats passes (with backoff) until nothing is left — see `removal_job`.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kleym_api::InferenceIdentityBinding;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_spoke::reconciler::context::FINALIZER;
-use kube::ResourceExt;
+use kleym_api::labels;
+use kleym_spoke::compiler::Reason;
+use kleym_spoke::ownership::{self, Owner};
+use kleym_spoke::reconciler::context::{DEFAULT_FIELD_MANAGER, FINALIZER};
+use kleym_spoke::reconciler::events::EventPublisher;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::runtime::events::Reporter;
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::errors::categorize_kube;
@@ -25,8 +31,8 @@ pub enum RemovalPolicy {
     /// ClusterSPIFFEIDs stay (workloads keep their identities).
     #[default]
     Orphan,
-    /// Also delete the ClusterSPIFFEIDs kleym created (only those whose UID the binding's
-    /// status records), then remove the finalizers.
+    /// Also delete the ClusterSPIFFEIDs kleym created (only those proven to be the
+    /// binding's output, see `kleym_spoke::ownership`), then remove the finalizers.
     Cleanup,
 }
 
@@ -48,8 +54,8 @@ pub struct RemovalReport {
     pub finalizers_removed: usize,
     /// ClusterSPIFFEIDs deleted (Cleanup only).
     pub cluster_spiffe_ids_deleted: usize,
-    /// ClusterSPIFFEIDs a binding recorded as owned whose name now holds an object with
-    /// another UID (Cleanup only): not kleym's, kept.
+    /// Bindings whose ClusterSPIFFEID name holds an object that is not proven to be their
+    /// output (Cleanup only): not kleym's, kept untouched.
     pub foreign_kept: usize,
     /// Bindings that still carry kleym's finalizer after this pass.
     pub left: Vec<LeftBinding>,
@@ -86,17 +92,29 @@ pub enum RemovalError {
     /// Listing the bindings did not answer in time.
     #[error("listing InferenceIdentityBindings timed out after {0}s")]
     ListTimeout(u64),
+    /// Listing kleym's ClusterSPIFFEIDs failed (Cleanup).
+    #[error("listing ClusterSPIFFEIDs: {0}")]
+    ListOutputs(#[source] kube::Error),
+    /// Listing kleym's ClusterSPIFFEIDs did not answer in time (Cleanup).
+    #[error("listing ClusterSPIFFEIDs timed out after {0}s")]
+    ListOutputsTimeout(u64),
 }
 
 impl RemovalError {
     /// The category of this failure.
     pub fn category(&self) -> ErrorCategory {
         match self {
-            RemovalError::List(e) => categorize_kube(e),
-            RemovalError::ListTimeout(_) => ErrorCategory::Unreachable,
+            RemovalError::List(e) | RemovalError::ListOutputs(e) => categorize_kube(e),
+            RemovalError::ListTimeout(_) | RemovalError::ListOutputsTimeout(_) => {
+                ErrorCategory::Unreachable
+            }
         }
     }
 }
+
+/// Reason of the Warning event on a binding whose ClusterSPIFFEID name holds an object
+/// Cleanup does not delete because it is not proven to be the binding's output.
+const REASON_FOREIGN_KEPT: &str = Reason::ForeignObjectHoldsName.as_str();
 
 /// 409s in a row on one binding's finalizer update before the pass leaves it for the next.
 const CONFLICT_ATTEMPTS: usize = 5;
@@ -164,6 +182,7 @@ pub async fn apply_removal(
     policy: RemovalPolicy,
     request_timeout: Duration,
 ) -> Result<RemovalReport, RemovalError> {
+    let events = removal_events(client, None, true);
     removal_pass(
         client,
         policy,
@@ -171,8 +190,22 @@ pub async fn apply_removal(
             request_timeout,
             deadline: None,
         },
+        &events,
     )
     .await
+}
+
+/// The publisher of the events a removal pass publishes on a spoke's bindings.
+pub(crate) fn removal_events(
+    client: &kube::Client,
+    instance: Option<String>,
+    enabled: bool,
+) -> EventPublisher {
+    let reporter = Reporter {
+        controller: "kleym-hub".into(),
+        instance,
+    };
+    EventPublisher::new(client.clone(), reporter, enabled)
 }
 
 /// [`apply_removal`] with an overall deadline.
@@ -180,6 +213,7 @@ pub(crate) async fn removal_pass(
     client: &kube::Client,
     policy: RemovalPolicy,
     bounds: PassBounds,
+    events: &EventPublisher,
 ) -> Result<RemovalReport, RemovalError> {
     let all: Api<InferenceIdentityBinding> = Api::all(client.clone());
     let limit = bounds.limit().unwrap_or(Duration::ZERO);
@@ -188,13 +222,24 @@ pub(crate) async fn removal_pass(
         Some(Err(e)) => return Err(RemovalError::List(e)),
         None => return Err(RemovalError::ListTimeout(limit.as_secs())),
     };
+    let outputs = match policy {
+        RemovalPolicy::Orphan => Outputs::new(),
+        RemovalPolicy::Cleanup => list_outputs(client, bounds).await?,
+    };
     let mut report = RemovalReport::default();
     for b in listed {
         if !has_our_finalizer(&b) {
             continue;
         }
         let binding = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
-        if let Err(f) = remove_binding(client, b, policy, bounds, &mut report).await {
+        let cx = BindingPass {
+            client,
+            policy,
+            bounds,
+            outputs: &outputs,
+            events,
+        };
+        if let Err(f) = remove_binding(&cx, b, &mut report).await {
             report.left.push(LeftBinding {
                 binding,
                 error: f.error,
@@ -205,56 +250,73 @@ pub(crate) async fn removal_pass(
     Ok(report)
 }
 
-/// Applies the policy to one binding: Cleanup deletes its recorded ClusterSPIFFEID (UID
-/// precondition), then kleym's finalizer is removed (resourceVersion-guarded; a 409 re-reads
-/// the binding and starts over, so another controller's finalizer is never lost). The
-/// finalizer stays until the deletion succeeded, so a failed pass can be retried.
-async fn remove_binding(
-    client: &kube::Client,
-    mut b: InferenceIdentityBinding,
+/// kleym's ClusterSPIFFEIDs by name.
+type Outputs = BTreeMap<String, ClusterSPIFFEID>;
+
+/// Lists the ClusterSPIFFEIDs carrying kleym's label (every object kleym owns does: the
+/// ownership proof requires it) once per pass, so that Cleanup reads each object it may
+/// delete (the spoke role has `list`, not `get`). No CRD served: nothing to delete.
+async fn list_outputs(client: &kube::Client, bounds: PassBounds) -> Result<Outputs, RemovalError> {
+    let api: Api<ClusterSPIFFEID> = Api::all(client.clone());
+    let lp = ListParams::default().labels(&format!(
+        "{}={}",
+        labels::MANAGED_BY,
+        labels::MANAGED_BY_VALUE
+    ));
+    let limit = bounds.limit().unwrap_or(Duration::ZERO);
+    match bounded(limit, api.list(&lp)).await {
+        Some(Ok(l)) => Ok(l.items.into_iter().map(|o| (o.name_any(), o)).collect()),
+        Some(Err(kube::Error::Api(s))) if s.code == 404 => Ok(Outputs::new()),
+        Some(Err(e)) => Err(RemovalError::ListOutputs(e)),
+        None => Err(RemovalError::ListOutputsTimeout(limit.as_secs())),
+    }
+}
+
+/// What every binding of one pass shares.
+struct BindingPass<'a> {
+    client: &'a kube::Client,
     policy: RemovalPolicy,
     bounds: PassBounds,
+    outputs: &'a Outputs,
+    events: &'a EventPublisher,
+}
+
+/// What Cleanup did about one binding's ClusterSPIFFEID.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CleanedUp {
+    /// Not yet looked at.
+    Pending,
+    /// Deleted, gone, or kept because it is not the binding's: nothing more to do.
+    Done,
+}
+
+/// Applies the policy to one binding: Cleanup deletes its ClusterSPIFFEID — the object at
+/// the name the compiler gives the binding, proven to be its output by
+/// `ownership::verify` (never the object its status names: status is writable by the
+/// binding's tenant) — with a UID precondition; then kleym's finalizer is removed
+/// (resourceVersion-guarded; a 409 re-reads the binding and starts over, so another
+/// controller's finalizer is never lost). The finalizer stays until the deletion
+/// succeeded, so a failed pass can be retried.
+async fn remove_binding(
+    cx: &BindingPass<'_>,
+    mut b: InferenceIdentityBinding,
     report: &mut RemovalReport,
 ) -> Result<(), Failed> {
     let ns = b.namespace().unwrap_or_default();
     let name = b.name_any();
-    let api: Api<InferenceIdentityBinding> = Api::namespaced(client.clone(), &ns);
-    let csids: Api<ClusterSPIFFEID> = Api::all(client.clone());
+    let api: Api<InferenceIdentityBinding> = Api::namespaced(cx.client.clone(), &ns);
     let deadline = || Failed {
         error: "not finished before the removal deadline".into(),
         category: ErrorCategory::Other,
     };
-    let mut foreign_seen = false;
+    let mut cleaned = CleanedUp::Pending;
     for _ in 0..CONFLICT_ATTEMPTS {
         if !has_our_finalizer(&b) {
             return Ok(());
         }
-        if policy == RemovalPolicy::Cleanup
-            && let Some(owned) = b.status.as_ref().and_then(|s| s.cluster_spiffe_id.clone())
-        {
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(owned.uid.clone()),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            let limit = bounds.limit().ok_or_else(deadline)?;
-            let what = || format!("deleting ClusterSPIFFEID {}", owned.name);
-            match bounded(limit, csids.delete(&owned.name, &dp)).await {
-                Some(Ok(_)) => report.cluster_spiffe_ids_deleted += 1,
-                // Already gone.
-                Some(Err(kube::Error::Api(s))) if s.code == 404 => {}
-                // The UID precondition failed: that name holds an object kleym did not create.
-                Some(Err(kube::Error::Api(s))) if s.code == 409 => {
-                    if !foreign_seen {
-                        report.foreign_kept += 1;
-                        foreign_seen = true;
-                    }
-                }
-                Some(Err(e)) => return Err(Failed::kube(what(), &e)),
-                None => return Err(Failed::timeout(what(), limit)),
-            }
+        if cx.policy == RemovalPolicy::Cleanup && cleaned == CleanedUp::Pending {
+            delete_output(cx, &b, report).await?;
+            cleaned = CleanedUp::Done;
         }
         let rest: Vec<String> = b
             .finalizers()
@@ -264,7 +326,7 @@ async fn remove_binding(
             .collect();
         let patch =
             json!({"metadata": {"finalizers": rest, "resourceVersion": b.resource_version()}});
-        let limit = bounds.limit().ok_or_else(deadline)?;
+        let limit = cx.bounds.limit().ok_or_else(deadline)?;
         let what = || format!("removing finalizer {FINALIZER}");
         match bounded(
             limit,
@@ -279,10 +341,17 @@ async fn remove_binding(
             Some(Err(kube::Error::Api(s))) if s.code == 404 => return Ok(()),
             // Changed since it was read: read it again and start over.
             Some(Err(kube::Error::Api(s))) if s.code == 409 => {
-                let limit = bounds.limit().ok_or_else(deadline)?;
+                let limit = cx.bounds.limit().ok_or_else(deadline)?;
                 let what = || "re-reading the binding after a conflict".to_string();
                 match bounded(limit, api.get_opt(&name)).await {
-                    Some(Ok(Some(fresh))) => b = fresh,
+                    // Re-created under the same name: another binding, whose output is
+                    // another object; look at it afresh.
+                    Some(Ok(Some(fresh))) => {
+                        if fresh.uid() != b.uid() {
+                            cleaned = CleanedUp::Pending;
+                        }
+                        b = fresh;
+                    }
                     Some(Ok(None)) => return Ok(()),
                     Some(Err(e)) => return Err(Failed::kube(what(), &e)),
                     None => return Err(Failed::timeout(what(), limit)),
@@ -298,6 +367,63 @@ async fn remove_binding(
         ),
         category: ErrorCategory::Other,
     })
+}
+
+/// Cleanup of one binding's ClusterSPIFFEID: deleted (UID precondition) only when proven
+/// to be the binding's output; a foreign object at its name is kept, logged and reported
+/// as an event on the binding.
+async fn delete_output(
+    cx: &BindingPass<'_>,
+    b: &InferenceIdentityBinding,
+    report: &mut RemovalReport,
+) -> Result<(), Failed> {
+    let Some(owner) = Owner::of(b) else {
+        return Ok(()); // without a UID nothing can be proven to be its output
+    };
+    let name = owner.object_name();
+    let Some(obj) = cx.outputs.get(&name) else {
+        return Ok(()); // already gone (or never created)
+    };
+    if let Err(foreign) = ownership::verify(obj, DEFAULT_FIELD_MANAGER, &owner) {
+        report.foreign_kept += 1;
+        let note = format!("{foreign}; the Cleanup removal policy left it untouched");
+        tracing::warn!(binding = %format!("{}/{}", owner.namespace, owner.name), "{note}");
+        if let Some(limit) = cx.bounds.limit() {
+            // Best effort: the event is information, the removal does not wait for it.
+            let _ = tokio::time::timeout(
+                limit,
+                cx.events
+                    .warn(&b.object_ref(&()), REASON_FOREIGN_KEPT, &note),
+            )
+            .await;
+        }
+        return Ok(());
+    }
+    let uid = obj.uid().unwrap_or_default();
+    let csids: Api<ClusterSPIFFEID> = Api::all(cx.client.clone());
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let limit = cx.bounds.limit().ok_or_else(|| Failed {
+        error: "not finished before the removal deadline".into(),
+        category: ErrorCategory::Other,
+    })?;
+    let what = || format!("deleting ClusterSPIFFEID {name}");
+    match bounded(limit, csids.delete(&name, &dp)).await {
+        Some(Ok(_)) => report.cluster_spiffe_ids_deleted += 1,
+        // Already gone.
+        Some(Err(kube::Error::Api(s))) if s.code == 404 => {}
+        // The UID precondition failed: the name holds another object since the list, one
+        // that was not proven to be the binding's: keep it.
+        Some(Err(kube::Error::Api(s))) if s.code == 409 => report.foreign_kept += 1,
+        Some(Err(e)) => return Err(Failed::kube(what(), &e)),
+        None => return Err(Failed::timeout(what(), limit)),
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use kleym_spoke::reconciler::CancellationToken;
 use super::chain::Previous;
 use super::errors::EngageError;
 use super::profile_finalizer::{Lookup, ProfileRef, Released, look_up, release};
-use super::removal::{PassBounds, RemovalPolicy, RemovalReport, removal_pass};
+use super::removal::{PassBounds, RemovalPolicy, RemovalReport, removal_events, removal_pass};
 use super::spoke_task::TaskShared;
 use super::state::{ErrorCategory, Phase, SpokeError};
 use crate::credentials::build_spoke_client;
@@ -347,7 +347,8 @@ async fn apply_until_deadline(
                     }
                 };
                 let bounds = PassBounds { request_timeout: opts.request_timeout, deadline: Some(until) };
-                match removal_pass(&client.client, plan.policy, bounds).await {
+                let events = removal_events(&client.client, opts.event_instance.clone(), opts.publish_events);
+                match removal_pass(&client.client, plan.policy, bounds, &events).await {
                     Ok(report) if report.is_complete() => Ok(report),
                     Ok(report) => {
                         let category = report.left.first().map_or(ErrorCategory::Other, |l| l.category);

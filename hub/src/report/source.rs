@@ -96,6 +96,7 @@ pub async fn from_cluster(client: kube::Client, name: &str) -> Result<ReportDocu
             source,
         })?
         .ok_or_else(|| SourceError::NotFound(name.to_string()))?;
+    // Status read back (audit): rendered for the `kleym report` reader, never acted on.
     let report = obj.status.unwrap_or_default();
     let raw = serde_json::to_value(&report).map_err(|e| SourceError::Parse(e.to_string()))?;
     Ok(ReportDocument {

@@ -292,6 +292,10 @@ impl StatusWriter {
         let Some(mut want) = slot.pending.take() else {
             return Ok(false);
         };
+        // Status read back (audit): the ClusterIdentityStatus written earlier only carries
+        // transition times over and decides whether a write is needed; the object written
+        // is always the one named after the profile being reported, never one read from a
+        // status, and it lives in the hub cluster, where spoke tenants have no access.
         carry_transition_times(slot.written.as_ref(), &mut want);
         let owner_ok = slot.owner_uid.as_deref() == Some(key.uid.as_str());
         let changed = slot
@@ -379,6 +383,8 @@ impl StatusWriter {
                 .await
                 .map_err(|e| err("get", e))?;
             exists = current.is_some();
+            // Status read back (audit): only compared with the report we want and the
+            // source of `generatedAt`; the one object written is FLEET_REPORT_NAME.
             slot.written = current.and_then(|o| o.status);
             slot.known = exists;
         }

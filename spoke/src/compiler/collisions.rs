@@ -25,7 +25,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning, labels};
+use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
 
 use super::CompiledIdentity;
 use super::output::NAMESPACE_NAME_LABEL;
@@ -70,15 +70,12 @@ pub struct ForeignSpiffeId {
 }
 
 impl ForeignSpiffeId {
-    /// View of `obj`, or `None` when kleym manages it (label `kleym.io/managed-by`).
-    pub fn from_object(obj: &ClusterSPIFFEID) -> Option<Self> {
-        let managed = obj
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(labels::MANAGED_BY))
-            .is_some_and(|v| v == labels::MANAGED_BY_VALUE);
-        if managed {
+    /// View of `obj`, or `None` when it is proven to be kleym's output
+    /// ([`crate::ownership::proven_owner`], with kleym's `field_manager`). Labels alone do
+    /// not make an object kleym's: anyone who may write ClusterSPIFFEIDs can copy them,
+    /// which would hide the object from the overlap warning.
+    pub fn from_object(obj: &ClusterSPIFFEID, field_manager: &str) -> Option<Self> {
+        if crate::ownership::proven_owner(obj, field_manager).is_ok() {
             return None;
         }
         Some(ForeignSpiffeId {

@@ -44,7 +44,7 @@ macro_rules! reasons {
             pub const ALL: &'static [Reason] = &[$(Reason::$variant),*];
 
             /// The stable reason string.
-            pub fn as_str(self) -> &'static str {
+            pub const fn as_str(self) -> &'static str {
                 match self { $( Reason::$variant => stringify!($variant), )* }
             }
 

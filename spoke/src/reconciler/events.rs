@@ -84,6 +84,27 @@ impl EventPublisher {
                 secondary: None,
             },
         };
+        self.send(regarding, ev).await;
+    }
+
+    /// Publishes a Warning event `reason` with `note` about `regarding` (best effort): for
+    /// what is worth telling once but is not a verdict transition (an untrusted status
+    /// record, a foreign object left in place on deletion).
+    pub async fn warn(&self, regarding: &ObjectReference, reason: &str, note: &str) {
+        if !self.enabled {
+            return;
+        }
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: truncate(reason, 128),
+            note: Some(truncate(note, 1024)),
+            action: "Refuse".into(),
+            secondary: None,
+        };
+        self.send(regarding, ev).await;
+    }
+
+    async fn send(&self, regarding: &ObjectReference, ev: Event) {
         if let Err(err) = self.recorder.publish(&ev, regarding).await {
             tracing::warn!(
                 binding = regarding.name.as_deref().unwrap_or_default(),

@@ -1,13 +1,12 @@
 //! The pure "what must be written" decision for a binding's ClusterSPIFFEID, from the
-//! desired output and the cached objects. A binding whose output is already in place
-//! plans [`OutputAction::None`]: nothing is sent to the apiserver.
+//! desired output and the cached object at the binding's name. A binding whose output is
+//! already in place plans [`OutputAction::None`]: nothing is sent to the apiserver.
 //!
-//! Ownership: the cached object with our name is ours only if its UID is the one recorded
-//! in the binding's status, or (crash recovery: the object was created but the status
-//! write never happened) the object carries the [`OWNER_UID_ANNOTATION`] with this
-//! binding's UID. Anything else is foreign and is never
-//! modified or deleted. (Copying a binding's UID into an annotation requires write access
-//! to ClusterSPIFFEIDs, i.e. the power to register identities anyway.)
+//! Ownership: the object at the name the compiler gives the binding is acted on only when
+//! [`ownership::verify`] proves it is this binding's output. The binding's status is never
+//! read here: it is kleym's output, writable by the binding's tenant, so a name or UID it
+//! records proves nothing (see [`crate::ownership`]). An object at another name is never
+//! considered at all, whatever the status says.
 
 use std::collections::BTreeMap;
 
@@ -15,8 +14,7 @@ use kleym_api::OwnedClusterSpiffeId;
 use kleym_api::external::spiffeid::{ClusterSPIFFEID, ClusterSPIFFEIDSpec};
 use kube::ResourceExt;
 
-/// Annotation recording the UID of the binding that created a ClusterSPIFFEID.
-pub const OWNER_UID_ANNOTATION: &str = "kleym.io/binding-uid";
+use crate::ownership::{self, Foreign, OWNER_ANNOTATION, Owner, Proof};
 
 /// What the binding's ClusterSPIFFEID should be.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,110 +38,75 @@ pub enum OutputAction {
         /// UID precondition of the object being updated.
         uid: Option<String>,
     },
-    /// An object we do not own holds the desired name: refuse, touch nothing.
-    Foreign,
+    /// An object that is not proven to be ours holds the desired name: refuse, touch
+    /// nothing.
+    Foreign(Foreign),
 }
 
-/// The full plan: the action on the desired object, plus objects of ours to delete.
+/// The full plan: the action on the desired object, plus our object to delete.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OutputPlan {
     /// Action on the desired object (None when no output is desired).
     pub action: OutputAction,
-    /// Our objects no longer wanted (withdrawn output, or renamed): delete with a UID
-    /// precondition.
-    pub delete: Vec<OwnedClusterSpiffeId>,
+    /// Our object, no longer wanted (withdrawn output): delete with a UID precondition.
+    pub delete: Option<OwnedClusterSpiffeId>,
     /// The ownership record after the plan succeeds (before an apply that creates, the
     /// UID is unknown: the apply result supplies it).
     pub owned_after: Option<OwnedClusterSpiffeId>,
 }
 
-/// Is `obj` ours, given the recorded ownership and the binding UID?
-pub fn is_ours(
-    obj: &ClusterSPIFFEID,
-    recorded: Option<&OwnedClusterSpiffeId>,
-    binding_uid: Option<&str>,
-) -> bool {
-    let Some(uid) = obj.metadata.uid.as_deref() else {
-        return false;
-    };
-    let by_record = recorded.is_some_and(|rec| rec.name == obj.name_any() && rec.uid == uid);
-    // Crash recovery: created by us (apply succeeded) but the status write never happened.
-    let by_annotation = binding_uid.is_some()
-        && obj
-            .annotations()
-            .get(OWNER_UID_ANNOTATION)
-            .map(String::as_str)
-            == binding_uid;
-    by_record || by_annotation
-}
-
-/// Does the cached object already match the desired output?
-pub fn is_up_to_date(
-    obj: &ClusterSPIFFEID,
-    desired: &DesiredOutput,
-    binding_uid: Option<&str>,
-) -> bool {
+/// Does the cached object already match the desired output (our labels, our owner
+/// annotation, the spec)?
+pub fn is_up_to_date(obj: &ClusterSPIFFEID, desired: &DesiredOutput, owner: &Owner) -> bool {
     let labels = obj.labels();
     let labels_ok = desired.labels.iter().all(|(k, v)| labels.get(k) == Some(v));
-    let annotation_ok = match binding_uid {
-        Some(uid) => {
-            obj.annotations()
-                .get(OWNER_UID_ANNOTATION)
-                .map(String::as_str)
-                == Some(uid)
-        }
-        None => true,
-    };
+    let annotation_ok = obj.annotations().get(OWNER_ANNOTATION) == Some(&owner.annotation_value());
     labels_ok && annotation_ok && obj.spec == desired.spec
 }
 
-/// Decides what to write. `lookup` reads the ClusterSPIFFEID cache by name.
-pub fn plan_output<'a>(
+/// Decides what to write. `existing` is the cached object at the name the compiler gives
+/// the binding (`owner.object_name()`, which is also `desired.name`); `field_manager` is
+/// kleym's.
+pub fn plan_output(
     desired: Option<&DesiredOutput>,
-    recorded: Option<&OwnedClusterSpiffeId>,
-    binding_uid: Option<&str>,
-    lookup: impl Fn(&str) -> Option<&'a ClusterSPIFFEID>,
+    existing: Option<&ClusterSPIFFEID>,
+    owner: &Owner,
+    field_manager: &str,
 ) -> OutputPlan {
-    let mut delete = Vec::new();
-    // Our recorded object, if it still exists under the recorded UID.
-    let recorded_live = recorded.and_then(|rec| {
-        lookup(&rec.name)
-            .filter(|o| o.metadata.uid.as_deref() == Some(rec.uid.as_str()))
-            .map(|_| rec.clone())
-    });
-    let Some(d) = desired else {
-        delete.extend(recorded_live);
-        return OutputPlan {
-            action: OutputAction::None,
-            delete,
-            owned_after: None,
-        };
-    };
-    if let Some(live) = &recorded_live
-        && live.name != d.name
-    {
-        delete.push(live.clone());
-    }
-    let recorded_for_name = recorded.filter(|r| r.name == d.name);
-    match lookup(&d.name) {
-        None => OutputPlan {
-            action: OutputAction::Apply { uid: None },
-            delete,
-            owned_after: None,
-        },
-        Some(obj) => {
-            if !is_ours(obj, recorded_for_name, binding_uid) {
-                return OutputPlan {
-                    action: OutputAction::Foreign,
-                    delete,
-                    owned_after: None,
-                };
-            }
+    let proven = existing.map(|obj| {
+        ownership::verify(obj, field_manager, owner).map(|proof| {
             let owned = OwnedClusterSpiffeId {
-                name: d.name.clone(),
+                name: obj.name_any(),
                 uid: obj.metadata.uid.clone().unwrap_or_default(),
             };
-            let action = if is_up_to_date(obj, d, binding_uid) {
+            (obj, owned, proof)
+        })
+    });
+    match (desired, proven) {
+        (None, Some(Ok((_, owned, _)))) => OutputPlan {
+            action: OutputAction::None,
+            delete: Some(owned),
+            owned_after: None,
+        },
+        // Nothing wanted and nothing of ours: a foreign object is left alone.
+        (None, _) => OutputPlan {
+            action: OutputAction::None,
+            delete: None,
+            owned_after: None,
+        },
+        (Some(_), None) => OutputPlan {
+            action: OutputAction::Apply { uid: None },
+            delete: None,
+            owned_after: None,
+        },
+        (Some(_), Some(Err(foreign))) => OutputPlan {
+            action: OutputAction::Foreign(foreign),
+            delete: None,
+            owned_after: None,
+        },
+        (Some(d), Some(Ok((obj, owned, proof)))) => {
+            // A legacy object is re-applied: that adds the owner annotation.
+            let action = if proof == Proof::Annotated && is_up_to_date(obj, d, owner) {
                 OutputAction::None
             } else {
                 OutputAction::Apply {
@@ -152,27 +115,27 @@ pub fn plan_output<'a>(
             };
             OutputPlan {
                 action,
-                delete,
+                delete: None,
                 owned_after: Some(owned),
             }
         }
     }
 }
 
-/// The object to server-side apply for `desired`.
+/// The object to server-side apply for `desired`, owned by `owner`.
 pub fn apply_object(
     desired: &DesiredOutput,
-    binding_uid: Option<&str>,
+    owner: &Owner,
     uid_precondition: Option<&str>,
 ) -> ClusterSPIFFEID {
     let mut obj = ClusterSPIFFEID::new(&desired.name, desired.spec.clone());
     obj.metadata.labels = Some(desired.labels.clone());
-    if let Some(uid) = binding_uid {
-        obj.metadata.annotations = Some(BTreeMap::from([(
-            OWNER_UID_ANNOTATION.to_string(),
-            uid.to_string(),
-        )]));
-    }
+    // The legacy UID annotation is not in the applied configuration any more: applying
+    // without it removes it from objects that still carry it (kleym was its only manager).
+    obj.metadata.annotations = Some(BTreeMap::from([(
+        OWNER_ANNOTATION.to_string(),
+        owner.annotation_value(),
+    )]));
     // A UID in an apply body is a precondition: the apiserver refuses the write (409)
     // if the object was replaced by another incarnation since we read it.
     obj.metadata.uid = uid_precondition.map(str::to_string);
@@ -182,62 +145,83 @@ pub fn apply_object(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compiler::output::output_labels;
+    use crate::ownership::LEGACY_BINDING_UID_ANNOTATION;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
 
-    fn desired(name: &str, id: &str) -> DesiredOutput {
+    const FM: &str = "kleym";
+
+    fn owner() -> Owner {
+        Owner {
+            namespace: "a".into(),
+            name: "b".into(),
+            uid: "binding-uid".into(),
+        }
+    }
+
+    fn desired(id: &str) -> DesiredOutput {
+        let o = owner();
         DesiredOutput {
-            name: name.into(),
+            name: o.object_name(),
             spec: ClusterSPIFFEIDSpec {
                 spiffe_id_template: id.into(),
                 fallback: Some(false),
                 ..Default::default()
             },
-            labels: BTreeMap::from([("kleym.io/managed-by".into(), "kleym".into())]),
+            labels: output_labels(&o.namespace, &o.name),
         }
     }
 
-    fn live(d: &DesiredOutput, uid: &str, binding_uid: Option<&str>) -> ClusterSPIFFEID {
-        let mut o = apply_object(d, binding_uid, None);
-        o.metadata.uid = Some(uid.into());
-        o
+    fn applied_by(obj: &mut ClusterSPIFFEID, manager: &str, annotation: &str) {
+        obj.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Apply".into()),
+            fields_v1: Some(FieldsV1(serde_json::json!({
+                "f:metadata": {"f:annotations": {format!("f:{annotation}"): {}}}
+            }))),
+            ..Default::default()
+        }]);
     }
 
-    fn owned(name: &str, uid: &str) -> OwnedClusterSpiffeId {
+    /// Our object as kleym applied it for `o`, with `uid`.
+    fn live(d: &DesiredOutput, o: &Owner, uid: &str) -> ClusterSPIFFEID {
+        let mut obj = apply_object(d, o, None);
+        obj.metadata.uid = Some(uid.into());
+        applied_by(&mut obj, FM, OWNER_ANNOTATION);
+        obj
+    }
+
+    fn owned(uid: &str) -> OwnedClusterSpiffeId {
         OwnedClusterSpiffeId {
-            name: name.into(),
+            name: owner().object_name(),
             uid: uid.into(),
         }
     }
 
     #[test]
     fn absent_output_is_created() {
-        let d = desired("x", "spiffe://td/ns/a/o");
-        let plan = plan_output(Some(&d), None, Some("b"), |_| None);
+        let d = desired("spiffe://td/ns/a/o");
+        let plan = plan_output(Some(&d), None, &owner(), FM);
         assert_eq!(plan.action, OutputAction::Apply { uid: None });
-        assert!(plan.delete.is_empty());
+        assert_eq!(plan.delete, None);
     }
 
     #[test]
     fn unchanged_owned_output_writes_nothing() {
-        let d = desired("x", "spiffe://td/ns/a/o");
-        let obj = live(&d, "u1", Some("b"));
-        let rec = owned("x", "u1");
-        let plan = plan_output(Some(&d), Some(&rec), Some("b"), |n| {
-            (n == "x").then_some(&obj)
-        });
+        let d = desired("spiffe://td/ns/a/o");
+        let obj = live(&d, &owner(), "u1");
+        let plan = plan_output(Some(&d), Some(&obj), &owner(), FM);
         assert_eq!(plan.action, OutputAction::None);
-        assert!(plan.delete.is_empty());
-        assert_eq!(plan.owned_after, Some(rec));
+        assert_eq!(plan.delete, None);
+        assert_eq!(plan.owned_after, Some(owned("u1")));
     }
 
     #[test]
     fn drifted_owned_output_is_applied_with_uid_precondition() {
-        let d = desired("x", "spiffe://td/ns/a/o");
-        let mut obj = live(&d, "u1", Some("b"));
+        let d = desired("spiffe://td/ns/a/o");
+        let mut obj = live(&d, &owner(), "u1");
         obj.spec.fallback = Some(true);
-        let rec = owned("x", "u1");
-        let plan = plan_output(Some(&d), Some(&rec), Some("b"), |n| {
-            (n == "x").then_some(&obj)
-        });
+        let plan = plan_output(Some(&d), Some(&obj), &owner(), FM);
         assert_eq!(
             plan.action,
             OutputAction::Apply {
@@ -247,53 +231,66 @@ mod tests {
     }
 
     #[test]
-    fn same_name_object_with_other_uid_is_foreign_and_untouched() {
-        let d = desired("x", "spiffe://td/ns/a/o");
-        let obj = live(&d, "other", None);
-        for rec in [None, Some(owned("x", "u1"))] {
-            let plan = plan_output(Some(&d), rec.as_ref(), Some("b"), |n| {
-                (n == "x").then_some(&obj)
-            });
-            assert_eq!(plan.action, OutputAction::Foreign);
-            assert!(plan.delete.is_empty(), "a foreign object is never deleted");
+    fn unproven_objects_at_our_name_are_foreign_and_untouched() {
+        let d = desired("spiffe://td/ns/a/o");
+        // Our labels but no owner annotation (labels can be copied by anyone).
+        let mut labelled = live(&d, &owner(), "u1");
+        labelled.metadata.annotations = None;
+        // Our annotation, but applied by another field manager.
+        let mut other_manager = live(&d, &owner(), "u1");
+        applied_by(&mut other_manager, "kubectl", OWNER_ANNOTATION);
+        // The output of a binding re-created under the same name (another UID).
+        let previous = Owner {
+            uid: "old-binding-uid".into(),
+            ..owner()
+        };
+        let previous_incarnation = live(&d, &previous, "u1");
+        for obj in [labelled, other_manager, previous_incarnation] {
+            let plan = plan_output(Some(&d), Some(&obj), &owner(), FM);
+            assert!(
+                matches!(&plan.action, OutputAction::Foreign(f) if f.object == d.name),
+                "{plan:?}"
+            );
+            assert_eq!(plan.delete, None, "a foreign object is never deleted");
+            assert_eq!(plan.owned_after, None);
+            let withdrawn = plan_output(None, Some(&obj), &owner(), FM);
+            assert_eq!(withdrawn.action, OutputAction::None);
+            assert_eq!(withdrawn.delete, None, "a foreign object is never deleted");
         }
     }
 
     #[test]
-    fn annotation_adopts_only_without_a_record_and_with_our_binding_uid() {
-        let d = desired("x", "spiffe://td/ns/a/o");
-        let obj = live(&d, "u9", Some("b"));
-        let plan = plan_output(Some(&d), None, Some("b"), |n| (n == "x").then_some(&obj));
-        assert_eq!(plan.owned_after, Some(owned("x", "u9")));
-        assert_eq!(plan.action, OutputAction::None);
-        let other_binding = plan_output(Some(&d), None, Some("c"), |n| (n == "x").then_some(&obj));
-        assert_eq!(other_binding.action, OutputAction::Foreign);
+    fn legacy_output_is_adopted_and_reapplied_with_the_owner_annotation() {
+        let d = desired("spiffe://td/ns/a/o");
+        let mut obj = live(&d, &owner(), "u1");
+        obj.metadata.annotations = Some(BTreeMap::from([(
+            LEGACY_BINDING_UID_ANNOTATION.to_string(),
+            owner().uid,
+        )]));
+        applied_by(&mut obj, FM, LEGACY_BINDING_UID_ANNOTATION);
+        let plan = plan_output(Some(&d), Some(&obj), &owner(), FM);
+        assert_eq!(
+            plan.action,
+            OutputAction::Apply {
+                uid: Some("u1".into())
+            }
+        );
+        assert_eq!(plan.owned_after, Some(owned("u1")));
+        let body = apply_object(&d, &owner(), Some("u1"));
+        let annotations = body.metadata.annotations.unwrap();
+        assert_eq!(
+            annotations.get(OWNER_ANNOTATION),
+            Some(&"a/b/binding-uid".to_string())
+        );
+        assert!(!annotations.contains_key(LEGACY_BINDING_UID_ANNOTATION));
     }
 
     #[test]
-    fn withdrawn_output_deletes_only_the_recorded_incarnation() {
-        let d = desired("x", "spiffe://td/ns/a/o");
-        let obj = live(&d, "u1", Some("b"));
-        let rec = owned("x", "u1");
-        let plan = plan_output(None, Some(&rec), Some("b"), |n| (n == "x").then_some(&obj));
-        assert_eq!(plan.delete, vec![rec.clone()]);
-        let replaced = live(&d, "u2", Some("b"));
-        let plan = plan_output(None, Some(&rec), Some("b"), |n| {
-            (n == "x").then_some(&replaced)
-        });
-        assert!(plan.delete.is_empty(), "another incarnation is not ours");
-    }
-
-    #[test]
-    fn renamed_output_deletes_the_old_and_creates_the_new() {
-        let old = desired("x", "spiffe://td/ns/a/o");
-        let obj = live(&old, "u1", Some("b"));
-        let rec = owned("x", "u1");
-        let new = desired("y", "spiffe://td/ns/a/p");
-        let plan = plan_output(Some(&new), Some(&rec), Some("b"), |n| {
-            (n == "x").then_some(&obj)
-        });
-        assert_eq!(plan.action, OutputAction::Apply { uid: None });
-        assert_eq!(plan.delete, vec![rec]);
+    fn withdrawn_output_deletes_only_our_proven_object() {
+        let d = desired("spiffe://td/ns/a/o");
+        let obj = live(&d, &owner(), "u1");
+        let plan = plan_output(None, Some(&obj), &owner(), FM);
+        assert_eq!(plan.delete, Some(owned("u1")));
+        assert_eq!(plan_output(None, None, &owner(), FM).delete, None);
     }
 }

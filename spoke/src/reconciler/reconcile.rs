@@ -23,9 +23,13 @@ use super::queue::ObjectKey;
 use super::status::{self, StatusInputs, Verdict as StatusVerdict};
 use super::watches::binding_compile_inputs_differ;
 use crate::compiler::{Reason, Refusal};
+use crate::ownership::{self, Foreign, Owner};
 
 /// `Ready=False` reason while writing the ClusterSPIFFEID fails (RBAC, apiserver errors).
 pub const REASON_APPLY_FAILED: &str = "ClusterSPIFFEIDApplyFailed";
+/// Reason of the Warning event when the binding's status recorded an object that is not
+/// its output (only a write by someone else to the status subresource does that).
+pub const REASON_UNTRUSTED_RECORD: &str = "UntrustedClusterSPIFFEIDRecord";
 
 /// The binding as we last know it (cache, or our own newer write).
 pub fn current_binding(ctx: &Context, key: &ObjectKey) -> Option<Arc<InferenceIdentityBinding>> {
@@ -73,7 +77,14 @@ async fn apply_verdict(
     verdict: Verdict,
 ) -> Result<(), Error> {
     let mut binding = binding.clone();
-    let binding_uid = binding.uid();
+    // Objects read from the API always have a namespace, name and UID; without them no
+    // object can be proven to be this binding's, so nothing is written.
+    let Some(owner) = Owner::of(&binding) else {
+        return Ok(());
+    };
+    // The recorded output is only compared with the new one (status writes) and reported
+    // when it names another object: it is never used to find, adopt or delete an object
+    // (status is writable by the binding's tenant, see `crate::ownership`).
     let recorded = binding
         .status
         .as_ref()
@@ -88,9 +99,12 @@ async fn apply_verdict(
         warnings,
     } = verdict;
     let csid_served = ctx.served().serves(ApiKind::ClusterSpiffeIds);
+    // The only object this binding can own: the name the compiler gives it (`desired.name`
+    // is the same name).
+    let output_name = owner.object_name();
 
-    if let Some(d) = &desired {
-        claim_name(ctx, &d.name, key);
+    if desired.is_some() {
+        claim_name(ctx, &output_name, key);
     }
     if !csid_served {
         if desired.is_some() {
@@ -111,36 +125,22 @@ async fn apply_verdict(
     let mut apply_error: Option<Error> = None;
     let mut pending: Option<String> = None;
     if csid_served {
-        let lookups: Vec<(String, Option<Arc<ClusterSPIFFEID>>)> = desired
-            .iter()
-            .map(|d| d.name.clone())
-            .chain(recorded.iter().map(|r| r.name.clone()))
-            .map(|n| {
-                let obj = current_cluster_spiffe_id(ctx, &n);
-                (n, obj)
-            })
-            .collect();
-        let lookup = |n: &str| {
-            lookups
-                .iter()
-                .find(|(k, _)| k == n)
-                .and_then(|(_, o)| o.as_deref())
-        };
+        let existing = current_cluster_spiffe_id(ctx, &output_name);
         let plan = plan::plan_output(
             desired.as_ref(),
-            recorded.as_ref(),
-            binding_uid.as_deref(),
-            lookup,
+            existing.as_deref(),
+            &owner,
+            &ctx.config.field_manager,
         );
         owned = plan.owned_after.clone();
-        for gone in &plan.delete {
+        if let Some(gone) = &plan.delete {
             apply::delete_cluster_spiffe_id(ctx, &gone.name, &gone.uid).await?;
             ctx.csid_overlay.record_deleted(&gone.uid);
             ctx.csid_overlay.forget("", &gone.name);
         }
-        match (&plan.action, &desired) {
-            (OutputAction::Foreign, Some(d)) => {
-                refusal = Some(name_taken(d));
+        match (plan.action, &desired) {
+            (OutputAction::Foreign(foreign), Some(_)) => {
+                refusal = Some(name_taken(&foreign));
                 owned = None;
             }
             (OutputAction::Apply { uid }, Some(d)) => {
@@ -150,7 +150,7 @@ async fn apply_verdict(
                             .await?;
                     binding = record_binding_write(ctx, key, updated);
                 }
-                let obj = plan::apply_object(d, binding_uid.as_deref(), uid.as_deref());
+                let obj = plan::apply_object(d, &owner, uid.as_deref());
                 match apply::apply_cluster_spiffe_id(ctx, &obj, uid.is_some()).await {
                     Ok(applied) => {
                         owned = Some(OwnedClusterSpiffeId {
@@ -161,12 +161,16 @@ async fn apply_verdict(
                     }
                     // Creating without force conflicted: someone else's object holds the name.
                     Err(e) if uid.is_none() && e.status_code() == Some(409) => {
-                        refusal = Some(name_taken(d));
+                        refusal = Some(name_taken(&Foreign {
+                            object: d.name.clone(),
+                            why: "it appeared while kleym was creating it (the apply conflicted)"
+                                .into(),
+                        }));
                         owned = None;
                     }
                     Err(e) => {
                         pending = Some(format!("could not write ClusterSPIFFEID {}: {e}", d.name));
-                        owned = recorded.clone().filter(|r| r.name == d.name);
+                        owned = plan.owned_after;
                         apply_error = Some(e);
                     }
                 }
@@ -174,6 +178,7 @@ async fn apply_verdict(
             _ => {}
         }
     }
+    let ignored_record = recorded.filter(|r| r.name != output_name);
 
     let spire_stats = owned
         .as_ref()
@@ -219,6 +224,11 @@ async fn apply_verdict(
             .round(k8s_openapi::jiff::Unit::Second)
             .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
     );
+    // Status read back (audit, see `crate::ownership`): only compared with the status we
+    // want (is a write needed), carries condition transition times over, and decides
+    // whether a verdict event is due. A forged status can at most cause one more write of
+    // this binding's own status or change an event about this binding: no object is
+    // chosen from it.
     let previous = binding.status.as_ref();
     let desired_status = status::build_status(&inputs, previous, &now);
     let transition = events::transition(status::recorded_refusal(previous), inputs.refusal());
@@ -252,18 +262,30 @@ async fn apply_verdict(
             .publish(&binding.object_ref(&()), &transition)
             .await;
     }
+    if let Some(r) = ignored_record {
+        // Only a write to the status subresource by someone else puts another object's
+        // name there: kleym never records any name but `output_name`.
+        let note = format!(
+            "status.clusterSPIFFEID named ClusterSPIFFEID {} (UID {}), which is not this binding's output ({output_name}); kleym never trusts its status as proof of ownership: the record was ignored and replaced, and that object was not touched",
+            r.name, r.uid
+        );
+        tracing::warn!(binding = %key, recorded = %r.name, "{note}");
+        ctx.events
+            .warn(&binding.object_ref(&()), REASON_UNTRUSTED_RECORD, &note)
+            .await;
+    }
     match apply_error {
         Some(e) => Err(e),
         None => Ok(()),
     }
 }
 
-fn name_taken(d: &plan::DesiredOutput) -> Refusal {
+fn name_taken(foreign: &Foreign) -> Refusal {
     Refusal::new(
         Reason::ForeignObjectHoldsName,
         format!(
-            "ClusterSPIFFEID {} already exists and was not created by this binding (its UID is not the one recorded in status.clusterSPIFFEID); kleym never modifies or deletes it: remove or rename it",
-            d.name
+            "ClusterSPIFFEID {} already exists and is not proven to be this binding's output ({}); kleym never modifies or deletes it: remove or rename it",
+            foreign.object, foreign.why
         ),
     )
 }
@@ -277,15 +299,37 @@ async fn cleanup(
     if !finalizer::has_finalizer(binding) {
         return Ok(());
     }
-    if let Some(rec) = binding
-        .status
-        .as_ref()
-        .and_then(|s| s.cluster_spiffe_id.as_ref())
-        && ctx.served().serves(ApiKind::ClusterSpiffeIds)
+    // The object to delete is found by the name the compiler gives this binding and
+    // proven by `ownership::verify`, never taken from the status (which the binding's
+    // tenant can write, e.g. just before deleting the binding).
+    if ctx.served().serves(ApiKind::ClusterSpiffeIds)
+        && let Some(owner) = Owner::of(binding)
     {
-        apply::delete_cluster_spiffe_id(ctx, &rec.name, &rec.uid).await?;
-        ctx.csid_overlay.record_deleted(&rec.uid);
-        ctx.csid_overlay.forget("", &rec.name);
+        if !ctx.caches.cluster_spiffe_ids.is_ready() {
+            return Err(Error::CacheNotReady("clusterspiffeids"));
+        }
+        let name = owner.object_name();
+        if let Some(obj) = current_cluster_spiffe_id(ctx, &name) {
+            match ownership::verify(&obj, &ctx.config.field_manager, &owner) {
+                Ok(_) => {
+                    let uid = obj.uid().unwrap_or_default();
+                    apply::delete_cluster_spiffe_id(ctx, &name, &uid).await?;
+                    ctx.csid_overlay.record_deleted(&uid);
+                    ctx.csid_overlay.forget("", &name);
+                }
+                Err(foreign) => {
+                    let note = format!("{foreign}; it was left untouched");
+                    tracing::warn!(binding = %key, "{note}");
+                    ctx.events
+                        .warn(
+                            &binding.object_ref(&()),
+                            Reason::ForeignObjectHoldsName.as_str(),
+                            &note,
+                        )
+                        .await;
+                }
+            }
+        }
     }
     match apply::set_finalizers(ctx, binding, finalizer::without_finalizer(binding)).await {
         Ok(updated) => {
@@ -367,7 +411,9 @@ pub fn enqueue_changed_peers<'a>(
 }
 
 /// Do the peer's recorded namespace-wide findings differ from the verdict's? (Peers and
-/// warnings compare as sets.)
+/// warnings compare as sets.) Status read back (audit, see `crate::ownership`): the answer
+/// only decides whether the peer, a binding of the same namespace, is enqueued; its
+/// reconcile derives everything again from specs and the ownership proof.
 pub fn conflict_view_differs(peer: &InferenceIdentityBinding, v: &Verdict) -> bool {
     let status = peer.status.as_ref();
     let recorded_conflict = status.is_some_and(|s| {

@@ -2,6 +2,10 @@
 //! state and report. It only reads the binding cache (the bindings as last observed, with the
 //! status the reconciler wrote): no I/O, no writes, no effect on reconciling.
 //!
+//! Status read back (audit, see `crate::ownership`): the snapshot reports each binding's
+//! status as written (by kleym, or by whoever may write the status subresource) to the
+//! hub's report objects; nothing in it is used to choose an object to write or delete.
+//!
 //! The hub asks every spoke for its snapshot periodically; it is rebuilt only when the
 //! binding cache changed since the last build (its version), otherwise the last one is
 //! shared.

@@ -2,18 +2,23 @@
 //!
 //! `metadata.managedFields` is the largest part of most cached objects (a `FieldsV1` tree
 //! per field manager) and `kubectl.kubernetes.io/last-applied-configuration` repeats the
-//! whole object; ownership is proven by UID and labels, never by either. Dropping them is
-//! what controller-runtime's `TransformStripManagedFields` does.
+//! whole object. Dropping them is what controller-runtime's `TransformStripManagedFields`
+//! does, with one exception: the ownership proof of a ClusterSPIFFEID reads which field
+//! manager applied kleym's owner annotation, so that record is kept, reduced to just that
+//! (see [`crate::ownership::prune_managed_fields`]).
 
 use kube::Resource;
+
+use crate::ownership::prune_managed_fields;
 
 /// Annotation `kubectl apply` (client-side) keeps a full copy of the object in.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Removes `metadata.managedFields` and the last-applied-configuration annotation.
+/// Removes `metadata.managedFields` (but the ownership record) and the
+/// last-applied-configuration annotation.
 pub fn strip_unread_metadata<K: Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
-    meta.managed_fields = None;
+    meta.managed_fields = prune_managed_fields(meta.managed_fields.take());
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(LAST_APPLIED_ANNOTATION);
         if annotations.is_empty() {

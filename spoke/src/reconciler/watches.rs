@@ -10,7 +10,7 @@ use kleym_api::external::model::{self, InferenceModel};
 use kleym_api::external::objective::{self, gaie, llmd};
 use kleym_api::external::pool::{v1, v1alpha2};
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_api::{InferenceIdentityBinding, TargetKind, labels};
+use kleym_api::{InferenceIdentityBinding, TargetKind};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -355,7 +355,8 @@ pub(crate) fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>
 
 /// Does this version of a binding need a reconcile? Our own status writes come back as
 /// events: only a first sight, a spec change (generation), deletion, finalizer or UID
-/// changes, or a status that vanished need one.
+/// changes, or a status that vanished need one. (Status read back only to enqueue the
+/// binding itself: no object is chosen from it, see `crate::ownership`.)
 pub fn binding_change_needs_reconcile(
     old: Option<&InferenceIdentityBinding>,
     new: &InferenceIdentityBinding,
@@ -389,7 +390,9 @@ pub fn binding_compile_inputs_differ(
 }
 
 /// Bindings in the namespace that recorded `gone` as a conflict peer, or that `gone`
-/// recorded as one.
+/// recorded as one. (Status read back only to pick bindings of the same namespace to
+/// enqueue: a forged peer name costs a reconcile, which re-derives everything from specs
+/// and proves ownership on the objects, see `crate::ownership`.)
 fn peers_to_revisit(
     ctx: &Context,
     key: &ObjectKey,
@@ -569,7 +572,10 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
             .foreign_spiffe_ids
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        match (&change, ForeignSpiffeId::from_object(&obj)) {
+        match (
+            &change,
+            ForeignSpiffeId::from_object(&obj, &ctx.config.field_manager),
+        ) {
             (Change::Upsert { .. }, Some(f)) => {
                 foreign.insert(name.clone(), f.clone()).as_ref() != Some(&f)
             }
@@ -580,38 +586,35 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
     if foreign_changed {
         ctx.namespace_cache.invalidate_all();
     }
-    // The echo of our own apply: the binding that wrote it already acted on it.
-    if let Change::Upsert { new, .. } = &change
-        && ctx
-            .csid_overlay
-            .is_own_write("", &name, new.metadata.resource_version.as_deref())
-    {
+    // The echo of our own apply: the binding that wrote it already acted on it (unless
+    // the write changed the foreign set, e.g. a migrated object is proven kleym's now).
+    let echo = matches!(&change, Change::Upsert { new, .. } if ctx
+        .csid_overlay
+        .is_own_write("", &name, new.metadata.resource_version.as_deref()));
+    if echo && !foreign_changed {
         return;
     }
-    let obj_labels = obj.labels();
-    let ours =
-        obj_labels.get(labels::MANAGED_BY).map(String::as_str) == Some(labels::MANAGED_BY_VALUE);
-    if ours {
-        if let (Some(ns), Some(n)) = (
-            obj_labels.get(labels::BINDING_NAMESPACE),
-            obj_labels.get(labels::BINDING_NAME),
-        ) {
-            affected.push(ObjectKey::new(ns.clone(), n.clone()));
-        }
-    } else {
-        // Another ClusterSPIFFEID: its selection can overlap any binding's pods (overlap
-        // warnings). Only spec changes matter, not SPIRE's frequent status writes.
-        let spec_changed = old
-            .as_ref()
-            .is_none_or(|o| o.metadata.generation != obj.metadata.generation);
-        if spec_changed {
-            affected.extend(
-                ctx.index
-                    .read()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .all_bindings(),
-            );
-        }
+    // Whose output it is, by the ownership proof (labels can be copied onto any object,
+    // and such an object must stay in the overlap analysis below).
+    let owner = crate::ownership::proven_owner(&obj, &ctx.config.field_manager);
+    // Another ClusterSPIFFEID: its selection can overlap any binding's pods (overlap
+    // warnings). Only spec changes matter, not SPIRE's frequent status writes.
+    let spec_changed = old
+        .as_ref()
+        .is_none_or(|o| o.metadata.generation != obj.metadata.generation);
+    let owner_is_foreign = owner.is_err();
+    if let Ok(owner) = owner
+        && !echo
+    {
+        affected.push(ObjectKey::new(owner.namespace, owner.name));
+    }
+    if foreign_changed || (owner_is_foreign && spec_changed) {
+        affected.extend(
+            ctx.index
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .all_bindings(),
+        );
     }
     ctx.queue.enqueue_all(affected);
 }
