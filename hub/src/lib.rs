@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod credentials;
+pub mod flags;
 pub mod fleet;
 pub mod http;
 pub mod hub_view;

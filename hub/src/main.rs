@@ -10,9 +10,13 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(err) => {
-            eprintln!("kleym: {err:#}");
-            ExitCode::FAILURE
-        }
+        // Usage errors found after parsing: as clap reports its own, with exit code 2.
+        Err(err) => match err.downcast_ref::<clap::Error>() {
+            Some(usage) => usage.exit(),
+            None => {
+                eprintln!("kleym: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }

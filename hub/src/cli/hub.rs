@@ -16,6 +16,7 @@ pub type Args = kleym_hub::fleet::runtime::HubArgs;
 
 /// Runs the hub until SIGTERM/SIGINT.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    check_access_providers(args)?;
     init_logging(args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -31,6 +32,23 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         });
         run_hub(args, shutdown).await
     })
+}
+
+/// The access providers load and there is at least one, before anything connects: a bad
+/// provider file or flag fails start-up as a usage error naming the flags, and with no
+/// provider at all every ClusterProfile would be refused ("no access provider matches").
+fn check_access_providers(args: &Args) -> Result<(), clap::Error> {
+    const FLAGS: &str = "--clusterprofile-provider-file / --clusterprofile-access-provider";
+    let providers = args.access.provider_set().map_err(|e| {
+        super::usage_error("hub", format!("invalid access providers ({FLAGS}): {e}"))
+    })?;
+    if providers.is_empty() {
+        return Err(super::usage_error(
+            "hub",
+            format!("no access provider ({FLAGS}): without one every ClusterProfile is refused"),
+        ));
+    }
+    Ok(())
 }
 
 fn init_logging(args: &Args) -> anyhow::Result<()> {

@@ -4,7 +4,7 @@
 //! add a variant to [`Command`] and an arm to [`run`] to add one. The subcommands are
 //! `crds`, `spoke`, `hub`, `report` and `credential` (the bundled exec credential plugins).
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 pub mod crds;
 pub mod credential;
@@ -93,6 +93,19 @@ pub enum Command {
     Credential(credential::Args),
 }
 
+/// A usage error found after parsing (a check spanning several flags, or of a file a flag
+/// names), reported as clap reports its own: `error: …`, the subcommand's usage, exit code
+/// 2. [`crate::main`] exits with it when [`run`] returns it.
+pub fn usage_error(subcommand: &str, message: impl std::fmt::Display) -> clap::Error {
+    let mut cli = Cli::command();
+    // Built, so that the subcommand's usage line reads `kleym <subcommand> [OPTIONS]`.
+    cli.build();
+    match cli.find_subcommand_mut(subcommand) {
+        Some(cmd) => cmd.error(clap::error::ErrorKind::ValueValidation, message),
+        None => cli.error(clap::error::ErrorKind::ValueValidation, message),
+    }
+}
+
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -107,7 +120,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {

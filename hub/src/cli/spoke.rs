@@ -14,6 +14,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use kleym_hub::flags::{
+    non_blank, parse_instance, parse_log_filter, parse_required_trust_domain,
+    parse_spire_class_name,
+};
 use kleym_spoke::reconciler::{CancellationToken, Readiness, Spoke, SpokeConfig, SpokeMetrics};
 use prometheus_client::registry::Registry;
 
@@ -30,13 +34,16 @@ pub enum LogFormat {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// SPIFFE trust domain of this cluster's SPIRE server (e.g. `prod.example.org`).
-    /// Every generated SPIFFE ID is `spiffe://<trust-domain>/ns/<namespace>/…`.
-    #[arg(long, env = "KLEYM_TRUST_DOMAIN")]
+    /// Every generated SPIFFE ID is `spiffe://<trust-domain>/ns/<namespace>/…`. Lowercase
+    /// letters, digits, `.`, `-`, `_`, without `spiffe://`; checked at start-up, since an
+    /// invalid one would refuse every binding and delete every ClusterSPIFFEID.
+    #[arg(long, env = "KLEYM_TRUST_DOMAIN", value_parser = parse_required_trust_domain)]
     pub trust_domain: String,
 
     /// `className` of the SPIRE Controller Manager that should pick up the generated
-    /// ClusterSPIFFEIDs (unset: any manager without a class filter).
-    #[arg(long, env = "KLEYM_SPIRE_CLASS_NAME")]
+    /// ClusterSPIFFEIDs (unset or blank: any manager without a class filter). Surrounding
+    /// whitespace is dropped; control characters are refused.
+    #[arg(long, env = "KLEYM_SPIRE_CLASS_NAME", value_parser = parse_spire_class_name)]
     pub spire_class_name: Option<String>,
 
     /// Kubeconfig file. Default: `KUBECONFIG`, then `~/.kube/config`, then the in-cluster
@@ -63,7 +70,7 @@ pub struct Args {
     pub log_format: LogFormat,
 
     /// Log filter (`info`, `debug`, or a tracing directive such as `kleym_spoke=debug`).
-    #[arg(long, default_value = "info", env = "KLEYM_LOG")]
+    #[arg(long, default_value = "info", env = "KLEYM_LOG", value_parser = parse_log_filter)]
     pub log_level: String,
 
     /// Bindings reconciled concurrently.
@@ -74,8 +81,9 @@ pub struct Args {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub discovery_interval_seconds: u64,
 
-    /// `reportingInstance` of published events (defaults to `POD_NAME` when set).
-    #[arg(long, env = "POD_NAME")]
+    /// `reportingInstance` of published events (defaults to `POD_NAME` when set); at most
+    /// 128 characters, blank means unset.
+    #[arg(long, env = "POD_NAME", value_parser = parse_instance)]
     pub instance: Option<String>,
 }
 
@@ -83,10 +91,10 @@ impl Args {
     /// The reconciler configuration these arguments describe.
     pub fn spoke_config(&self) -> SpokeConfig {
         let mut c = SpokeConfig::new(self.trust_domain.trim());
-        c.class_name = self.spire_class_name.clone().filter(|s| !s.is_empty());
+        c.class_name = non_blank(self.spire_class_name.as_ref());
         c.concurrency = usize::from(self.concurrency);
         c.discovery_interval = Duration::from_secs(self.discovery_interval_seconds);
-        c.event_instance = self.instance.clone();
+        c.event_instance = non_blank(self.instance.as_ref());
         c
     }
 }
@@ -292,6 +300,30 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(w.args.health_addr, Some("0.0.0.0:8081".parse().unwrap()));
+    }
+
+    #[test]
+    fn trust_domain_is_checked_and_blank_options_are_unset() {
+        for bad in ["Fleet.Example", "", " ", "spiffe://td.example"] {
+            let e = Wrapper::try_parse_from(["kleym", "--trust-domain", bad])
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains("--trust-domain"), "{bad:?}: {e}");
+        }
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--trust-domain",
+            " td.example ",
+            "--spire-class-name",
+            " ",
+            "--instance",
+            "",
+        ])
+        .unwrap();
+        let c = w.args.spoke_config();
+        assert_eq!(c.trust_domain, "td.example");
+        assert_eq!(c.class_name, None);
+        assert_eq!(c.event_instance, None);
     }
 
     #[test]

@@ -26,13 +26,14 @@ use crate::access::{AccessFlags, SelectOptions};
 use crate::credentials::{
     CacheOptions, ClientOptions, CredentialCache, CredentialMetrics, ExecOptions,
 };
+use crate::flags::{
+    non_blank, parse_engage_condition, parse_instance, parse_label_selector, parse_lease_name,
+    parse_log_filter, parse_namespace, parse_spire_class_name, parse_trust_domain,
+};
 use crate::http::auth::{ApiAuth, KubeReviewer};
 use crate::http::{ApiArgs, ApiMetrics, ApiState, HubView};
 use crate::hub_view::{FleetCollector, FleetHubView, LeaderInfo, observe_lease};
-use crate::inventory::{
-    InventoryEvent, InventoryOptions, WatchOptions, valid_trust_domain, validate_label_selector,
-    watch,
-};
+use crate::inventory::{InventoryEvent, InventoryOptions, WatchOptions, watch};
 use crate::leader::{self, LeaderOptions};
 use crate::status::{StatusLoopOptions, run_status_loop};
 
@@ -61,8 +62,9 @@ pub struct HubArgs {
     #[command(flatten)]
     pub access: AccessFlags,
 
-    /// Watch ClusterProfiles in this namespace only (default: all namespaces).
-    #[arg(long, value_name = "NAMESPACE")]
+    /// Watch ClusterProfiles in this namespace only (default: all namespaces); checked at
+    /// start-up.
+    #[arg(long, value_name = "NAMESPACE", value_parser = parse_namespace)]
     pub clusterprofile_namespace: Option<String>,
 
     /// Label selector of the ClusterProfiles to engage (e.g. `env=prod`), in
@@ -71,8 +73,9 @@ pub struct HubArgs {
     pub clusterprofile_selector: Option<String>,
 
     /// ClusterProfile condition type that must be `True` to engage a spoke; `none` engages
-    /// every usable profile regardless of its conditions.
-    #[arg(long, default_value = "ControlPlaneHealthy", value_name = "TYPE")]
+    /// every usable profile regardless of its conditions. Checked at start-up (a condition
+    /// type, `[prefix/]Name`).
+    #[arg(long, default_value = "ControlPlaneHealthy", value_name = "TYPE", value_parser = parse_engage_condition)]
     pub engage_condition: String,
 
     /// Default SPIFFE trust domain (a profile's `kleym.io/trust-domain` property wins):
@@ -81,8 +84,9 @@ pub struct HubArgs {
     #[arg(long, env = "KLEYM_TRUST_DOMAIN", value_parser = parse_trust_domain)]
     pub trust_domain: Option<String>,
 
-    /// Default SPIRE class name (a profile's `kleym.io/spire-class-name` property wins).
-    #[arg(long, env = "KLEYM_SPIRE_CLASS_NAME")]
+    /// Default SPIRE class name (a profile's `kleym.io/spire-class-name` property wins);
+    /// surrounding whitespace is dropped, blank means none, control characters are refused.
+    #[arg(long, env = "KLEYM_SPIRE_CLASS_NAME", value_parser = parse_spire_class_name)]
     pub spire_class_name: Option<String>,
 
     /// What to do with a spoke's objects when its ClusterProfile is deleted.
@@ -99,12 +103,13 @@ pub struct HubArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub leader_elect: bool,
 
-    /// Name of the leader Lease.
-    #[arg(long, default_value = "kleym-hub")]
+    /// Name of the leader Lease (a DNS-1123 subdomain; checked at start-up).
+    #[arg(long, default_value = "kleym-hub", value_parser = parse_lease_name)]
     pub lease_name: String,
 
-    /// Namespace of the leader Lease (default: the pod's namespace in-cluster, else `default`).
-    #[arg(long, value_name = "NAMESPACE")]
+    /// Namespace of the leader Lease (default: the pod's namespace in-cluster, else
+    /// `default`); checked at start-up.
+    #[arg(long, value_name = "NAMESPACE", value_parser = parse_namespace)]
     pub namespace: Option<String>,
 
     /// Lease duration in seconds (renew deadline is 2/3 of it, retry period 2/15).
@@ -133,7 +138,7 @@ pub struct HubArgs {
     pub log_format: LogFormat,
 
     /// Log filter (`info`, `debug`, or a tracing directive such as `kleym_hub=debug`).
-    #[arg(long, default_value = "info", env = "KLEYM_LOG")]
+    #[arg(long, default_value = "info", env = "KLEYM_LOG", value_parser = parse_log_filter)]
     pub log_level: String,
 
     /// Spokes doing their initial cache sync at once, fleet-wide. Connecting (credential
@@ -180,33 +185,10 @@ pub struct HubArgs {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub discovery_interval_seconds: u64,
 
-    /// `reportingInstance` of events and the leader identity prefix (default `POD_NAME`).
-    #[arg(long, env = "POD_NAME")]
+    /// `reportingInstance` of events and the leader identity prefix (default `POD_NAME`);
+    /// at most 128 characters, blank means unset.
+    #[arg(long, env = "POD_NAME", value_parser = parse_instance)]
     pub instance: Option<String>,
-}
-
-/// `--trust-domain`: a valid SPIFFE trust domain, or empty (none). Without this check a
-/// typo would only show as every ClusterProfile being refused.
-pub fn parse_trust_domain(value: &str) -> Result<String, String> {
-    if value.trim().is_empty() || valid_trust_domain(value) {
-        return Ok(value.to_string());
-    }
-    let hint = if value.starts_with("spiffe://") {
-        " (give the trust domain without spiffe://)"
-    } else {
-        ""
-    };
-    Err(format!(
-        "not a SPIFFE trust domain: only lowercase letters, digits, '.', '-' and '_', at most 255 characters{hint}"
-    ))
-}
-
-/// `--clusterprofile-selector`: kube-apiserver's label-selector syntax. Without this check a
-/// typo would make every ClusterProfile watch request fail, retried and logged forever.
-pub fn parse_label_selector(value: &str) -> Result<String, String> {
-    validate_label_selector(value)
-        .map(|()| value.to_string())
-        .map_err(|e| format!("not a label selector: {e}"))
 }
 
 impl HubArgs {
@@ -217,11 +199,8 @@ impl HubArgs {
             inventory: InventoryOptions {
                 engage_condition: (!engage.is_empty() && !engage.eq_ignore_ascii_case("none"))
                     .then(|| engage.to_string()),
-                trust_domain: self.trust_domain.clone().filter(|s| !s.trim().is_empty()),
-                spire_class_name: self
-                    .spire_class_name
-                    .clone()
-                    .filter(|s| !s.trim().is_empty()),
+                trust_domain: non_blank(self.trust_domain.as_ref()),
+                spire_class_name: non_blank(self.spire_class_name.as_ref()),
                 select: SelectOptions {
                     allow_plain_http: false,
                     ..self.access.select_options()
@@ -242,7 +221,7 @@ impl HubArgs {
             },
             spoke_concurrency: usize::from(self.spoke_concurrency),
             discovery_interval: Duration::from_secs(self.discovery_interval_seconds),
-            event_instance: self.instance.clone(),
+            event_instance: non_blank(self.instance.as_ref()),
             ..FleetOptions::default()
         }
     }
@@ -772,6 +751,65 @@ mod tests {
         assert_eq!(
             w.args.fleet_options().inventory.trust_domain.as_deref(),
             Some("td_1.example-x")
+        );
+    }
+
+    /// Every flag whose value could parse as a string but break every reconcile, watch or
+    /// request is checked when parsed, naming the flag.
+    #[test]
+    fn values_that_would_break_every_reconcile_fail_parsing() {
+        for (flag, value, needle) in [
+            (
+                "--clusterprofile-namespace",
+                "Fleet",
+                "not a namespace name",
+            ),
+            ("--namespace", "", "not a namespace name"),
+            ("--lease-name", "Kleym-Hub", "not a Lease name"),
+            ("--engage-condition", "Ready=True", "not a condition type"),
+            ("--spire-class-name", "a\tb", "control characters"),
+            ("--instance", &"i".repeat(129), "at most 128"),
+            ("--log-level", "kleym_hub=loud", "not a log filter"),
+            ("--api-audience", "", "an audience is required"),
+            (
+                "--api-negative-cache-ttl-seconds",
+                "86401",
+                "not in 0..=86400",
+            ),
+        ] {
+            let e = Wrapper::try_parse_from(["kleym", flag, value])
+                .expect_err(flag)
+                .to_string();
+            assert!(
+                e.contains(flag) && e.contains(needle),
+                "{flag} {value}: {e}"
+            );
+        }
+        // Blank optional values mean unset; surrounding whitespace is dropped.
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--spire-class-name",
+            " ",
+            "--instance",
+            " ",
+            "--trust-domain",
+            " td.example ",
+            "--engage-condition",
+            " example.com/Ready ",
+        ])
+        .unwrap();
+        let o = w.args.fleet_options();
+        assert_eq!(o.inventory.spire_class_name, None);
+        assert_eq!(o.event_instance, None);
+        assert_eq!(o.inventory.trust_domain.as_deref(), Some("td.example"));
+        assert_eq!(
+            o.inventory.engage_condition.as_deref(),
+            Some("example.com/Ready")
+        );
+        let w = Wrapper::try_parse_from(["kleym", "--spire-class-name", " spire-a "]).unwrap();
+        assert_eq!(
+            w.args.fleet_options().inventory.spire_class_name.as_deref(),
+            Some("spire-a")
         );
     }
 

@@ -1,11 +1,17 @@
 //! Command-line flags of the hub API, for `kleym hub` to `#[command(flatten)]`.
 
+use crate::flags::parse_audience;
 use crate::http::HttpError;
 use crate::http::auth::{AuthConfig, AuthMode, running_in_cluster};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Longest cache TTL of the API's token and access caches, in seconds (a day). Without a
+/// bound, a huge TTL would overflow `SystemTime + TTL` and panic on every authenticated
+/// request.
+pub const MAX_CACHE_TTL_SECONDS: u64 = 86_400;
 
 /// Flags of the hub API server.
 #[derive(Debug, Clone, clap::Args)]
@@ -15,8 +21,8 @@ pub struct ApiArgs {
     pub api_addr: SocketAddr,
 
     /// Audience that callers' ServiceAccount tokens must be issued for (TokenReview
-    /// `spec.audiences`; the review must return it in `status.audiences`).
-    #[arg(long, env = "KLEYM_API_AUDIENCE", default_value = "kleym-hub")]
+    /// `spec.audiences`; the review must return it in `status.audiences`). Not blank.
+    #[arg(long, env = "KLEYM_API_AUDIENCE", default_value = "kleym-hub", value_parser = parse_audience)]
     pub api_audience: String,
 
     /// `/v1/*` authentication: `off`, `permissive` (verify, log and count failures, never
@@ -26,15 +32,17 @@ pub struct ApiArgs {
 
     /// Longest time (seconds) an accepted token is trusted without a new TokenReview; never
     /// past the token's own expiry. This is also how long a revoked token stays accepted.
-    #[arg(long, default_value_t = 120)]
+    /// 0 to 86400 (0: no caching).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(0..=MAX_CACHE_TTL_SECONDS))]
     pub api_token_cache_ttl_seconds: u64,
 
-    /// How long (seconds) a rejected token is refused without a new TokenReview.
-    #[arg(long, default_value_t = 10)]
+    /// How long (seconds) a rejected token is refused without a new TokenReview (0 to
+    /// 86400).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=MAX_CACHE_TTL_SECONDS))]
     pub api_negative_cache_ttl_seconds: u64,
 
-    /// How long (seconds) a SubjectAccessReview decision is reused.
-    #[arg(long, default_value_t = 10)]
+    /// How long (seconds) a SubjectAccessReview decision is reused (0 to 86400).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=MAX_CACHE_TTL_SECONDS))]
     pub api_access_cache_ttl_seconds: u64,
 
     /// Serving certificate chain (PEM). With --tls-key-file; required unless

@@ -31,6 +31,14 @@ impl Spoke {
         if config.trust_domain.trim().is_empty() {
             return Err(Error::Config("a trust domain is required".into()));
         }
+        // An invalid trust domain would refuse every binding (`InvalidTrustDomain`) and so
+        // withdraw every ClusterSPIFFEID this reconciler owns: refuse to start instead.
+        if let Err(e) = crate::compiler::spiffe_id::TrustDomain::parse(&config.trust_domain) {
+            return Err(Error::Config(format!(
+                "trust domain {:?} is invalid: {e}",
+                config.trust_domain
+            )));
+        }
         if config.concurrency == 0 {
             return Err(Error::Config("concurrency must be at least 1".into()));
         }
@@ -300,5 +308,35 @@ async fn worker(ctx: Arc<Context>, shutdown: CancellationToken) {
             }
         }
         ctx.queue.done(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reconciler whose trust domain the compiler would refuse never starts: it would
+    /// refuse every binding and withdraw every ClusterSPIFFEID it owns.
+    #[tokio::test]
+    async fn new_refuses_a_trust_domain_the_compiler_refuses() {
+        let config = kube::Config::new("https://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let metrics = Arc::new(SpokeMetrics::default());
+        for bad in ["", " ", "Fleet.Example", "spiffe://td.example", "td:443"] {
+            let err = Spoke::new(client.clone(), SpokeConfig::new(bad), metrics.clone())
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert!(matches!(err, Error::Config(_)), "{bad:?}: {err}");
+        }
+        let err = Spoke::new(
+            client.clone(),
+            SpokeConfig::new("Fleet.Example"),
+            metrics.clone(),
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(err.contains("\"Fleet.Example\" is invalid"), "{err}");
+        assert!(Spoke::new(client, SpokeConfig::new("td.example"), metrics).is_ok());
     }
 }

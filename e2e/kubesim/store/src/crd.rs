@@ -213,15 +213,16 @@ fn compile_crd(obj: &Value) -> Result<CrdDef, Vec<Cause>> {
             "spec.names.plural",
             "Required value".into(),
         ));
-    } else if !crate::meta::is_dns_label(plural) {
-        errs.push(cause(
-            "FieldValueInvalid",
-            "spec.names.plural",
-            format!(
-                "Invalid value: \"{plural}\": {}",
-                crate::meta::DNS_LABEL_MSG
-            ),
-        ));
+    } else {
+        // `ValidateCustomResourceDefinitionNames`: a DNS-1035 label, messages joined by ",".
+        let plural_errs = crate::meta::dns1035_label_errors(plural);
+        if !plural_errs.is_empty() {
+            errs.push(cause(
+                "FieldValueInvalid",
+                "spec.names.plural",
+                format!("Invalid value: \"{plural}\": {}", plural_errs.join(",")),
+            ));
+        }
     }
     if kind.is_empty() {
         errs.push(cause(

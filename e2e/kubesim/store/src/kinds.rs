@@ -2,7 +2,8 @@
 //! update (the parts kubesim reproduces).
 
 use crate::ApiError;
-use crate::meta::Cause;
+use crate::meta::{Cause, NameRule};
+use crate::registry::ResourceInfo;
 use base64::Engine;
 use serde_json::{Value, json};
 
@@ -111,14 +112,29 @@ pub fn normalize_secret(obj: &mut Value, creating: bool) -> Result<(), ApiError>
     Ok(())
 }
 
-/// Whether `metadata.name` only has to be a valid path segment (RBAC kinds).
-pub fn name_is_path_segment(key: &str) -> bool {
-    key.ends_with(".rbac.authorization.k8s.io")
-}
-
-/// Whether `metadata.name` must be a DNS-1123 label (namespaces) rather than a subdomain.
-pub fn name_is_label(key: &str) -> bool {
-    key == NAMESPACES
+/// How kube-apiserver validates `metadata.name` (and `generateName`) of `res`, per its
+/// registry's validation:
+///
+/// | resource | rule |
+/// |---|---|
+/// | namespaces | DNS-1123 label (`ValidateNamespaceName`) |
+/// | services | DNS-1035 label (`ValidateServiceName`) |
+/// | roles, clusterroles, rolebindings, clusterrolebindings | path segment (`ValidateRBACName`) |
+/// | core/v1 events | none (legacy event validation only) |
+/// | pods, serviceaccounts, secrets, configmaps, `events.k8s.io` events, leases, CRDs, custom resources | DNS-1123 subdomain |
+///
+/// CRDs must also be named `<plural>.<group>` (checked with the CRD itself).
+pub fn name_rule(res: &ResourceInfo) -> NameRule {
+    if res.custom {
+        return NameRule::Dns1123Subdomain;
+    }
+    match (res.group.as_str(), res.plural.as_str()) {
+        ("", "namespaces") => NameRule::Dns1123Label,
+        ("", "services") => NameRule::Dns1035Label,
+        ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
+        ("", "events") => NameRule::Unchecked,
+        _ => NameRule::Dns1123Subdomain,
+    }
 }
 
 /// Kinds whose `metadata.generation` the server maintains (custom resources and CRDs; the
@@ -147,4 +163,43 @@ pub fn immutable_causes(new: &Value, old: &Value) -> Vec<Cause> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::builtins;
+
+    fn builtin(group: &str, plural: &str) -> ResourceInfo {
+        builtins()
+            .into_iter()
+            .find(|r| r.group == group && r.plural == plural)
+            .unwrap_or_else(|| panic!("{group}/{plural} is built in"))
+    }
+
+    /// The rule of every built-in kind kubesim serves, of services (not served; the rule
+    /// is kept for when they are) and of custom resources.
+    #[test]
+    fn name_rules_per_resource() {
+        for r in builtins().iter().filter(|r| !r.virtual_only) {
+            let want = match (r.group.as_str(), r.plural.as_str()) {
+                ("", "namespaces") => NameRule::Dns1123Label,
+                ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
+                ("", "events") => NameRule::Unchecked,
+                _ => NameRule::Dns1123Subdomain,
+            };
+            assert_eq!(name_rule(r), want, "{}/{}", r.group, r.plural);
+        }
+        let mut services = builtin("", "configmaps");
+        services.plural = "services".into();
+        assert_eq!(name_rule(&services), NameRule::Dns1035Label);
+        let mut custom = builtin("", "configmaps");
+        (custom.group, custom.plural, custom.custom) =
+            ("example.com".into(), "namespaces".into(), true);
+        assert_eq!(name_rule(&custom), NameRule::Dns1123Subdomain);
+        assert_eq!(
+            name_rule(&builtin("events.k8s.io", "events")),
+            NameRule::Dns1123Subdomain
+        );
+    }
 }

@@ -25,8 +25,12 @@
 //! - **Metadata**: uid, creationTimestamp, cluster-wide monotonic resourceVersion,
 //!   generation (custom resources and CRDs; bumped when anything outside metadata — and
 //!   status, when it is a subresource — changes, and on deletion with finalizers),
-//!   generateName, name validation (DNS subdomain; DNS label for namespaces; path segment
-//!   for RBAC), label validation, immutable ConfigMaps/Secrets, managedFields via
+//!   generateName (prefix cut to 58 characters before the 5-character suffix, as
+//!   kube-apiserver's name generator does), name validation per resource with
+//!   kube-apiserver's messages ([`kinds::name_rule`]: DNS-1123 subdomain of at most 253
+//!   characters with no per-part limit for most kinds and every custom resource; DNS-1123
+//!   label for namespaces; DNS-1035 label for services; path segment for RBAC; none for
+//!   core/v1 events; `generateName` checked as a prefix too), label validation, immutable ConfigMaps/Secrets, managedFields via
 //!   `kubesim-apply` (built-in merge keys; `status` reset fields when it is a
 //!   subresource). A write whose
 //!   result equals the stored object (ignoring managedFields timestamps) stores nothing,

@@ -234,31 +234,30 @@ fn generation_relevant_differs(a: &Value, b: &Value, has_status: bool) -> bool {
     }
 }
 
-fn name_causes(key: &str, name: &str) -> Vec<Cause> {
-    let problem = if kinds::name_is_path_segment(key) {
-        // RBAC names such as `system:auth-delegator` only need to be URL path segments
-        if name == "." || name == ".." {
-            Some(format!("may not be '{name}'"))
-        } else if name.contains('/') {
-            Some("may not contain '/'".to_string())
-        } else if name.contains('%') {
-            Some("may not contain '%'".to_string())
-        } else {
-            None
-        }
-    } else if kinds::name_is_label(key) {
-        (!meta::is_dns_label(name)).then(|| meta::DNS_LABEL_MSG.to_string())
-    } else {
-        (!meta::is_dns_subdomain(name)).then(|| meta::DNS_SUBDOMAIN_MSG.to_string())
+/// kube-apiserver's `ValidateObjectMeta` name checks: `metadata.generateName` (as a prefix)
+/// when given, then `metadata.name` (the generated one, when generated), one cause per
+/// message, with the resource's [`kinds::name_rule`].
+fn name_causes(res: &ResourceInfo, name: &str, generate_name: &str) -> Vec<Cause> {
+    let rule = kinds::name_rule(res);
+    let invalid = |field: &str, value: &str, msg: String| Cause {
+        reason: "FieldValueInvalid".into(),
+        field: field.into(),
+        detail: format!("Invalid value: \"{value}\": {msg}"),
     };
-    problem
-        .map(|msg| Cause {
-            reason: "FieldValueInvalid".into(),
-            field: "metadata.name".into(),
-            detail: format!("Invalid value: \"{name}\": {msg}"),
-        })
-        .into_iter()
-        .collect()
+    let mut causes = Vec::new();
+    if !generate_name.is_empty() {
+        causes.extend(
+            rule.errors(generate_name, true)
+                .into_iter()
+                .map(|msg| invalid("metadata.generateName", generate_name, msg)),
+        );
+    }
+    causes.extend(
+        rule.errors(name, false)
+            .into_iter()
+            .map(|msg| invalid("metadata.name", name, msg)),
+    );
+    causes
 }
 
 impl Inner {
@@ -510,7 +509,7 @@ impl Inner {
             ));
         }
         let mut name = if given_name.is_empty() {
-            format!("{generate}{}", meta::random_suffix())
+            meta::generate_name(&generate)
         } else {
             given_name.clone()
         };
@@ -529,7 +528,7 @@ impl Inner {
             &name,
         );
         let mut warnings = Vec::new();
-        let causes = name_causes(&ctx.key, &name);
+        let causes = name_causes(&ctx.res, &name, &generate);
         self.admit(
             ctx,
             &mut obj,
@@ -552,7 +551,7 @@ impl Inner {
         while self.get(&ctx.key, &ns, &name).is_some() {
             attempts += 1;
             if given_name.is_empty() && attempts < GENERATE_NAME_ATTEMPTS {
-                name = format!("{generate}{}", meta::random_suffix());
+                name = meta::generate_name(&generate);
                 obj["metadata"]["name"] = Value::from(name.clone());
                 continue;
             }
