@@ -24,6 +24,8 @@ pub use binding::{
     TargetKind, TargetRef,
 };
 
+pub use fleet::ErrorCategory;
+
 /// Our API group.
 pub const GROUP: &str = "kleym.io";
 /// Our API version.

@@ -5,6 +5,7 @@
 //!
 //! `cargo test -p kleym-hub --release --test http_cost -- --ignored --nocapture`
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,7 @@ use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
+use kleym_api::{ConflictPeer, ContainerDiscriminator, DiscriminatorType, IdentityMode};
 use kleym_hub::fleet::runtime::HubReadiness;
 use kleym_hub::fleet::{FleetState, Phase, SpokeMetricsCollector};
 use kleym_hub::http::HubView;
@@ -68,27 +70,29 @@ fn binding(c: usize, i: usize) -> BindingSnapshot {
     BindingSnapshot {
         namespace: ns.clone(),
         name: format!("binding-{i}"),
-        mode: "PerObjective".into(),
+        mode: IdentityMode::PerObjective,
         spiffe_ids: vec![format!(
             "spiffe://fleet.example/ns/{ns}/objective/objective-{i}"
         )],
         service_account: Some(sa),
-        container_discriminator: Some("ContainerName=vllm".into()),
-        pool_selector: vec![format!("k8s:pod-label:app:pool-{i}")],
+        container_discriminator: Some(ContainerDiscriminator {
+            type_: DiscriminatorType::ContainerName,
+            value: "vllm".into(),
+        }),
+        pool_selector: BTreeMap::from([("app".to_string(), format!("pool-{i}"))]),
         ready: !colliding,
-        reason: if colliding {
+        reason: Some(if colliding {
             "IdentityCollision".into()
         } else {
             "Compiled".into()
-        },
-        message: if colliding {
-            "collides with another binding".into()
-        } else {
-            String::new()
-        },
+        }),
+        message: colliding.then(|| "collides with another binding".into()),
         conflict_peers: if colliding {
             let peer = if i == BINDINGS - 1 { i - 1 } else { i + 1 };
-            vec![format!("binding-{peer}: IdentityCollision")]
+            vec![ConflictPeer {
+                name: format!("binding-{peer}"),
+                reason: "IdentityCollision".into(),
+            }]
         } else {
             Vec::new()
         },

@@ -10,12 +10,14 @@
 //! list was capped, and the counts are always exact.
 
 mod cluster_status;
+mod error_category;
 mod report;
 
 pub use cluster_status::{
     BindingCounts, ClusterIdentityStatus, ClusterIdentityStatusSpec, ClusterIdentityStatusStatus,
     NonReadyBinding, condition_types, reasons,
 };
+pub use error_category::ErrorCategory;
 pub use report::{
     ClusterCounts, Finding, FindingCounts, FindingKind, FindingMember, FleetIdentityReport,
     FleetIdentityReportSpec, FleetIdentityReportStatus, Severity,

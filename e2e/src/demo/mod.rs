@@ -230,7 +230,7 @@ async fn converge(
             // only meaningful once it has seen every binding settle as the store has.
             let hub_caught_up = spoke_state.as_ref().is_some_and(|s| {
                 s.bindings.len() == p.total
-                    && s.bindings.iter().filter(|b| !b.reason.is_empty()).count() == p.total
+                    && s.bindings.iter().filter(|b| b.reason.is_some()).count() == p.total
                     && s.bindings.iter().filter(|b| b.ready).count() == p.ready
             });
             let line = (phase.as_str().to_string(), p);

@@ -4,6 +4,7 @@ use std::error::Error as StdError;
 
 use chrono::Utc;
 
+use kleym_spoke::reconciler::error::{categorize_kube as categorize_transport, chain_text};
 use kleym_spoke::reconciler::watches::WatchFailure;
 
 use super::state::{ErrorCategory, SpokeError};
@@ -43,18 +44,6 @@ pub enum EngageError {
     Reconciler(String),
 }
 
-/// Walks an error's source chain as text (for TLS/connect detection).
-fn chain_text(err: &(dyn StdError + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut cur = err.source();
-    while let Some(e) = cur {
-        out.push_str(": ");
-        out.push_str(&e.to_string());
-        cur = e.source();
-    }
-    out
-}
-
 fn find_credential_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a CredentialError> {
     let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = cur {
@@ -66,36 +55,14 @@ fn find_credential_error<'a>(err: &'a (dyn StdError + 'static)) -> Option<&'a Cr
     None
 }
 
-/// Category of an API error status code.
-fn categorize_status(code: u16) -> ErrorCategory {
-    match code {
-        401 => ErrorCategory::Unauthorized,
-        403 => ErrorCategory::Forbidden,
-        429 | 500..=599 => ErrorCategory::ServerError,
-        _ => ErrorCategory::Other,
-    }
-}
-
-/// Category of a client error.
+/// Category of an error of a hub client: a credential plugin failure (the hub's own
+/// client layer, which the spoke's mapping cannot know), else the spoke's
+/// [`categorize_transport`] (status code, TLS, unreachable).
 pub fn categorize_kube(err: &kube::Error) -> ErrorCategory {
-    match err {
-        kube::Error::Api(status) => categorize_status(status.code),
-        other => {
-            if find_credential_error(other).is_some() {
-                return ErrorCategory::Credentials;
-            }
-            let text = chain_text(other).to_ascii_lowercase();
-            if text.contains("certificate")
-                || text.contains("tls")
-                || text.contains("handshake")
-                || text.contains("unknownissuer")
-            {
-                ErrorCategory::Tls
-            } else {
-                ErrorCategory::Unreachable
-            }
-        }
+    if !matches!(err, kube::Error::Api(_)) && find_credential_error(err).is_some() {
+        return ErrorCategory::Credentials;
     }
+    categorize_transport(err)
 }
 
 impl EngageError {
@@ -116,12 +83,10 @@ impl EngageError {
                 }
             }
             EngageError::Timeout { category, .. } => *category,
+            // A list that failed without an answer may have failed for a credential.
             EngageError::Watch(f) => match (f.status_code(), f.kube_error()) {
-                // A list answered 404: the CRD went away after discovery saw it.
-                (Some(404), _) => ErrorCategory::CrdMissing,
-                (Some(code), _) => categorize_status(code),
                 (None, Some(e)) => categorize_kube(e),
-                (None, None) => ErrorCategory::Other,
+                _ => f.category(),
             },
             EngageError::Reconciler(_) => ErrorCategory::Other,
         }

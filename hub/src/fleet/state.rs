@@ -13,6 +13,10 @@ use dashmap::DashMap;
 use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 use tokio::sync::watch;
 
+/// The fleet's one error taxonomy (also the report's), re-exported where the fleet's
+/// failures are published.
+pub use kleym_api::ErrorCategory;
+
 use super::spoke_metrics::SpokeMetricsMap;
 
 /// Where a spoke is in its life cycle.
@@ -73,46 +77,6 @@ impl Phase {
             Phase::Refused => "Refused",
             Phase::Standby => "Standby",
             Phase::Removing => "Removing",
-        }
-    }
-}
-
-/// What kind of failure a spoke had.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum ErrorCategory {
-    /// Connection refused, timed out, DNS, proxy: the API server could not be reached.
-    Unreachable,
-    /// TLS handshake or certificate verification failed.
-    Tls,
-    /// The credential plugin failed (the message says how: not found, timeout, exit, output).
-    Credentials,
-    /// The API server rejected the credential (401).
-    Unauthorized,
-    /// RBAC forbids what kleym needs (403).
-    Forbidden,
-    /// The InferenceIdentityBinding CRD is not installed on the spoke.
-    CrdMissing,
-    /// The API server answered with a 5xx or 429.
-    ServerError,
-    /// The caches did not sync before the initial-sync deadline.
-    SyncTimeout,
-    /// Anything else (invalid client configuration, unexpected API errors).
-    Other,
-}
-
-impl ErrorCategory {
-    /// The category name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCategory::Unreachable => "Unreachable",
-            ErrorCategory::Tls => "TLS",
-            ErrorCategory::Credentials => "Credentials",
-            ErrorCategory::Unauthorized => "Unauthorized",
-            ErrorCategory::Forbidden => "Forbidden",
-            ErrorCategory::CrdMissing => "CRDMissing",
-            ErrorCategory::ServerError => "ServerError",
-            ErrorCategory::SyncTimeout => "SyncTimeout",
-            ErrorCategory::Other => "Other",
         }
     }
 }

@@ -1,21 +1,17 @@
 //! Conversion from the fleet supervisor's published state ([`crate::fleet::state`]) to the
 //! analysis inputs.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
 
-use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
+use kleym_api::ErrorCategory;
+use kleym_spoke::compiler::selectors::container_selector;
 use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 
-use super::input::{BindingObservation, ErrorCategory, Health, SpokeObservation};
-use crate::fleet::state::{ErrorCategory as FleetCategory, Phase, SpokeState};
+use super::input::{BindingObservation, Health, SpokeObservation};
+use crate::fleet::state::{Phase, SpokeState};
 
 /// Why a syncing spoke is not ready yet (shown in its `Ready` condition).
 pub const SYNCING_MESSAGE: &str = "the spoke's reconciler is doing its initial cache sync";
-
-/// Prefix of the pool-label selectors in a [`BindingSnapshot`].
-const POD_LABEL_PREFIX: &str = "k8s:pod-label:";
 
 impl From<&SpokeState> for SpokeObservation {
     fn from(s: &SpokeState) -> Self {
@@ -115,20 +111,18 @@ fn failure(s: &SpokeState) -> Shown {
     let Some(e) = s.last_error.as_ref() else {
         return Shown::new((Unknown, Unknown, Unknown), None);
     };
+    // Which aspect a failure shows on: the steps before it worked, the ones after it are
+    // not known (the category itself, and so the condition reason, is passed on as is).
+    let failed = Failed(e.category);
     let aspects = match e.category {
-        FleetCategory::Credentials => (
-            Failed(ErrorCategory::CredentialPluginFailed),
-            Unknown,
-            Unknown,
-        ),
-        FleetCategory::Unauthorized => (Failed(ErrorCategory::Unauthorized), Up, Unknown),
-        FleetCategory::Unreachable => (Up, Failed(ErrorCategory::Unreachable), Unknown),
-        FleetCategory::Tls => (Up, Failed(ErrorCategory::TlsFailure), Unknown),
-        FleetCategory::Forbidden => (Up, Up, Failed(ErrorCategory::Forbidden)),
-        FleetCategory::CrdMissing => (Up, Up, Failed(ErrorCategory::CrdMissing)),
-        FleetCategory::ServerError | FleetCategory::SyncTimeout | FleetCategory::Other => {
-            (Up, Up, Failed(ErrorCategory::Other))
-        }
+        ErrorCategory::Credentials | ErrorCategory::ProfileRefused => (failed, Unknown, Unknown),
+        ErrorCategory::Unauthorized => (failed, Up, Unknown),
+        ErrorCategory::Unreachable | ErrorCategory::Tls => (Up, failed, Unknown),
+        ErrorCategory::Forbidden
+        | ErrorCategory::CrdMissing
+        | ErrorCategory::ServerError
+        | ErrorCategory::SyncTimeout
+        | ErrorCategory::Other => (Up, Up, failed),
     };
     Shown {
         failures: s.consecutive_failures,
@@ -139,63 +133,34 @@ fn failure(s: &SpokeState) -> Shown {
 
 impl From<&BindingSnapshot> for BindingObservation {
     fn from(b: &BindingSnapshot) -> Self {
-        let pool_selector: BTreeMap<String, String> = b
-            .pool_selector
-            .iter()
-            .filter_map(|s| s.strip_prefix(POD_LABEL_PREFIX)?.split_once(':'))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
         BindingObservation {
             namespace: b.namespace.clone(),
             name: b.name.clone(),
-            mode: if b.mode == IdentityMode::PoolOnly.as_str() {
-                IdentityMode::PoolOnly
-            } else {
-                IdentityMode::PerObjective
-            },
+            mode: b.mode,
             spiffe_ids: b.spiffe_ids.clone(),
             service_account: b.service_account.clone(),
-            container_discriminator: b.container_discriminator.as_deref().map(discriminator),
-            pool_selector,
+            // The selector form, as the spoke renders it into the ClusterSPIFFEID: two
+            // bindings select the same containers exactly when these are equal.
+            container_discriminator: b.container_discriminator.as_ref().map(container_selector),
+            pool_selector: b.pool_selector.clone(),
             ready: b.ready,
-            reason: Some(b.reason.clone()).filter(|r| !r.is_empty()),
-            message: Some(b.message.clone()).filter(|m| !m.is_empty()),
-            conflict_peers: b
-                .conflict_peers
-                .iter()
-                .filter_map(|p| p.split_once(": "))
-                .map(|(name, reason)| ConflictPeer {
-                    name: name.to_string(),
-                    reason: reason.to_string(),
-                })
-                .collect(),
-            warnings: b
-                .warnings
-                .iter()
-                .filter_map(|w| w.split_once(": "))
-                .map(|(reason, message)| IdentityWarning {
-                    reason: reason.to_string(),
-                    message: message.to_string(),
-                })
-                .collect(),
+            reason: b.reason.clone(),
+            message: b.message.clone(),
+            conflict_peers: b.conflict_peers.clone(),
+            warnings: b.warnings.clone(),
         }
-    }
-}
-
-/// `ContainerName=vllm` → `k8s:container-name:vllm` (the selector the spoke renders).
-fn discriminator(d: &str) -> String {
-    match d.split_once('=') {
-        Some(("ContainerName", v)) => format!("k8s:container-name:{v}"),
-        Some(("ContainerImage", v)) => format!("k8s:container-image:{v}"),
-        _ => d.to_string(),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use chrono::Utc;
+    use kleym_api::{
+        ConflictPeer, ContainerDiscriminator, DiscriminatorType, IdentityMode, IdentityWarning,
+    };
 
     use super::*;
     use crate::fleet::state::SpokeError;
@@ -204,19 +169,28 @@ mod tests {
         BindingSnapshot {
             namespace: "team-a".into(),
             name: "chat".into(),
-            mode: "PerObjective".into(),
+            mode: IdentityMode::PerObjective,
             spiffe_ids: vec!["spiffe://td/ns/team-a/objective/chat".into()],
             service_account: Some("vllm".into()),
-            container_discriminator: Some("ContainerName=vllm".into()),
-            pool_selector: vec![
-                "k8s:pod-label:app:vllm".into(),
-                "k8s:pod-label:example.com/tier:gpu".into(),
-            ],
+            container_discriminator: Some(ContainerDiscriminator {
+                type_: DiscriminatorType::ContainerName,
+                value: "vllm".into(),
+            }),
+            pool_selector: BTreeMap::from([
+                ("app".into(), "vllm".into()),
+                ("example.com/tier".into(), "gpu".into()),
+            ]),
             ready: false,
-            reason: "IdentityCollision".into(),
-            message: "collides".into(),
-            conflict_peers: vec!["summarize: IdentityCollision".into()],
-            warnings: vec!["OverlappingDefaultIdentity: set fallback: true on x".into()],
+            reason: Some("IdentityCollision".into()),
+            message: Some("collides".into()),
+            conflict_peers: vec![ConflictPeer {
+                name: "summarize".into(),
+                reason: "IdentityCollision".into(),
+            }],
+            warnings: vec![IdentityWarning {
+                reason: "OverlappingDefaultIdentity".into(),
+                message: "set fallback: true on x".into(),
+            }],
             cluster_spiffe_id: None,
         }
     }
@@ -262,7 +236,7 @@ mod tests {
     fn only_an_engaged_spoke_is_ready_and_a_syncing_one_says_so() {
         let mut ready = snapshot();
         ready.ready = true;
-        ready.reason = "Ready".into();
+        ready.reason = Some("Ready".into());
         ready.conflict_peers.clear();
         for phase in Phase::ALL {
             // A new spoke (nothing observed yet) and one re-syncing with earlier bindings.
@@ -292,10 +266,10 @@ mod tests {
     fn a_retrying_spoke_shows_its_last_failure_until_it_is_engaged() {
         let retry_at = Utc::now() + chrono::Duration::seconds(30);
         for (category, reason) in [
-            (FleetCategory::Credentials, "CredentialPluginFailed"),
-            (FleetCategory::Unauthorized, "Unauthorized"),
-            (FleetCategory::Unreachable, "Unreachable"),
-            (FleetCategory::Forbidden, "Forbidden"),
+            (ErrorCategory::Credentials, "CredentialPluginFailed"),
+            (ErrorCategory::Unauthorized, "Unauthorized"),
+            (ErrorCategory::Unreachable, "Unreachable"),
+            (ErrorCategory::Forbidden, "Forbidden"),
         ] {
             let mut s = SpokeState::new("fleet/east");
             s.last_error = Some(SpokeError {
@@ -348,15 +322,15 @@ mod tests {
         s.phase = Phase::BackingOff;
         for (cat, want) in [
             (
-                FleetCategory::Credentials,
+                ErrorCategory::Credentials,
                 (
-                    Health::Failed(ErrorCategory::CredentialPluginFailed),
+                    Health::Failed(ErrorCategory::Credentials),
                     Health::Unknown,
                     Health::Unknown,
                 ),
             ),
             (
-                FleetCategory::Unreachable,
+                ErrorCategory::Unreachable,
                 (
                     Health::Ok,
                     Health::Failed(ErrorCategory::Unreachable),
@@ -364,15 +338,15 @@ mod tests {
                 ),
             ),
             (
-                FleetCategory::Tls,
+                ErrorCategory::Tls,
                 (
                     Health::Ok,
-                    Health::Failed(ErrorCategory::TlsFailure),
+                    Health::Failed(ErrorCategory::Tls),
                     Health::Unknown,
                 ),
             ),
             (
-                FleetCategory::Forbidden,
+                ErrorCategory::Forbidden,
                 (
                     Health::Ok,
                     Health::Ok,
@@ -380,7 +354,7 @@ mod tests {
                 ),
             ),
             (
-                FleetCategory::CrdMissing,
+                ErrorCategory::CrdMissing,
                 (
                     Health::Ok,
                     Health::Ok,

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
+use kleym_api::{ConflictPeer, ErrorCategory, IdentityMode, IdentityWarning};
 use serde::{Deserialize, Serialize};
 
 /// Everything the hub knows about one spoke.
@@ -61,47 +61,8 @@ pub enum Health {
     Unknown,
     /// Works.
     Ok,
-    /// Fails, for this reason.
+    /// Fails, for this reason (its condition reason is [`ErrorCategory::reason`]).
     Failed(ErrorCategory),
-}
-
-/// Why a spoke connection fails; each maps to a condition reason of
-/// [`kleym_api::fleet::reasons`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ErrorCategory {
-    /// Connection refused, timed out, DNS failure.
-    Unreachable,
-    /// TLS handshake failed.
-    TlsFailure,
-    /// The credential plugin failed.
-    CredentialPluginFailed,
-    /// The spoke rejected the credentials (401).
-    Unauthorized,
-    /// The spoke's RBAC denies a verb (403).
-    Forbidden,
-    /// A CRD kleym needs is not served by the spoke.
-    CrdMissing,
-    /// The ClusterProfile cannot be engaged.
-    ProfileRefused,
-    /// Anything else.
-    Other,
-}
-
-impl ErrorCategory {
-    /// The condition reason for this category.
-    pub fn reason(self) -> &'static str {
-        use kleym_api::fleet::reasons;
-        match self {
-            ErrorCategory::Unreachable => reasons::UNREACHABLE,
-            ErrorCategory::TlsFailure => reasons::TLS_FAILURE,
-            ErrorCategory::CredentialPluginFailed => reasons::CREDENTIAL_PLUGIN_FAILED,
-            ErrorCategory::Unauthorized => reasons::UNAUTHORIZED,
-            ErrorCategory::Forbidden => reasons::FORBIDDEN,
-            ErrorCategory::CrdMissing => reasons::CRD_MISSING,
-            ErrorCategory::ProfileRefused => reasons::PROFILE_REFUSED,
-            ErrorCategory::Other => reasons::ERROR,
-        }
-    }
 }
 
 /// One binding of a spoke, as its status reports it (the spoke's verdict).

@@ -24,7 +24,8 @@ pub use analysis::analyze;
 pub use bound::{Caps, bound_report};
 pub use cluster::cluster_status;
 pub use full::{FullReport, SpokeReport};
-pub use input::{BindingObservation, ErrorCategory, Health, SpokeObservation, WorkloadSignature};
+pub use input::{BindingObservation, Health, SpokeObservation, WorkloadSignature};
+pub use kleym_api::ErrorCategory;
 
 #[cfg(test)]
 mod tests;

@@ -219,7 +219,7 @@ mod tests {
         let bad = SpokeObservation {
             cluster: "fleet/b".into(),
             credentials: Health::Ok,
-            reachable: Health::Failed(ErrorCategory::TlsFailure),
+            reachable: Health::Failed(ErrorCategory::Tls),
             ..ok.clone()
         };
         let full = FullReport::build(&[ok, bad], Utc.timestamp_opt(0, 0).unwrap());

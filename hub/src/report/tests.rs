@@ -371,7 +371,7 @@ fn collision_peers_beyond_the_spoke_cap_join_one_finding() {
 fn cluster_status_conditions_say_what_is_wrong() {
     let now = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
     let mut s = spoke("fleet/a", vec![]);
-    s.credentials = Health::Failed(ErrorCategory::CredentialPluginFailed);
+    s.credentials = Health::Failed(ErrorCategory::Credentials);
     s.reachable = Health::Unknown;
     s.error_message = Some("plugin exited with status 1".into());
     let st = cluster_status(&s, now, None);

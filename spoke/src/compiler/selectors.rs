@@ -111,6 +111,23 @@ pub fn pool_label_selectors(
         .collect()
 }
 
+/// The pool label `(key, value)` a `k8s:pod-label:<k>:<v>` selector stands for (the inverse
+/// of [`pool_label_selectors`]; label keys and values never contain `:`), or `None` for any
+/// other selector.
+pub fn parse_pool_label_selector(selector: &str) -> Option<(&str, &str)> {
+    selector.strip_prefix(POD_LABEL_PREFIX)?.split_once(':')
+}
+
+/// `k8s:container-name:<v>` / `k8s:container-image:<v>`: the selector a container
+/// discriminator renders to (unchecked; [`discriminator_selector`] checks the value).
+pub fn container_selector(discriminator: &ContainerDiscriminator) -> String {
+    let prefix = match discriminator.type_ {
+        DiscriminatorType::ContainerName => CONTAINER_NAME_PREFIX,
+        DiscriminatorType::ContainerImage => CONTAINER_IMAGE_PREFIX,
+    };
+    format!("{prefix}{}", discriminator.value)
+}
+
 /// Whether `s` is a plausible container image reference: `[A-Za-z0-9._:/@+-]`, at most 512
 /// characters, starting with an alphanumeric.
 pub fn is_image_reference(s: &str) -> bool {
@@ -145,10 +162,10 @@ pub fn discriminator_selector(
         )),
         (IdentityMode::PerObjective, Some(d)) => match d.type_ {
             DiscriminatorType::ContainerName if is_dns1123_label(&d.value) => {
-                Ok(Some(format!("{CONTAINER_NAME_PREFIX}{}", d.value)))
+                Ok(Some(container_selector(d)))
             }
             DiscriminatorType::ContainerImage if is_image_reference(&d.value) => {
-                Ok(Some(format!("{CONTAINER_IMAGE_PREFIX}{}", d.value)))
+                Ok(Some(container_selector(d)))
             }
             DiscriminatorType::ContainerName => Err(Refusal::new(
                 Reason::InvalidContainerDiscriminator,
@@ -304,6 +321,44 @@ mod tests {
         assert!(is_image_reference("ghcr.io/org/vllm:1.0@sha256:abc"));
         assert!(!is_image_reference("vllm {{ .X }}"));
         assert!(!is_image_reference(":tag"));
+    }
+
+    /// The snapshot reads the pool labels back from the rendered selectors, and the report
+    /// renders the discriminator as the compiler does: both must be exact inverses.
+    #[test]
+    fn pool_labels_and_container_selectors_round_trip() {
+        let labels = BTreeMap::from([
+            ("app".to_string(), "vllm".to_string()),
+            ("example.com/tier".to_string(), "gpu".to_string()),
+        ]);
+        let rendered = pool_label_selectors("pool", &labels).unwrap();
+        let back: BTreeMap<String, String> = rendered
+            .iter()
+            .filter_map(|s| parse_pool_label_selector(s))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(back, labels);
+        assert_eq!(parse_pool_label_selector("k8s:sa:vllm"), None);
+        for (type_, value, want) in [
+            (
+                DiscriminatorType::ContainerName,
+                "vllm",
+                "k8s:container-name:vllm",
+            ),
+            (
+                DiscriminatorType::ContainerImage,
+                "ghcr.io/o/vllm:1.0",
+                "k8s:container-image:ghcr.io/o/vllm:1.0",
+            ),
+        ] {
+            let d = ContainerDiscriminator {
+                type_,
+                value: value.to_string(),
+            };
+            assert_eq!(container_selector(&d), want);
+            let checked = discriminator_selector("b", IdentityMode::PerObjective, Some(&d));
+            assert_eq!(checked.unwrap().as_deref(), Some(want));
+        }
     }
 
     #[test]

@@ -148,7 +148,10 @@ fn snapshot_is_rebuilt_only_when_the_binding_cache_changed() {
     );
     let second = snapshot::bindings(&ctx);
     assert!(!Arc::ptr_eq(&first, &second));
-    let reasons: Vec<_> = second.iter().map(|s| s.reason.as_str()).collect();
+    let reasons: Vec<_> = second
+        .iter()
+        .map(|s| s.reason.as_deref().unwrap_or_default())
+        .collect();
     assert_eq!(reasons, ["Pending", "Compiled"]);
     assert!(Arc::ptr_eq(&second, &snapshot::bindings(&ctx)));
 

@@ -30,7 +30,7 @@ pub struct ResultLabels {
 /// Label set `{reason}`: the error category of a failed reconcile.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// Stable error category (see `Error::category`).
+    /// Stable failure reason (see `Error::failure_reason`).
     pub reason: String,
 }
 

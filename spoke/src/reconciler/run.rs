@@ -300,7 +300,7 @@ async fn worker(ctx: Arc<Context>, shutdown: CancellationToken) {
                 ctx.metrics.observe_reconcile(elapsed, None);
             }
             Err(err) => {
-                let category = err.category();
+                let category = err.failure_reason();
                 ctx.metrics.observe_reconcile(elapsed, Some(category));
                 let delay = ctx.next_backoff(&key);
                 tracing::warn!(binding = %key, category, error = %err, retry_in = ?delay, "reconcile failed");

@@ -10,49 +10,48 @@
 //! binding cache changed since the last build (its version), otherwise the last one is
 //! shared.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use kleym_api::InferenceIdentityBinding;
 use kleym_api::conditions;
+use kleym_api::{
+    ConflictPeer, ContainerDiscriminator, IdentityMode, IdentityWarning, InferenceIdentityBinding,
+};
 use kube::ResourceExt;
 
 use super::context::Context;
 use super::run::all_synced;
 use super::watches::WatchFailure;
+use crate::compiler::selectors::{SA_PREFIX, parse_pool_label_selector};
 
-/// Prefix of the rendered selector that names the service account.
-const SA_SELECTOR_PREFIX: &str = "k8s:sa:";
-/// Prefix of the rendered selectors that come from the pool's label selector.
-const POD_LABEL_SELECTOR_PREFIX: &str = "k8s:pod-label:";
-
-/// What one binding compiled to, as last reported in its status.
+/// What one binding compiled to, as last reported in its status. Typed, with the API's own
+/// types where the status has one: the hub reads fields, it never parses text the spoke made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingSnapshot {
     /// Binding namespace.
     pub namespace: String,
     /// Binding name.
     pub name: String,
-    /// `spec.mode` (`PerObjective` or `PoolOnly`).
-    pub mode: String,
+    /// `spec.mode`.
+    pub mode: IdentityMode,
     /// `status.computedSpiffeIDs[].spiffeID`.
     pub spiffe_ids: Vec<String>,
     /// Service account from the rendered `k8s:sa:` selector, if any.
     pub service_account: Option<String>,
-    /// `spec.containerDiscriminator` as `type=value`, if any.
-    pub container_discriminator: Option<String>,
-    /// The rendered `k8s:pod-label:` selectors (the pool selector), sorted.
-    pub pool_selector: Vec<String>,
+    /// `spec.containerDiscriminator`, if any.
+    pub container_discriminator: Option<ContainerDiscriminator>,
+    /// The pool labels of the rendered `k8s:pod-label:<key>:<value>` selectors.
+    pub pool_selector: BTreeMap<String, String>,
     /// `Ready` condition is `True` for the current generation.
     pub ready: bool,
-    /// Reason of the `Ready` condition (empty when not reported yet).
-    pub reason: String,
-    /// Message of the `Ready` condition.
-    pub message: String,
-    /// `status.conflictPeers` as `name: reason`.
-    pub conflict_peers: Vec<String>,
-    /// `status.warnings` as `reason: message`.
-    pub warnings: Vec<String>,
+    /// Reason of the `Ready` condition (`None` when not reported yet).
+    pub reason: Option<String>,
+    /// Message of the `Ready` condition (`None` when not reported yet).
+    pub message: Option<String>,
+    /// `status.conflictPeers`.
+    pub conflict_peers: Vec<ConflictPeer>,
+    /// `status.warnings`.
+    pub warnings: Vec<IdentityWarning>,
     /// Name of the owned ClusterSPIFFEID, if any.
     pub cluster_spiffe_id: Option<String>,
 }
@@ -66,16 +65,13 @@ impl BindingSnapshot {
         let selectors: &[String] = status
             .map(|s| s.rendered_selectors.as_slice())
             .unwrap_or(&[]);
-        let mut pool_selector: Vec<String> = selectors
-            .iter()
-            .filter(|s| s.starts_with(POD_LABEL_SELECTOR_PREFIX))
-            .cloned()
-            .collect();
-        pool_selector.sort();
+        // An empty reason or message is one not reported (the condition's fields are
+        // required strings, so "absent" is written as empty).
+        let non_empty = |s: &String| Some(s.clone()).filter(|s| !s.is_empty());
         Self {
             namespace: b.namespace().unwrap_or_default(),
             name: b.name_any(),
-            mode: b.spec.mode.as_str().to_string(),
+            mode: b.spec.mode,
             spiffe_ids: status
                 .map(|s| {
                     s.computed_spiffe_ids
@@ -86,33 +82,19 @@ impl BindingSnapshot {
                 .unwrap_or_default(),
             service_account: selectors
                 .iter()
-                .find_map(|s| s.strip_prefix(SA_SELECTOR_PREFIX))
+                .find_map(|s| s.strip_prefix(SA_PREFIX))
                 .map(str::to_string),
-            container_discriminator: b
-                .spec
-                .container_discriminator
-                .as_ref()
-                .map(|d| format!("{}={}", d.type_.as_str(), d.value)),
-            pool_selector,
+            container_discriminator: b.spec.container_discriminator.clone(),
+            pool_selector: selectors
+                .iter()
+                .filter_map(|s| parse_pool_label_selector(s))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             ready: observed_current && ready.is_some_and(|c| c.status == "True"),
-            reason: ready.map(|c| c.reason.clone()).unwrap_or_default(),
-            message: ready.map(|c| c.message.clone()).unwrap_or_default(),
-            conflict_peers: status
-                .map(|s| {
-                    s.conflict_peers
-                        .iter()
-                        .map(|p| format!("{}: {}", p.name, p.reason))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            warnings: status
-                .map(|s| {
-                    s.warnings
-                        .iter()
-                        .map(|w| format!("{}: {}", w.reason, w.message))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            reason: ready.and_then(|c| non_empty(&c.reason)),
+            message: ready.and_then(|c| non_empty(&c.message)),
+            conflict_peers: status.map(|s| s.conflict_peers.clone()).unwrap_or_default(),
+            warnings: status.map(|s| s.warnings.clone()).unwrap_or_default(),
             cluster_spiffe_id: status
                 .and_then(|s| s.cluster_spiffe_id.as_ref())
                 .map(|c| c.name.clone()),
@@ -242,12 +224,24 @@ mod tests {
         assert_eq!(s.spiffe_ids, ["spiffe://td/ns/llm/objective/chat"]);
         assert_eq!(s.service_account.as_deref(), Some("model-server"));
         assert_eq!(
-            s.container_discriminator.as_deref(),
-            Some("ContainerName=chat")
+            s.container_discriminator,
+            Some(ContainerDiscriminator {
+                type_: kleym_api::DiscriminatorType::ContainerName,
+                value: "chat".into()
+            })
         );
-        assert_eq!(s.pool_selector, ["k8s:pod-label:a:1", "k8s:pod-label:b:2"]);
+        assert_eq!(
+            s.pool_selector,
+            BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())])
+        );
         assert!(s.ready);
-        assert_eq!(s.warnings, ["Overlap: m"]);
+        assert_eq!(
+            s.warnings,
+            [IdentityWarning {
+                reason: "Overlap".into(),
+                message: "m".into()
+            }]
+        );
 
         // A stale status (older generation) is not ready.
         let mut stale = b.clone();

@@ -10,7 +10,7 @@ use kleym_api::external::model::{self, InferenceModel};
 use kleym_api::external::objective::{self, gaie, llmd};
 use kleym_api::external::pool::{v1, v1alpha2};
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_api::{InferenceIdentityBinding, TargetKind};
+use kleym_api::{ErrorCategory, InferenceIdentityBinding, TargetKind};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::api_availability::ApiKind;
 use super::caches::{Cache, Change};
 use super::context::Context;
-use super::error::{kube_category, status_category};
+use super::error::{categorize_kube, categorize_status};
 use super::index::{SourceKey, TargetKey};
 use super::queue::ObjectKey;
 use super::trim::strip_unread_metadata;
@@ -66,14 +66,14 @@ impl WatchFailure {
         self.api_status().map(|s| s.code)
     }
 
-    /// Stable category: `Forbidden`, `ServerError`, `CRDMissing` (a 404 on a list: the
-    /// resource is not served), or [`kube_category`]'s for other failures.
-    pub fn category(&self) -> &'static str {
+    /// The fleet category: [`ErrorCategory::CrdMissing`] for a 404 on a list (the resource
+    /// is not served), else [`categorize_status`]'s or [`categorize_kube`]'s.
+    pub fn category(&self) -> ErrorCategory {
         match (self.status_code(), self.kube_error()) {
-            (Some(404), _) => "CRDMissing",
-            (Some(code), _) => status_category(code),
-            (None, Some(e)) => kube_category(e),
-            (None, None) => "WatchError",
+            (Some(404), _) => ErrorCategory::CrdMissing,
+            (Some(code), _) => categorize_status(code),
+            (None, Some(e)) => categorize_kube(e),
+            (None, None) => ErrorCategory::Other,
         }
     }
 }
@@ -252,7 +252,7 @@ fn spawn<K>(
                         error: Arc::new(err),
                     };
                     // The watcher retries with backoff; make RBAC problems loud.
-                    tracing::warn!(resource = %failure.resource, category = failure.category(), error = %failure.error, "watch failed; retrying");
+                    tracing::warn!(resource = %failure.resource, category = failure.category().as_str(), error = %failure.error, "watch failed; retrying");
                     // Before the first list completed, the sync is stuck on this: say why.
                     if !cache(&ctx).is_ready() {
                         ctx.watch_failures.record(failure);
@@ -662,9 +662,9 @@ mod tests {
 
     #[test]
     fn watch_failures_are_categorised_and_name_the_resource() {
-        assert_eq!(list_failure(403).category(), "Forbidden");
-        assert_eq!(list_failure(404).category(), "CRDMissing");
-        assert_eq!(list_failure(500).category(), "ServerError");
+        assert_eq!(list_failure(403).category().as_str(), "Forbidden");
+        assert_eq!(list_failure(404).category().as_str(), "CRDMissing");
+        assert_eq!(list_failure(500).category().as_str(), "ServerError");
         assert_eq!(list_failure(503).status_code(), Some(503));
         let text = list_failure(500).to_string();
         assert!(
@@ -673,7 +673,10 @@ mod tests {
         );
         let failures = WatchFailures::default();
         failures.record(list_failure(500));
-        assert_eq!(failures.first().map(|f| f.category()), Some("ServerError"));
+        assert_eq!(
+            failures.first().map(|f| f.category().as_str()),
+            Some("ServerError")
+        );
         failures.clear("clusterspiffeids.spire.spiffe.io");
         assert!(failures.first().is_none());
     }
