@@ -827,3 +827,43 @@ fn yaml_file_and_flag_precedence() {
         "{err}"
     );
 }
+
+#[test]
+fn pem_certificates_takes_only_certificate_blocks() {
+    use kleym_hub::access::select::pem_certificates;
+    let make = |name: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert, key)
+    };
+    let (a, a_key) = make("a.test");
+    let (b, _) = make("b.test");
+
+    // A bundle: every certificate, in order, as DER.
+    let bundle = format!("{}{}", a.pem(), b.pem());
+    let ders = pem_certificates(bundle.as_bytes()).unwrap();
+    assert_eq!(ders, vec![a.der().to_vec(), b.der().to_vec()]);
+    // CRLF line endings are PEM too.
+    let crlf = a.pem().replace('\n', "\r\n");
+    assert_eq!(
+        pem_certificates(crlf.as_bytes()).unwrap(),
+        vec![a.der().to_vec()]
+    );
+    // Blocks with labels PEM parsers do not know are skipped, as before.
+    let unknown = format!("-----BEGIN FOO-----\nAAAA\n-----END FOO-----\n{}", a.pem());
+    assert_eq!(pem_certificates(unknown.as_bytes()).unwrap().len(), 1);
+
+    // A private key next to the certificate is refused, never silently dropped.
+    let with_key = format!("{}{}", a.pem(), a_key.serialize_pem());
+    let err = pem_certificates(with_key.as_bytes()).unwrap_err();
+    assert!(err.contains("not a CERTIFICATE"), "{err}");
+    // No certificate at all, or broken PEM.
+    let err = pem_certificates(b"just text\n").unwrap_err();
+    assert!(err.contains("no PEM CERTIFICATE"), "{err}");
+    let truncated = a.pem().replace("-----END CERTIFICATE-----", "");
+    let err = pem_certificates(truncated.as_bytes()).unwrap_err();
+    assert!(err.contains("not valid PEM"), "{err}");
+}
