@@ -829,6 +829,28 @@ fn yaml_file_and_flag_precedence() {
 }
 
 #[test]
+fn yaml_provider_file_reads_yaml_1_2_and_refuses_duplicate_keys() {
+    // YAML 1.1 spellings (`no`, `on`) and leading-zero numbers stay the strings they look
+    // like; only `true`/`false` are booleans.
+    let doc = "providers:\n- name: a\n  execConfig:\n    apiVersion: client.authentication.k8s.io/v1\n    command: /bin/a\n    args:\n    - no\n    - 0755\n    env:\n    - name: DEBUG\n      value: on\n    provideClusterInfo: true\n";
+    let providers = parse_provider_document(doc).unwrap();
+    let exec = &providers[0].exec;
+    assert_eq!(exec.args, vec!["no", "0755"]);
+    assert_eq!(exec.env[0].value, "on");
+    assert!(exec.provide_cluster_info);
+    let bad_bool = doc.replace("provideClusterInfo: true", "provideClusterInfo: yes");
+    assert!(parse_provider_document(&bad_bool).is_err());
+    // A key given twice is an error, and the error quotes none of the file.
+    let secret = "swordfishcorrecthorse";
+    let dup = format!(
+        "providers:\n- name: a\n  execConfig:\n    apiVersion: client.authentication.k8s.io/v1\n    command: /bin/a\n    args: [--token, {secret}]\n    args: [--token, {secret}]\n"
+    );
+    let err = parse_provider_document(&dup).unwrap_err().to_string();
+    assert!(err.contains("duplicate"), "{err}");
+    assert!(!err.contains("swordfish"), "{err}");
+}
+
+#[test]
 fn pem_certificates_takes_only_certificate_blocks() {
     use kleym_hub::access::select::pem_certificates;
     let make = |name: &str| {

@@ -163,7 +163,7 @@ pub fn parse_exec_output_at(
         Ok(v) => v,
         // client-go's decoder accepts YAML too (the reference integration test prints YAML).
         // Garbage that YAML reads as a plain scalar is still reported as "not a document".
-        Err(json_err) => match serde_yaml_ng::from_slice::<Value>(stdout) {
+        Err(json_err) => match kleym_api::yaml::from_slice::<Value>(stdout) {
             Ok(v @ Value::Object(_)) => v,
             _ => {
                 use serde_json::error::Category;

@@ -57,7 +57,7 @@ impl ReportDocument {
         let value: serde_json::Value = match serde_json::from_slice(bytes) {
             Ok(v) => v,
             Err(_) => {
-                serde_yaml_ng::from_slice(bytes).map_err(|e| SourceError::Parse(e.to_string()))?
+                kleym_api::yaml::from_slice(bytes).map_err(|e| SourceError::Parse(e.to_string()))?
             }
         };
         let raw = if value.get("kind").and_then(|k| k.as_str()) == Some("FleetIdentityReport") {
