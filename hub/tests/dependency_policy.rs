@@ -1,7 +1,8 @@
 //! What the `kleym` binary links: no crate the workspace's `deny.toml` denies (the test-only
 //! `rsa` advisory, unmaintained `rustls-pemfile`, a second YAML crate) is in the normal and
 //! build dependency closure of `kleym-hub`, as `cargo build -p kleym-hub --bin kleym` (and the
-//! image) resolves it. Runs `cargo tree`, offline, against the committed `Cargo.lock`.
+//! image) resolves it. Runs `cargo tree`, offline, against the committed `Cargo.lock`. And the
+//! image ships the stripped `dist` build of it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -110,4 +111,30 @@ fn deny_toml_lists_every_denied_crate_and_the_accepted_advisory() {
         );
     }
     assert!(text.contains("RUSTSEC-2023-0071"), "{}", path.display());
+}
+
+#[test]
+fn the_image_ships_the_stripped_dist_build() {
+    // `--release` keeps line tables for backtraces; what ships is `--profile dist`, the
+    // release build without debug info and symbols (Cargo.toml, Dockerfile, docs/install.md).
+    let root = workspace_root();
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let dist = manifest
+        .split("\n[profile.dist]\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n[").next())
+        .expect("Cargo.toml has a [profile.dist] section");
+    for line in ["inherits = \"release\"", "strip = true", "debug = false"] {
+        assert!(
+            dist.lines().any(|l| l.trim() == line),
+            "[profile.dist] lacks `{line}`:\n{dist}"
+        );
+    }
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).expect("Dockerfile");
+    assert!(
+        dockerfile.contains("cargo build --profile dist ")
+            && dockerfile.contains("target/dist/kleym /out/kleym"),
+        "the Dockerfile must build and copy the dist profile's kleym"
+    );
+    assert!(!dockerfile.contains("target/release/"), "{dockerfile}");
 }
