@@ -8,12 +8,14 @@
 # --- build ---------------------------------------------------------------------------------
 FROM rust:1.89-bookworm AS build
 WORKDIR /src
-# Cache mounts keep the registry and target dir between builds (BuildKit).
+# Cache mounts keep the registry and target dir between builds (BuildKit). The `dist` profile
+# (Cargo.toml) is the release build without debug info and symbols: the image gets a stripped
+# binary, while local `--release` builds keep line tables for backtraces.
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p kleym-hub --bin kleym \
- && install -D -m 0755 target/release/kleym /out/kleym
+    cargo build --profile dist --locked -p kleym-hub --bin kleym \
+ && install -D -m 0755 target/dist/kleym /out/kleym
 
 # --- run -----------------------------------------------------------------------------------
 # distroless/cc: glibc and libgcc for the Rust binary; TLS is rustls (no OpenSSL), CA roots

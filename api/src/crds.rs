@@ -16,7 +16,7 @@ pub enum CrdError {
         name: String,
         /// Underlying error.
         #[source]
-        source: serde_yaml_ng::Error,
+        source: crate::yaml::EmitError,
     },
 }
 
@@ -55,7 +55,7 @@ pub fn file_name(crd: &CustomResourceDefinition) -> String {
 
 /// One CRD as a YAML document (no leading `---`).
 pub fn crd_to_yaml(crd: &CustomResourceDefinition) -> Result<String, CrdError> {
-    serde_yaml_ng::to_string(crd).map_err(|source| CrdError::Serialize {
+    crate::yaml::to_string(crd).map_err(|source| CrdError::Serialize {
         name: crd.metadata.name.clone().unwrap_or_default(),
         source,
     })

@@ -7,6 +7,7 @@
 //! - [`external`]: upstream kinds, modelled field-for-field from their CRDs.
 //! - [`fleet`]: `ClusterIdentityStatus` and `FleetIdentityReport`, written by the hub.
 //! - [`crds`]: the CustomResourceDefinitions kleym installs (`kleym crds`).
+//! - [`yaml`]: how kleym reads and writes YAML.
 #![warn(missing_docs)]
 
 pub mod binding;
@@ -16,6 +17,7 @@ pub mod external;
 pub mod fleet;
 mod go_duration;
 mod schema;
+pub mod yaml;
 
 pub use binding::{
     ComputedSpiffeId, ConflictPeer, ContainerDiscriminator, DiscriminatorType, IdentityMode,

@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 fn upstream_schema(file: &str, version: &str) -> Value {
-    let crd: Value = serde_yaml_ng::from_str(upstream_crds::upstream_yaml(file)).unwrap();
+    let crd: Value = kleym_api::yaml::from_str(upstream_crds::upstream_yaml(file)).unwrap();
     crd["spec"]["versions"]
         .as_array()
         .unwrap()

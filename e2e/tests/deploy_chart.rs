@@ -26,7 +26,7 @@ fn dashboard() -> Value {
 #[test]
 fn chart_metadata_and_every_value_is_documented() {
     let chart_yaml: Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(chart().join("Chart.yaml")).unwrap())
+        kleym_api::yaml::from_str(&std::fs::read_to_string(chart().join("Chart.yaml")).unwrap())
             .unwrap();
     assert_eq!(chart_yaml["apiVersion"], "v2");
     assert_eq!(chart_yaml["name"], "kleym");

@@ -105,7 +105,7 @@ fn example_provider_file_loads_like_the_hub_loads_it() {
     args.access.provider_set().expect("example provider file");
     // Every provider an example ClusterProfile names is configured.
     let text = std::fs::read_to_string(&pf).unwrap();
-    let file: serde_json::Value = serde_yaml_ng::from_str(&text).unwrap();
+    let file: serde_json::Value = kleym_api::yaml::from_str(&text).unwrap();
     let names: Vec<&str> = file["providers"]
         .as_array()
         .unwrap()
@@ -136,11 +136,11 @@ fn example_provider_file_loads_like_the_hub_loads_it() {
 
 #[test]
 fn hub_access_binds_the_deploy_spoke_clusterrole() {
-    let role: serde_json::Value = serde_yaml_ng::from_str(
+    let role: serde_json::Value = kleym_api::yaml::from_str(
         &std::fs::read_to_string(repo_root().join("deploy/spoke/clusterrole.yaml")).unwrap(),
     )
     .unwrap();
-    let binding: serde_json::Value = serde_yaml_ng::from_str(
+    let binding: serde_json::Value = kleym_api::yaml::from_str(
         &std::fs::read_to_string(repo_root().join("deploy/hub-access/clusterrolebinding.yaml"))
             .unwrap(),
     )

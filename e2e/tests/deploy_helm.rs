@@ -476,7 +476,7 @@ fn fleet_mode_hub_is_hardened_and_its_args_parse() {
     // The provider ConfigMap is a provider file the hub loads.
     let cm = find(&docs, "ConfigMap", "kleym-hub-providers").expect("provider ConfigMap");
     let file: Value =
-        serde_yaml_ng::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
+        kleym_api::yaml::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
     assert_eq!(
         file["providers"][0]["execConfig"]["args"][3],
         "kleym-system/kleym-hub"
@@ -596,7 +596,7 @@ fn service_account_values_reach_the_pod_the_rbac_and_the_provider() {
     assert_eq!(token[0]["resourceNames"], json!(["kleym-cloud"]));
     let cm = find(&docs, "ConfigMap", "kleym-hub-providers").unwrap();
     let file: Value =
-        serde_yaml_ng::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
+        kleym_api::yaml::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
     assert_eq!(
         file["providers"][0]["execConfig"]["args"][3],
         "kleym-system/kleym-cloud"
@@ -697,7 +697,7 @@ fn pod_values_reach_the_hub_and_spoke_pods() {
 #[test]
 fn every_object_has_the_standard_labels_and_names_fit() {
     let chart_yaml: Value =
-        serde_yaml_ng::from_str(&std::fs::read_to_string(chart().join("Chart.yaml")).unwrap())
+        kleym_api::yaml::from_str(&std::fs::read_to_string(chart().join("Chart.yaml")).unwrap())
             .unwrap();
     let chart_label = format!(
         "kleym-{}",
@@ -791,7 +791,7 @@ fn optional_parts_render_as_valid_yaml() {
     assert_eq!(svc["spec"]["ports"][1]["name"], "api");
     let cm = find(&docs, "ConfigMap", "kleym-hub-providers").unwrap();
     let file: Value =
-        serde_yaml_ng::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
+        kleym_api::yaml::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
     assert_eq!(file["providers"][0]["name"], "eks");
     let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
     assert_eq!(
@@ -858,7 +858,7 @@ fn single_cluster_mode_runs_the_spoke_with_the_deploy_spoke_rules() {
     // The flags are those of `kleym spoke`.
     assert_kleym_accepts(&args);
     let role = find(&docs, "ClusterRole", "kleym-spoke").unwrap();
-    let deploy: Value = serde_yaml_ng::from_str(
+    let deploy: Value = kleym_api::yaml::from_str(
         &std::fs::read_to_string(repo_root().join("deploy/spoke/clusterrole.yaml")).unwrap(),
     )
     .unwrap();
@@ -1028,7 +1028,7 @@ async fn helm_template_passes_server_side_dry_run() {
         // multi-document YAML stream.
         let stream: Vec<String> = served
             .iter()
-            .map(|d| serde_yaml_ng::to_string(d).unwrap())
+            .map(|d| kleym_api::yaml::to_string(d).unwrap())
             .collect();
         let out = k
             .run_async(

@@ -28,7 +28,7 @@ fn kep_example_profile_to_effective_access() {
             "CA_PLACEHOLDER",
             &base64::engine::general_purpose::STANDARD.encode(&ca),
         );
-    let cp: ClusterProfile = serde_yaml_ng::from_str(&yaml).unwrap();
+    let cp: ClusterProfile = kleym_api::yaml::from_str(&yaml).unwrap();
     let profile = AccessProfile::from(&cp);
     assert_eq!(profile.spoke_name(), "fleet/my-cluster-1");
     // The JSON path gives the same view as the typed path.

@@ -827,3 +827,65 @@ fn yaml_file_and_flag_precedence() {
         "{err}"
     );
 }
+
+#[test]
+fn yaml_provider_file_reads_yaml_1_2_and_refuses_duplicate_keys() {
+    // YAML 1.1 spellings (`no`, `on`) and leading-zero numbers stay the strings they look
+    // like; only `true`/`false` are booleans.
+    let doc = "providers:\n- name: a\n  execConfig:\n    apiVersion: client.authentication.k8s.io/v1\n    command: /bin/a\n    args:\n    - no\n    - 0755\n    env:\n    - name: DEBUG\n      value: on\n    provideClusterInfo: true\n";
+    let providers = parse_provider_document(doc).unwrap();
+    let exec = &providers[0].exec;
+    assert_eq!(exec.args, vec!["no", "0755"]);
+    assert_eq!(exec.env[0].value, "on");
+    assert!(exec.provide_cluster_info);
+    let bad_bool = doc.replace("provideClusterInfo: true", "provideClusterInfo: yes");
+    assert!(parse_provider_document(&bad_bool).is_err());
+    // A key given twice is an error, and the error quotes none of the file.
+    let secret = "swordfishcorrecthorse";
+    let dup = format!(
+        "providers:\n- name: a\n  execConfig:\n    apiVersion: client.authentication.k8s.io/v1\n    command: /bin/a\n    args: [--token, {secret}]\n    args: [--token, {secret}]\n"
+    );
+    let err = parse_provider_document(&dup).unwrap_err().to_string();
+    assert!(err.contains("duplicate"), "{err}");
+    assert!(!err.contains("swordfish"), "{err}");
+}
+
+#[test]
+fn pem_certificates_takes_only_certificate_blocks() {
+    use kleym_hub::access::select::pem_certificates;
+    let make = |name: &str| {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert, key)
+    };
+    let (a, a_key) = make("a.test");
+    let (b, _) = make("b.test");
+
+    // A bundle: every certificate, in order, as DER.
+    let bundle = format!("{}{}", a.pem(), b.pem());
+    let ders = pem_certificates(bundle.as_bytes()).unwrap();
+    assert_eq!(ders, vec![a.der().to_vec(), b.der().to_vec()]);
+    // CRLF line endings are PEM too.
+    let crlf = a.pem().replace('\n', "\r\n");
+    assert_eq!(
+        pem_certificates(crlf.as_bytes()).unwrap(),
+        vec![a.der().to_vec()]
+    );
+    // Blocks with labels PEM parsers do not know are skipped, as before.
+    let unknown = format!("-----BEGIN FOO-----\nAAAA\n-----END FOO-----\n{}", a.pem());
+    assert_eq!(pem_certificates(unknown.as_bytes()).unwrap().len(), 1);
+
+    // A private key next to the certificate is refused, never silently dropped.
+    let with_key = format!("{}{}", a.pem(), a_key.serialize_pem());
+    let err = pem_certificates(with_key.as_bytes()).unwrap_err();
+    assert!(err.contains("not a CERTIFICATE"), "{err}");
+    // No certificate at all, or broken PEM.
+    let err = pem_certificates(b"just text\n").unwrap_err();
+    assert!(err.contains("no PEM CERTIFICATE"), "{err}");
+    let truncated = a.pem().replace("-----END CERTIFICATE-----", "");
+    let err = pem_certificates(truncated.as_bytes()).unwrap_err();
+    assert!(err.contains("not valid PEM"), "{err}");
+}

@@ -10,6 +10,8 @@ use kleym_hub::http::{
     serve,
 };
 use prometheus_client::registry::Registry;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use std::sync::Arc;
 
 #[derive(Debug, Parser)]
@@ -61,7 +63,7 @@ async fn try_get_over_tls(
     alpn: &[u8],
 ) -> Result<(u16, String, Vec<u8>), String> {
     let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
         roots.add(c.unwrap()).unwrap();
     }
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(

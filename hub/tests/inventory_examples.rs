@@ -28,7 +28,7 @@ fn example_profiles() -> Vec<(String, String)> {
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         for doc in text.split("\n---") {
-            let v: serde_json::Value = serde_yaml_ng::from_str(doc).unwrap();
+            let v: serde_json::Value = kleym_api::yaml::from_str(doc).unwrap();
             if v["kind"] == "ClusterProfile" {
                 out.push((format!("{}", f.display()), doc.to_string()));
             }
@@ -64,7 +64,7 @@ fn examples_are_refused_only_for_the_placeholder_ca() {
             doc.contains("# PLACEHOLDER: replace with the spoke API server's CA bundle"),
             "{file}: the placeholder says what to put there"
         );
-        let as_is: ClusterProfile = serde_yaml_ng::from_str(&doc).unwrap();
+        let as_is: ClusterProfile = kleym_api::yaml::from_str(&doc).unwrap();
         match evaluate(&as_is, &providers, &opts) {
             Decision::Refused { reason } => assert!(
                 reason.contains("certificate-authority-data"),
@@ -73,7 +73,7 @@ fn examples_are_refused_only_for_the_placeholder_ca() {
             other => panic!("{file}: the placeholder must not be usable: {other:?}"),
         }
         let fixed: ClusterProfile =
-            serde_yaml_ng::from_str(&doc.replace(PLACEHOLDER, &ca)).unwrap();
+            kleym_api::yaml::from_str(&doc.replace(PLACEHOLDER, &ca)).unwrap();
         let d = evaluate(&fixed, &providers, &opts);
         assert!(matches!(d, Decision::Engage(_)), "{file}: {d:?}");
     }

@@ -172,7 +172,7 @@ fn json_and_yaml_print_the_document() {
     assert_eq!(back, report);
     let out = kleym(&["report", "-f", &file, "-o", "yaml", "--fail-on", "none"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let back: FullReport = serde_yaml_ng::from_slice(&out.stdout).unwrap();
+    let back: FullReport = kleym_api::yaml::from_slice(&out.stdout).unwrap();
     assert_eq!(back, report);
 }
 

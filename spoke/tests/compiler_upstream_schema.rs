@@ -9,7 +9,7 @@ use kubesim_schema::CompiledSchema;
 
 fn upstream() -> CompiledSchema {
     let text = upstream_crds::upstream_yaml("spire.spiffe.io_clusterspiffeids.yaml");
-    let crd: serde_json::Value = serde_yaml_ng::from_str(text).unwrap();
+    let crd: serde_json::Value = kleym_api::yaml::from_str(text).unwrap();
     CompiledSchema::new(&crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]).unwrap()
 }
 

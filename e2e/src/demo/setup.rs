@@ -107,7 +107,7 @@ fn create(cluster: &ClusterHandle, seed: &scenario::Seed) -> Result<(), DemoErro
 /// RBAC, credentials and the inference environment of spoke `i`.
 pub async fn prepare_spoke(fleet: &FleetHarness, i: usize, _dir: &Path) -> Result<(), DemoError> {
     let spoke = fleet.spoke(&scenario::spoke_name(i));
-    let role: Value = serde_yaml_ng::from_str(SPOKE_CLUSTERROLE)
+    let role: Value = kleym_api::yaml::from_str(SPOKE_CLUSTERROLE)
         .map_err(|e| DemoError::Setup(format!("deploy/spoke/clusterrole.yaml: {e}")))?;
     let role_name = role["metadata"]["name"]
         .as_str()

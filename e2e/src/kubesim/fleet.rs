@@ -347,11 +347,8 @@ pub fn parse_crds(origin: &str, text: &str) -> Result<Vec<Value>, KubesimError> 
         message,
     };
     let mut out = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| err(e.to_string()))?;
-        if v.is_null() {
-            continue;
-        }
+    let docs: Vec<Value> = kleym_api::yaml::documents(text).map_err(|e| err(e.to_string()))?;
+    for v in docs {
         if v.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
             return Err(err(format!(
                 "not a CustomResourceDefinition: kind {:?}",
@@ -573,5 +570,54 @@ impl ClusterHandle {
     /// Stop this cluster's server.
     pub fn stop(&self) {
         self.server.shutdown.cancel();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_crds_reads_multi_document_files() {
+        // kleym's own chart CRDs and `kleym crds` output, concatenated with `---` as
+        // `kubectl apply -f dir/` or a pipe would see them.
+        let chart = kleym_api::crds::to_yaml().unwrap();
+        let text = format!("# leading comment\n---\n{chart}---\n# an empty document\n---\n");
+        let crds = parse_crds("kleym crds", &text).unwrap();
+        let names: Vec<&str> = crds
+            .iter()
+            .filter_map(|c| c["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "inferenceidentitybindings.kleym.io",
+                "clusteridentitystatuses.kleym.io",
+                "fleetidentityreports.kleym.io",
+            ]
+        );
+        // Every vendored upstream file loads, whatever its document layout.
+        for file in upstream_crds::UPSTREAM
+            .iter()
+            .chain([&upstream_crds::CLUSTERPROFILE_V1ALPHA2])
+        {
+            assert!(
+                !parse_crds(file.name, file.yaml).unwrap().is_empty(),
+                "{}",
+                file.name
+            );
+        }
+
+        let err = parse_crds("x.yaml", "kind: ConfigMap\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("x.yaml") && err.contains("not a CustomResourceDefinition"),
+            "{err}"
+        );
+        let err = parse_crds("y.yaml", "kind: CustomResourceDefinition\n---\nkind: [\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("y.yaml") && err.contains("line"), "{err}");
     }
 }

@@ -22,14 +22,7 @@ pub fn merge(base: &mut Value, over: &Value) {
 
 /// Parses a multi-document YAML string; empty documents are dropped.
 pub fn documents(yaml: &str) -> Result<Vec<Value>, String> {
-    let mut out = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
-        let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| format!("{e}\n{yaml}"))?;
-        if !v.is_null() {
-            out.push(v);
-        }
-    }
-    Ok(out)
+    kleym_api::yaml::documents(yaml).map_err(|e| format!("{e}\n{yaml}"))
 }
 
 /// Repository root.
@@ -45,7 +38,7 @@ pub fn chart() -> std::path::PathBuf {
 /// The chart's values.yaml, parsed.
 pub fn default_values() -> Value {
     let text = std::fs::read_to_string(chart().join("values.yaml")).unwrap();
-    serde_yaml_ng::from_str(&text).unwrap()
+    kleym_api::yaml::from_str(&text).unwrap()
 }
 
 /// PromQL words that are not metric names: operators, modifiers and literals.

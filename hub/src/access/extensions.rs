@@ -207,7 +207,7 @@ pub fn parse_additional_args(payload: &Value) -> Result<Vec<String>, String> {
             ),
         },
         Value::String(text) => {
-            let parsed: Value = serde_yaml_ng::from_str(text)
+            let parsed: Value = kleym_api::yaml::from_str(text)
                 .map_err(|e| format!("string payload is not a YAML list: {e}"))?;
             match parsed {
                 Value::Array(items) => string_list(&items),
@@ -238,7 +238,7 @@ pub fn parse_additional_envs(payload: &Value) -> Result<BTreeMap<String, String>
     let map = match payload {
         Value::Object(map) => map,
         Value::String(text) => {
-            owned = serde_yaml_ng::from_str::<Value>(text)
+            owned = kleym_api::yaml::from_str::<Value>(text)
                 .map_err(|e| format!("string payload is not a YAML map: {e}"))?;
             match &owned {
                 Value::Object(map) => map,

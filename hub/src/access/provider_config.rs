@@ -339,7 +339,7 @@ pub fn parse_provider_document_with_unknown_keys(
     };
     let root: serde_json::Value = match serde_json::from_str(text) {
         Ok(v) => v,
-        Err(json_err) => serde_yaml_ng::from_str(text).map_err(|yaml_err| {
+        Err(json_err) => kleym_api::yaml::from_str(text).map_err(|yaml_err| {
             parse_err(format!("not JSON ({json_err}) nor YAML ({yaml_err})"))
         })?,
     };

@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
+use rustls_pki_types::pem::{PemObject, SectionKind};
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -432,11 +433,10 @@ fn decode_ca(b64: &str) -> Result<Vec<u8>, String> {
 /// Extracts the DER certificates from a PEM bundle; refuses non-certificate blocks and
 /// bundles without any certificate.
 pub fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-    let mut reader = pem;
     let mut out = Vec::new();
-    for item in rustls_pemfile::read_all(&mut reader) {
+    for item in <(SectionKind, Vec<u8>)>::pem_slice_iter(pem) {
         match item.map_err(|e| format!("not valid PEM: {e}"))? {
-            rustls_pemfile::Item::X509Certificate(der) => out.push(der.as_ref().to_vec()),
+            (SectionKind::Certificate, der) => out.push(der),
             _ => return Err("contains a PEM block that is not a CERTIFICATE".into()),
         }
     }

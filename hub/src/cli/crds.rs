@@ -27,7 +27,7 @@ mod tests {
         let docs: Vec<serde_json::Value> = text
             .split("---\n")
             .filter(|d| !d.trim().is_empty())
-            .map(|d| serde_yaml_ng::from_str(d).unwrap())
+            .map(|d| kleym_api::yaml::from_str(d).unwrap())
             .collect();
         assert_eq!(docs.len(), kleym_api::crds::all().len());
         assert_eq!(docs[0]["kind"], "CustomResourceDefinition");

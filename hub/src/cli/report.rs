@@ -99,7 +99,7 @@ fn execute(args: &Args, out: &mut impl Write) -> anyhow::Result<u8> {
             writeln!(out)?;
         }
         Output::Yaml => {
-            let yaml = serde_yaml_ng::to_string(&doc.raw).context("rendering YAML")?;
+            let yaml = kleym_api::yaml::to_string(&doc.raw).context("rendering YAML")?;
             out.write_all(yaml.as_bytes())?;
         }
     }

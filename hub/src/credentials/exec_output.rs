@@ -5,6 +5,8 @@
 //! is described by its length and a hash ([`Echo`]).
 
 use chrono::{DateTime, Utc};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
@@ -161,7 +163,7 @@ pub fn parse_exec_output_at(
         Ok(v) => v,
         // client-go's decoder accepts YAML too (the reference integration test prints YAML).
         // Garbage that YAML reads as a plain scalar is still reported as "not a document".
-        Err(json_err) => match serde_yaml_ng::from_slice::<Value>(stdout) {
+        Err(json_err) => match kleym_api::yaml::from_slice::<Value>(stdout) {
             Ok(v @ Value::Object(_)) => v,
             _ => {
                 use serde_json::error::Category;
@@ -252,8 +254,7 @@ pub fn parse_exec_output_at(
 }
 
 fn validate_cert_pem(pem: &str) -> Result<(), OutputError> {
-    let mut reader = pem.as_bytes();
-    let certs: Vec<_> = rustls_pemfile::certs(&mut reader)
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(pem.as_bytes())
         .collect::<Result<_, _>>()
         .map_err(|_| OutputError::BadCertificate)?;
     if certs.is_empty() {
@@ -263,11 +264,9 @@ fn validate_cert_pem(pem: &str) -> Result<(), OutputError> {
 }
 
 fn validate_key_pem(pem: &str) -> Result<(), OutputError> {
-    let mut reader = pem.as_bytes();
-    match rustls_pemfile::private_key(&mut reader) {
-        Ok(Some(_)) => Ok(()),
-        _ => Err(OutputError::BadKey),
-    }
+    PrivateKeyDer::from_pem_slice(pem.as_bytes())
+        .map(|_| ())
+        .map_err(|_| OutputError::BadKey)
 }
 
 #[cfg(test)]

@@ -5,6 +5,8 @@ use crate::http::HttpError;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::{self, PemObject};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -131,15 +133,16 @@ fn load_pair(
             key_file.display()
         ))
     })?;
-    let certs = rustls_pemfile::certs(&mut cert_pem.as_slice())
+    let certs = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| tls(format!("parsing {}: {e}", cert_file.display())))?;
     if certs.is_empty() {
         return Err(tls(format!("{} holds no certificate", cert_file.display())));
     }
-    let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
-        .map_err(|e| tls(format!("parsing {}: {e}", key_file.display())))?
-        .ok_or_else(|| tls(format!("{} holds no private key", key_file.display())))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| match e {
+        pem::Error::NoItemsFound => tls(format!("{} holds no private key", key_file.display())),
+        e => tls(format!("parsing {}: {e}", key_file.display())),
+    })?;
     let certified = CertifiedKey::from_der(certs, key, provider).map_err(|e| {
         tls(format!(
             "certificate and key do not form a usable pair: {e}"

@@ -3,6 +3,8 @@
 
 use kleym_api::fleet::{FleetIdentityReport, FleetIdentityReportStatus};
 use kube::api::Api;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
 
 /// A report as read: the document to print for `-o json|yaml`, and its parsed form.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,7 +57,7 @@ impl ReportDocument {
         let value: serde_json::Value = match serde_json::from_slice(bytes) {
             Ok(v) => v,
             Err(_) => {
-                serde_yaml_ng::from_slice(bytes).map_err(|e| SourceError::Parse(e.to_string()))?
+                kleym_api::yaml::from_slice(bytes).map_err(|e| SourceError::Parse(e.to_string()))?
             }
         };
         let raw = if value.get("kind").and_then(|k| k.as_str()) == Some("FleetIdentityReport") {
@@ -128,7 +130,7 @@ pub async fn from_api(
     }
     let mut config = kube::Config::new(url);
     if let Some(pem) = ca_pem {
-        let certs: Vec<Vec<u8>> = rustls_pemfile::certs(&mut &pem[..])
+        let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(pem)
             .map(|c| c.map(|c| c.to_vec()))
             .collect::<Result<_, _>>()
             .map_err(|e| SourceError::BadCa(e.to_string()))?;

@@ -20,6 +20,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
     Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber, SigningKey,
 };
+use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
@@ -241,9 +242,10 @@ pub fn client_config(ca_pem: &str, client_cert: Option<(&str, &str)>) -> Result<
         None => builder.with_no_client_auth(),
         Some((cert_pem, key_pem)) => {
             let certs = certs_from_pem(cert_pem)?;
-            let key = rustls_pemfile::private_key(&mut key_pem.as_bytes())
-                .map_err(|e| pki_err("client key PEM", e))?
-                .ok_or_else(|| AuthError::Pki("client key PEM: no private key".into()))?;
+            let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| match e {
+                pem::Error::NoItemsFound => AuthError::Pki("client key PEM: no private key".into()),
+                e => pki_err("client key PEM", e),
+            })?;
             builder
                 .with_client_auth_cert(certs, key)
                 .map_err(|e| pki_err("client certificate", e))?
@@ -264,7 +266,7 @@ pub fn root_store_from_pem(ca_pem: &str) -> Result<RootCertStore> {
 
 /// Parses every `CERTIFICATE` block of a PEM bundle (at least one is required).
 pub fn certs_from_pem(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
-    let certs = rustls_pemfile::certs(&mut pem.as_bytes())
+    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| pki_err("certificate PEM", e))?;
     if certs.is_empty() {

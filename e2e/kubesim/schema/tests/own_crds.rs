@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 
 use kubesim_schema::{CompiledSchema, structural_errors};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 fn crd_dir() -> PathBuf {
@@ -24,8 +23,7 @@ fn crds() -> Vec<Value> {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-            let v = Value::deserialize(doc).unwrap();
+        for v in serde_saphyr::from_multiple_with_options::<Value>(&text, yaml_options()).unwrap() {
             if v["kind"] == "CustomResourceDefinition" {
                 out.push(v);
             }
@@ -108,5 +106,15 @@ fn binding_mode_rule() {
             .remove("containerDiscriminator");
         let errs = schema.validate(&obj, None);
         assert!(errs.is_empty(), "{version}: {errs:?}");
+    }
+}
+
+/// YAML 1.2 reading (`y`, `on`, `0755` stay strings), as `kleym_api::yaml` reads; kubesim
+/// does not depend on kleym. serde-saphyr's defaults would read `[x, y]` as `["x", true]`.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
     }
 }

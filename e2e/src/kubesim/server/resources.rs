@@ -259,7 +259,7 @@ fn parse_yaml_or_json(body: &[u8]) -> Result<Value, ApiError> {
     }
     let text = std::str::from_utf8(body)
         .map_err(|e| bad_request(format!("request body is not UTF-8: {e}")))?;
-    serde_yaml_ng::from_str::<Value>(text)
+    kleym_api::yaml::from_str::<Value>(text)
         .map_err(|e| bad_request(format!("error decoding YAML: {e}")))
 }
 
@@ -483,6 +483,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v["metadata"]["name"], "x");
+        // A multi-document stream, a key given twice: 400, as the strict apiserver answers.
+        for bad in [
+            &b"kind: ConfigMap\n---\nkind: Secret\n"[..],
+            b"kind: ConfigMap\nkind: Secret\n",
+        ] {
+            assert_eq!(decode_body(&h, bad).unwrap_err().code, 400);
+        }
         h.insert(
             header::CONTENT_TYPE,
             "application/vnd.kubernetes.protobuf".parse().unwrap(),

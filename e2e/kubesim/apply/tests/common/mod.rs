@@ -10,12 +10,14 @@ pub const T2: &str = "2026-01-01T00:02:00Z";
 
 /// `openAPIV3Schema` of the first version of a CRD stored under `tests/data`.
 pub fn crd_schema(file: &str) -> Value {
-    let crd: Value = serde_yaml_ng::from_str(upstream_crds::upstream_yaml(file)).unwrap();
+    let crd: Value =
+        serde_saphyr::from_str_with_options(upstream_crds::upstream_yaml(file), yaml_options())
+            .unwrap();
     crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
 }
 
 pub fn yaml(s: &str) -> Value {
-    serde_yaml_ng::from_str(s).unwrap()
+    serde_saphyr::from_str_with_options(s, yaml_options()).unwrap()
 }
 
 pub fn req<'a>(manager: &'a str, now: &'a str) -> ApplyRequest<'a> {
@@ -69,4 +71,14 @@ pub fn content(obj: &Value) -> Value {
         m.remove("managedFields");
     }
     o
+}
+
+/// YAML 1.2 reading (`y`, `on`, `0755` stay strings), as `kleym_api::yaml` reads; kubesim
+/// does not depend on kleym. serde-saphyr's defaults would read `[x, y]` as `["x", true]`.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+    }
 }

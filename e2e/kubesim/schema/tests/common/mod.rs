@@ -15,7 +15,7 @@ pub fn upstream_dir() -> PathBuf {
 
 /// The CRD in `file` as JSON.
 pub fn load_crd(file: &str) -> Value {
-    serde_yaml_ng::from_str(upstream_crds::upstream_yaml(file)).unwrap()
+    serde_saphyr::from_str_with_options(upstream_crds::upstream_yaml(file), yaml_options()).unwrap()
 }
 
 /// `(version name, compiled schema)` for every served version.
@@ -55,4 +55,14 @@ pub fn admit(schema: &CompiledSchema, mut obj: Value, old: Option<&Value>) -> (V
 /// Just the error strings.
 pub fn errors(schema: &CompiledSchema, obj: Value, old: Option<&Value>) -> Vec<String> {
     admit(schema, obj, old).1
+}
+
+/// YAML 1.2 reading (`y`, `on`, `0755` stay strings), as `kleym_api::yaml` reads; kubesim
+/// does not depend on kleym. serde-saphyr's defaults would read `[x, y]` as `["x", true]`.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+    }
 }

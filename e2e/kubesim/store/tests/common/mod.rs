@@ -33,12 +33,8 @@ pub fn rv(obj: &Value) -> u64 {
 
 /// Load every document of a YAML file as JSON.
 pub fn yaml_docs(path: &str) -> Vec<Value> {
-    use serde::Deserialize;
     let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| Value::deserialize(d).unwrap())
-        .filter(|v| !v.is_null())
-        .collect()
+    serde_saphyr::from_multiple_with_options(&text, yaml_options()).unwrap()
 }
 
 /// The vendored upstream CRDs' directory (`e2e/crds/upstream`).
@@ -74,4 +70,14 @@ pub fn name_of(ev: &WatchEvent) -> String {
         .as_str()
         .unwrap_or_default()
         .to_string()
+}
+
+/// YAML 1.2 reading (`y`, `on`, `0755` stay strings), as `kleym_api::yaml` reads; kubesim
+/// does not depend on kleym. serde-saphyr's defaults would read `[x, y]` as `["x", true]`.
+fn yaml_options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        strict_booleans: true,
+        leading_zero_numbers_as_strings: true,
+        underscored_numbers_as_strings: true,
+    }
 }
