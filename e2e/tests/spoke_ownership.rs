@@ -76,10 +76,7 @@ fn load_yaml_docs(path: &str) -> Vec<Value> {
         .join("..")
         .join(path);
     let text = std::fs::read_to_string(&full).unwrap();
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+    kleym_api::yaml::documents(&text).unwrap()
 }
 
 /// Creates an arbitrary manifest through the dynamic API (as `kubectl create` would).
