@@ -2,6 +2,7 @@
 //! status aggregation and the fleet report.
 
 pub mod access;
+pub mod backoff;
 pub mod credentials;
 pub mod flags;
 pub mod fleet;

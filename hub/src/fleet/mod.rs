@@ -16,7 +16,6 @@
 //!   was running, and across restarts and failovers.
 //! - State readers: [`FleetState::spokes`], [`FleetState::get`], [`FleetState::subscribe`].
 
-pub mod backoff;
 mod chain;
 pub mod errors;
 pub mod metrics;
@@ -30,7 +29,6 @@ mod spoke_task;
 pub mod state;
 pub mod supervisor;
 
-pub use backoff::BackoffOptions;
 pub use errors::{EngageError, categorize_kube};
 pub use metrics::FleetMetrics;
 pub use options::FleetOptions;

@@ -21,8 +21,9 @@ use futures::StreamExt;
 use kleym_spoke::reconciler::CancellationToken;
 use prometheus_client::registry::Registry;
 
-use super::{BackoffOptions, FleetMetrics, FleetOptions, FleetState, RemovalPolicy, Supervisor};
+use super::{FleetMetrics, FleetOptions, FleetState, RemovalPolicy, Supervisor};
 use crate::access::{AccessFlags, SelectOptions};
+use crate::backoff::BackoffOptions;
 use crate::credentials::{
     CacheOptions, ClientOptions, CredentialCache, CredentialMetrics, ExecOptions,
 };
