@@ -23,7 +23,6 @@ pub mod options;
 pub mod profile_finalizer;
 pub mod removal;
 mod removal_job;
-pub mod runtime;
 pub mod spoke_metrics;
 mod spoke_task;
 pub mod state;
