@@ -103,9 +103,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 fn ready_check(readiness: Readiness) -> Arc<dyn ReadyCheck> {
     Arc::new(move || {
         if readiness.is_ready() {
-            Ok(())
+            None
         } else {
-            Err((StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response())
+            Some((StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response())
         }
     })
 }

@@ -17,18 +17,18 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-/// What `/readyz` answers: `Ok(())` is `200 ok`, `Err(response)` is served as is (a `503`
-/// saying what is missing). Any `Fn() -> Result<(), Response>` is one.
+/// What `/readyz` answers: `None` (ready) is `200 ok`, `Some(response)` is served as is (a
+/// `503` saying what is missing). Any `Fn() -> Option<Response>` is one.
 pub trait ReadyCheck: Send + Sync + 'static {
-    /// Whether the process is ready, else the response explaining why not.
-    fn check(&self) -> Result<(), Response>;
+    /// `None` when the process is ready, else the response explaining why not.
+    fn not_ready(&self) -> Option<Response>;
 }
 
 impl<F> ReadyCheck for F
 where
-    F: Fn() -> Result<(), Response> + Send + Sync + 'static,
+    F: Fn() -> Option<Response> + Send + Sync + 'static,
 {
-    fn check(&self) -> Result<(), Response> {
+    fn not_ready(&self) -> Option<Response> {
         self()
     }
 }
@@ -43,10 +43,9 @@ struct HealthState {
 /// `/healthz` (always `ok`: the process serves) and `/readyz` (`ready`).
 fn probe_routes() -> Router<HealthState> {
     async fn readyz(State(s): State<HealthState>) -> Response {
-        match s.ready.check() {
-            Ok(()) => (StatusCode::OK, "ok").into_response(),
-            Err(not_ready) => not_ready,
-        }
+        s.ready
+            .not_ready()
+            .unwrap_or_else(|| (StatusCode::OK, "ok").into_response())
     }
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
@@ -221,9 +220,9 @@ mod tests {
         let flag = ready.clone();
         let check: Arc<dyn ReadyCheck> = Arc::new(move || {
             if flag.load(Ordering::Acquire) {
-                Ok(())
+                None
             } else {
-                Err((StatusCode::SERVICE_UNAVAILABLE, "not yet").into_response())
+                Some((StatusCode::SERVICE_UNAVAILABLE, "not yet").into_response())
             }
         });
         let mut registry = Registry::default();

@@ -42,13 +42,15 @@ pub fn ready_check(view: Arc<FleetHubView>) -> Arc<dyn ReadyCheck> {
     Arc::new(move || {
         let r = view.ready();
         if r.is_ready() {
-            Ok(())
+            None
         } else {
-            Err((
-                StatusCode::SERVICE_UNAVAILABLE,
-                axum::Json(serde_json::json!({"reason": "NotReady", "readiness": r})),
+            Some(
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    axum::Json(serde_json::json!({"reason": "NotReady", "readiness": r})),
+                )
+                    .into_response(),
             )
-                .into_response())
         }
     })
 }
@@ -76,9 +78,9 @@ pub async fn serve_health(
 ) -> std::io::Result<()> {
     let ready = move || {
         if inventory.is_synced() {
-            Ok(())
+            None
         } else {
-            Err((StatusCode::SERVICE_UNAVAILABLE, "inventory not listed yet").into_response())
+            Some((StatusCode::SERVICE_UNAVAILABLE, "inventory not listed yet").into_response())
         }
     };
     axum::serve(listener, health::metrics_router(Arc::new(ready), registry))
