@@ -120,7 +120,7 @@ fn schema_enums_are_the_values_the_binary_accepts() {
         (
             "logFormat",
             &props["logFormat"]["enum"],
-            clap_values::<kleym_hub::fleet::runtime::LogFormat>(),
+            clap_values::<kleym_hub::observe::logging::LogFormat>(),
         ),
         (
             "api.authMode",
@@ -146,7 +146,7 @@ fn schema_enums_are_the_values_the_binary_accepts() {
 }
 
 /// The `/metrics` exposition of `hub`, as the hub serves it.
-async fn scrape(hub: &kleym_hub::fleet::runtime::HubHandle) -> String {
+async fn scrape(hub: &kleym_hub::runtime::HubHandle) -> String {
     let response = kleym_hub::http::metrics::metrics_response(&hub.registry);
     assert_eq!(response.status(), 200);
     let body = axum::body::to_bytes(response.into_body(), usize::MAX)
@@ -171,7 +171,7 @@ async fn hub_exported_names() -> BTreeSet<String> {
     let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
     let client = kube::Client::try_from(config).unwrap();
     let stop = kleym_spoke::reconciler::CancellationToken::new();
-    let hub = kleym_hub::fleet::runtime::start_hub(&args, client, stop.clone()).unwrap();
+    let hub = kleym_hub::runtime::start_hub(&args, client, stop.clone()).unwrap();
     hub.credentials
         .metrics()
         .observe("tok", "success", std::time::Duration::from_millis(3));

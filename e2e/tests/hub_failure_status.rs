@@ -26,8 +26,8 @@ use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, parse_hub_args, wait_f
 use kleym_e2e::fleet::plugins::{static_token_plugin, write_script};
 use kleym_e2e::fleet::profiles::{PROFILE_NS, register_admin_token_spoke};
 use kleym_hub::fleet::Phase;
-use kleym_hub::fleet::runtime::{HubStartOptions, api_router, start_hub_with};
 use kleym_hub::report::{SpokeObservation, cluster_status};
+use kleym_hub::runtime::{HubStartOptions, api_router, start_hub_with};
 use kleym_hub::status::{StatusLoopOptions, WriterOptions};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;

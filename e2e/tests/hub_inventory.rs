@@ -155,7 +155,7 @@ async fn undecodable_profiles_are_refused_by_name_while_the_others_engage() {
     let state = hub.handle.state.clone();
     wait_converged(&a).await;
     wait_phase(&state, "fleet/good", Phase::Engaged).await;
-    assert!(hub.handle.readiness.is_ready(), "inventory listed");
+    assert!(hub.handle.inventory_synced.is_synced(), "inventory listed");
     for (spoke, field) in [
         (
             "fleet/bad-ca",
@@ -323,7 +323,7 @@ async fn namespace_and_selector_decide_what_engages() {
     wait_phase(&state, "fleet/prod", Phase::Engaged).await;
     // The inventory was listed (readiness is set as the listing reaches the supervisor, after
     // every listed profile), and only the selected profile is known at all.
-    assert!(hub.handle.readiness.is_ready());
+    assert!(hub.handle.inventory_synced.is_synced());
     let names: Vec<String> = state.spokes().into_iter().map(|s| s.name).collect();
     assert_eq!(names, vec!["fleet/prod".to_string()]);
     assert!(env::csids(&b.store()).is_empty(), "nothing engaged spoke-b");

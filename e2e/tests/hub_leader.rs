@@ -13,7 +13,7 @@ use kleym_e2e::fleet::plugins::{count_runs, static_token_plugin};
 use kleym_e2e::fleet::profiles::register_admin_token_spoke;
 use kleym_e2e::fleet::recording::RecordingAuthenticator;
 use kleym_hub::fleet::Phase;
-use kleym_hub::fleet::runtime::{HubHandle, start_hub};
+use kleym_hub::runtime::{HubHandle, start_hub};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::Api;
 use serde_json::json;

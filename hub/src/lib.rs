@@ -1,13 +1,17 @@
 //! kleym hub: ClusterProfile inventory, KEP-5339 credential plugins, the fleet supervisor,
-//! status aggregation and the fleet report.
+//! status aggregation and the fleet report. [`runtime`] assembles them into the hub process;
+//! [`observe`], [`backoff`], [`flags`] and [`kubeconfig`] are shared by the `kleym` commands.
 
 pub mod access;
+pub mod backoff;
 pub mod credentials;
 pub mod flags;
 pub mod fleet;
 pub mod http;
-pub mod hub_view;
 pub mod inventory;
+pub mod kubeconfig;
 pub mod leader;
+pub mod observe;
 pub mod report;
+pub mod runtime;
 pub mod status;

@@ -17,12 +17,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::FutureExt as _;
 use kleym_hub::access::ExecApiVersion;
+use kleym_hub::backoff::BackoffOptions;
 use kleym_hub::credentials::cache::refresh_deadline;
 use kleym_hub::credentials::{
     CacheOptions, ClientOptions, CredentialCache, CredentialMetrics, ExecOptions, SpokeCredentials,
     build_spoke_client,
 };
-use kleym_hub::fleet::backoff::BackoffOptions;
 use prometheus_client::registry::Registry;
 use support::*;
 

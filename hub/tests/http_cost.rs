@@ -15,7 +15,6 @@ use futures::future::BoxFuture;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use kleym_api::{ConflictPeer, ContainerDiscriminator, DiscriminatorType, IdentityMode};
-use kleym_hub::fleet::runtime::HubReadiness;
 use kleym_hub::fleet::{FleetState, Phase, SpokeMetricsCollector};
 use kleym_hub::http::HubView;
 use kleym_hub::http::auth::{
@@ -23,8 +22,9 @@ use kleym_hub::http::auth::{
     TokenReviewStatus,
 };
 use kleym_hub::http::{ApiMetrics, ApiState, router};
-use kleym_hub::hub_view::{FleetCollector, FleetHubView, LeaderInfo};
+use kleym_hub::inventory::InventorySynced;
 use kleym_hub::report::FullReport;
+use kleym_hub::runtime::view::{FleetCollector, FleetHubView, LeaderInfo};
 use kleym_spoke::reconciler::queue::ObjectKey;
 use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 use prometheus_client::registry::Registry;
@@ -146,7 +146,7 @@ fn app(state: &FleetState) -> Router {
     );
     let view = Arc::new(FleetHubView::new(
         state.clone(),
-        HubReadiness::default(),
+        InventorySynced::default(),
         LeaderInfo::always_leader(),
     ));
     router(ApiState {
@@ -206,7 +206,7 @@ async fn fleet_wide_responses_at_1000_spokes() {
 fn uncached_builds(state: &FleetState) {
     let view = FleetHubView::new(
         state.clone(),
-        HubReadiness::default(),
+        InventorySynced::default(),
         LeaderInfo::always_leader(),
     );
     let timed = |what: &str, f: &dyn Fn() -> usize| {

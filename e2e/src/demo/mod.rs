@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kleym_e2e::fleet::harness::{FleetHarness, RunningHub};
-use kleym_hub::fleet::runtime::api_router;
 use kleym_hub::fleet::state::Phase;
 use kleym_hub::report::FullReport;
+use kleym_hub::runtime::api_router;
 use kleym_hub::status::{StatusLoopOptions, WriterOptions, run_status_loop};
 use serde_json::Value;
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kleym_hub::fleet::runtime::{HubArgs, HubHandle, start_hub};
+use kleym_hub::runtime::{HubArgs, HubHandle, start_hub};
 use kleym_spoke::reconciler::CancellationToken;
 use kubesim_store::WriteOptions;
 use serde_json::json;

@@ -5,31 +5,28 @@
 //! serves `/healthz`, `/readyz` and `/metrics` on `--metrics-addr` (plain HTTP; the probes
 //! alone also on `--health-addr` when given) plus the hub API (those three and the authenticated `/v1/report`, `/v1/clusters`) on `--api-addr`
 //! (TLS, or `--api-insecure-http`) until SIGTERM or SIGINT. The machinery lives in the
-//! library ([`kleym_hub::fleet::runtime`]) so tests and benchmarks run the same code.
+//! library ([`kleym_hub::runtime`]) so tests and benchmarks run the same code; this command
+//! adds only what a process needs: the access-provider check, logging and signals.
 
 use anyhow::Context as _;
-use kleym_hub::fleet::runtime::{LogFormat, run_hub};
+use kleym_hub::observe::logging;
+use kleym_hub::runtime::run_hub;
 use kleym_spoke::reconciler::CancellationToken;
 
 /// Arguments of `kleym hub`.
-pub type Args = kleym_hub::fleet::runtime::HubArgs;
+pub type Args = kleym_hub::runtime::HubArgs;
 
 /// Runs the hub until SIGTERM/SIGINT.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     check_access_providers(args)?;
-    init_logging(args)?;
+    logging::init(args.log_format, &args.log_level)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     rt.block_on(async {
         let shutdown = CancellationToken::new();
-        let signal_token = shutdown.clone();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            tracing::info!("signal received, shutting down");
-            signal_token.cancel();
-        });
+        super::signal::cancel_on_signal(shutdown.clone());
         run_hub(args, shutdown).await
     })
 }
@@ -49,31 +46,4 @@ fn check_access_providers(args: &Args) -> Result<(), clap::Error> {
         ));
     }
     Ok(())
-}
-
-fn init_logging(args: &Args) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
-        .with_context(|| format!("invalid --log-level {:?}", args.log_level))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    // Already initialised (tests): keep the existing subscriber.
-    let _ = match args.log_format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
-    Ok(())
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match signal(SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }

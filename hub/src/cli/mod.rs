@@ -10,6 +10,7 @@ pub mod crds;
 pub mod credential;
 pub mod hub;
 pub mod report;
+mod signal;
 pub mod spoke;
 
 /// kleym compiles InferenceIdentityBinding objects into SPIRE ClusterSPIFFEIDs across a

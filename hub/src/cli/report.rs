@@ -147,9 +147,6 @@ fn read(args: &Args) -> anyhow::Result<ReportDocument> {
 }
 
 async fn hub_client(args: &Args) -> anyhow::Result<kube::Client> {
-    kleym_hub::fleet::runtime::client_from_flags(
-        args.kubeconfig.as_deref(),
-        args.context.as_deref(),
-    )
-    .await
+    kleym_hub::kubeconfig::client_from_flags(args.kubeconfig.as_deref(), args.context.as_deref())
+        .await
 }

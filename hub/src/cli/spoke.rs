@@ -9,26 +9,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::Router;
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
 use kleym_hub::flags::{
     non_blank, parse_instance, parse_log_filter, parse_required_trust_domain,
     parse_spire_class_name,
 };
+use kleym_hub::observe::health::{HealthListeners, ReadyCheck};
+use kleym_hub::observe::logging::{self, LogFormat};
 use kleym_spoke::reconciler::{CancellationToken, Readiness, Spoke, SpokeConfig, SpokeMetrics};
 use prometheus_client::registry::Registry;
-
-/// Log output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
 
 /// Arguments of `kleym spoke`.
 #[derive(Debug, clap::Args)]
@@ -101,7 +91,7 @@ impl Args {
 
 /// Runs the operator until SIGTERM/SIGINT.
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    init_logging(args)?;
+    logging::init(args.log_format, &args.log_level)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -109,160 +99,51 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     rt.block_on(run_async(args))
 }
 
-fn init_logging(args: &Args) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log_level)
-        .with_context(|| format!("invalid --log-level {:?}", args.log_level))?;
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let result = match args.log_format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
-    // Already initialised (tests): keep the existing subscriber.
-    let _ = result;
-    Ok(())
-}
-
-async fn client(args: &Args) -> anyhow::Result<kube::Client> {
-    kleym_hub::fleet::runtime::client_from_flags(
-        args.kubeconfig.as_deref(),
-        args.context.as_deref(),
-    )
-    .await
-}
-
-#[derive(Clone)]
-struct HttpState {
-    readiness: Readiness,
-    registry: Arc<Registry>,
-}
-
-/// `/healthz` and `/readyz`.
-fn probe_routes() -> Router<HttpState> {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-}
-
-/// The `/healthz`, `/readyz` and `/metrics` router (`--metrics-addr`).
-fn router(readiness: Readiness, registry: Arc<Registry>) -> Router {
-    probe_routes()
-        .route("/metrics", get(metrics))
-        .with_state(HttpState {
-            readiness,
-            registry,
-        })
-}
-
-/// The `/healthz` and `/readyz` router (`--health-addr`).
-fn probe_router(readiness: Readiness) -> Router {
-    probe_routes().with_state(HttpState {
-        readiness,
-        registry: Arc::new(Registry::default()),
+/// The spoke's `/readyz`: ready once the reconciler's caches synced.
+fn ready_check(readiness: Readiness) -> Arc<dyn ReadyCheck> {
+    Arc::new(move || {
+        if readiness.is_ready() {
+            None
+        } else {
+            Some((StatusCode::SERVICE_UNAVAILABLE, "caches not synced").into_response())
+        }
     })
 }
 
-async fn readyz(State(s): State<HttpState>) -> impl IntoResponse {
-    if s.readiness.is_ready() {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
-    }
-}
-
-async fn metrics(State(s): State<HttpState>) -> axum::response::Response {
-    kleym_hub::http::metrics::metrics_response(&s.registry)
-}
-
 async fn run_async(args: &Args) -> anyhow::Result<()> {
-    let client = client(args).await?;
+    let client = kleym_hub::kubeconfig::client_from_flags(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+    )
+    .await?;
     let mut registry = Registry::default();
     let metrics = Arc::new(SpokeMetrics::register(&mut registry));
     let spoke = Spoke::new(client, args.spoke_config(), metrics)?;
     let readiness = spoke.readiness();
     let shutdown = CancellationToken::new();
 
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
-        .await
-        .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
-    let probe_listener = match kleym_hub::fleet::runtime::separate_health_addr(
-        args.health_addr,
-        args.metrics_addr,
-    ) {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("binding --health-addr {addr}"))?,
-        ),
-        None => None,
-    };
+    let health = HealthListeners::bind(args.metrics_addr, args.health_addr).await?;
     tracing::info!(
         addr = %args.metrics_addr,
-        health_addr = ?probe_listener.as_ref().and(args.health_addr),
+        health_addr = ?health.health_addr(),
         trust_domain = %args.trust_domain,
         "kleym spoke starting"
     );
-    let probes = probe_listener.map(|l| {
-        let app = probe_router(readiness.clone());
-        let probe_shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            axum::serve(l, app)
-                .with_graceful_shutdown(async move { probe_shutdown.cancelled().await })
-                .await
-        })
-    });
-    let http_shutdown = shutdown.clone();
-    let http = tokio::spawn(async move {
-        axum::serve(listener, router(readiness, Arc::new(registry)))
-            .with_graceful_shutdown(async move { http_shutdown.cancelled().await })
-            .await
-    });
-
-    let signal_token = shutdown.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("signal received, shutting down");
-        signal_token.cancel();
-    });
+    let health = health.serve(ready_check(readiness), Arc::new(registry), shutdown.clone());
+    super::signal::cancel_on_signal(shutdown.clone());
 
     let result = spoke.run(shutdown.clone()).await;
     shutdown.cancel();
-    if let Ok(Err(err)) = http.await {
-        tracing::warn!(error = %err, "metrics server failed");
-    }
-    if let Some(probes) = probes
-        && let Ok(Err(err)) = probes.await
-    {
-        tracing::warn!(error = %err, "probe server failed");
-    }
+    health.join().await;
     result.context("spoke reconciler failed")
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = term.recv() => {}
-                    _ = tokio::signal::ctrl_c() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::Router;
     use clap::Parser;
+    use kleym_hub::observe::health::{metrics_router, probe_router};
 
     #[derive(Debug, Parser)]
     struct Wrapper {
@@ -359,7 +240,7 @@ mod tests {
     #[tokio::test]
     async fn probe_router_follows_readiness_and_serves_no_metrics() {
         let readiness = Readiness::default();
-        let addr = serve(probe_router(readiness.clone())).await;
+        let addr = serve(probe_router(ready_check(readiness.clone()))).await;
         assert!(http_get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
         readiness.set(true);
         assert!(http_get(addr, "/readyz").await.starts_with("HTTP/1.1 200"));
@@ -373,7 +254,7 @@ mod tests {
         let mut registry = Registry::default();
         let m = SpokeMetrics::register(&mut registry);
         m.count_write("status_apply");
-        let app = router(readiness.clone(), Arc::new(registry));
+        let app = metrics_router(ready_check(readiness.clone()), Arc::new(registry));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });

@@ -43,7 +43,7 @@ use super::credential::Credential;
 use super::exec::{ExecError, ExecOptions, run_plugin};
 use super::metrics::CredentialMetrics;
 use crate::access::EffectiveAccess;
-use crate::fleet::backoff::BackoffOptions;
+use crate::backoff::BackoffOptions;
 
 /// Cache behaviour.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -16,7 +16,6 @@
 //!   was running, and across restarts and failovers.
 //! - State readers: [`FleetState::spokes`], [`FleetState::get`], [`FleetState::subscribe`].
 
-pub mod backoff;
 mod chain;
 pub mod errors;
 pub mod metrics;
@@ -24,13 +23,11 @@ pub mod options;
 pub mod profile_finalizer;
 pub mod removal;
 mod removal_job;
-pub mod runtime;
 pub mod spoke_metrics;
 mod spoke_task;
 pub mod state;
 pub mod supervisor;
 
-pub use backoff::BackoffOptions;
 pub use errors::{EngageError, categorize_kube};
 pub use metrics::FleetMetrics;
 pub use options::FleetOptions;

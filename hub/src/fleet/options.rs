@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use super::backoff::BackoffOptions;
 use super::removal::RemovalPolicy;
+use crate::backoff::BackoffOptions;
 use crate::credentials::ClientOptions;
 use crate::inventory::InventoryOptions;
 

@@ -5,10 +5,11 @@
 //! a clear reason (including a profile whose content does not decode). It reads only the
 //! profile's [`DecisionInputs`]. [`watch`] streams ClusterProfile changes from the hub
 //! cluster as [`InventoryEvent`]s for the fleet supervisor, forwarding a profile only when
-//! its decision inputs change.
+//! its decision inputs change. [`InventorySynced`] records the first full listing.
 
 pub mod decide;
 pub mod selector;
+pub mod synced;
 pub mod watch;
 
 pub use decide::{
@@ -16,4 +17,5 @@ pub use decide::{
     TRUST_DOMAIN_PROPERTY, evaluate, evaluate_inputs, valid_trust_domain,
 };
 pub use selector::validate_label_selector;
+pub use synced::InventorySynced;
 pub use watch::{InventoryEvent, InventoryFilter, WatchOptions, watch};

@@ -1,4 +1,6 @@
-//! Jittered exponential backoff for failing spokes (no shared state, no RNG dependency).
+//! Jittered exponential backoff (no shared state, no RNG dependency), shared by the fleet
+//! supervisor (failing spokes) and the credential cache (rejected credentials), so neither
+//! reaches into the other's module for it.
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! The real hub's [`HubView`] (what the HTTP API serves) over the supervisor's
 //! [`FleetState`], the inventory-synced flag and leader election, plus the scrape-time
-//! metrics collector of per-spoke state and findings.
+//! metrics collector of per-spoke state and findings. A leaf of the hub's assembly: it
+//! reads the fleet, inventory and leader state the start-up hands it and imports nothing of
+//! [`crate::runtime`].
 //!
 //! The fleet-wide bodies (`/v1/report`, `/v1/clusters`) and the collector's series are built
 //! at most once per change of the fleet state (its change counter): at 1000 spokes x 100
@@ -19,11 +21,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
 
-use crate::fleet::runtime::HubReadiness;
 use crate::fleet::state::FleetState;
 use crate::http::cached::Versioned;
 use crate::http::view::{clusters_body, json_bytes};
 use crate::http::{EncodeError, HubView, LeaderState, Readiness};
+use crate::inventory::InventorySynced;
 use crate::report::{FullReport, SpokeObservation, cluster_status};
 
 /// What this replica knows of the Lease holder.
@@ -104,7 +106,7 @@ type CachedBody = Versioned<Result<Bytes, EncodeError>>;
 #[derive(Debug, Clone)]
 pub struct FleetHubView {
     state: FleetState,
-    inventory: HubReadiness,
+    inventory: InventorySynced,
     leader: LeaderInfo,
     report_body: Arc<CachedBody>,
     clusters_body: Arc<CachedBody>,
@@ -112,7 +114,7 @@ pub struct FleetHubView {
 
 impl FleetHubView {
     /// A view of `state`, ready once `inventory` synced and `leader` is known.
-    pub fn new(state: FleetState, inventory: HubReadiness, leader: LeaderInfo) -> Self {
+    pub fn new(state: FleetState, inventory: InventorySynced, leader: LeaderInfo) -> Self {
         Self {
             state,
             inventory,
@@ -174,7 +176,7 @@ impl HubView for FleetHubView {
     fn ready(&self) -> Readiness {
         let l = self.leader();
         Readiness {
-            inventory_synced: self.inventory.is_ready(),
+            inventory_synced: self.inventory.is_synced(),
             leadership_known: l.is_leader || l.leader_identity.is_some(),
         }
     }
@@ -374,7 +376,7 @@ mod tests {
     #[test]
     fn ready_needs_inventory_and_known_leadership() {
         let state = fleet();
-        let inventory = HubReadiness::default();
+        let inventory = InventorySynced::default();
         let leader = LeaderInfo::default();
         let view = FleetHubView::new(state.clone(), inventory.clone(), leader.clone());
         assert_eq!(view.ready(), Readiness::default());
@@ -394,7 +396,7 @@ mod tests {
 
     #[test]
     fn clusters_and_report_come_from_the_fleet_state() {
-        let view = FleetHubView::new(fleet(), HubReadiness::default(), LeaderInfo::default());
+        let view = FleetHubView::new(fleet(), InventorySynced::default(), LeaderInfo::default());
         let clusters = view.clusters();
         assert_eq!(clusters.len(), 2);
         assert_eq!(clusters[0]["cluster"], "fleet/a");
@@ -432,7 +434,7 @@ mod tests {
         let state = fleet();
         let view = FleetHubView::new(
             state.clone(),
-            HubReadiness::default(),
+            InventorySynced::default(),
             LeaderInfo::default(),
         );
         let (first, before) = body(view.report_json());
@@ -452,7 +454,7 @@ mod tests {
         let state = fleet();
         let view = FleetHubView::new(
             state.clone(),
-            HubReadiness::default(),
+            InventorySynced::default(),
             LeaderInfo::default(),
         );
         let (first, before) = body(view.clusters_json());

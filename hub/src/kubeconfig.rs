@@ -1,0 +1,34 @@
+//! The Kubernetes client every `kleym` command builds from its `--kubeconfig`/`--context`
+//! flags (`kleym hub`, `kleym spoke`, `kleym report`), so they find their cluster the same
+//! way.
+
+use anyhow::Context as _;
+
+/// A client from the `--kubeconfig`/`--context` flags every kleym command takes: the given
+/// file (and context), else the default kubeconfig with that context, else the usual
+/// inference (`KUBECONFIG`, `~/.kube/config`, in-cluster).
+pub async fn client_from_flags(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> anyhow::Result<kube::Client> {
+    let options = kube::config::KubeConfigOptions {
+        context: context.map(str::to_string),
+        ..Default::default()
+    };
+    let config = match (kubeconfig, context) {
+        (Some(path), _) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &options)
+                .await
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+        }
+        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
+            .await
+            .context("loading kubeconfig")?,
+        (None, None) => kube::Config::infer()
+            .await
+            .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
+    };
+    kube::Client::try_from(config).context("building the Kubernetes client")
+}

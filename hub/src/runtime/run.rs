@@ -1,0 +1,79 @@
+//! `kleym hub` from flags to exit: the hub cluster's client, the listeners (hub API,
+//! health, probes) bound before anything starts, the subsystems ([`start_hub_with`] with the
+//! status loop) and the servers, until the shutdown token fires.
+
+use anyhow::Context as _;
+use kleym_spoke::reconciler::CancellationToken;
+
+use super::args::{HubArgs, hub_client};
+use super::routers::{api_router, ready_check};
+use super::start::{HubStartOptions, start_hub_with};
+use crate::observe::health::HealthListeners;
+use crate::status::StatusLoopOptions;
+
+/// Runs the hub (fleet machinery, status writers, the health/metrics server on
+/// `--metrics-addr`, the probe server on `--health-addr` and the hub API on `--api-addr`)
+/// until `shutdown`.
+pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let client = hub_client(args).await?;
+    // TLS problems (unreadable files) are fatal before anything starts; a missing TLS
+    // configuration disables only the API listener.
+    let tls = match args.api.tls() {
+        Ok(tls) => Some(tls),
+        Err(crate::http::HttpError::Config(msg)) => {
+            tracing::warn!("hub API (/v1) disabled: {msg}");
+            None
+        }
+        Err(e) => return Err(e).context("hub API TLS configuration"),
+    };
+    let api_listener = match &tls {
+        Some(_) => Some(
+            tokio::net::TcpListener::bind(args.api.api_addr)
+                .await
+                .with_context(|| format!("binding --api-addr {}", args.api.api_addr))?,
+        ),
+        None => None,
+    };
+    let health = HealthListeners::bind(args.metrics_addr, args.health_addr).await?;
+    let hub = start_hub_with(
+        args,
+        client.clone(),
+        HubStartOptions {
+            status: Some(StatusLoopOptions::default()),
+        },
+        shutdown.clone(),
+    )?;
+    tracing::info!(
+        metrics_addr = %args.metrics_addr,
+        health_addr = ?health.health_addr(),
+        api_addr = ?api_listener.as_ref().map(|_| args.api.api_addr),
+        api_auth_mode = ?args.api.auth_mode(),
+        leader_elect = args.leader_elect,
+        "kleym hub starting"
+    );
+    let health = health.serve(
+        ready_check(hub.view.clone()),
+        hub.registry.clone(),
+        shutdown.clone(),
+    );
+    let api = match (api_listener, tls) {
+        (Some(l), Some(tls)) => {
+            let app = api_router(&hub, &args.api, client);
+            let api_shutdown = shutdown.clone();
+            Some(tokio::spawn(crate::http::serve(l, app, tls, async move {
+                api_shutdown.cancelled().await
+            })))
+        }
+        _ => None,
+    };
+    let _ = hub.task.await;
+    shutdown.cancel();
+    health.join().await;
+    if let Some(api) = api
+        && let Ok(Err(err)) = api.await
+    {
+        tracing::warn!(error = %err, "hub API server failed");
+    }
+    tracing::info!("kleym hub stopped");
+    Ok(())
+}

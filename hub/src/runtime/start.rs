@@ -1,0 +1,149 @@
+//! Starting the hub's subsystems on a hub-cluster client: credential cache, supervisor,
+//! leader election and Lease observation, inventory watch, status loop and metrics
+//! registry, handed back as a [`HubHandle`] for the servers and for in-process use (tests,
+//! benchmarks).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use kleym_spoke::reconciler::CancellationToken;
+use prometheus_client::registry::Registry;
+
+use super::args::HubArgs;
+use super::view::{FleetCollector, FleetHubView, LeaderInfo, observe_lease};
+use crate::credentials::{CredentialCache, CredentialMetrics};
+use crate::fleet::{FleetMetrics, FleetState, SpokeMetricsCollector, Supervisor};
+use crate::http::ApiMetrics;
+use crate::inventory::{InventoryEvent, InventorySynced, watch};
+use crate::leader;
+use crate::status::{StatusLoopOptions, run_status_loop};
+
+/// What [`start_hub_with`] runs besides the supervisor.
+#[derive(Debug, Clone, Default)]
+pub struct HubStartOptions {
+    /// Run the status loop (writes `ClusterIdentityStatus` and `FleetIdentityReport` while
+    /// leading) with these options; `None` leaves status writing to the caller.
+    pub status: Option<StatusLoopOptions>,
+}
+
+/// The running pieces of a hub, for in-process use (tests, benchmarks).
+pub struct HubHandle {
+    /// Published fleet state.
+    pub state: FleetState,
+    /// Inventory listed once (one input of `/readyz`).
+    pub inventory_synced: InventorySynced,
+    /// What the HTTP API serves (report, clusters, readiness, leadership).
+    pub view: Arc<FleetHubView>,
+    /// Metrics registry: credential, fleet, per-spoke/findings and API metrics.
+    pub registry: Arc<Registry>,
+    /// The API's metrics (registered on [`HubHandle::registry`]).
+    pub api_metrics: ApiMetrics,
+    /// Credential cache (exec counts are in its metrics).
+    pub credentials: Arc<CredentialCache>,
+    /// Ends when the hub stopped.
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the hub's fleet machinery (leader election, inventory watch, supervisor) on
+/// `client` without the HTTP server and without the status loop; it stops when `shutdown`
+/// fires. See [`start_hub_with`].
+pub fn start_hub(
+    args: &HubArgs,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> anyhow::Result<HubHandle> {
+    start_hub_with(args, client, HubStartOptions::default(), shutdown)
+}
+
+/// [`start_hub`] plus what `options` asks for (the status loop); `kleym hub` runs this with
+/// the status loop on.
+pub fn start_hub_with(
+    args: &HubArgs,
+    client: kube::Client,
+    options: HubStartOptions,
+    shutdown: CancellationToken,
+) -> anyhow::Result<HubHandle> {
+    let providers = Arc::new(
+        args.access
+            .provider_set()
+            .context("loading the access provider configuration")?,
+    );
+    let mut registry = Registry::default();
+    let cred_metrics = CredentialMetrics::register(&mut registry);
+    let fleet_metrics = FleetMetrics::register(&mut registry);
+    let api_metrics = ApiMetrics::register(&mut registry);
+    let credentials = Arc::new(CredentialCache::new(args.cache_options(), cred_metrics));
+    let state = FleetState::new();
+    let supervisor = Supervisor::new(
+        args.fleet_options(),
+        providers,
+        credentials.clone(),
+        state.clone(),
+        client.clone(),
+    );
+    registry.register_collector(Box::new(FleetCollector::new(state.clone())));
+    registry.register_collector(Box::new(SpokeMetricsCollector::new(
+        state.spoke_metrics().clone(),
+    )));
+    let (leader_rx, election, leader_info) = if args.leader_elect {
+        let opts = args.leader_options();
+        let info = LeaderInfo::default();
+        // The election only says whether *we* lead; followers also need the holder's name
+        // (named in their 503) and `/readyz` needs to know leadership is settled.
+        tokio::spawn(observe_lease(
+            client.clone(),
+            opts.namespace.clone(),
+            opts.lease_name.clone(),
+            opts.retry_period,
+            info.clone(),
+            shutdown.clone(),
+        ));
+        let (rx, h) = leader::spawn(client.clone(), opts, shutdown.clone());
+        (rx, Some(h), info)
+    } else {
+        (leader::always_leader(), None, LeaderInfo::always_leader())
+    };
+    let inventory_synced = InventorySynced::default();
+    let view = Arc::new(FleetHubView::new(
+        state.clone(),
+        inventory_synced.clone(),
+        leader_info,
+    ));
+    // The loop writes only while `state.is_leader()`, which the supervisor keeps current.
+    let status = options.status.map(|o| {
+        tokio::spawn(run_status_loop(
+            client.clone(),
+            state.clone(),
+            o,
+            shutdown.clone(),
+        ))
+    });
+    let synced = inventory_synced.clone();
+    let events = watch(client, &args.watch_options()).inspect(move |ev| {
+        if matches!(ev, InventoryEvent::Resynced(_)) {
+            synced.mark_synced();
+        }
+    });
+    tokio::spawn(fleet_metrics.follow(state.clone(), Duration::from_millis(500)));
+    let task = tokio::spawn(async move {
+        supervisor.run(events, leader_rx, shutdown).await;
+        if let Some(h) = status {
+            let _ = h.await;
+        }
+        // Releases the lease after every spoke task stopped.
+        if let Some(h) = election {
+            let _ = h.await;
+        }
+    });
+    Ok(HubHandle {
+        state,
+        inventory_synced,
+        view,
+        registry: Arc::new(registry),
+        api_metrics,
+        credentials,
+        task,
+    })
+}
