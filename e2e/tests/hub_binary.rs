@@ -121,6 +121,11 @@ async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
     })
     .await
     .unwrap();
+    // The one engagement was observed by the engage-latency histogram.
+    assert!(
+        metrics.contains("kleym_hub_spoke_engage_duration_seconds_count 1"),
+        "engage latency: {metrics}"
+    );
     assert!(
         metrics.contains("provider=\"ok\""),
         "exec metrics by provider: {metrics}"

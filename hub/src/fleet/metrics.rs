@@ -41,6 +41,17 @@ impl FleetMetrics {
         m
     }
 
+    /// Registers `state`'s engage-latency histogram as
+    /// `kleym_hub_spoke_engage_duration_seconds`: from the start of an engagement attempt
+    /// (connect, preflight, initial cache sync) to the spoke being `Engaged`.
+    pub fn register_engage(registry: &mut Registry, state: &FleetState) {
+        registry.sub_registry_with_prefix("kleym_hub").register(
+            "spoke_engage_duration_seconds",
+            "Seconds from the start of an engagement attempt to the spoke being Engaged",
+            state.engage_duration().clone(),
+        );
+    }
+
     /// Recomputes the gauges from `state`.
     pub fn refresh(&self, state: &FleetState) {
         let spokes = state.spokes();

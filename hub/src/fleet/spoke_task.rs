@@ -195,6 +195,7 @@ async fn engage_once(
     let (stop, halt) = (&signal.token, &signal.halt);
     let opts = &shared.opts;
     let name = spec.name.as_str();
+    let attempt_started = Instant::now();
     publish(shared, stop, name, |s| s.phase = Phase::Connecting);
     let sc = match client.take() {
         Some(c) => c,
@@ -318,6 +319,10 @@ async fn engage_once(
         s.next_retry = None;
         s.bindings = first;
     });
+    shared
+        .state
+        .engage_duration()
+        .observe(attempt_started.elapsed().as_secs_f64());
     tracing::info!(spoke = %name, version = %version, "spoke engaged");
 
     let mut was_idle = false;

@@ -153,6 +153,10 @@ struct Inner {
     changed: watch::Sender<u64>,
     leading: AtomicBool,
     spoke_metrics: SpokeMetricsMap,
+    /// Seconds from the start of an engagement attempt to `Engaged` (client, preflight,
+    /// initial cache sync): the `kleym_hub_spoke_engage_duration_seconds` histogram. Kept
+    /// here because every spoke task holds the state, not the registry.
+    engage_duration: prometheus_client::metrics::histogram::Histogram,
 }
 
 /// Shared, cheaply clonable fleet state.
@@ -176,6 +180,10 @@ impl FleetState {
                 changed: watch::channel(0).0,
                 leading: AtomicBool::new(false),
                 spoke_metrics: SpokeMetricsMap::default(),
+                // 50 ms .. ~7 min: a cold engagement of a large spoke can take minutes.
+                engage_duration: prometheus_client::metrics::histogram::Histogram::new(
+                    prometheus_client::metrics::histogram::exponential_buckets(0.05, 2.0, 14),
+                ),
             }),
         }
     }
@@ -227,6 +235,12 @@ impl FleetState {
     /// The live spoke reconcilers' metrics (each spoke task lists its own while it runs).
     pub fn spoke_metrics(&self) -> &SpokeMetricsMap {
         &self.inner.spoke_metrics
+    }
+
+    /// The engage-latency histogram (observed by spoke tasks when a spoke becomes
+    /// `Engaged`; registered by [`FleetMetrics::register_engage`](super::FleetMetrics)).
+    pub fn engage_duration(&self) -> &prometheus_client::metrics::histogram::Histogram {
+        &self.inner.engage_duration
     }
 
     /// Records leadership (supervisor only).

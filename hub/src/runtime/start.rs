@@ -76,6 +76,7 @@ pub fn start_hub_with(
     let api_metrics = ApiMetrics::register(&mut registry);
     let credentials = Arc::new(CredentialCache::new(args.cache_options(), cred_metrics));
     let state = FleetState::new();
+    FleetMetrics::register_engage(&mut registry, &state);
     let supervisor = Supervisor::new(
         args.fleet_options(),
         providers,
