@@ -165,3 +165,52 @@ fn hub_access_binds_the_deploy_spoke_clusterrole() {
         vec![&repo_root().join("deploy/spoke/clusterrole.yaml")]
     );
 }
+
+/// The plain single-cluster Deployment matches what the chart renders for it: the spoke has
+/// no leader election, so an update must stop the old pod first (`Recreate`); the probes use
+/// their own port (`--health-addr`), apart from `/metrics`; and the arguments are ones
+/// `kleym spoke` accepts (it parses them, then stops at the missing kubeconfig).
+#[test]
+fn the_plain_spoke_deployment_recreates_probes_its_health_port_and_parses() {
+    let path = repo_root().join("deploy/spoke/deployment.yaml");
+    let docs = documents(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment");
+    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    let c = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let port_of = |name: &str| {
+        c["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("port {name}"))["containerPort"]
+            .as_i64()
+            .unwrap()
+    };
+    let args: Vec<String> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert!(args.contains(&format!("--health-addr=0.0.0.0:{}", port_of("health"))));
+    assert!(args.contains(&format!("--metrics-addr=0.0.0.0:{}", port_of("metrics"))));
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["port"], "health", "{probe}");
+    }
+    let kleym = kleym_e2e::fleet::plugins::kleym_binary().expect("kleym binary");
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(kleym)
+        .args(&args)
+        .arg("--kubeconfig")
+        .arg(dir.path().join("missing"))
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(stderr.contains("kubeconfig"), "{args:?}: {stderr}");
+}
