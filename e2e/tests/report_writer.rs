@@ -15,7 +15,7 @@ use kleym_hub::report::{
     BindingObservation, Caps, ErrorCategory, FullReport, Health, SpokeObservation, bound_report,
     cluster_status,
 };
-use kleym_hub::status::{FIELD_MANAGER, ProfileRef, StatusWriter, WriterOptions};
+use kleym_hub::status::{FIELD_MANAGER, StatusOwnerRef, StatusWriter, WriterOptions};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use serde_json::json;
 
@@ -46,7 +46,7 @@ async fn start() -> (Kubesim, ClusterHandle, kube::Client) {
     (sim, hub, client)
 }
 
-async fn create_profile(client: &kube::Client, name: &str) -> ProfileRef {
+async fn create_profile(client: &kube::Client, name: &str) -> StatusOwnerRef {
     let profile: ClusterProfile = serde_json::from_value(json!({
         "apiVersion": "multicluster.x-k8s.io/v1alpha1",
         "kind": "ClusterProfile",
@@ -58,7 +58,7 @@ async fn create_profile(client: &kube::Client, name: &str) -> ProfileRef {
         .create(&PostParams::default(), &profile)
         .await
         .unwrap();
-    ProfileRef {
+    StatusOwnerRef {
         namespace: NS.into(),
         name: name.into(),
         uid: created.metadata.uid.unwrap(),

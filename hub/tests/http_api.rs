@@ -9,7 +9,7 @@ use kleym_hub::http::auth::{
     AccessCheck, AccessDecision, ApiAuth, AuthConfig, AuthMode, Caller, ManualClock, ReviewError,
     Reviewer, TokenReviewStatus,
 };
-use kleym_hub::http::{ApiMetrics, ApiState, LeaderState, Readiness, StaticHubView, router};
+use kleym_hub::http::{ApiMetrics, ApiState, HubReadiness, LeaderState, StaticHubView, router};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
@@ -620,14 +620,14 @@ async fn followers_answer_503_naming_the_leader_without_reviews() {
 async fn readiness_follows_inventory_and_leadership() {
     let h = harness(AuthMode::Enforce);
     assert_eq!(get(&h.app, "/readyz", None).await.status, StatusCode::OK);
-    h.view.set_ready(Readiness {
+    h.view.set_ready(HubReadiness {
         inventory_synced: false,
         leadership_known: true,
     });
     let r = get(&h.app, "/readyz", None).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.json()["message"].as_str().unwrap().contains("inventory"));
-    h.view.set_ready(Readiness {
+    h.view.set_ready(HubReadiness {
         inventory_synced: true,
         leadership_known: false,
     });

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use kleym_api::conditions as types;
 use kleym_spoke::compiler::collisions::{WarningReason, selector_provably_matches};
-use kleym_spoke::compiler::conditions::{Outcome, build_conditions};
+use kleym_spoke::compiler::conditions::{ConditionOutcome, build_conditions};
 use kleym_spoke::compiler::{
     Analysis, BindingRef, CompiledIdentity, ForeignSpiffeId, Lookup, NamespaceLabels, Reason,
     analyze,
@@ -443,7 +443,12 @@ fn conditions_from_verdicts() {
     let refusal = run(&ids).refusal(&bref("a")).unwrap();
     let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap());
     let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).unwrap());
-    let refused = build_conditions(&Outcome::Refused(&refusal), Some(3), &[], &t0);
+    let refused = build_conditions(
+        &ConditionOutcome::Refused(refusal.clone()),
+        Some(3),
+        &[],
+        &t0,
+    );
     let by_type: BTreeMap<&str, _> = refused.iter().map(|c| (c.type_.as_str(), c)).collect();
     assert_eq!(by_type.len(), 5);
     assert!(refused.iter().all(|c| c.observed_generation == Some(3)));
@@ -459,11 +464,18 @@ fn conditions_from_verdicts() {
         assert_eq!(by_type[t].status, "False", "{t}");
     }
     // Same verdict later: identical conditions (no status write).
-    let again = build_conditions(&Outcome::Refused(&refusal), Some(3), &refused, &t1);
+    let again = build_conditions(
+        &ConditionOutcome::Refused(refusal.clone()),
+        Some(3),
+        &refused,
+        &t1,
+    );
     assert_eq!(again, refused);
     // Resolution: only changed conditions get the new transition time.
     let ready = build_conditions(
-        &Outcome::Ready { message: "applied" },
+        &ConditionOutcome::Ready {
+            message: "applied".into(),
+        },
         Some(4),
         &refused,
         &t1,
@@ -474,9 +486,9 @@ fn conditions_from_verdicts() {
     assert_eq!(by_type[types::CONFLICT].last_transition_time, t1);
     assert_eq!(by_type[types::INVALID_REF].last_transition_time, t0);
     let pending = build_conditions(
-        &Outcome::Pending {
-            reason: "Applying",
-            message: "m",
+        &ConditionOutcome::Pending {
+            reason: "Applying".into(),
+            message: "m".into(),
         },
         None,
         &[],

@@ -17,7 +17,7 @@ use kleym_hub::flags::{
 };
 use kleym_hub::observe::health::{HealthListeners, ReadyCheck};
 use kleym_hub::observe::logging::{self, LogFormat};
-use kleym_spoke::reconciler::{CancellationToken, Readiness, Spoke, SpokeConfig, SpokeMetrics};
+use kleym_spoke::reconciler::{CachesSynced, CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use prometheus_client::registry::Registry;
 
 /// Arguments of `kleym spoke`.
@@ -100,7 +100,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 }
 
 /// The spoke's `/readyz`: ready once the reconciler's caches synced.
-fn ready_check(readiness: Readiness) -> Arc<dyn ReadyCheck> {
+fn ready_check(readiness: CachesSynced) -> Arc<dyn ReadyCheck> {
     Arc::new(move || {
         if readiness.is_ready() {
             None
@@ -239,7 +239,7 @@ mod tests {
 
     #[tokio::test]
     async fn probe_router_follows_readiness_and_serves_no_metrics() {
-        let readiness = Readiness::default();
+        let readiness = CachesSynced::default();
         let addr = serve(probe_router(ready_check(readiness.clone()))).await;
         assert!(http_get(addr, "/readyz").await.starts_with("HTTP/1.1 503"));
         readiness.set(true);
@@ -250,7 +250,7 @@ mod tests {
 
     #[tokio::test]
     async fn readyz_follows_readiness_and_metrics_are_served() {
-        let readiness = Readiness::default();
+        let readiness = CachesSynced::default();
         let mut registry = Registry::default();
         let m = SpokeMetrics::register(&mut registry);
         m.count_write("status_apply");

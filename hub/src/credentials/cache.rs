@@ -127,7 +127,8 @@ pub fn refresh_deadline(
     early.max(floor.min(expires_at))
 }
 
-type Outcome = Result<CachedCredential, CredentialError>;
+/// The result of one exec of the credential plugin, shared with every waiter.
+type ExecResult = Result<CachedCredential, CredentialError>;
 
 struct Entry {
     cached: CachedCredential,
@@ -136,7 +137,7 @@ struct Entry {
 
 /// The exec in flight: its result channel and a handle to cancel it when the cache goes away.
 struct Inflight {
-    result: watch::Receiver<Option<Outcome>>,
+    result: watch::Receiver<Option<ExecResult>>,
     abort: AbortHandle,
 }
 
@@ -193,8 +194,8 @@ impl Drop for SpokeCredentials {
 
 /// What [`Inner::next`] decided under the lock.
 enum Next {
-    Ready(Outcome),
-    Wait(watch::Receiver<Option<Outcome>>),
+    Ready(ExecResult),
+    Wait(watch::Receiver<Option<ExecResult>>),
 }
 
 impl Inner {
@@ -258,7 +259,7 @@ impl Inner {
         self: &Arc<Self>,
         st: &mut State,
         after_401: bool,
-    ) -> watch::Receiver<Option<Outcome>> {
+    ) -> watch::Receiver<Option<ExecResult>> {
         let (tx, rx) = watch::channel(None);
         let mut guard = RunGuard {
             inner: Arc::clone(self),
@@ -278,7 +279,7 @@ impl Inner {
         rx
     }
 
-    async fn exec_and_store(&self, after_401: bool) -> Outcome {
+    async fn exec_and_store(&self, after_401: bool) -> ExecResult {
         let started = Instant::now();
         let result = run_plugin(&self.access, &self.opts.exec).await;
         let elapsed = started.elapsed();
@@ -374,7 +375,7 @@ impl Inner {
 /// further background refresh would ever start, as only waiters would notice the dead run.
 struct RunGuard {
     inner: Arc<Inner>,
-    tx: watch::Sender<Option<Outcome>>,
+    tx: watch::Sender<Option<ExecResult>>,
     finished: bool,
 }
 

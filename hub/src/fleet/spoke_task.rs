@@ -78,7 +78,8 @@ pub(crate) fn publish(
     }
 }
 
-enum Outcome {
+/// How one attempt to engage a spoke ended.
+enum AttemptEnd {
     /// The stop signal fired.
     Stopped,
     /// Rebuild the client and start again without backoff (client certificate rotated).
@@ -191,7 +192,7 @@ async fn engage_once(
     client: &mut Option<SpokeClient>,
     failures: &mut u32,
     metrics: &Arc<SpokeMetrics>,
-) -> Outcome {
+) -> AttemptEnd {
     let (stop, halt) = (&signal.token, &signal.halt);
     let opts = &shared.opts;
     let name = spec.name.as_str();
@@ -201,7 +202,7 @@ async fn engage_once(
         Some(c) => c,
         None => match connect(shared, spec).await {
             Ok(c) => c,
-            Err(e) => return Outcome::Failed(e),
+            Err(e) => return AttemptEnd::Failed(e),
         },
     };
     *client = Some(sc.clone());
@@ -220,7 +221,7 @@ async fn engage_once(
     .await
     {
         Ok(v) => v.git_version,
-        Err(e) => return Outcome::Failed(e),
+        Err(e) => return AttemptEnd::Failed(e),
     };
     publish(shared, stop, name, |s| s.version = Some(version.clone()));
     let bindings: Api<InferenceIdentityBinding> = Api::all(sc.client.clone());
@@ -236,7 +237,7 @@ async fn engage_once(
     )
     .await
     {
-        return Outcome::Failed(e);
+        return AttemptEnd::Failed(e);
     }
     // The reconciler watches ClusterSPIFFEIDs; a spoke refusing or failing that list would
     // otherwise only show up during the initial sync, with a sync slot held. 404: the SPIRE
@@ -259,22 +260,22 @@ async fn engage_once(
             source: kube::Error::Api(s),
             ..
         }) if s.code == 404 => {}
-        Err(e) => return Outcome::Failed(e),
+        Err(e) => return AttemptEnd::Failed(e),
     }
 
     // Only a bounded number of spokes do their initial sync at once (connecting and the
     // preflight above are not limited: a blackholed spoke never holds a slot).
     publish(shared, stop, name, |s| s.phase = Phase::Queued);
     let permit = tokio::select! {
-        _ = stop.cancelled() => return Outcome::Stopped,
+        _ = stop.cancelled() => return AttemptEnd::Stopped,
         p = shared.sync_slots.clone().acquire_owned() => match p {
             Ok(p) => p,
-            Err(_) => return Outcome::Stopped,
+            Err(_) => return AttemptEnd::Stopped,
         },
     };
     let spoke = match Spoke::new(sc.client.clone(), spoke_config(opts, spec), metrics.clone()) {
         Ok(s) => s,
-        Err(e) => return Outcome::Failed(EngageError::Reconciler(e.to_string())),
+        Err(e) => return AttemptEnd::Failed(EngageError::Reconciler(e.to_string())),
     };
     let ctx = spoke.context();
     let reconciler = Reconciler::start(spoke, stop);
@@ -286,12 +287,12 @@ async fn engage_once(
         if let Some(failure) = snapshot::sync_failure(&ctx) {
             drop(permit);
             reconciler.stop(false, halt, opts.request_timeout).await;
-            return Outcome::Failed(EngageError::Watch(failure));
+            return AttemptEnd::Failed(EngageError::Watch(failure));
         }
         if Instant::now() >= deadline {
             drop(permit);
             reconciler.stop(false, halt, opts.request_timeout).await;
-            return Outcome::Failed(EngageError::Timeout {
+            return AttemptEnd::Failed(EngageError::Timeout {
                 action: "initial cache sync",
                 seconds: opts.initial_sync_timeout.as_secs(),
                 category: ErrorCategory::SyncTimeout,
@@ -301,7 +302,7 @@ async fn engage_once(
             _ = stop.cancelled() => {
                 drop(permit);
                 reconciler.stop(true, halt, opts.request_timeout).await;
-                return Outcome::Stopped;
+                return AttemptEnd::Stopped;
             }
             _ = tokio::time::sleep(Duration::from_millis(25)) => {}
         }
@@ -331,7 +332,7 @@ async fn engage_once(
         tokio::select! {
             _ = stop.cancelled() => {
                 reconciler.stop(true, halt, opts.request_timeout).await;
-                return Outcome::Stopped;
+                return AttemptEnd::Stopped;
             }
             _ = tokio::time::sleep(opts.snapshot_interval) => {}
         }
@@ -340,9 +341,9 @@ async fn engage_once(
             // the sleep, this is a stop, not a failure to log and back off from.
             if stop.is_cancelled() {
                 reconciler.stop(true, halt, opts.request_timeout).await;
-                return Outcome::Stopped;
+                return AttemptEnd::Stopped;
             }
-            return Outcome::Failed(EngageError::Reconciler("stopped unexpectedly".into()));
+            return AttemptEnd::Failed(EngageError::Reconciler("stopped unexpectedly".into()));
         }
         let idle = snapshot::synced(&ctx) && snapshot::idle(&ctx);
         let current = snapshot::bindings(&ctx);
@@ -364,7 +365,7 @@ async fn engage_once(
             tracing::info!(spoke = %name, "client certificate rotated; rebuilding the client");
             reconciler.stop(true, halt, opts.request_timeout).await;
             *client = None;
-            return Outcome::Restart;
+            return AttemptEnd::Restart;
         }
         let probe = bounded(
             opts.request_timeout,
@@ -425,9 +426,9 @@ pub(crate) async fn run_spoke(shared: TaskShared, spec: SpokeSpec, stop: Arc<Sto
         )
         .await
         {
-            Outcome::Stopped => break,
-            Outcome::Restart => continue,
-            Outcome::Failed(err) => {
+            AttemptEnd::Stopped => break,
+            AttemptEnd::Restart => continue,
+            AttemptEnd::Failed(err) => {
                 failures = failures.saturating_add(1);
                 // A fresh client next time: the failure may be the transport or the credential.
                 client = None;

@@ -35,7 +35,7 @@ pub use prometheus_client::registry::Registry;
 pub use router::{ApiState, router};
 pub use serve::serve;
 pub use tls::{load_tls_config, load_tls_config_with};
-pub use view::{EncodeError, HubView, LeaderState, Readiness, StaticHubView};
+pub use view::{EncodeError, HubReadiness, HubView, LeaderState, StaticHubView};
 
 /// Errors of the hub API server.
 #[derive(Debug, thiserror::Error)]

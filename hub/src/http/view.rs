@@ -36,14 +36,14 @@ pub struct LeaderState {
 /// deliberately absent: an unreachable spoke must not take the hub out of its Service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Readiness {
+pub struct HubReadiness {
     /// The ClusterProfile inventory has completed its initial list.
     pub inventory_synced: bool,
     /// This replica knows whether it leads (it won, or it sees another holder).
     pub leadership_known: bool,
 }
 
-impl Readiness {
+impl HubReadiness {
     /// Both conditions hold.
     pub fn is_ready(&self) -> bool {
         self.inventory_synced && self.leadership_known
@@ -60,7 +60,7 @@ pub trait HubView: Send + Sync + 'static {
     /// The cluster `<namespace>/<name>` (`/v1/clusters/{namespace}/{name}`); `None` → 404.
     fn cluster(&self, namespace: &str, name: &str) -> Option<Value>;
     /// `/readyz` inputs.
-    fn ready(&self) -> Readiness;
+    fn ready(&self) -> HubReadiness;
     /// Leader election state (followers answer `/v1/*` with 503).
     fn leader(&self) -> LeaderState;
 
@@ -87,7 +87,7 @@ pub struct StaticHubView {
 struct StaticState {
     report: Value,
     clusters: BTreeMap<(String, String), Value>,
-    ready: Readiness,
+    ready: HubReadiness,
     leader: LeaderState,
 }
 
@@ -95,7 +95,7 @@ impl StaticHubView {
     /// A ready leader with an empty report and no clusters.
     pub fn leader() -> Self {
         let v = Self::default();
-        v.set_ready(Readiness {
+        v.set_ready(HubReadiness {
             inventory_synced: true,
             leadership_known: true,
         });
@@ -128,7 +128,7 @@ impl StaticHubView {
     }
 
     /// Set the readiness inputs.
-    pub fn set_ready(&self, ready: Readiness) {
+    pub fn set_ready(&self, ready: HubReadiness) {
         self.write().ready = ready;
     }
 
@@ -154,7 +154,7 @@ impl HubView for StaticHubView {
             .cloned()
     }
 
-    fn ready(&self) -> Readiness {
+    fn ready(&self) -> HubReadiness {
         self.read().ready
     }
 

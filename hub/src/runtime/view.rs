@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use crate::fleet::state::FleetState;
 use crate::http::cached::Versioned;
 use crate::http::view::{clusters_body, json_bytes};
-use crate::http::{EncodeError, HubView, LeaderState, Readiness};
+use crate::http::{EncodeError, HubReadiness, HubView, LeaderState};
 use crate::inventory::InventorySynced;
 use crate::report::{FullReport, SpokeObservation, cluster_status};
 
@@ -173,9 +173,9 @@ impl HubView for FleetHubView {
             .map(|s| Self::cluster_value(&s, chrono::Utc::now()))
     }
 
-    fn ready(&self) -> Readiness {
+    fn ready(&self) -> HubReadiness {
         let l = self.leader();
-        Readiness {
+        HubReadiness {
             inventory_synced: self.inventory.is_synced(),
             leadership_known: l.is_leader || l.leader_identity.is_some(),
         }
@@ -379,7 +379,7 @@ mod tests {
         let inventory = InventorySynced::default();
         let leader = LeaderInfo::default();
         let view = FleetHubView::new(state.clone(), inventory.clone(), leader.clone());
-        assert_eq!(view.ready(), Readiness::default());
+        assert_eq!(view.ready(), HubReadiness::default());
         assert!(!view.leader().is_leader);
         leader.set_holder(Some("other-replica".into()));
         let l = view.leader();

@@ -11,7 +11,9 @@ pub mod run;
 pub mod writer;
 
 pub use run::{StatusLoopOptions, run_status_loop};
-pub use writer::{ProfileRef, StatusError, StatusWriter, WriteFence, WriteStats, WriterOptions};
+pub use writer::{
+    StatusError, StatusOwnerRef, StatusWriter, WriteFence, WriteStats, WriterOptions,
+};
 
 /// Field manager of every hub status write.
 pub const FIELD_MANAGER: &str = "kleym-hub";

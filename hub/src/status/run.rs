@@ -10,7 +10,7 @@ use kleym_api::external::clusterprofile::ClusterProfile;
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;
 
-use super::writer::{ProfileRef, StatusWriter, WriterOptions};
+use super::writer::{StatusOwnerRef, StatusWriter, WriterOptions};
 use crate::fleet::state::FleetState;
 use crate::report::from_fleet::observations;
 use crate::report::{Caps, FullReport, bound_report, cluster_status};
@@ -170,7 +170,7 @@ async fn sync_once(
             continue;
         };
         writer.submit_cluster(
-            ProfileRef {
+            StatusOwnerRef {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
                 uid,

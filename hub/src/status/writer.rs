@@ -71,7 +71,7 @@ impl Default for WriterOptions {
 
 /// The ClusterProfile a `ClusterIdentityStatus` belongs to (and is owned by).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ProfileRef {
+pub struct StatusOwnerRef {
     /// Namespace (also the status object's).
     pub namespace: String,
     /// Name (also the status object's).
@@ -135,7 +135,7 @@ pub struct StatusWriter {
     client: kube::Client,
     options: WriterOptions,
     fence: Option<WriteFence>,
-    clusters: HashMap<ProfileRef, Slot<ClusterIdentityStatusStatus>>,
+    clusters: HashMap<StatusOwnerRef, Slot<ClusterIdentityStatusStatus>>,
     report: Slot<FleetIdentityReportStatus>,
 }
 
@@ -160,7 +160,7 @@ impl StatusWriter {
     }
 
     /// Want `status` on the `ClusterIdentityStatus` of `profile`.
-    pub fn submit_cluster(&mut self, profile: ProfileRef, status: ClusterIdentityStatusStatus) {
+    pub fn submit_cluster(&mut self, profile: StatusOwnerRef, status: ClusterIdentityStatusStatus) {
         // A profile recreated under the same name has a new UID: start over.
         self.clusters.retain(|k, _| {
             !(k.namespace == profile.namespace && k.name == profile.name) || *k == profile
@@ -193,7 +193,7 @@ impl StatusWriter {
     }
 
     /// Profiles currently tracked.
-    pub fn tracked_clusters(&self) -> Vec<ProfileRef> {
+    pub fn tracked_clusters(&self) -> Vec<StatusOwnerRef> {
         self.clusters.keys().cloned().collect()
     }
 
@@ -213,7 +213,7 @@ impl StatusWriter {
         let mut stats = WriteStats::default();
         let interval = self.options.min_interval;
         let refresh = self.options.sync_refresh.as_secs() as i64;
-        let keys: Vec<ProfileRef> = self
+        let keys: Vec<StatusOwnerRef> = self
             .clusters
             .iter()
             .filter(|(_, s)| s.due_at(interval, now).is_some_and(|t| t <= now))
@@ -260,7 +260,7 @@ impl StatusWriter {
 
     async fn flush_cluster(
         &mut self,
-        key: &ProfileRef,
+        key: &StatusOwnerRef,
         now: Instant,
         refresh: i64,
     ) -> Result<bool, StatusError> {

@@ -134,16 +134,16 @@ pub struct Warning {
     pub message: String,
 }
 
-/// Findings for one binding.
+/// The collision analysis' findings for one binding: conflicts and warnings.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Verdict {
+pub struct CollisionFindings {
     /// Conflicts, `IdentityCollision` first.
     pub conflicts: Vec<ConflictFinding>,
     /// Warnings, sorted.
     pub warnings: Vec<Warning>,
 }
 
-impl Verdict {
+impl CollisionFindings {
     /// The refusal the conflicts impose on `binding`, if any (`IdentityCollision` wins
     /// over `DuplicateSPIFFEID`).
     pub fn refusal(&self, binding: &BindingRef) -> Option<Refusal> {
@@ -203,12 +203,12 @@ impl Verdict {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Analysis {
     /// Bindings with at least one conflict or warning.
-    pub verdicts: BTreeMap<BindingRef, Verdict>,
+    pub verdicts: BTreeMap<BindingRef, CollisionFindings>,
 }
 
 impl Analysis {
     /// The verdict for `binding` (empty when it has no findings).
-    pub fn verdict(&self, binding: &BindingRef) -> Verdict {
+    pub fn verdict(&self, binding: &BindingRef) -> CollisionFindings {
         self.verdicts.get(binding).cloned().unwrap_or_default()
     }
 
@@ -241,7 +241,7 @@ fn sorted_members(ids: &[&CompiledIdentity], mut members: Vec<usize>) -> Vec<usi
 /// Record for each member of `members` a finding naming the others in `peers_of`.
 fn add_conflicts(
     ids: &[&CompiledIdentity],
-    verdicts: &mut BTreeMap<BindingRef, Verdict>,
+    verdicts: &mut BTreeMap<BindingRef, CollisionFindings>,
     members: &[usize],
     reason: Reason,
     detail: &str,
@@ -376,7 +376,7 @@ pub fn analyze_refs(
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
 ) -> Analysis {
-    let mut verdicts: BTreeMap<BindingRef, Verdict> = BTreeMap::new();
+    let mut verdicts: BTreeMap<BindingRef, CollisionFindings> = BTreeMap::new();
     let fps = Fingerprints::new(identities);
 
     // IdentityCollision: PerObjective, same namespace, pod set, service account, container.
@@ -444,7 +444,7 @@ pub fn analyze_refs(
 fn pool_and_objective_warnings(
     ids: &[&CompiledIdentity],
     pod_sets: &[Vec<usize>],
-    verdicts: &mut BTreeMap<BindingRef, Verdict>,
+    verdicts: &mut BTreeMap<BindingRef, CollisionFindings>,
 ) {
     for members in pod_sets {
         let (pool_only, per_objective): (Vec<usize>, Vec<usize>) = members
@@ -490,7 +490,7 @@ fn overlapping_default_warnings(
     ids: &[&CompiledIdentity],
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
-    verdicts: &mut BTreeMap<BindingRef, Verdict>,
+    verdicts: &mut BTreeMap<BindingRef, CollisionFindings>,
 ) {
     let candidates: Vec<&ForeignSpiffeId> = foreign.iter().filter(|f| !f.fallback).collect();
     if candidates.is_empty() {

@@ -20,24 +20,26 @@ pub const REASON_CONFINED: &str = "Confined";
 /// `RenderFailure=False` reason.
 pub const REASON_RENDERED: &str = "Rendered";
 
-/// What the binding's conditions should say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome<'a> {
+/// What the binding's conditions should say: the one outcome [`build_conditions`] turns
+/// into the five conditions (the reconciler's status builder stores it as is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConditionOutcome {
     /// The output is applied: `Ready=True`.
     Ready {
         /// Message for `Ready` (e.g. the ClusterSPIFFEID name).
-        message: &'a str,
+        message: String,
     },
-    /// Not refused but not ready yet (e.g. waiting to apply): `Ready=False` with this
-    /// reason, every other condition False.
+    /// Not refused but not ready yet (e.g. RBAC, apiserver error, waiting to apply):
+    /// `Ready=False` with this reason, every other condition False.
     Pending {
         /// `Ready` reason.
-        reason: &'a str,
+        reason: String,
         /// `Ready` message.
-        message: &'a str,
+        message: String,
     },
-    /// Refused: the refusal's condition True, `Ready=False` with the same reason.
-    Refused(&'a Refusal),
+    /// Refused by the compiler, the collision analysis or the ownership check: the
+    /// refusal's condition True, `Ready=False` with the same reason.
+    Refused(Refusal),
 }
 
 fn false_reason(condition_type: &str) -> &'static str {
@@ -52,7 +54,7 @@ fn false_reason(condition_type: &str) -> &'static str {
 /// Build all five conditions, in [`kleym_api::conditions::ALL`] order, keeping
 /// `lastTransitionTime` from `previous` when a condition's status is unchanged.
 pub fn build_conditions(
-    outcome: &Outcome<'_>,
+    outcome: &ConditionOutcome,
     observed_generation: Option<i64>,
     previous: &[Condition],
     now: &Time,
@@ -61,14 +63,16 @@ pub fn build_conditions(
         .iter()
         .map(|&ty| {
             let (status, reason, message) = match (outcome, ty) {
-                (Outcome::Ready { message }, types::READY) => ("True", REASON_RECONCILED, *message),
-                (Outcome::Pending { reason, message }, types::READY) => {
-                    ("False", *reason, *message)
+                (ConditionOutcome::Ready { message }, types::READY) => {
+                    ("True", REASON_RECONCILED, message.as_str())
                 }
-                (Outcome::Refused(r), types::READY) => {
+                (ConditionOutcome::Pending { reason, message }, types::READY) => {
+                    ("False", reason.as_str(), message.as_str())
+                }
+                (ConditionOutcome::Refused(r), types::READY) => {
                     ("False", r.reason.as_str(), r.message.as_str())
                 }
-                (Outcome::Refused(r), t) if r.kind().condition_type() == t => {
+                (ConditionOutcome::Refused(r), t) if r.kind().condition_type() == t => {
                     ("True", r.reason.as_str(), r.message.as_str())
                 }
                 (_, t) => ("False", false_reason(t), ""),

@@ -26,7 +26,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use kleym_api::{DiscriminatorType, IdentityMode, TargetKind};
 
 pub use collisions::{
-    Analysis, BindingRef, ForeignSpiffeId, NamespaceLabels, Verdict, analyze, analyze_refs,
+    Analysis, BindingRef, CollisionFindings, ForeignSpiffeId, NamespaceLabels, analyze,
+    analyze_refs,
 };
 pub use input::{BindingInput, ClusterConfig, Lookup, PoolRefView, PoolView, TargetView};
 pub use output::ClusterSpiffeIdOutput;

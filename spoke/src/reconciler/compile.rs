@@ -27,9 +27,10 @@ use crate::compiler::{
     PoolView, Refusal, TargetView, resolve,
 };
 
-/// The verdict for one binding, in the reconciler's terms.
+/// What the reconciler decided for one binding: the output to apply (or the refusal)
+/// and what its status shows.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
+pub struct BindingDecision {
     /// The ClusterSPIFFEID to have, or `None` when refused.
     pub output: Option<DesiredOutput>,
     /// The refusal, or `None` when the output is good.
@@ -44,7 +45,7 @@ pub struct Verdict {
     pub warnings: Vec<IdentityWarning>,
 }
 
-impl Verdict {
+impl BindingDecision {
     /// The SPIFFE IDs, for messages.
     pub fn spiffe_id_summary(&self) -> String {
         spiffe_id_summary(&self.computed_spiffe_ids)
@@ -231,7 +232,7 @@ pub fn evaluate_namespace(
     ctx: &Context,
     namespace: &str,
     served: &ServedApis,
-) -> Result<BTreeMap<String, Verdict>, Error> {
+) -> Result<BTreeMap<String, BindingDecision>, Error> {
     Ok(evaluate_namespace_shared(ctx, namespace, served)?.verdicts())
 }
 
@@ -318,7 +319,7 @@ pub fn evaluate_namespace_reference(
     ctx: &Context,
     namespace: &str,
     served: &ServedApis,
-) -> BTreeMap<String, Verdict> {
+) -> BTreeMap<String, BindingDecision> {
     let keys = ctx
         .index
         .read()
@@ -349,12 +350,12 @@ pub struct NamespaceEvaluation {
 #[derive(Debug)]
 struct Evaluated {
     /// The verdict with `output` left `None`.
-    findings: Verdict,
+    findings: BindingDecision,
     compiled: Arc<CompileResult>,
 }
 
 impl Evaluated {
-    fn verdict(&self) -> Verdict {
+    fn verdict(&self) -> BindingDecision {
         let mut verdict = self.findings.clone();
         if verdict.refusal.is_none()
             && let Ok(id) = self.compiled.as_ref()
@@ -371,17 +372,17 @@ impl Evaluated {
 
 impl NamespaceEvaluation {
     /// The full verdict (output included) of the binding `name`, if it is live.
-    pub fn verdict(&self, name: &str) -> Option<Verdict> {
+    pub fn verdict(&self, name: &str) -> Option<BindingDecision> {
         self.bindings.get(name).map(Evaluated::verdict)
     }
 
     /// Every binding's verdict without its output (`output` is `None`), by name.
-    pub fn findings(&self) -> impl Iterator<Item = (&String, &Verdict)> {
+    pub fn findings(&self) -> impl Iterator<Item = (&String, &BindingDecision)> {
         self.bindings.iter().map(|(name, e)| (name, &e.findings))
     }
 
     /// Every binding's full verdict, by name.
-    pub fn verdicts(&self) -> BTreeMap<String, Verdict> {
+    pub fn verdicts(&self) -> BTreeMap<String, BindingDecision> {
         self.bindings
             .iter()
             .map(|(name, e)| (name.clone(), e.verdict()))
@@ -453,7 +454,7 @@ pub fn compile_namespace(
     config: &ClusterConfig,
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
-) -> BTreeMap<String, Verdict> {
+) -> BTreeMap<String, BindingDecision> {
     let results = inputs
         .iter()
         .map(|i| (i.clone(), Arc::new(compiler::compile(i, config))))
@@ -476,7 +477,7 @@ fn merge(
         .into_iter()
         .map(|(input, compiled)| {
             let findings = match compiled.as_ref() {
-                Err(refusal) => Verdict {
+                Err(refusal) => BindingDecision {
                     output: None,
                     refusal: Some(refusal.clone()),
                     computed_spiffe_ids: Vec::new(),
@@ -490,7 +491,7 @@ fn merge(
                         name: input.name.clone(),
                     };
                     let findings = analysis.verdict(&bref);
-                    Verdict {
+                    BindingDecision {
                         output: None,
                         refusal: findings.refusal(&bref),
                         computed_spiffe_ids: vec![ComputedSpiffeId {

@@ -74,11 +74,11 @@ impl SpokeConfig {
     }
 }
 
-/// Readiness of a reconciler: its caches have synced. Cheap to clone.
+/// A reconciler's readiness flag: set once its caches have synced. Cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct Readiness(Arc<std::sync::atomic::AtomicBool>);
+pub struct CachesSynced(Arc<std::sync::atomic::AtomicBool>);
 
-impl Readiness {
+impl CachesSynced {
     /// Are the caches synced?
     pub fn is_ready(&self) -> bool {
         self.0.load(std::sync::atomic::Ordering::Acquire)
@@ -108,8 +108,8 @@ pub struct Context {
     pub metrics: Arc<SpokeMetrics>,
     /// Event publisher.
     pub events: EventPublisher,
-    /// Readiness.
-    pub readiness: Readiness,
+    /// Set once the caches have synced.
+    pub readiness: CachesSynced,
     /// ClusterSPIFFEID name → binding that wants it (to re-enqueue a binding refused
     /// because a foreign object holds its name when that object goes away).
     pub name_claims: Mutex<HashMap<String, ObjectKey>>,
@@ -145,7 +145,7 @@ impl Context {
             queue: WorkQueue::new(),
             metrics,
             events,
-            readiness: Readiness::default(),
+            readiness: CachesSynced::default(),
             name_claims: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
             binding_overlay: Overlay::default(),

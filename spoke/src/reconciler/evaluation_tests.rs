@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::api_availability::{ApiKind, ServedApis};
 use super::caches::{Cache, Change};
-use super::compile::{self, NamespaceEvaluation, Verdict};
+use super::compile::{self, BindingDecision, NamespaceEvaluation};
 use super::context::{Context, SpokeConfig};
 use super::metrics::SpokeMetrics;
 use super::queue::ObjectKey;
@@ -288,7 +288,7 @@ impl Cluster {
     }
 
     /// The cached evaluation, checked against the reference (no cache, no memo).
-    fn verdicts(&self, ns: &str) -> BTreeMap<String, Verdict> {
+    fn verdicts(&self, ns: &str) -> BTreeMap<String, BindingDecision> {
         let cached = self.evaluation(ns).verdicts();
         let reference = compile::evaluate_namespace_reference(&self.ctx, ns, &self.served);
         assert_eq!(cached, reference, "namespace {ns}");

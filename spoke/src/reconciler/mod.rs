@@ -34,7 +34,7 @@ mod evaluation_tests;
 #[cfg(test)]
 mod feed_tests;
 
-pub use context::{Readiness, SpokeConfig};
+pub use context::{CachesSynced, SpokeConfig};
 pub use error::Error;
 pub use metrics::SpokeMetrics;
 pub use run::{Spoke, run};

@@ -13,15 +13,16 @@ use kube::{Resource, ResourceExt};
 
 use super::api_availability::ApiKind;
 use super::apply;
-use super::compile::{self, Verdict};
+use super::compile::{self, BindingDecision};
 use super::context::Context;
 use super::error::Error;
 use super::events;
 use super::finalizer;
 use super::plan::{self, OutputAction};
 use super::queue::ObjectKey;
-use super::status::{self, StatusInputs, Verdict as StatusVerdict};
+use super::status::{self, StatusInputs};
 use super::watches::binding_compile_inputs_differ;
+use crate::compiler::conditions::ConditionOutcome;
 use crate::compiler::{Reason, Refusal};
 use crate::ownership::{self, Foreign, Owner};
 
@@ -74,7 +75,7 @@ async fn apply_verdict(
     ctx: &Context,
     key: &ObjectKey,
     binding: &Arc<InferenceIdentityBinding>,
-    verdict: Verdict,
+    verdict: BindingDecision,
 ) -> Result<(), Error> {
     let mut binding = binding.clone();
     // Objects read from the API always have a namespace, name and UID; without them no
@@ -90,7 +91,7 @@ async fn apply_verdict(
         .as_ref()
         .and_then(|s| s.cluster_spiffe_id.clone());
     // Owned: its parts move into the plan and the status instead of being cloned.
-    let Verdict {
+    let BindingDecision {
         output: mut desired,
         mut refusal,
         computed_spiffe_ids,
@@ -190,13 +191,13 @@ async fn apply_verdict(
             entries_masked: s.entries_masked,
             pod_entry_render_failures: s.pod_entry_render_failures,
         });
-    let status_verdict = match (refusal, pending) {
-        (Some(r), _) => StatusVerdict::Refused(r),
-        (None, Some(message)) => StatusVerdict::Pending {
+    let outcome = match (refusal, pending) {
+        (Some(r), _) => ConditionOutcome::Refused(r),
+        (None, Some(message)) => ConditionOutcome::Pending {
             reason: REASON_APPLY_FAILED.into(),
             message,
         },
-        (None, None) => StatusVerdict::Ready {
+        (None, None) => ConditionOutcome::Ready {
             message: owned
                 .as_ref()
                 .map(|o| {
@@ -211,7 +212,7 @@ async fn apply_verdict(
     };
     let inputs = StatusInputs {
         generation: binding.metadata.generation,
-        verdict: status_verdict,
+        outcome,
         computed_spiffe_ids,
         rendered_selectors,
         owned: owned.clone(),
@@ -384,7 +385,7 @@ fn release_claims(ctx: &Context, key: &ObjectKey) {
 pub fn enqueue_changed_peers<'a>(
     ctx: &Context,
     key: &ObjectKey,
-    verdicts: impl IntoIterator<Item = (&'a String, &'a Verdict)>,
+    verdicts: impl IntoIterator<Item = (&'a String, &'a BindingDecision)>,
 ) {
     // Every peer of the namespace is read: one cache lock for all of them (the same
     // resolution as `current_binding_named`: cache, then our newer writes).
@@ -414,7 +415,7 @@ pub fn enqueue_changed_peers<'a>(
 /// warnings compare as sets.) Status read back (audit, see `crate::ownership`): the answer
 /// only decides whether the peer, a binding of the same namespace, is enqueued; its
 /// reconcile derives everything again from specs and the ownership proof.
-pub fn conflict_view_differs(peer: &InferenceIdentityBinding, v: &Verdict) -> bool {
+pub fn conflict_view_differs(peer: &InferenceIdentityBinding, v: &BindingDecision) -> bool {
     let status = peer.status.as_ref();
     let recorded_conflict = status.is_some_and(|s| {
         s.conditions
@@ -480,8 +481,8 @@ mod tests {
         b
     }
 
-    fn verdict(conflict: bool, peers: &[&str], warnings: &[&str]) -> Verdict {
-        Verdict {
+    fn verdict(conflict: bool, peers: &[&str], warnings: &[&str]) -> BindingDecision {
+        BindingDecision {
             output: None,
             refusal: conflict.then(|| Refusal::new(Reason::IdentityCollision, "m")),
             computed_spiffe_ids: Vec::new(),

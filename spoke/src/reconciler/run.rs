@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::api_availability::{self, ApiKind, ServedApis};
-use super::context::{Context, Readiness, SpokeConfig};
+use super::context::{CachesSynced, Context, SpokeConfig};
 use super::error::Error;
 use super::metrics::SpokeMetrics;
 use super::reconcile::reconcile;
@@ -47,8 +47,8 @@ impl Spoke {
         })
     }
 
-    /// Readiness handle (caches synced).
-    pub fn readiness(&self) -> Readiness {
+    /// Readiness handle: set once the caches have synced.
+    pub fn readiness(&self) -> CachesSynced {
         self.ctx.readiness.clone()
     }
 

@@ -3,7 +3,7 @@
 //! whether a status write is needed at all.
 //!
 //! `lastTransitionTime` is carried over from the current status whenever a condition's
-//! status did not change, so an unchanged verdict produces a byte-identical status and
+//! status did not change, so an unchanged outcome produces a byte-identical status and
 //! therefore no write.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -13,35 +13,15 @@ use kleym_api::{
     OwnedClusterSpiffeId, SpireStats,
 };
 
-use crate::compiler::Refusal;
-use crate::compiler::conditions::{Outcome, REASON_RECONCILED, build_conditions};
-
-/// What the binding's conditions should say.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// The output is applied.
-    Ready {
-        /// `Ready` message (names the ClusterSPIFFEID).
-        message: String,
-    },
-    /// Not refused, but the output could not be written yet (e.g. RBAC, apiserver error).
-    Pending {
-        /// `Ready` reason.
-        reason: String,
-        /// `Ready` message.
-        message: String,
-    },
-    /// Refused by the compiler, the collision analysis or the ownership check.
-    Refused(Refusal),
-}
+use crate::compiler::conditions::{ConditionOutcome, REASON_RECONCILED, build_conditions};
 
 /// Everything the status describes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StatusInputs {
     /// `metadata.generation` of the binding.
     pub generation: Option<i64>,
-    /// The verdict.
-    pub verdict: Verdict,
+    /// What the conditions say.
+    pub outcome: ConditionOutcome,
     /// Computed SPIFFE IDs.
     pub computed_spiffe_ids: Vec<ComputedSpiffeId>,
     /// Rendered selectors.
@@ -59,25 +39,25 @@ pub struct StatusInputs {
 impl StatusInputs {
     /// The condition type that holds: `Ready` (also when pending) or the refusal's.
     pub fn holding_condition(&self) -> &'static str {
-        match &self.verdict {
-            Verdict::Refused(r) => r.kind().condition_type(),
+        match &self.outcome {
+            ConditionOutcome::Refused(r) => r.kind().condition_type(),
             _ => READY,
         }
     }
 
     /// The reason of the holding condition.
     pub fn holding_reason(&self) -> &str {
-        match &self.verdict {
-            Verdict::Ready { .. } => REASON_RECONCILED,
-            Verdict::Pending { reason, .. } => reason,
-            Verdict::Refused(r) => r.reason.as_str(),
+        match &self.outcome {
+            ConditionOutcome::Ready { .. } => REASON_RECONCILED,
+            ConditionOutcome::Pending { reason, .. } => reason,
+            ConditionOutcome::Refused(r) => r.reason.as_str(),
         }
     }
 
     /// `(condition, reason, message)` of the refusal, if refused.
     pub fn refusal(&self) -> Option<(&'static str, &'static str, &str)> {
-        match &self.verdict {
-            Verdict::Refused(r) => Some((
+        match &self.outcome {
+            ConditionOutcome::Refused(r) => Some((
                 r.kind().condition_type(),
                 r.reason.as_str(),
                 r.message.as_str(),
@@ -93,15 +73,10 @@ pub fn build_status(
     previous: Option<&InferenceIdentityBindingStatus>,
     now: &Time,
 ) -> InferenceIdentityBindingStatus {
-    let outcome = match &inputs.verdict {
-        Verdict::Ready { message } => Outcome::Ready { message },
-        Verdict::Pending { reason, message } => Outcome::Pending { reason, message },
-        Verdict::Refused(r) => Outcome::Refused(r),
-    };
     let previous_conditions = previous
         .map(|p| p.conditions.as_slice())
         .unwrap_or_default();
-    let conditions = build_conditions(&outcome, inputs.generation, previous_conditions, now);
+    let conditions = build_conditions(&inputs.outcome, inputs.generation, previous_conditions, now);
     let mut peers = inputs.conflict_peers.clone();
     peers.sort();
     peers.dedup();
@@ -186,7 +161,7 @@ pub fn recorded_refusal(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compiler::Reason;
+    use crate::compiler::{Reason, Refusal};
     use kleym_api::IdentityMode;
     use kleym_api::conditions;
 
@@ -197,7 +172,7 @@ mod tests {
     fn ready_inputs() -> StatusInputs {
         StatusInputs {
             generation: Some(3),
-            verdict: Verdict::Ready {
+            outcome: ConditionOutcome::Ready {
                 message: "ClusterSPIFFEID \"x\" is applied".into(),
             },
             computed_spiffe_ids: vec![ComputedSpiffeId {
@@ -215,8 +190,8 @@ mod tests {
         }
     }
 
-    fn collision() -> Verdict {
-        Verdict::Refused(Refusal::new(Reason::IdentityCollision, "collides with b"))
+    fn collision() -> ConditionOutcome {
+        ConditionOutcome::Refused(Refusal::new(Reason::IdentityCollision, "collides with b"))
     }
 
     #[test]
@@ -236,17 +211,17 @@ mod tests {
     }
 
     #[test]
-    fn unchanged_verdict_needs_no_write_even_later() {
+    fn unchanged_outcome_needs_no_write_even_later() {
         let first = build_status(&ready_inputs(), None, &t(10));
         let again = build_status(&ready_inputs(), Some(&first), &t(99));
         assert!(!status_differs(&again, Some(&first)));
     }
 
     #[test]
-    fn changed_verdict_needs_a_write_and_moves_only_changed_transition_times() {
+    fn changed_outcome_needs_a_write_and_moves_only_changed_transition_times() {
         let first = build_status(&ready_inputs(), None, &t(10));
         let mut refused = ready_inputs();
-        refused.verdict = collision();
+        refused.outcome = collision();
         refused.owned = None;
         let second = build_status(&refused, Some(&first), &t(20));
         assert!(status_differs(&second, Some(&first)));
@@ -315,7 +290,7 @@ mod tests {
     #[test]
     fn pending_is_not_ready_and_refuses_nothing() {
         let mut p = ready_inputs();
-        p.verdict = Verdict::Pending {
+        p.outcome = ConditionOutcome::Pending {
             reason: "ClusterSPIFFEIDApplyFailed".into(),
             message: "forbidden".into(),
         };
