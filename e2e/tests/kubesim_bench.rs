@@ -4,8 +4,8 @@
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams, WatchEvent, WatchParams};
+use kubesim::{Kubesim, KubesimOptions};
 use std::time::{Duration, Instant};
 
 fn rss_kib() -> Option<u64> {
