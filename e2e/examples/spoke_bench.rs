@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use kleym_api::InferenceIdentityBinding;
-use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
+use kubesim::{Kubesim, KubesimOptions};
 use serde_json::{Value, json};
 
 const DEFAULT_NAMESPACES: usize = 10;

@@ -1,6 +1,4 @@
-//! kleym end-to-end support: `kubesim`, an in-process Kubernetes API simulator that serves
-//! many simulated clusters at once, plus the end-to-end tests, benchmarks and demo built on it.
+//! kleym end-to-end support: the fleet fixtures, end-to-end tests, benchmarks and demo, built
+//! on `kubesim` (the Kubernetes API simulator in `e2e/kubesim`).
 
 pub mod fleet;
-#[warn(missing_docs)]
-pub mod kubesim;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use deploy_support::{documents, repo_root};
 use kleym_e2e::fleet::all_crds;
-use kleym_e2e::kubesim::testing::Kubectl;
-use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
+use kubesim::testing::Kubectl;
+use kubesim::{Kubesim, KubesimOptions};
 
 fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir)

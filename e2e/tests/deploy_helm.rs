@@ -18,8 +18,8 @@ use std::process::Command;
 
 use deploy_support::{documents, repo_root};
 use kleym_e2e::fleet::all_crds;
-use kleym_e2e::kubesim::testing::Kubectl;
-use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
+use kubesim::testing::Kubectl;
+use kubesim::{Kubesim, KubesimOptions};
 use serde_json::{Value, json};
 
 /// Kinds the chart renders that kubesim does not serve, with the resource name

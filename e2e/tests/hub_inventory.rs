@@ -18,10 +18,10 @@ use kleym_e2e::fleet::env;
 use kleym_e2e::fleet::harness::{FleetHarness, grant_admin, wait_for};
 use kleym_e2e::fleet::plugins::static_token_plugin;
 use kleym_e2e::fleet::profiles::{PROFILE_NS, access_provider, apply_profile, status};
-use kleym_e2e::kubesim::ClusterHandle;
 use kleym_hub::fleet::{FleetState, Phase};
 use kleym_hub::inventory::{InventoryEvent, WatchOptions, watch};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kubesim::ClusterHandle;
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(60);

@@ -13,10 +13,10 @@ use kleym_e2e::fleet::env;
 use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, wait_for};
 use kleym_e2e::fleet::plugins::{static_token_plugin, write_script};
 use kleym_e2e::fleet::profiles::register_admin_token_spoke;
-use kleym_e2e::kubesim::ErrorRule;
 use kleym_hub::fleet::{ErrorCategory, Phase};
 use kleym_hub::report::from_fleet::SYNCING_MESSAGE;
 use kleym_hub::report::{SpokeObservation, cluster_status};
+use kubesim::ErrorRule;
 use serde_json::json;
 
 const BINDINGS: usize = 5;

@@ -20,9 +20,9 @@ use kleym_e2e::fleet::plugins::static_token_plugin;
 use kleym_e2e::fleet::profiles::{
     PROFILE_NS, access_provider, apply_profile, delete_profile, register_admin_token_spoke, status,
 };
-use kleym_e2e::kubesim::ErrorRule;
 use kleym_hub::fleet::Phase;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubesim::ErrorRule;
 use kubesim_store::{DeleteOptions, WriteOptions};
 use serde_json::{Value, json};
 

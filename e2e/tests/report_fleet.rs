@@ -15,11 +15,11 @@ use kleym_e2e::fleet::env::{self, NS, POOL, SA};
 use kleym_e2e::fleet::harness::{FleetHarness, grant_admin};
 use kleym_e2e::fleet::plugins::{static_token_plugin, write_script};
 use kleym_e2e::fleet::profiles::{PROFILE_NS, access_provider, apply_profile, status};
-use kleym_e2e::kubesim::{ClusterHandle, fleet::user};
 use kleym_hub::report::Caps;
 use kleym_hub::status::{StatusLoopOptions, WriterOptions, run_status_loop};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;
+use kubesim::{ClusterHandle, fleet::user};
 use kubesim_store::WriteOptions;
 use serde_json::{Value, json};
 

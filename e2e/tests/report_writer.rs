@@ -10,13 +10,13 @@ use kleym_api::external::clusterprofile::ClusterProfile;
 use kleym_api::fleet::{
     ClusterIdentityStatus, FLEET_REPORT_NAME, FindingKind, FleetIdentityReport,
 };
-use kleym_e2e::kubesim::{ClusterHandle, Kubesim, KubesimOptions, install_crd};
 use kleym_hub::report::{
     BindingObservation, Caps, ErrorCategory, FullReport, Health, SpokeObservation, bound_report,
     cluster_status,
 };
 use kleym_hub::status::{FIELD_MANAGER, StatusOwnerRef, StatusWriter, WriterOptions};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kubesim::{ClusterHandle, Kubesim, KubesimOptions, install_crd};
 use serde_json::json;
 
 const NS: &str = "fleet";

@@ -12,11 +12,11 @@ use kleym_api::external::objective::llmd;
 use kleym_api::external::pool::v1 as pool_v1;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
-use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
 use kleym_spoke::compiler::output::cluster_spiffe_id_name;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::{Api, PostParams};
 use kube::{Client, ResourceExt};
+use kubesim::{Kubesim, KubesimOptions};
 use serde_json::{Value, json};
 
 const TD: &str = "prod.example.org";

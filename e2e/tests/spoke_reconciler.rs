@@ -16,11 +16,11 @@ use kleym_api::external::objective::llmd;
 use kleym_api::external::pool::v1 as pool_v1;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
-use kleym_e2e::kubesim::{ClusterHandle, Kubesim, KubesimOptions};
 use kleym_spoke::compiler::output::cluster_spiffe_id_name;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
 use serde_json::{Value, json};
 
 const NS: &str = "llm";
@@ -570,7 +570,7 @@ async fn clusterspiffeid_crd_installed_while_running_is_picked_up() {
     })
     .await;
 
-    let spire: Vec<CustomResourceDefinition> = kleym_e2e::kubesim::parse_crds(
+    let spire: Vec<CustomResourceDefinition> = kubesim::parse_crds(
         "spire.spiffe.io_clusterspiffeids.yaml",
         upstream_crds::upstream_yaml("spire.spiffe.io_clusterspiffeids.yaml"),
     )

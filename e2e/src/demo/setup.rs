@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, HUB_SA, hub_secret};
 use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
-use kleym_e2e::kubesim::ClusterHandle;
+use kubesim::ClusterHandle;
 use kubesim_store::WriteOptions;
 use serde_json::{Value, json};
 

@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use kubesim_auth::UserInfo;
 
-use crate::kubesim::ClusterHandle;
-use crate::kubesim::authn::ExternalAuthenticator;
+use kubesim::ClusterHandle;
+use kubesim::authn::ExternalAuthenticator;
 
 /// Issuer of the counting tokens.
 pub const COUNTING_ISSUER: &str = "https://kleym-counting.invalid";

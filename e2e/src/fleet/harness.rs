@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::all_crds;
 use super::profiles::create_profile_namespace;
-use crate::kubesim::{ClusterHandle, Kubesim, KubesimOptions};
+use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
 
 /// Namespace of the hub's own objects (ServiceAccount, Secrets, Lease).
 pub const HUB_NS: &str = "kleym";

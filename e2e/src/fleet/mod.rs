@@ -18,7 +18,7 @@ pub mod recording;
 
 use serde_json::Value;
 
-use crate::kubesim::parse_crds;
+use kubesim::parse_crds;
 
 /// The vendored upstream CRDs (ClusterProfile v1alpha1, inference, SPIRE), parsed from the
 /// texts embedded in the `upstream-crds` crate (so this works from any working directory and
@@ -38,4 +38,31 @@ pub fn all_crds() -> Result<Vec<Value>, String> {
         out.push(serde_json::to_value(crd).map_err(|e| e.to_string())?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use kubesim::parse_crds;
+
+    #[test]
+    fn parse_crds_reads_kleym_chart_crds() {
+        // kleym's own chart CRDs and `kleym crds` output, concatenated with `---` as
+        // `kubectl apply -f dir/` or a pipe would see them (moved here from kubesim, which
+        // depends on no kleym crate).
+        let chart = kleym_api::crds::to_yaml().unwrap();
+        let text = format!("# leading comment\n---\n{chart}---\n# an empty document\n---\n");
+        let crds = parse_crds("kleym crds", &text).unwrap();
+        let names: Vec<&str> = crds
+            .iter()
+            .filter_map(|c| c["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "inferenceidentitybindings.kleym.io",
+                "clusteridentitystatuses.kleym.io",
+                "fleetidentityreports.kleym.io",
+            ]
+        );
+    }
 }

@@ -5,7 +5,7 @@ use kleym_api::external::clusterprofile::ClusterProfile;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::kubesim::ClusterHandle;
+use kubesim::ClusterHandle;
 
 /// Namespace the fixtures put profiles in.
 pub const PROFILE_NS: &str = "fleet";

@@ -15,8 +15,8 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use kubesim_auth::UserInfo;
 
-use crate::kubesim::ClusterHandle;
-use crate::kubesim::authn::ExternalAuthenticator;
+use kubesim::ClusterHandle;
+use kubesim::authn::ExternalAuthenticator;
 
 /// Authenticates its token as `name` in `system:masters`, recording arrival times.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //! (built-in kinds and CRDs), object storage with a cluster-wide monotonic resourceVersion,
 //! watch history and fan-out, and the verbs with kube-apiserver's semantics.
 //!
-//! The HTTP layer (`kleym-e2e`'s `kubesim` module) maps requests onto [`Cluster`] calls.
+//! The HTTP layer (the `kubesim` crate) maps requests onto [`Cluster`] calls.
 //!
 //! # What it reproduces
 //! - **Registry**: namespaces, pods, serviceaccounts (+ `token` subresource listed),

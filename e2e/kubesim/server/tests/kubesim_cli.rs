@@ -1,7 +1,7 @@
 //! The `kubesim` command: starts clusters, preloads CRDs, writes the state directory, prints
 //! `ready`, serves kubectl, and exits cleanly on SIGTERM.
 
-use kleym_e2e::kubesim::testing::find_kubectl;
+use kubesim::testing::find_kubectl;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;

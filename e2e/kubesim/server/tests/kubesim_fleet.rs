@@ -3,8 +3,8 @@
 
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+use kubesim::{Kubesim, KubesimOptions};
 use std::time::Duration;
 
 fn is_status(err: &kube::Error, code: u16) -> bool {

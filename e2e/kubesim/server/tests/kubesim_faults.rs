@@ -3,9 +3,9 @@
 use futures::TryStreamExt;
 use http::Method;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kleym_e2e::kubesim::testing::{HttpVersion, raw_request};
-use kleym_e2e::kubesim::{ClusterHandle, ErrorRule, Kubesim, KubesimOptions};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams, WatchEvent, WatchParams};
+use kubesim::testing::{HttpVersion, raw_request};
+use kubesim::{ClusterHandle, ErrorRule, Kubesim, KubesimOptions};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -282,7 +282,7 @@ async fn http_endpoint_is_admin_only_and_drives_faults() {
 
     // Revoke a token over HTTP: the response never echoes it.
     let victim = "victim-token-value";
-    c.add_static_token(victim, kleym_e2e::kubesim::fleet::user("victim", &[]));
+    c.add_static_token(victim, kubesim::fleet::user("victim", &[]));
     let revoke = raw_request(
         &c,
         Method::POST,
@@ -307,10 +307,7 @@ async fn http_endpoint_is_admin_only_and_drives_faults() {
     assert_eq!(r.status, 401);
 
     // Non-admins get 403, anonymous 401.
-    c.add_static_token(
-        "dev-token",
-        kleym_e2e::kubesim::fleet::user("dev", &["devs"]),
-    );
+    c.add_static_token("dev-token", kubesim::fleet::user("dev", &["devs"]));
     let r = raw_request(
         &c,
         Method::DELETE,

@@ -4,8 +4,8 @@
 //! kubectl is located as every tool is (`test_tools`: PATH, then the tool cache); the tests fail
 //! with a message naming `scripts/ensure-tools` without it.
 
-use kleym_e2e::kubesim::testing::Kubectl;
-use kleym_e2e::kubesim::{ClusterHandle, Kubesim, KubesimOptions};
+use kubesim::testing::Kubectl;
+use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -415,9 +415,7 @@ async fn auth_can_i_follows_rbac_and_create_token_works() {
     assert_eq!(token.split('.').count(), 3, "a JWT");
     let k_sa = Kubectl::with_kubeconfig(
         &env.cluster
-            .kubeconfig_yaml_with(kleym_e2e::kubesim::kubeconfig::Credentials::Token(
-                token.into(),
-            )),
+            .kubeconfig_yaml_with(kubesim::kubeconfig::Credentials::Token(token.into())),
         env.dir.path(),
         "reader",
     )

@@ -1,8 +1,8 @@
 //! `kubesim`: run simulated Kubernetes API servers until SIGTERM/SIGINT (see `--help`).
 
 use clap::Parser;
-use kleym_e2e::kubesim::cli::Args;
-use kleym_e2e::kubesim::{Kubesim, KubesimOptions, load_crds};
+use kubesim::cli::Args;
+use kubesim::{Kubesim, KubesimOptions, load_crds};
 use std::io::Write;
 use std::process::ExitCode;
 

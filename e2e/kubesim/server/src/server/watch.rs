@@ -3,7 +3,7 @@
 
 use super::response::Body;
 use super::table::{IncludeObject, Representation, to_partial, to_table};
-use crate::kubesim::faults::FaultState;
+use crate::faults::FaultState;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderValue, Response, header};

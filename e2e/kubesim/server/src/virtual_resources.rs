@@ -2,9 +2,9 @@
 //! `subjectaccessreviews`, `selfsubjectaccessreviews`, `localsubjectaccessreviews`, and the
 //! `serviceaccounts/<name>/token` subresource (TokenRequest).
 
-use crate::kubesim::authn;
-use crate::kubesim::authz::{self, Attributes};
-use crate::kubesim::server::{ClusterServer, internal};
+use crate::authn;
+use crate::authz::{self, Attributes};
+use crate::server::{ClusterServer, internal};
 use kubesim_auth::UserInfo;
 use kubesim_auth::jwt::{ObjectRef, SaTokenRequest};
 use kubesim_store::{ApiError, ResourceInfo};

@@ -2,8 +2,8 @@
 //! and key rotation, Table output, `Warning` headers, Status errors.
 
 use http::Method;
-use kleym_e2e::kubesim::testing::{HttpVersion, raw_request};
-use kleym_e2e::kubesim::{ClusterHandle, Kubesim, KubesimOptions};
+use kubesim::testing::{HttpVersion, raw_request};
+use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
 use serde_json::json;
 
 async fn start() -> (Kubesim, ClusterHandle) {
@@ -203,12 +203,12 @@ async fn discovery_documents_have_kube_shapes() {
 async fn table_output_and_warnings() {
     let (_sim, c) = start().await;
     let admin = c.admin_token();
-    let crd = kleym_e2e::kubesim::parse_crds(
+    let crd = kubesim::parse_crds(
         "spire.spiffe.io_clusterspiffeids.yaml",
         upstream_crds::upstream_yaml("spire.spiffe.io_clusterspiffeids.yaml"),
     )
     .unwrap();
-    kleym_e2e::kubesim::install_crd(&c.store(), crd[0].clone()).unwrap();
+    kubesim::install_crd(&c.store(), crd[0].clone()).unwrap();
     let body = json!({"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID", "metadata": {"name": "w"}, "spec": {"spiffeIDTemplate": "spiffe://x/y", "bogus": 1}});
     let created = raw_request(
         &c,
@@ -250,7 +250,7 @@ async fn table_output_and_warnings() {
 
     // Table: ask the way kubectl does.
     let table = {
-        let r = kleym_e2e::kubesim::testing::raw_request_with_headers(
+        let r = kubesim::testing::raw_request_with_headers(
             &c,
             Method::GET,
             "/api/v1/namespaces/default/configmaps",
@@ -277,7 +277,7 @@ async fn aggregated_discovery_when_asked_first() {
     let admin = c.admin_token();
     let accept =
         "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
-    let r = kleym_e2e::kubesim::testing::raw_request_with_headers(
+    let r = kubesim::testing::raw_request_with_headers(
         &c,
         Method::GET,
         "/apis",
@@ -305,7 +305,7 @@ async fn aggregated_discovery_when_asked_first() {
             .iter()
             .any(|r| r["resource"] == "clusterroles" && r["scope"] == "Cluster")
     );
-    let core = kleym_e2e::kubesim::testing::raw_request_with_headers(
+    let core = kubesim::testing::raw_request_with_headers(
         &c,
         Method::GET,
         "/api",

@@ -5,7 +5,7 @@ use super::request::{Query, RequestInfo};
 use super::response::{self, Body, bad_request};
 use super::table::{IncludeObject, Representation, to_partial, to_table};
 use super::watch;
-use crate::kubesim::virtual_resources;
+use crate::virtual_resources;
 use bytes::Bytes;
 use http::{HeaderMap, Response, header};
 use kubesim_auth::UserInfo;
@@ -259,7 +259,7 @@ fn parse_yaml_or_json(body: &[u8]) -> Result<Value, ApiError> {
     }
     let text = std::str::from_utf8(body)
         .map_err(|e| bad_request(format!("request body is not UTF-8: {e}")))?;
-    kleym_api::yaml::from_str::<Value>(text)
+    crate::yaml::from_str::<Value>(text)
         .map_err(|e| bad_request(format!("error decoding YAML: {e}")))
 }
 

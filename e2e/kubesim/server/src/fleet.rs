@@ -1,8 +1,8 @@
 //! Many simulated clusters in one process: [`Kubesim`] and per-cluster [`ClusterHandle`]s.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), kleym_e2e::kubesim::KubesimError> {
-//! use kleym_e2e::kubesim::{Kubesim, KubesimOptions};
+//! # async fn demo() -> Result<(), kubesim::KubesimError> {
+//! use kubesim::{Kubesim, KubesimOptions};
 //! let sim = Kubesim::start(&["hub", "spoke-1"], KubesimOptions::default()).await?;
 //! let hub = sim.cluster("hub").expect("started");
 //! let spoke = sim.cluster("spoke-1").expect("started");
@@ -12,11 +12,11 @@
 //! # let _ = client; Ok(()) }
 //! ```
 
-use crate::kubesim::authn::ExternalAuthenticator;
-use crate::kubesim::error::KubesimError;
-use crate::kubesim::faults::FaultHandle;
-use crate::kubesim::kubeconfig::{self, Credentials, Entry};
-use crate::kubesim::server::{ClusterServer, listener};
+use crate::authn::ExternalAuthenticator;
+use crate::error::KubesimError;
+use crate::faults::FaultHandle;
+use crate::kubeconfig::{self, Credentials, Entry};
+use crate::server::{ClusterServer, listener};
 use kubesim_auth::UserInfo;
 use kubesim_auth::jwt::{ObjectRef, SaTokenRequest};
 use kubesim_auth::pki::ClusterPki;
@@ -253,7 +253,7 @@ fn random_token() -> String {
 /// Preload kube-apiserver's bootstrap RBAC. An object the store rejects is logged and
 /// skipped rather than failing the cluster (the rest of the defaults still apply).
 fn preload_default_rbac(store: &Cluster) -> Result<(), KubesimError> {
-    for obj in crate::kubesim::authz::default_rbac_objects() {
+    for obj in crate::authz::default_rbac_objects() {
         if let Err(e) = create_ignoring_exists(store, &obj) {
             tracing::warn!(
                 cluster = %store.name(),
@@ -347,7 +347,7 @@ pub fn parse_crds(origin: &str, text: &str) -> Result<Vec<Value>, KubesimError> 
         message,
     };
     let mut out = Vec::new();
-    let docs: Vec<Value> = kleym_api::yaml::documents(text).map_err(|e| err(e.to_string()))?;
+    let docs: Vec<Value> = crate::yaml::documents(text).map_err(|e| err(e.to_string()))?;
     for v in docs {
         if v.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition") {
             return Err(err(format!(
@@ -529,7 +529,7 @@ impl ClusterHandle {
             pod,
             node: None,
         };
-        let (token, _) = crate::kubesim::virtual_resources::issue(&self.server, &req).await?;
+        let (token, _) = crate::virtual_resources::issue(&self.server, &req).await?;
         Ok(token)
     }
 
@@ -553,8 +553,7 @@ impl ClusterHandle {
     ) -> Result<(), KubesimError> {
         // Make sure the issuer's key exists before anyone fetches its JWKS.
         issuer.server.sa_issuer().await?;
-        let ext =
-            crate::kubesim::authn::external_issuer(&issuer.url(), &issuer.ca_pem(), audiences)?;
+        let ext = crate::authn::external_issuer(&issuer.url(), &issuer.ca_pem(), audiences)?;
         self.add_external_authenticator(ext);
         Ok(())
     }
@@ -579,23 +578,16 @@ mod tests {
 
     #[test]
     fn parse_crds_reads_multi_document_files() {
-        // kleym's own chart CRDs and `kleym crds` output, concatenated with `---` as
-        // `kubectl apply -f dir/` or a pipe would see them.
-        let chart = kleym_api::crds::to_yaml().unwrap();
-        let text = format!("# leading comment\n---\n{chart}---\n# an empty document\n---\n");
-        let crds = parse_crds("kleym crds", &text).unwrap();
-        let names: Vec<&str> = crds
-            .iter()
-            .filter_map(|c| c["metadata"]["name"].as_str())
-            .collect();
-        assert_eq!(
-            names,
-            vec![
-                "inferenceidentitybindings.kleym.io",
-                "clusteridentitystatuses.kleym.io",
-                "fleetidentityreports.kleym.io",
-            ]
-        );
+        // Two vendored CRD files concatenated with `---`, comments and an empty document,
+        // as `kubectl apply -f dir/` or a pipe would see them. (kleym's own chart CRDs are
+        // read the same way in kleym-e2e's `fleet` tests.)
+        let a = upstream_crds::CLUSTERPROFILE_V1ALPHA2.yaml;
+        let b = upstream_crds::UPSTREAM[0].yaml;
+        let text = format!("# leading comment\n---\n{a}\n---\n# an empty document\n---\n{b}\n");
+        let expected = parse_crds("a", a).unwrap().len() + parse_crds("b", b).unwrap().len();
+        let crds = parse_crds("two files", &text).unwrap();
+        assert_eq!(crds.len(), expected);
+        assert!(crds.iter().all(|c| c["metadata"]["name"].is_string()));
         // Every vendored upstream file loads, whatever its document layout.
         for file in upstream_crds::UPSTREAM
             .iter()

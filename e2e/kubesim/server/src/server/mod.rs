@@ -12,10 +12,10 @@ pub mod response;
 pub mod table;
 pub mod watch;
 
-use crate::kubesim::authn::{self, Authenticated};
-use crate::kubesim::authz;
-use crate::kubesim::faults::{FaultHandle, FaultRequest, reason_for_code};
-use crate::kubesim::{discovery, openapi};
+use crate::authn::{self, Authenticated};
+use crate::authz;
+use crate::faults::{FaultHandle, FaultRequest, reason_for_code};
+use crate::{discovery, openapi};
 use bytes::Bytes;
 use http::{Method, Request, Response};
 use http_body_util::{BodyExt, Limited};

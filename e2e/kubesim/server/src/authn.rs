@@ -2,7 +2,7 @@
 //! bearer token: static tokens, this cluster's ServiceAccount JWTs, external JWT issuers.
 //! Anything else is 401 (anonymous requests are only served on the public paths).
 
-use crate::kubesim::server::ClusterServer;
+use crate::server::ClusterServer;
 use chrono::{DateTime, Duration, Utc};
 use futures::future::BoxFuture;
 use http::HeaderMap;
@@ -224,7 +224,7 @@ pub fn external_issuer(
     issuer_url: &str,
     ca_pem: &str,
     audiences: &[String],
-) -> Result<std::sync::Arc<dyn ExternalAuthenticator>, crate::kubesim::KubesimError> {
+) -> Result<std::sync::Arc<dyn ExternalAuthenticator>, crate::KubesimError> {
     let config = kubesim_auth::external::ExternalIssuerConfig::new(
         issuer_url,
         audiences.to_vec(),
@@ -275,7 +275,7 @@ pub fn impersonation(headers: &HeaderMap) -> Result<Option<Impersonation>, Strin
         if let Some(key) = name.as_str().strip_prefix("impersonate-extra-")
             && let Ok(v) = value.to_str()
         {
-            let key = crate::kubesim::server::request::percent_decode(key);
+            let key = crate::server::request::percent_decode(key);
             extra
                 .entry(key)
                 .or_insert_with(Vec::new)

@@ -1,9 +1,9 @@
 //! Authorization: RBAC over the cluster's stored Role/ClusterRole/RoleBinding/
 //! ClusterRoleBinding objects (`system:masters` bypasses), 403 `Status` otherwise.
 
-use crate::kubesim::server::ClusterServer;
-use crate::kubesim::server::request::RequestInfo;
-use crate::kubesim::server::response::{self, Body};
+use crate::server::ClusterServer;
+use crate::server::request::RequestInfo;
+use crate::server::response::{self, Body};
 use futures::FutureExt;
 use http::Response;
 use kubesim_auth::UserInfo;
@@ -166,7 +166,7 @@ pub fn check(
 pub fn check_impersonation(
     server: &ClusterServer,
     user: &UserInfo,
-    imp: &crate::kubesim::authn::Impersonation,
+    imp: &crate::authn::Impersonation,
 ) -> Result<(), Box<Response<Body>>> {
     let mut checks = Vec::new();
     match kubesim_auth::jwt::parse_service_account_username(&imp.user) {

@@ -2,7 +2,9 @@
 //!
 //! Start clusters with [`Kubesim::start`]; each [`ClusterHandle`] gives its URL, CA, admin
 //! token, a `kube::Client`, the in-process store and the fault switches. The `kubesim`
-//! binary wraps the same library (see `kubesim --help` and `e2e/README.md`).
+//! binary wraps the same library (see `kubesim --help` and `e2e/kubesim/README.md`).
+
+#![warn(missing_docs)]
 
 pub mod authn;
 pub mod authz;
@@ -16,6 +18,7 @@ pub mod openapi;
 pub mod server;
 pub mod testing;
 pub mod virtual_resources;
+mod yaml;
 
 pub use error::KubesimError;
 pub use faults::{ErrorRule, FaultHandle, FaultRequest, FaultState};

@@ -70,7 +70,7 @@ pub fn render(entries: &[Entry]) -> String {
         "contexts": contexts,
         "current-context": entries.first().map(|e| e.name.clone()).unwrap_or_default(),
     });
-    kleym_api::yaml::to_string(&doc).unwrap_or_default()
+    crate::yaml::to_string(&doc).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -8,10 +8,10 @@ use k8s_openapi::api::authentication::v1::{
 };
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use kleym_e2e::kubesim::{ClusterHandle, Kubesim, KubesimOptions};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::discovery::Discovery;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -43,12 +43,12 @@ fn is_status(err: &kube::Error, code: u16) -> bool {
 async fn discovery_lists_builtins_and_crds() {
     let (_sim, c) = start().await;
     let client = c.kube_client().await.unwrap();
-    let crd = kleym_e2e::kubesim::parse_crds(
+    let crd = kubesim::parse_crds(
         "spire.spiffe.io_clusterspiffeids.yaml",
         upstream_crds::upstream_yaml("spire.spiffe.io_clusterspiffeids.yaml"),
     )
     .unwrap();
-    kleym_e2e::kubesim::install_crd(&c.store(), crd[0].clone()).unwrap();
+    kubesim::install_crd(&c.store(), crd[0].clone()).unwrap();
     let discovery = Discovery::new(client.clone()).run().await.unwrap();
     let mut kinds = BTreeSet::new();
     for group in discovery.groups() {

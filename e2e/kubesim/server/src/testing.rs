@@ -1,6 +1,6 @@
 //! Support for tests that drive kubesim with the real `kubectl`.
 
-use crate::kubesim::ClusterHandle;
+use crate::ClusterHandle;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;

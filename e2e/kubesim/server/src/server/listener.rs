@@ -3,7 +3,7 @@
 //! refused connections).
 
 use super::ClusterServer;
-use crate::kubesim::faults::FaultState;
+use crate::faults::FaultState;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
