@@ -2,3 +2,4 @@
 //! on `kubesim` (the Kubernetes API simulator in `e2e/kubesim`).
 
 pub mod fleet;
+pub mod single;

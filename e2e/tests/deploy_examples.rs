@@ -201,16 +201,5 @@ fn the_plain_spoke_deployment_recreates_probes_its_health_port_and_parses() {
     for probe in ["livenessProbe", "readinessProbe"] {
         assert_eq!(c[probe]["httpGet"]["port"], "health", "{probe}");
     }
-    let kleym = kleym_e2e::fleet::plugins::kleym_binary().expect("kleym binary");
-    let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(kleym)
-        .args(&args)
-        .arg("--kubeconfig")
-        .arg(dir.path().join("missing"))
-        .env_remove("KUBECONFIG")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-    assert!(stderr.contains("kubeconfig"), "{args:?}: {stderr}");
+    deploy_support::assert_kleym_accepts(&args);
 }

@@ -16,7 +16,7 @@ mod deploy_support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use deploy_support::{documents, repo_root};
+use deploy_support::{assert_kleym_accepts, documents, repo_root};
 use kleym_e2e::fleet::all_crds;
 use kubesim::testing::Kubectl;
 use kubesim::{Kubesim, KubesimOptions};
@@ -289,23 +289,6 @@ fn assert_probes_on_their_own_port(dep: &Value, args: &[String], metrics: u16, h
         args.contains(&format!("--health-addr=0.0.0.0:{health}")),
         "{args:?}"
     );
-}
-
-/// Runs the `kleym` binary with `args` and a kubeconfig that does not exist: the command
-/// line parses (else clap exits 2 with a usage error) and the run stops at the kubeconfig.
-fn assert_kleym_accepts(args: &[String]) {
-    let kleym = kleym_e2e::fleet::plugins::kleym_binary().expect("kleym binary");
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(kleym)
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(dir.path().join("missing"))
-        .env_remove("KUBECONFIG")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
-    assert!(stderr.contains("kubeconfig"), "{args:?}: {stderr}");
 }
 
 #[test]

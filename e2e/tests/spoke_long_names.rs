@@ -5,6 +5,7 @@
 //! subdomain to 253 characters in all, not each dot-separated part to 63; kubesim used to,
 //! and these bindings stayed `ClusterSPIFFEIDApplyFailed` there.
 
+use kleym_e2e::single::create;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
@@ -14,22 +15,12 @@ use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
 use kleym_spoke::compiler::output::cluster_spiffe_id_name;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use kube::{Client, ResourceExt};
 use kubesim::{Kubesim, KubesimOptions};
 use serde_json::{Value, json};
 
 const TD: &str = "prod.example.org";
-
-async fn create<K>(api: &Api<K>, obj: Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let typed: K = serde_json::from_value(obj).expect("valid object");
-    api.create(&PostParams::default(), &typed)
-        .await
-        .expect("create")
-}
 
 /// Namespace `ns` with a model-server pod (containers `chat` and `code`), an InferencePool
 /// and the objectives `chat` and `code`.

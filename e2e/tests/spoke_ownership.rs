@@ -13,7 +13,7 @@
 //! RBAC; every wait is on a signal kleym writes (observedGeneration, conditions), never on
 //! a fixed sleep.
 
-use std::path::PathBuf;
+use kleym_e2e::single::{condition, create, create_manifest, eventually, repo_yaml_docs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
 use kleym_spoke::compiler::output::cluster_spiffe_id_name;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
 use serde_json::{Value, json};
@@ -46,57 +46,6 @@ fn crds() -> Vec<Value> {
     out
 }
 
-/// Polls `check` until it returns `Some`, for at most ~30 s.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    for _ in 0..300 {
-        if let Some(v) = check().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-async fn create<K>(api: &Api<K>, obj: Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let typed: K = serde_json::from_value(obj).expect("valid object");
-    api.create(&PostParams::default(), &typed)
-        .await
-        .expect("create")
-}
-
-fn load_yaml_docs(path: &str) -> Vec<Value> {
-    let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(path);
-    let text = std::fs::read_to_string(&full).unwrap();
-    kleym_api::yaml::documents(&text).unwrap()
-}
-
-/// Creates an arbitrary manifest through the dynamic API (as `kubectl create` would).
-async fn create_manifest(client: &Client, obj: &Value) {
-    let api_version = obj["apiVersion"].as_str().unwrap();
-    let kind = obj["kind"].as_str().unwrap();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
-    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-    let api: Api<kube::api::DynamicObject> =
-        match (caps.scope, obj["metadata"]["namespace"].as_str()) {
-            (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                Api::namespaced_with(client.clone(), ns, &ar)
-            }
-            _ => Api::all_with(client.clone(), &ar),
-        };
-    let dynamic: kube::api::DynamicObject = serde_json::from_value(obj.clone()).unwrap();
-    api.create(&PostParams::default(), &dynamic).await.unwrap();
-}
-
 /// A ServiceAccount token client for `namespace/name`.
 async fn sa_client(cluster: &ClusterHandle, namespace: &str, name: &str) -> Client {
     let token = cluster
@@ -114,11 +63,11 @@ struct Operator {
 
 impl Operator {
     async fn start(cluster: &ClusterHandle, admin: &Client) -> Self {
-        for doc in load_yaml_docs("deploy/spoke/namespace.yaml")
+        for doc in repo_yaml_docs("deploy/spoke/namespace.yaml")
             .into_iter()
-            .chain(load_yaml_docs("deploy/spoke/serviceaccount.yaml"))
-            .chain(load_yaml_docs("deploy/spoke/clusterrole.yaml"))
-            .chain(load_yaml_docs("deploy/spoke/clusterrolebinding.yaml"))
+            .chain(repo_yaml_docs("deploy/spoke/serviceaccount.yaml"))
+            .chain(repo_yaml_docs("deploy/spoke/clusterrole.yaml"))
+            .chain(repo_yaml_docs("deploy/spoke/clusterrolebinding.yaml"))
         {
             create_manifest(admin, &doc).await;
         }
@@ -237,15 +186,6 @@ async fn tenant(cluster: &ClusterHandle, admin: &Client) -> Client {
         create_manifest(admin, &doc).await;
     }
     sa_client(cluster, TENANT_NS, "tenant").await
-}
-
-fn condition(b: &InferenceIdentityBinding, ty: &str) -> Option<(String, String, String)> {
-    b.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == ty)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 /// Waits until kleym reconciled the binding's current generation and `ty` is `True`.

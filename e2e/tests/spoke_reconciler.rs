@@ -4,8 +4,8 @@
 //! writes on restart, CRDs installed while running, and RBAC with exactly
 //! `deploy/spoke/clusterrole.yaml` (and clearly failing with less).
 
+use kleym_e2e::single::{condition, create, create_manifest, eventually, repo_yaml_docs};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -108,31 +108,6 @@ impl Operator {
     }
 }
 
-/// Polls `check` until it returns `Some`, for at most ~30 s.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    for _ in 0..300 {
-        if let Some(v) = check().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out waiting for {what}");
-}
-
-async fn create<K>(api: &Api<K>, obj: Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let typed: K = serde_json::from_value(obj).expect("valid object");
-    api.create(&PostParams::default(), &typed)
-        .await
-        .expect("create")
-}
-
 /// Namespace, service account, three model-server pods with two containers, a v1
 /// InferencePool and three llm-d InferenceObjectives.
 async fn environment(client: &Client) {
@@ -215,15 +190,6 @@ fn pool_only(name: &str, objective: &str) -> Value {
             "workloadSelectorTemplates": ["k8s:ns:{{ .Namespace }}", "k8s:sa:model-server"]
         }
     })
-}
-
-fn condition(b: &InferenceIdentityBinding, ty: &str) -> Option<(String, String, String)> {
-    b.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == ty)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
 /// Waits until the binding's current generation is observed with `Ready` = `status`.
@@ -589,40 +555,14 @@ async fn clusterspiffeid_crd_installed_while_running_is_picked_up() {
     op.stop().await;
 }
 
-fn load_yaml_docs(path: &str) -> Vec<Value> {
-    let full = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join(path);
-    let text = std::fs::read_to_string(&full).unwrap();
-    kleym_api::yaml::documents(&text).unwrap()
-}
-
-/// Creates an arbitrary manifest through the dynamic API (as `kubectl create` would).
-async fn create_manifest(client: &Client, obj: &Value) {
-    let api_version = obj["apiVersion"].as_str().unwrap();
-    let kind = obj["kind"].as_str().unwrap();
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
-    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
-    let api: Api<kube::api::DynamicObject> =
-        match (caps.scope, obj["metadata"]["namespace"].as_str()) {
-            (kube::discovery::Scope::Namespaced, Some(ns)) => {
-                Api::namespaced_with(client.clone(), ns, &ar)
-            }
-            _ => Api::all_with(client.clone(), &ar),
-        };
-    let dynamic: kube::api::DynamicObject = serde_json::from_value(obj.clone()).unwrap();
-    api.create(&PostParams::default(), &dynamic).await.unwrap();
-}
-
 /// Installs deploy/spoke's ServiceAccount and binding with `role` as the ClusterRole and
 /// returns a client authenticated as that ServiceAccount.
 async fn operator_client(cluster: &ClusterHandle, admin: &Client, role: Value) -> Client {
-    for doc in load_yaml_docs("deploy/spoke/namespace.yaml")
+    for doc in repo_yaml_docs("deploy/spoke/namespace.yaml")
         .into_iter()
-        .chain(load_yaml_docs("deploy/spoke/serviceaccount.yaml"))
+        .chain(repo_yaml_docs("deploy/spoke/serviceaccount.yaml"))
         .chain([role])
-        .chain(load_yaml_docs("deploy/spoke/clusterrolebinding.yaml"))
+        .chain(repo_yaml_docs("deploy/spoke/clusterrolebinding.yaml"))
     {
         create_manifest(admin, &doc).await;
     }
@@ -643,7 +583,7 @@ async fn operator_client(cluster: &ClusterHandle, admin: &Client, role: Value) -
 async fn works_with_exactly_the_shipped_cluster_role() {
     let (_sim, cluster, admin) = start_cluster(true).await;
     environment(&admin).await;
-    let role = load_yaml_docs("deploy/spoke/clusterrole.yaml").remove(0);
+    let role = repo_yaml_docs("deploy/spoke/clusterrole.yaml").remove(0);
     let client = operator_client(&cluster, &admin, role).await;
     let op = Operator::start(client);
     let bindings: Api<InferenceIdentityBinding> = Api::namespaced(admin.clone(), NS);
@@ -683,7 +623,7 @@ async fn works_with_exactly_the_shipped_cluster_role() {
 async fn without_patch_on_clusterspiffeids_the_binding_says_so() {
     let (_sim, cluster, admin) = start_cluster(true).await;
     environment(&admin).await;
-    let mut role = load_yaml_docs("deploy/spoke/clusterrole.yaml").remove(0);
+    let mut role = repo_yaml_docs("deploy/spoke/clusterrole.yaml").remove(0);
     for rule in role["rules"].as_array_mut().unwrap() {
         if rule["resources"] == json!(["clusterspiffeids"]) {
             rule["verbs"] = json!(["list", "watch", "delete"]);

@@ -1,4 +1,5 @@
-//! Helpers of the chart tests (`deploy_chart.rs`, `deploy_helm.rs`): values merging, YAML
+//! Helpers of the deploy tests (`deploy_chart.rs`, `deploy_helm.rs`, `deploy_examples.rs`):
+//! running `kleym` on rendered arguments, values merging, YAML
 //! document splitting, and the metric names a PromQL expression (the Grafana dashboard's)
 //! refers to.
 
@@ -156,4 +157,21 @@ pub fn exposition_sample_names(exposition: &str) -> BTreeSet<String> {
         }
     }
     out
+}
+
+/// Runs the `kleym` binary with `args` and a kubeconfig that does not exist: the command
+/// line parses (else clap exits 2 with a usage error) and the run stops at the kubeconfig.
+pub fn assert_kleym_accepts(args: &[String]) {
+    let kleym = kleym_e2e::fleet::plugins::kleym_binary().expect("kleym binary");
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(kleym)
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(dir.path().join("missing"))
+        .env_remove("KUBECONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    assert!(stderr.contains("kubeconfig"), "{args:?}: {stderr}");
 }

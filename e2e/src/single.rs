@@ -1,0 +1,77 @@
+//! Helpers for single-cluster tests of the spoke reconciler on kubesim: polling for a
+//! condition, creating typed objects and arbitrary manifests, reading the repository's
+//! manifests, and reading a binding's conditions. The fleet fixtures live in [`crate::fleet`].
+
+use std::path::Path;
+use std::time::Duration;
+
+use kleym_api::InferenceIdentityBinding;
+use kube::Client;
+use kube::api::{Api, DynamicObject, PostParams};
+use serde_json::Value;
+
+/// Polls `check` every 100 ms until it returns `Some`, for at most ~30 s; then panics naming
+/// `what` (a hang guard, not a timing assertion).
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for _ in 0..300 {
+        if let Some(v) = check().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// Creates `obj` (JSON of a `K`) through `api`; panics on any error.
+pub async fn create<K>(api: &Api<K>, obj: Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let typed: K = serde_json::from_value(obj).expect("valid object");
+    api.create(&PostParams::default(), &typed)
+        .await
+        .expect("create")
+}
+
+/// Every YAML document of the repository file `path` (relative to the repository root).
+pub fn repo_yaml_docs(path: &str) -> Vec<Value> {
+    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    let text = std::fs::read_to_string(&full)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", full.display()));
+    kleym_api::yaml::documents(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Creates an arbitrary manifest through the dynamic API (as `kubectl create` would).
+pub async fn create_manifest(client: &Client, obj: &Value) {
+    let api_version = obj["apiVersion"].as_str().expect("apiVersion");
+    let kind = obj["kind"].as_str().expect("kind");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .expect("the kind is served");
+    let api: Api<DynamicObject> = match (caps.scope, obj["metadata"]["namespace"].as_str()) {
+        (kube::discovery::Scope::Namespaced, Some(ns)) => {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
+        _ => Api::all_with(client.clone(), &ar),
+    };
+    let dynamic: DynamicObject = serde_json::from_value(obj.clone()).expect("an object");
+    api.create(&PostParams::default(), &dynamic)
+        .await
+        .expect("create");
+}
+
+/// `(status, reason, message)` of the binding's condition `ty`, if it has one.
+pub fn condition(b: &InferenceIdentityBinding, ty: &str) -> Option<(String, String, String)> {
+    b.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ty)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
