@@ -1,7 +1,6 @@
 //! `kleym-demo`: a whole kleym fleet on one machine. See `--help`.
 
-#[path = "../demo/mod.rs"]
-mod demo;
+use kleym_e2e::demo;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
