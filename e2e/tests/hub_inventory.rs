@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kleym_api::external::clusterprofile::ClusterProfile;
+use kleym_api::external::clusterprofile::ClusterProfileVersion;
 use kleym_e2e::fleet::env;
 use kleym_e2e::fleet::harness::{FleetHarness, grant_admin, wait_for};
 use kleym_e2e::fleet::plugins::static_token_plugin;
 use kleym_e2e::fleet::profiles::{PROFILE_NS, access_provider, apply_profile, status};
 use kleym_hub::fleet::{FleetState, Phase};
-use kleym_hub::inventory::{InventoryEvent, WatchOptions, watch};
+use kleym_hub::inventory::{InventoryEvent, InventoryVersion, WatchOptions, watch};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kubesim::ClusterHandle;
 use serde_json::{Value, json};
@@ -217,7 +218,12 @@ async fn heartbeats_of_a_refused_profile_are_not_forwarded() {
     apply_profile(&f.hub_client, "marker", refused(true, T0))
         .await
         .unwrap();
-    let mut events = Box::pin(watch(f.hub_client.clone(), &WatchOptions::default()));
+    let version = InventoryVersion::default();
+    let mut events = Box::pin(watch(
+        f.hub_client.clone(),
+        &WatchOptions::default(),
+        version.clone(),
+    ));
     let mut listed = BTreeSet::new();
     loop {
         match next_event(&mut events).await {
@@ -229,6 +235,8 @@ async fn heartbeats_of_a_refused_profile_are_not_forwarded() {
         listed,
         BTreeSet::from(["fleet/marker".to_string(), "fleet/refused".to_string()])
     );
+    // The harness's hub cluster serves ClusterProfile as v1alpha1 only.
+    assert_eq!(version.current(), Some(ClusterProfileVersion::V1alpha1));
     // Heartbeats of `refused` (condition times, an unrelated property), then a real change of
     // `marker`: events arrive in resourceVersion order, so everything forwarded for the
     // heartbeats would come before marker's upsert.

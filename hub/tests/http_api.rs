@@ -623,6 +623,7 @@ async fn readiness_follows_inventory_and_leadership() {
     h.view.set_ready(HubReadiness {
         inventory_synced: false,
         leadership_known: true,
+        ..HubReadiness::default()
     });
     let r = get(&h.app, "/readyz", None).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
@@ -630,10 +631,40 @@ async fn readiness_follows_inventory_and_leadership() {
     h.view.set_ready(HubReadiness {
         inventory_synced: true,
         leadership_known: false,
+        ..HubReadiness::default()
     });
     let r = get(&h.app, "/readyz", None).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.json()["message"].as_str().unwrap().contains("leadership"));
+    // A pinned ClusterProfile version the hub cluster does not serve is named.
+    h.view.set_ready(HubReadiness {
+        inventory_synced: true,
+        leadership_known: true,
+        inventory_error: Some("--clusterprofile-version=v1alpha2 but ...".into()),
+        ..HubReadiness::default()
+    });
+    let r = get(&h.app, "/readyz", None).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    let message = r.json()["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("--clusterprofile-version=v1alpha2"),
+        "{message}"
+    );
+    // `?verbose` lists every check and the version read, ready or not.
+    h.view.set_ready(HubReadiness {
+        inventory_synced: true,
+        leadership_known: true,
+        clusterprofile_version: Some("multicluster.x-k8s.io/v1alpha2 (pinned)".into()),
+        ..HubReadiness::default()
+    });
+    let r = get(&h.app, "/readyz?verbose", None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let body = String::from_utf8_lossy(&r.body).to_string();
+    assert!(body.contains("[+]inventory"), "{body}");
+    assert!(
+        body.contains("clusterprofile version multicluster.x-k8s.io/v1alpha2 (pinned)"),
+        "{body}"
+    );
     assert_eq!(get(&h.app, "/healthz", None).await.status, StatusCode::OK);
 }
 

@@ -1,5 +1,14 @@
-//! SIG-Multicluster `ClusterProfile` (`multicluster.x-k8s.io/v1alpha1`, namespaced): the
-//! hub's cluster inventory.
+//! SIG-Multicluster `ClusterProfile` (`multicluster.x-k8s.io`, namespaced): the hub's
+//! cluster inventory.
+//!
+//! **Two API versions, one type.** cluster-inventory-api v0.2.0 serves `v1alpha1` (the
+//! storage version) and `v1alpha2`; the schemas differ only in what v1alpha2 leaves out
+//! (`status.credentialProviders`) and validates more strictly, and the API server converts
+//! between them by rewriting `apiVersion`. So [`ClusterProfile`] (typed as v1alpha1, the
+//! version every cluster serves) holds a profile read through either; a profile read through
+//! a version picked at run time arrives as a [`VersionedClusterProfile`] and becomes a
+//! [`ClusterProfile`] with [`ClusterProfile::from_versioned`], which drops what that version
+//! does not define.
 //!
 //! **Decoding is tolerant.** A list or watch decodes every object of a response, so one
 //! profile that the typed fields cannot hold (a `certificate-authority-data` that is valid
@@ -24,6 +33,103 @@ pub const KIND: &str = "ClusterProfile";
 pub const GROUP: &str = "multicluster.x-k8s.io";
 /// Condition type telling whether the cluster's control plane is healthy.
 pub const CONTROL_PLANE_HEALTHY: &str = "ControlPlaneHealthy";
+/// Plural resource name.
+pub const PLURAL: &str = "clusterprofiles";
+/// Label marking ClusterProfiles that describe the same member cluster (several cluster
+/// managers, or several inventory namespaces, listing one cluster): same member, same value.
+pub const INVENTORY_MEMBER_ID_LABEL: &str = "multicluster.x-k8s.io/inventory-member-id";
+
+/// A ClusterProfile API version kleym can read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ClusterProfileVersion {
+    /// `v1alpha1`: the storage version of cluster-inventory-api v0.2.0; carries the deprecated
+    /// `status.credentialProviders` beside `status.accessProviders`.
+    V1alpha1,
+    /// `v1alpha2`: `accessProviders` only, stricter validation.
+    V1alpha2,
+}
+
+impl ClusterProfileVersion {
+    /// Every version, oldest first.
+    pub const ALL: [Self; 2] = [Self::V1alpha1, Self::V1alpha2];
+
+    /// The version as the API names it (`v1alpha2`).
+    pub fn version(self) -> &'static str {
+        match self {
+            Self::V1alpha1 => "v1alpha1",
+            Self::V1alpha2 => "v1alpha2",
+        }
+    }
+
+    /// The `apiVersion` of objects in this version (`multicluster.x-k8s.io/v1alpha2`).
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Self::V1alpha1 => "multicluster.x-k8s.io/v1alpha1",
+            Self::V1alpha2 => "multicluster.x-k8s.io/v1alpha2",
+        }
+    }
+
+    /// Parses `v1alpha1` / `v1alpha2`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.version() == s)
+    }
+
+    /// Whether this version defines `status.credentialProviders` (only v1alpha1 does; a
+    /// consumer reading v1alpha2 uses `accessProviders` alone, as upstream's access library
+    /// does).
+    pub fn has_credential_providers(self) -> bool {
+        self == Self::V1alpha1
+    }
+
+    /// The resource in this version, for [`kube::Api::all_with`] and friends.
+    pub fn api_resource(self) -> kube::core::ApiResource {
+        kube::core::ApiResource {
+            group: GROUP.to_string(),
+            version: self.version().to_string(),
+            api_version: self.api_version().to_string(),
+            kind: KIND.to_string(),
+            plural: PLURAL.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ClusterProfileVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.api_version())
+    }
+}
+
+/// A ClusterProfile read through a version chosen at run time (decoding is as tolerant as
+/// [`ClusterProfile`]'s).
+pub type VersionedClusterProfile = kube::core::Object<ClusterProfileSpec, ClusterProfileStatus>;
+
+impl ClusterProfile {
+    /// The profile `obj`, read through `version`, as a [`ClusterProfile`]: what `version`
+    /// does not define is dropped (an API server prunes it; this makes sure).
+    pub fn from_versioned(obj: VersionedClusterProfile, version: ClusterProfileVersion) -> Self {
+        let mut status = obj.status;
+        if !version.has_credential_providers()
+            && let Some(s) = status.as_mut()
+        {
+            s.credential_providers = None;
+        }
+        Self {
+            metadata: obj.metadata,
+            spec: obj.spec,
+            status,
+        }
+    }
+
+    /// The `inventory-member-id` label, when set and non-empty.
+    pub fn inventory_member_id(&self) -> Option<&str> {
+        self.metadata
+            .labels
+            .as_ref()?
+            .get(INVENTORY_MEMBER_ID_LABEL)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+}
 
 /// Spec of a ClusterProfile.
 ///
@@ -421,5 +527,53 @@ mod tests {
                 .decode_issues
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn a_profile_read_as_v1alpha2_keeps_no_credential_providers() {
+        let raw = json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha2",
+            "kind": "ClusterProfile",
+            "metadata": {"name": "c1", "namespace": "fleet",
+                "labels": {INVENTORY_MEMBER_ID_LABEL: "member-1"}},
+            "spec": {"clusterManager": {"name": "m"}},
+            "status": {
+                "accessProviders": [{"name": "a", "cluster": {"server": "https://a"}}],
+                "credentialProviders": [{"name": "c", "cluster": {"server": "https://c"}}]
+            }
+        });
+        for version in ClusterProfileVersion::ALL {
+            let obj: VersionedClusterProfile = serde_json::from_value(raw.clone()).unwrap();
+            let cp = ClusterProfile::from_versioned(obj, version);
+            let status = cp.status.as_ref().unwrap();
+            assert_eq!(status.access_providers.as_ref().unwrap()[0].name, "a");
+            assert_eq!(
+                status.credential_providers.is_some(),
+                version == ClusterProfileVersion::V1alpha1,
+                "{version}"
+            );
+            assert_eq!(cp.inventory_member_id(), Some("member-1"));
+            assert_eq!(cp.metadata.name.as_deref(), Some("c1"));
+        }
+    }
+
+    #[test]
+    fn an_empty_member_id_is_no_member_id() {
+        let cp: ClusterProfile = serde_json::from_value(json!({
+            "metadata": {"name": "c1", "labels": {INVENTORY_MEMBER_ID_LABEL: ""}},
+            "spec": {"clusterManager": {"name": "m"}}
+        }))
+        .unwrap();
+        assert_eq!(cp.inventory_member_id(), None);
+    }
+
+    #[test]
+    fn versions_parse_and_name_themselves() {
+        for v in ClusterProfileVersion::ALL {
+            assert_eq!(ClusterProfileVersion::parse(v.version()), Some(v));
+            assert_eq!(v.api_resource().api_version, v.api_version());
+            assert_eq!(v.to_string(), v.api_version());
+        }
+        assert_eq!(ClusterProfileVersion::parse("v1beta1"), None);
     }
 }

@@ -137,7 +137,13 @@ impl Finalizer<'_> {
             let ensured = tokio::select! {
                 biased;
                 _ = self.stop.cancelled() => return None,
-                r = ensure(self.hub, self.profile, known.as_ref(), opts.request_timeout) => r,
+                r = ensure(
+                    self.hub,
+                    opts.profile_version.for_writes(),
+                    self.profile,
+                    known.as_ref(),
+                    opts.request_timeout,
+                ) => r,
             };
             let err = match ensured {
                 Ok(x) => return Some(x),

@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::removal::RemovalPolicy;
 use crate::backoff::BackoffOptions;
 use crate::credentials::ClientOptions;
-use crate::inventory::InventoryOptions;
+use crate::inventory::{InventoryOptions, InventoryVersion};
 
 /// Everything the supervisor needs besides the providers and the credential cache.
 #[derive(Clone, Debug)]
@@ -41,6 +41,8 @@ pub struct FleetOptions {
     pub event_instance: Option<String>,
     /// Publish Kubernetes events in spokes.
     pub publish_events: bool,
+    /// The ClusterProfile version the inventory reads (the finalizer is written through it).
+    pub profile_version: InventoryVersion,
 }
 
 impl Default for FleetOptions {
@@ -60,6 +62,7 @@ impl Default for FleetOptions {
             probe_interval: Duration::from_secs(30),
             event_instance: None,
             publish_events: true,
+            profile_version: InventoryVersion::default(),
         }
     }
 }

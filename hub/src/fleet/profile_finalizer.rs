@@ -14,7 +14,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use kleym_api::external::clusterprofile::ClusterProfile;
+use kleym_api::external::clusterprofile::{
+    ClusterProfile, ClusterProfileVersion, VersionedClusterProfile,
+};
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use serde_json::json;
@@ -165,12 +167,22 @@ async fn bounded<T>(
     }
 }
 
+/// The profiles of `namespace`, read and written through `version` (the one the inventory
+/// reads: the finalizer works the same whichever version the hub cluster serves).
+fn profiles(
+    hub: &kube::Client,
+    namespace: &str,
+    version: ClusterProfileVersion,
+) -> Api<VersionedClusterProfile> {
+    Api::namespaced_with(hub.clone(), namespace, &version.api_resource())
+}
+
 async fn read(
-    api: &Api<ClusterProfile>,
+    api: &Api<VersionedClusterProfile>,
     name: &str,
     limit: Duration,
 ) -> Result<Option<Seen>, EngageError> {
-    let got: Option<PartialObjectMeta<ClusterProfile>> =
+    let got: Option<PartialObjectMeta<VersionedClusterProfile>> =
         bounded(limit, READ_ACTION, api.get_metadata_opt(name)).await?;
     Ok(got.map(|m| Seen::from_meta(&m.metadata)))
 }
@@ -181,7 +193,7 @@ fn is_code(e: &EngageError, code: u16) -> bool {
 
 /// Sets the profile's finalizers to `finalizers`, guarded by `rv`.
 async fn write(
-    api: &Api<ClusterProfile>,
+    api: &Api<VersionedClusterProfile>,
     name: &str,
     finalizers: Vec<String>,
     rv: Option<&str>,
@@ -202,11 +214,12 @@ async fn write(
 /// object; read from the API when absent or stale). Each request is bounded by `limit`.
 pub(crate) async fn ensure(
     hub: &kube::Client,
+    version: ClusterProfileVersion,
     profile: &ProfileRef,
     known: Option<&ClusterProfile>,
     limit: Duration,
 ) -> Result<Ensured, EngageError> {
-    let api: Api<ClusterProfile> = Api::namespaced(hub.clone(), &profile.namespace);
+    let api = profiles(hub, &profile.namespace, version);
     let mut seen = match known {
         Some(cp) => Some(Seen::from_meta(&cp.metadata)),
         None => read(&api, &profile.name, limit).await?,
@@ -250,10 +263,11 @@ pub(crate) async fn ensure(
 /// the same name). Each request is bounded by `limit`.
 pub(crate) async fn release(
     hub: &kube::Client,
+    version: ClusterProfileVersion,
     profile: &ProfileRef,
     limit: Duration,
 ) -> Result<Released, EngageError> {
-    let api: Api<ClusterProfile> = Api::namespaced(hub.clone(), &profile.namespace);
+    let api = profiles(hub, &profile.namespace, version);
     let mut attempts = 0;
     loop {
         let Some(s) = read(&api, &profile.name, limit).await? else {
@@ -299,11 +313,12 @@ pub(crate) enum Lookup {
 /// Reads the profile once to tell "deleted" from "no longer selected".
 pub(crate) async fn look_up(
     hub: &kube::Client,
+    version: ClusterProfileVersion,
     profile: &ProfileRef,
     limit: Duration,
 ) -> Result<Lookup, EngageError> {
-    let api: Api<ClusterProfile> = Api::namespaced(hub.clone(), &profile.namespace);
-    let got: Option<PartialObjectMeta<ClusterProfile>> =
+    let api = profiles(hub, &profile.namespace, version);
+    let got: Option<PartialObjectMeta<VersionedClusterProfile>> =
         bounded(limit, READ_ACTION, api.get_metadata_opt(&profile.name)).await?;
     Ok(match got {
         Some(m) if profile.same_object(m.metadata.uid.as_deref()) => Lookup::Present {

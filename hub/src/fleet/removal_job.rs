@@ -219,7 +219,7 @@ pub(crate) async fn run_removal(shared: TaskShared, hub: kube::Client, job: Remo
                 let found = tokio::select! {
                     biased;
                     _ = job.stop.cancelled() => return,
-                    r = look_up(&hub, &job.profile, opts.request_timeout) => r,
+                    r = look_up(&hub, opts.profile_version.for_writes(), &job.profile, opts.request_timeout) => r,
                 };
                 match found {
                     Ok(found) => {
@@ -414,7 +414,7 @@ async fn release_until_done(j: &Job<'_>, hub: &kube::Client, profile: &ProfileRe
         let r = tokio::select! {
             biased;
             _ = j.stop.cancelled() => return false,
-            r = release(hub, profile, opts.request_timeout) => r,
+            r = release(hub, opts.profile_version.for_writes(), profile, opts.request_timeout) => r,
         };
         match r {
             Ok(Released::Removed) => {

@@ -151,17 +151,32 @@ async fn count_requests(State(s): State<ApiState>, req: Request, next: Next) -> 
     resp
 }
 
-async fn readyz(State(s): State<ApiState>) -> Response {
+/// `/readyz`: `200 ok`, or a `503` whose JSON body names what is missing; `?verbose` lists
+/// every check and the ClusterProfile version read, as kube-apiserver's `/readyz?verbose`.
+async fn readyz(
+    State(s): State<ApiState>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
     let r = s.view.ready();
+    let verbose = query.as_deref().is_some_and(|q| {
+        q.split('&')
+            .any(|p| p == "verbose" || p.starts_with("verbose="))
+    });
+    if verbose {
+        return verbose_readyz(&r);
+    }
     if r.is_ready() {
         (StatusCode::OK, "ok").into_response()
     } else {
         let mut missing = Vec::new();
         if !r.inventory_synced {
-            missing.push("the ClusterProfile inventory has not synced");
+            missing.push("the ClusterProfile inventory has not synced".to_string());
+        }
+        if let Some(e) = &r.inventory_error {
+            missing.push(e.clone());
         }
         if !r.leadership_known {
-            missing.push("leadership is not known yet");
+            missing.push("leadership is not known yet".to_string());
         }
         error_body(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -170,6 +185,39 @@ async fn readyz(State(s): State<ApiState>) -> Response {
             json!({"readiness": r}),
         )
     }
+}
+
+/// The `?verbose` form of `/readyz`: one `[+]`/`[-]` line per check.
+fn verbose_readyz(r: &crate::http::HubReadiness) -> Response {
+    let mark = |ok: bool| if ok { "[+]" } else { "[-]" };
+    let inventory = match (&r.inventory_error, &r.clusterprofile_version) {
+        (Some(e), _) => format!("{}inventory failed: {e}", mark(false)),
+        (None, Some(v)) if r.inventory_synced => {
+            format!("{}inventory ok: clusterprofile version {v}", mark(true))
+        }
+        (None, Some(v)) => format!(
+            "{}inventory not synced yet: clusterprofile version {v}",
+            mark(false)
+        ),
+        (None, None) if r.inventory_synced => format!("{}inventory ok", mark(true)),
+        (None, None) => format!("{}inventory not synced yet", mark(false)),
+    };
+    let leadership = if r.leadership_known {
+        format!("{}leadership ok", mark(true))
+    } else {
+        format!("{}leadership not known yet", mark(false))
+    };
+    let ready = r.is_ready();
+    let body = format!(
+        "{inventory}\n{leadership}\nreadyz check {}\n",
+        if ready { "passed" } else { "failed" }
+    );
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, body).into_response()
 }
 
 async fn metrics(State(s): State<ApiState>) -> Response {

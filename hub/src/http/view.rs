@@ -32,21 +32,29 @@ pub struct LeaderState {
     pub leader_identity: Option<String>,
 }
 
-/// The inputs of `/readyz`: ready = inventory synced AND leadership known. Spokes are
-/// deliberately absent: an unreachable spoke must not take the hub out of its Service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+/// The inputs of `/readyz`: ready = inventory synced AND leadership known AND a
+/// ClusterProfile version can be read. Spokes are deliberately absent: an unreachable spoke
+/// must not take the hub out of its Service.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HubReadiness {
     /// The ClusterProfile inventory has completed its initial list.
     pub inventory_synced: bool,
     /// This replica knows whether it leads (it won, or it sees another holder).
     pub leadership_known: bool,
+    /// The ClusterProfile version read and why, e.g. `multicluster.x-k8s.io/v1alpha2 (the
+    /// hub cluster serves v1alpha2 ...)`; `None` before the first discovery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clusterprofile_version: Option<String>,
+    /// Why no ClusterProfile version can be read (CRD missing, pinned version not served).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inventory_error: Option<String>,
 }
 
 impl HubReadiness {
-    /// Both conditions hold.
+    /// Every condition holds.
     pub fn is_ready(&self) -> bool {
-        self.inventory_synced && self.leadership_known
+        self.inventory_synced && self.leadership_known && self.inventory_error.is_none()
     }
 }
 
@@ -98,6 +106,7 @@ impl StaticHubView {
         v.set_ready(HubReadiness {
             inventory_synced: true,
             leadership_known: true,
+            ..HubReadiness::default()
         });
         v.set_leader(LeaderState {
             is_leader: true,
@@ -155,7 +164,7 @@ impl HubView for StaticHubView {
     }
 
     fn ready(&self) -> HubReadiness {
-        self.read().ready
+        self.read().ready.clone()
     }
 
     fn leader(&self) -> LeaderState {

@@ -3,13 +3,15 @@
 //! [`evaluate`] is a pure function from one ClusterProfile (plus the hub's providers and
 //! flags) to a [`Decision`]: engage with a [`SpokeSpec`], wait (not healthy), or refuse with
 //! a clear reason (including a profile whose content does not decode). It reads only the
-//! profile's [`DecisionInputs`]. [`watch`] streams ClusterProfile changes from the hub
+//! profile's [`DecisionInputs`]. [`version`] picks the ClusterProfile API version the hub
+//! reads (v1alpha2 when served). [`watch`] streams ClusterProfile changes from the hub
 //! cluster as [`InventoryEvent`]s for the fleet supervisor, forwarding a profile only when
 //! its decision inputs change. [`InventorySynced`] records the first full listing.
 
 pub mod decide;
 pub mod selector;
 pub mod synced;
+pub mod version;
 pub mod watch;
 
 pub use decide::{
@@ -18,4 +20,5 @@ pub use decide::{
 };
 pub use selector::validate_label_selector;
 pub use synced::InventorySynced;
+pub use version::{InventoryVersion, VersionPolicy};
 pub use watch::{InventoryEvent, InventoryFilter, WatchOptions, watch};

@@ -1,9 +1,12 @@
 //! Streaming ClusterProfile changes from the hub cluster.
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use kleym_api::external::clusterprofile::ClusterProfile;
+use kleym_api::external::clusterprofile::{
+    ClusterProfile, ClusterProfileVersion, VersionedClusterProfile,
+};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -11,15 +14,32 @@ use kube::runtime::{WatchStreamExt, watcher};
 use sha2::{Digest, Sha256};
 
 use super::decide::DecisionInputs;
+use super::version::{InventoryVersion, NoVersion, VersionChoice, VersionPolicy, choose, discover};
 
-/// Which ClusterProfiles to watch.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Which ClusterProfiles to watch, and through which version.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WatchOptions {
     /// Only this namespace (`None`: all namespaces).
     pub namespace: Option<String>,
     /// Label selector (`None`: every profile). Validated by `kleym hub` at start-up
     /// ([`validate_label_selector`](super::selector::validate_label_selector)).
     pub label_selector: Option<String>,
+    /// `--clusterprofile-version`.
+    pub version_policy: VersionPolicy,
+    /// How often the hub cluster's discovery is asked which versions it serves
+    /// (`--clusterprofile-discovery-interval`).
+    pub discovery_interval: Duration,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            label_selector: None,
+            version_policy: VersionPolicy::Auto,
+            discovery_interval: Duration::from_secs(60),
+        }
+    }
 }
 
 /// One change of the inventory.
@@ -95,53 +115,152 @@ impl InventoryFilter {
     }
 }
 
-/// Watches ClusterProfiles. Errors are logged and retried with kube's default backoff; the
-/// stream only ends when the caller drops it. A profile whose content does not decode is
-/// still delivered (see [`kleym_api::external::clusterprofile`]) and refused by
+/// Watches ClusterProfiles through the version [`choose`] picks, switching versions when
+/// discovery (asked every [`WatchOptions::discovery_interval`]) changes the choice: the new
+/// watch's listing passes the same [`InventoryFilter`], so a profile whose decision inputs
+/// read the same through the new version is not forwarded again (its spoke is not
+/// re-engaged). The choice is recorded in `version` and logged once per change.
+///
+/// Errors are logged and retried (watch errors with kube's default backoff, discovery every
+/// interval); the stream only ends when the caller drops it. A profile whose content does
+/// not decode is still delivered (see [`kleym_api::external::clusterprofile`]) and refused by
 /// [`evaluate`](super::evaluate), so it can never hold up the others.
 pub fn watch(
     client: kube::Client,
     opts: &WatchOptions,
+    version: InventoryVersion,
 ) -> impl Stream<Item = InventoryEvent> + Send + use<> {
-    let api: Api<ClusterProfile> = match &opts.namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(run_watch(client, opts.clone(), version, tx));
+    futures::stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|ev| (ev, rx)) },
+    )
+}
+
+/// Asks discovery and records the outcome; logs it when it changed. `None` when discovery
+/// failed (the previous outcome stands).
+async fn refresh_choice(
+    client: &kube::Client,
+    policy: VersionPolicy,
+    version: &InventoryVersion,
+) -> Option<Result<VersionChoice, NoVersion>> {
+    let outcome = match discover(client).await {
+        Ok(served) => choose(policy, &served),
+        Err(e) => {
+            tracing::warn!(error = %e, "asking the hub cluster which ClusterProfile versions it serves failed; retrying");
+            return None;
+        }
     };
-    let mut config = watcher::Config::default();
-    if let Some(sel) = &opts.label_selector {
-        config = config.labels(sel);
+    if version.set(outcome.clone()) {
+        match &outcome {
+            Ok(c) => tracing::info!(
+                api_version = c.version.api_version(),
+                reason = %c.reason,
+                "reading ClusterProfiles as {}",
+                c.version.api_version()
+            ),
+            Err(e) => tracing::error!(error = %e, "cannot read ClusterProfiles"),
+        }
     }
+    Some(outcome)
+}
+
+async fn run_watch(
+    client: kube::Client,
+    opts: WatchOptions,
+    version: InventoryVersion,
+    tx: tokio::sync::mpsc::Sender<InventoryEvent>,
+) {
     let scope = format!(
         "namespace={} selector={}",
         opts.namespace.as_deref().unwrap_or("<all>"),
         opts.label_selector.as_deref().unwrap_or("<none>")
     );
-    let mut listing: BTreeSet<String> = BTreeSet::new();
     let mut filter = InventoryFilter::default();
-    watcher(api, config)
-        .default_backoff()
-        .filter_map(move |ev| {
-            let out = match ev {
-                Ok(watcher::Event::Apply(cp)) => Some(InventoryEvent::Upsert(Box::new(cp))),
-                Ok(watcher::Event::Delete(cp)) => Some(InventoryEvent::Deleted(spoke_name(&cp))),
-                Ok(watcher::Event::Init) => {
-                    listing.clear();
-                    None
-                }
-                Ok(watcher::Event::InitApply(cp)) => {
-                    listing.insert(spoke_name(&cp));
-                    Some(InventoryEvent::Upsert(Box::new(cp)))
-                }
-                Ok(watcher::Event::InitDone) => {
-                    Some(InventoryEvent::Resynced(std::mem::take(&mut listing)))
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, %scope, "watching ClusterProfiles failed; retrying");
-                    None
-                }
+    let mut listing: BTreeSet<String> = BTreeSet::new();
+    loop {
+        // Until a version can be read.
+        let choice = loop {
+            let outcome = tokio::select! {
+                o = refresh_choice(&client, opts.version_policy, &version) => o,
+                () = tx.closed() => return,
             };
-            futures::future::ready(out.and_then(|ev| filter.filter(ev)))
-        })
+            if let Some(Ok(c)) = outcome {
+                break c;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(opts.discovery_interval) => {}
+                () = tx.closed() => return,
+            }
+        };
+        let resource = choice.version.api_resource();
+        let api: Api<VersionedClusterProfile> = match &opts.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+            None => Api::all_with(client.clone(), &resource),
+        };
+        let mut config = watcher::Config::default();
+        if let Some(sel) = &opts.label_selector {
+            config = config.labels(sel);
+        }
+        let mut events = watcher(api, config).default_backoff().boxed();
+        let mut rediscover = tokio::time::interval_at(
+            tokio::time::Instant::now() + opts.discovery_interval,
+            opts.discovery_interval,
+        );
+        rediscover.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                ev = events.next() => {
+                    let Some(ev) = ev else { break };
+                    let out = translate(ev, choice.version, &mut listing, &scope)
+                        .and_then(|ev| filter.filter(ev));
+                    if let Some(out) = out
+                        && tx.send(out).await.is_err()
+                    {
+                        return;
+                    }
+                }
+                _ = rediscover.tick() => {
+                    match refresh_choice(&client, opts.version_policy, &version).await {
+                        Some(Ok(c)) if c == choice => {}
+                        // Another version, or none: watch again from the top.
+                        Some(_) => break,
+                        None => {}
+                    }
+                }
+                () = tx.closed() => return,
+            }
+        }
+    }
+}
+
+/// One watcher event as an inventory event (before the filter).
+fn translate(
+    ev: Result<watcher::Event<VersionedClusterProfile>, watcher::Error>,
+    version: ClusterProfileVersion,
+    listing: &mut BTreeSet<String>,
+    scope: &str,
+) -> Option<InventoryEvent> {
+    let typed = |obj| ClusterProfile::from_versioned(obj, version);
+    match ev {
+        Ok(watcher::Event::Apply(obj)) => Some(InventoryEvent::Upsert(Box::new(typed(obj)))),
+        Ok(watcher::Event::Delete(obj)) => Some(InventoryEvent::Deleted(spoke_name(&typed(obj)))),
+        Ok(watcher::Event::Init) => {
+            listing.clear();
+            None
+        }
+        Ok(watcher::Event::InitApply(obj)) => {
+            let cp = typed(obj);
+            listing.insert(spoke_name(&cp));
+            Some(InventoryEvent::Upsert(Box::new(cp)))
+        }
+        Ok(watcher::Event::InitDone) => Some(InventoryEvent::Resynced(std::mem::take(listing))),
+        Err(e) => {
+            tracing::warn!(error = %e, %scope, api_version = version.api_version(), "watching ClusterProfiles failed; retrying");
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use crate::flags::{
 };
 use crate::fleet::{FleetOptions, RemovalPolicy};
 use crate::http::ApiArgs;
-use crate::inventory::{InventoryOptions, WatchOptions};
+use crate::inventory::{InventoryOptions, VersionPolicy, WatchOptions};
 use crate::leader::{self, LeaderOptions};
 use crate::observe::logging::LogFormat;
 
@@ -46,6 +46,19 @@ pub struct HubArgs {
     /// kube-apiserver's syntax; checked at start-up.
     #[arg(long, value_name = "SELECTOR", value_parser = parse_label_selector)]
     pub clusterprofile_selector: Option<String>,
+
+    /// ClusterProfile API version to read: `auto` reads v1alpha2 when the hub cluster serves
+    /// it (then only `status.accessProviders` counts), else v1alpha1 (`accessProviders`, then
+    /// the deprecated `credentialProviders`); `v1alpha1` or `v1alpha2` pins one (the hub is
+    /// not ready while it is not served). The choice and its reason are logged and shown by
+    /// `/readyz?verbose`.
+    #[arg(long, default_value = "auto", value_name = "auto|v1alpha1|v1alpha2")]
+    pub clusterprofile_version: VersionPolicy,
+
+    /// How often the hub cluster's discovery is asked which ClusterProfile versions it serves,
+    /// in seconds (a CRD upgraded while the hub runs is picked up within this time).
+    #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub clusterprofile_discovery_interval_seconds: u64,
 
     /// ClusterProfile condition type that must be `True` to engage a spoke; `none` engages
     /// every usable profile regardless of its conditions. Checked at start-up (a condition
@@ -218,6 +231,8 @@ impl HubArgs {
         WatchOptions {
             namespace: self.clusterprofile_namespace.clone(),
             label_selector: self.clusterprofile_selector.clone(),
+            version_policy: self.clusterprofile_version,
+            discovery_interval: Duration::from_secs(self.clusterprofile_discovery_interval_seconds),
         }
     }
 
@@ -290,7 +305,8 @@ mod tests {
             w.args.watch_options(),
             WatchOptions {
                 namespace: Some("fleet".into()),
-                label_selector: Some("env=prod".into())
+                label_selector: Some("env=prod".into()),
+                ..WatchOptions::default()
             }
         );
         assert_eq!(w.args.access.provider_set().unwrap().providers().len(), 1);

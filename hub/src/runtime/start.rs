@@ -14,9 +14,9 @@ use prometheus_client::registry::Registry;
 use super::args::HubArgs;
 use super::view::{FleetCollector, FleetHubView, LeaderInfo, observe_lease};
 use crate::credentials::{CredentialCache, CredentialMetrics};
-use crate::fleet::{FleetMetrics, FleetState, SpokeMetricsCollector, Supervisor};
+use crate::fleet::{FleetMetrics, FleetOptions, FleetState, SpokeMetricsCollector, Supervisor};
 use crate::http::ApiMetrics;
-use crate::inventory::{InventoryEvent, InventorySynced, watch};
+use crate::inventory::{InventoryEvent, InventorySynced, InventoryVersion, watch};
 use crate::leader;
 use crate::status::{StatusLoopOptions, run_status_loop};
 
@@ -34,6 +34,8 @@ pub struct HubHandle {
     pub state: FleetState,
     /// Inventory listed once (one input of `/readyz`).
     pub inventory_synced: InventorySynced,
+    /// The ClusterProfile version the inventory reads.
+    pub inventory_version: InventoryVersion,
     /// What the HTTP API serves (report, clusters, readiness, leadership).
     pub view: Arc<FleetHubView>,
     /// Metrics registry: credential, fleet, per-spoke/findings and API metrics.
@@ -77,8 +79,14 @@ pub fn start_hub_with(
     let credentials = Arc::new(CredentialCache::new(args.cache_options(), cred_metrics));
     let state = FleetState::new();
     FleetMetrics::register_engage(&mut registry, &state);
+    // One handle: the inventory watch sets the version it reads, the finalizer writes,
+    // ownerReferences and `/readyz` follow it.
+    let inventory_version = InventoryVersion::default();
     let supervisor = Supervisor::new(
-        args.fleet_options(),
+        FleetOptions {
+            profile_version: inventory_version.clone(),
+            ..args.fleet_options()
+        },
         providers,
         credentials.clone(),
         state.clone(),
@@ -107,26 +115,29 @@ pub fn start_hub_with(
         (leader::always_leader(), None, LeaderInfo::always_leader())
     };
     let inventory_synced = InventorySynced::default();
-    let view = Arc::new(FleetHubView::new(
-        state.clone(),
-        inventory_synced.clone(),
-        leader_info,
-    ));
+    let view = Arc::new(
+        FleetHubView::new(state.clone(), inventory_synced.clone(), leader_info)
+            .with_inventory_version(inventory_version.clone()),
+    );
     // The loop writes only while `state.is_leader()`, which the supervisor keeps current.
     let status = options.status.map(|o| {
         tokio::spawn(run_status_loop(
             client.clone(),
             state.clone(),
-            o,
+            StatusLoopOptions {
+                profile_version: inventory_version.clone(),
+                ..o
+            },
             shutdown.clone(),
         ))
     });
     let synced = inventory_synced.clone();
-    let events = watch(client, &args.watch_options()).inspect(move |ev| {
-        if matches!(ev, InventoryEvent::Resynced(_)) {
-            synced.mark_synced();
-        }
-    });
+    let events =
+        watch(client, &args.watch_options(), inventory_version.clone()).inspect(move |ev| {
+            if matches!(ev, InventoryEvent::Resynced(_)) {
+                synced.mark_synced();
+            }
+        });
     tokio::spawn(fleet_metrics.follow(state.clone(), Duration::from_millis(500)));
     let task = tokio::spawn(async move {
         supervisor.run(events, leader_rx, shutdown).await;
@@ -141,6 +152,7 @@ pub fn start_hub_with(
     Ok(HubHandle {
         state,
         inventory_synced,
+        inventory_version,
         view,
         registry: Arc::new(registry),
         api_metrics,

@@ -25,7 +25,7 @@ use crate::fleet::state::FleetState;
 use crate::http::cached::Versioned;
 use crate::http::view::{clusters_body, json_bytes};
 use crate::http::{EncodeError, HubReadiness, HubView, LeaderState};
-use crate::inventory::InventorySynced;
+use crate::inventory::{InventorySynced, InventoryVersion};
 use crate::report::{FullReport, SpokeObservation, cluster_status};
 
 /// What this replica knows of the Lease holder.
@@ -107,6 +107,7 @@ type CachedBody = Versioned<Result<Bytes, EncodeError>>;
 pub struct FleetHubView {
     state: FleetState,
     inventory: InventorySynced,
+    version: InventoryVersion,
     leader: LeaderInfo,
     report_body: Arc<CachedBody>,
     clusters_body: Arc<CachedBody>,
@@ -118,10 +119,18 @@ impl FleetHubView {
         Self {
             state,
             inventory,
+            version: InventoryVersion::default(),
             leader,
             report_body: Arc::default(),
             clusters_body: Arc::default(),
         }
+    }
+
+    /// Reports `version` (the ClusterProfile version the inventory reads) in `/readyz`; a
+    /// version that cannot be read makes the hub not ready.
+    pub fn with_inventory_version(mut self, version: InventoryVersion) -> Self {
+        self.version = version;
+        self
     }
 
     /// `body` of the current fleet state, built once per state change.
@@ -175,9 +184,19 @@ impl HubView for FleetHubView {
 
     fn ready(&self) -> HubReadiness {
         let l = self.leader();
+        let (clusterprofile_version, inventory_error) = match self.version.outcome() {
+            None => (None, None),
+            Some(Ok(c)) => (
+                Some(format!("{} ({})", c.version.api_version(), c.reason)),
+                None,
+            ),
+            Some(Err(e)) => (None, Some(e.to_string())),
+        };
         HubReadiness {
             inventory_synced: self.inventory.is_synced(),
             leadership_known: l.is_leader || l.leader_identity.is_some(),
+            clusterprofile_version,
+            inventory_error,
         }
     }
 

@@ -6,17 +6,18 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use kleym_api::external::clusterprofile::ClusterProfile;
+use kleym_api::external::clusterprofile::{ClusterProfileVersion, VersionedClusterProfile};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;
 
 use super::writer::{StatusOwnerRef, StatusWriter, WriterOptions};
 use crate::fleet::state::FleetState;
+use crate::inventory::InventoryVersion;
 use crate::report::from_fleet::observations;
 use crate::report::{Caps, FullReport, bound_report, cluster_status};
 
 /// Tuning of [`run_status_loop`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct StatusLoopOptions {
     /// Write limits.
     pub writer: WriterOptions,
@@ -31,6 +32,9 @@ pub struct StatusLoopOptions {
     /// objects deleted or edited behind the hub's back, or a profile recreated under the
     /// same name, are repaired.
     pub resync: Duration,
+    /// The ClusterProfile version the inventory reads (profiles are listed, and named in
+    /// ownerReferences, in it).
+    pub profile_version: InventoryVersion,
 }
 
 impl Default for StatusLoopOptions {
@@ -41,6 +45,7 @@ impl Default for StatusLoopOptions {
             min_rebuild: Duration::from_secs(2),
             tick: Duration::from_secs(30),
             resync: Duration::from_secs(600),
+            profile_version: InventoryVersion::default(),
         }
     }
 }
@@ -56,7 +61,8 @@ pub async fn run_status_loop(
     // flush can outlast it (many objects, a slow hub API server).
     let leader = state.clone();
     let mut writer = StatusWriter::new(client.clone(), options.writer)
-        .with_fence(std::sync::Arc::new(move || leader.is_leader()));
+        .with_fence(std::sync::Arc::new(move || leader.is_leader()))
+        .with_profile_version(options.profile_version.clone());
     let mut uids = ProfileUids::default();
     let mut changes = state.subscribe();
     let mut last_resync = Instant::now();
@@ -112,7 +118,12 @@ impl ProfileUids {
 
     /// Make sure `names` are known if they exist, listing the profiles at most once per
     /// [`RELIST_MIN`].
-    async fn refresh_for(&mut self, client: &kube::Client, names: &[&str]) {
+    async fn refresh_for(
+        &mut self,
+        client: &kube::Client,
+        version: ClusterProfileVersion,
+        names: &[&str],
+    ) {
         let missing = names.iter().any(|n| !self.uids.contains_key(*n));
         let now = Instant::now();
         if !missing
@@ -123,7 +134,7 @@ impl ProfileUids {
             return;
         }
         self.last_list = Some(now);
-        match Api::<ClusterProfile>::all(client.clone())
+        match Api::<VersionedClusterProfile>::all_with(client.clone(), &version.api_resource())
             .list(&Default::default())
             .await
         {
@@ -154,7 +165,8 @@ async fn sync_once(
     let now = chrono::Utc::now();
     let spokes = observations(state);
     let names: Vec<&str> = spokes.iter().map(|s| s.cluster.as_str()).collect();
-    uids.refresh_for(client, &names).await;
+    uids.refresh_for(client, options.profile_version.for_writes(), &names)
+        .await;
     for tracked in writer.tracked_clusters() {
         let name = format!("{}/{}", tracked.namespace, tracked.name);
         if !names.contains(&name.as_str()) || uids.uids.get(&name) != Some(&tracked.uid) {

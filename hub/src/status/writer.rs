@@ -21,6 +21,7 @@ use serde_json::json;
 
 use super::FIELD_MANAGER;
 use super::compare::{carry_transition_times, cluster_status_changed, report_changed};
+use crate::inventory::InventoryVersion;
 
 /// Errors writing status objects.
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +136,7 @@ pub struct StatusWriter {
     client: kube::Client,
     options: WriterOptions,
     fence: Option<WriteFence>,
+    profile_version: InventoryVersion,
     clusters: HashMap<StatusOwnerRef, Slot<ClusterIdentityStatusStatus>>,
     report: Slot<FleetIdentityReportStatus>,
 }
@@ -146,6 +148,7 @@ impl StatusWriter {
             client,
             options,
             fence: None,
+            profile_version: InventoryVersion::default(),
             clusters: HashMap::new(),
             report: Slot::default(),
         }
@@ -156,6 +159,14 @@ impl StatusWriter {
     /// must not overwrite what its successor wrote).
     pub fn with_fence(mut self, fence: WriteFence) -> Self {
         self.fence = Some(fence);
+        self
+    }
+
+    /// Names the owning ClusterProfile in the `apiVersion` the inventory reads (default:
+    /// v1alpha1), so the ownerReference stays resolvable by the garbage collector whichever
+    /// version the hub cluster serves.
+    pub fn with_profile_version(mut self, version: InventoryVersion) -> Self {
+        self.profile_version = version;
         self
     }
 
@@ -265,6 +276,7 @@ impl StatusWriter {
         refresh: i64,
     ) -> Result<bool, StatusError> {
         let api: Api<ClusterIdentityStatus> = Api::namespaced(self.client.clone(), &key.namespace);
+        let profile_api_version = self.profile_version.for_writes().api_version();
         let full_name = format!("{}/{}", key.namespace, key.name);
         let err = |verb, source| StatusError::Api {
             verb,
@@ -325,7 +337,7 @@ impl StatusWriter {
                     "namespace": key.namespace,
                     "labels": {kleym_api::labels::MANAGED_BY: kleym_api::labels::MANAGED_BY_VALUE},
                     "ownerReferences": [{
-                        "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+                        "apiVersion": profile_api_version,
                         "kind": "ClusterProfile",
                         "name": key.name,
                         "uid": key.uid,
