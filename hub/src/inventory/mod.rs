@@ -9,6 +9,7 @@
 //! its decision inputs change. [`InventorySynced`] records the first full listing.
 
 pub mod decide;
+pub mod members;
 pub mod selector;
 pub mod synced;
 pub mod version;
