@@ -81,9 +81,28 @@ proptest! {
     }
 
     #[test]
-    fn conflicts_are_symmetric(inputs in arb_bindings()) {
+    fn conflicts_are_symmetric(mut inputs in arb_bindings()) {
+        // Two bindings that always collide (same namespace, pool, service account and
+        // container, per-objective identities), so every case has at least one conflict
+        // whose symmetry is checked.
+        for (name, objective_name) in [("x1", "ox1"), ("x2", "ox2")] {
+            let mut b = binding(name, objective_name, "c0");
+            b.namespace = "team-a".into();
+            b.target = Lookup::Found(objective("team-a", objective_name, "pool"));
+            b.pool = Lookup::Found(pool("team-a", "pool", &[("app", "x")]));
+            b.spec.workload_selector_templates =
+                vec!["k8s:ns:{{ .Namespace }}".into(), "k8s:sa:sa0".into()];
+            inputs.push(b);
+        }
         let ids = compile_all(&inputs);
         let analysis = analyze(&ids, &[], &NamespaceLabels::new());
+        let x1 = &ids[ids.len() - 2].binding;
+        let x2 = &ids[ids.len() - 1].binding;
+        prop_assert!(
+            analysis.verdict(x1).conflicts.iter().any(|c| c.peers.contains(x2)),
+            "the planted collision was not found"
+        );
+        let mut checked = 0usize;
         for (me, verdict) in &analysis.verdicts {
             for finding in &verdict.conflicts {
                 prop_assert!(!finding.peers.contains(me));
@@ -93,9 +112,12 @@ proptest! {
                         back.conflicts.iter().any(|c| c.reason == finding.reason && c.peers.contains(me)),
                         "{} lists {} for {:?} but not vice versa", me, peer, finding.reason
                     );
+                    checked += 1;
                 }
             }
         }
+        // Both directions of the planted pair at least.
+        prop_assert!(checked >= 2, "only {} peer links checked", checked);
     }
 
     #[test]
@@ -127,6 +149,14 @@ proptest! {
         reverse in any::<bool>(),
     ) {
         let pool_extras = ["k8s:pod-label:tier:a", "k8s:pod-label:app:model", "k8s:ns:team-a", "k8s:sa:model-server"];
+        // Baseline: the same templates once each, in a fixed order.
+        let mut baseline = binding("b", "chat", "vllm");
+        let mut unique: Vec<usize> = extra.clone();
+        unique.sort();
+        unique.dedup();
+        baseline.spec.workload_selector_templates.extend(unique.iter().map(|&i| pool_extras[i].to_string()));
+        let expected = compile(&baseline, &config()).unwrap();
+        // The input under test: repeats kept, in generated order, maybe reversed.
         let mut b = binding("b", "chat", "vllm");
         b.spec.workload_selector_templates.extend(extra.iter().map(|&i| pool_extras[i].to_string()));
         if reverse {
@@ -137,7 +167,11 @@ proptest! {
         sorted.sort();
         sorted.dedup();
         prop_assert_eq!(&c.selectors, &sorted);
-        let again = compile(&b, &config()).unwrap();
-        prop_assert_eq!(serde_json::to_vec(&c.output.spec).unwrap(), serde_json::to_vec(&again.output.spec).unwrap());
+        prop_assert_eq!(&c.selectors, &expected.selectors);
+        prop_assert_eq!(
+            serde_json::to_vec(&c.output.spec).unwrap(),
+            serde_json::to_vec(&expected.output.spec).unwrap()
+        );
+        prop_assert_eq!(&c.spiffe_id, &expected.spiffe_id);
     }
 }
