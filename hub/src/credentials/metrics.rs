@@ -97,6 +97,12 @@ mod tests {
             r#"kleym_credential_exec_duration_seconds_count{provider="eks",result="success"} 1"#,
             r#"kleym_credential_exec_duration_seconds_count{provider="eks",result="timeout"} 2"#,
             r#"kleym_credential_exec_total{provider="eks",result="timeout"} 2"#,
+            // The unit is seconds: 20 ms is 0.02 in the sum and in the 0.02 bucket, not in
+            // the 0.01 one; two 30 s timeouts sum to 60.
+            r#"kleym_credential_exec_duration_seconds_sum{provider="eks",result="success"} 0.02"#,
+            r#"kleym_credential_exec_duration_seconds_bucket{le="0.01",provider="eks",result="success"} 0"#,
+            r#"kleym_credential_exec_duration_seconds_bucket{le="0.02",provider="eks",result="success"} 1"#,
+            r#"kleym_credential_exec_duration_seconds_sum{provider="eks",result="timeout"} 60.0"#,
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
