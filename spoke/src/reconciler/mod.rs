@@ -10,10 +10,14 @@
 
 pub mod api_availability;
 pub mod apply;
+pub mod binding_snapshot;
 pub mod caches;
 pub mod compile;
+pub mod config;
 pub mod context;
+pub mod effects;
 pub mod error;
+pub mod evaluation;
 pub mod events;
 pub mod finalizer;
 pub mod index;
@@ -25,8 +29,10 @@ pub mod queue;
 pub mod reconcile;
 pub mod run;
 pub mod snapshot;
+pub mod state;
 pub mod status;
 pub mod trim;
+pub mod watch_failures;
 pub mod watches;
 
 #[cfg(test)]
@@ -34,7 +40,7 @@ mod evaluation_tests;
 #[cfg(test)]
 mod feed_tests;
 
-pub use context::{CachesSynced, SpokeConfig};
+pub use config::{CachesSynced, SpokeConfig};
 pub use error::Error;
 pub use metrics::SpokeMetrics;
 pub use run::{Spoke, run};
