@@ -32,43 +32,16 @@ use crate::compiler::{
 /// built on a partial picture ("objective missing" while its list is still loading).
 fn require_synced(state: &SpokeState) -> Result<(), Error> {
     let c = &state.caches;
-    let checks: [(&'static str, bool, bool); 7] = [
-        (
-            "inferenceobjectives.llm-d.ai",
-            c.objectives_llmd.is_active(),
-            c.objectives_llmd.is_ready(),
-        ),
-        (
-            "inferenceobjectives.inference.networking.x-k8s.io",
-            c.objectives_gaie.is_active(),
-            c.objectives_gaie.is_ready(),
-        ),
-        (
-            "inferencemodels.inference.networking.x-k8s.io",
-            c.models.is_active(),
-            c.models.is_ready(),
-        ),
-        (
-            "inferencepools.inference.networking.k8s.io",
-            c.pools_v1.is_active(),
-            c.pools_v1.is_ready(),
-        ),
-        (
-            "inferencepools.inference.networking.x-k8s.io",
-            c.pools_legacy.is_active(),
-            c.pools_legacy.is_ready(),
-        ),
-        (
-            "clusterspiffeids.spire.spiffe.io",
-            c.cluster_spiffe_ids.is_active(),
-            c.cluster_spiffe_ids.is_ready(),
-        ),
-        ("namespaces", true, c.namespaces.is_ready()),
-    ];
-    for (name, active, ready) in checks {
-        if active && !ready {
-            return Err(Error::CacheNotReady(name));
+    // The binding being reconciled came from its own cache: only its inputs' are checked.
+    let inputs = ApiKind::ALL.into_iter().filter(|k| *k != ApiKind::Bindings);
+    for kind in inputs {
+        let cache = c.of_kind(kind);
+        if cache.is_active() && !cache.is_ready() {
+            return Err(Error::CacheNotReady(kind.crd_name()));
         }
+    }
+    if !c.namespaces.is_ready() {
+        return Err(Error::CacheNotReady("namespaces"));
     }
     Ok(())
 }

@@ -212,30 +212,7 @@ impl Discovery {
 }
 
 fn deactivate(ctx: &Context, kind: ApiKind) {
-    let c = &ctx.state.caches;
-    match kind {
-        ApiKind::Bindings => {
-            c.bindings.deactivate();
-        }
-        ApiKind::ObjectivesLlmd => {
-            c.objectives_llmd.deactivate();
-        }
-        ApiKind::ObjectivesGaie => {
-            c.objectives_gaie.deactivate();
-        }
-        ApiKind::Models => {
-            c.models.deactivate();
-        }
-        ApiKind::PoolsV1 => {
-            c.pools_v1.deactivate();
-        }
-        ApiKind::PoolsLegacy => {
-            c.pools_legacy.deactivate();
-        }
-        ApiKind::ClusterSpiffeIds => {
-            c.cluster_spiffe_ids.deactivate();
-        }
-    }
+    ctx.state.caches.of_kind(kind).deactivate();
     // The cache was emptied without a change event per object.
     ctx.state.namespace_cache.invalidate_all();
 }

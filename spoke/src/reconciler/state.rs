@@ -68,15 +68,15 @@ impl SpokeState {
     pub fn all_synced(&self) -> bool {
         let c = &self.caches;
         let served = self.served();
+        // The binding cache must be ready even before its watch is active: without it
+        // there is nothing to reconcile.
         served.serves(ApiKind::Bindings)
             && c.bindings.is_ready()
             && c.namespaces.is_ready()
-            && (!c.objectives_llmd.is_active() || c.objectives_llmd.is_ready())
-            && (!c.objectives_gaie.is_active() || c.objectives_gaie.is_ready())
-            && (!c.models.is_active() || c.models.is_ready())
-            && (!c.pools_v1.is_active() || c.pools_v1.is_ready())
-            && (!c.pools_legacy.is_active() || c.pools_legacy.is_ready())
-            && (!c.cluster_spiffe_ids.is_active() || c.cluster_spiffe_ids.is_ready())
+            && ApiKind::ALL.into_iter().all(|kind| {
+                let cache = c.of_kind(kind);
+                !cache.is_active() || cache.is_ready()
+            })
     }
 
     /// Backoff for the next retry of `key` after a failure: `base` doubled per consecutive

@@ -103,3 +103,39 @@ impl WatchFailures {
             .cloned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list_failure(code: u16) -> WatchFailure {
+        let status = kube::core::Status::failure("nope", "Reason").with_code(code);
+        WatchFailure {
+            resource: "clusterspiffeids.spire.spiffe.io".into(),
+            error: Arc::new(watcher::Error::InitialListFailed(kube::Error::Api(
+                Box::new(status),
+            ))),
+        }
+    }
+
+    #[test]
+    fn watch_failures_are_categorised_and_name_the_resource() {
+        assert_eq!(list_failure(403).category().as_str(), "Forbidden");
+        assert_eq!(list_failure(404).category().as_str(), "CRDMissing");
+        assert_eq!(list_failure(500).category().as_str(), "ServerError");
+        assert_eq!(list_failure(503).status_code(), Some(503));
+        let text = list_failure(500).to_string();
+        assert!(
+            text.starts_with("watch of clusterspiffeids.spire.spiffe.io: 500 Reason: nope"),
+            "{text}"
+        );
+        let failures = WatchFailures::default();
+        failures.record(list_failure(500));
+        assert_eq!(
+            failures.first().map(|f| f.category().as_str()),
+            Some("ServerError")
+        );
+        failures.clear("clusterspiffeids.spire.spiffe.io");
+        assert!(failures.first().is_none());
+    }
+}

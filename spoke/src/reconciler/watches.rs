@@ -546,35 +546,36 @@ mod tests {
     use super::*;
     use kleym_api::{ConflictPeer, InferenceIdentityBindingStatus};
 
-    fn list_failure(code: u16) -> WatchFailure {
-        let status = kube::core::Status::failure("nope", "Reason").with_code(code);
-        WatchFailure {
-            resource: "clusterspiffeids.spire.spiffe.io".into(),
-            error: Arc::new(watcher::Error::InitialListFailed(kube::Error::Api(
-                Box::new(status),
-            ))),
-        }
+    /// A context whose client never connects (needs a Tokio runtime for its request buffer).
+    fn offline_context() -> Arc<Context> {
+        let config = kube::Config::new("https://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        Arc::new(Context::new(
+            client,
+            super::super::config::SpokeConfig::new("td.example"),
+            Arc::new(super::super::metrics::SpokeMetrics::default()),
+        ))
     }
 
-    #[test]
-    fn watch_failures_are_categorised_and_name_the_resource() {
-        assert_eq!(list_failure(403).category().as_str(), "Forbidden");
-        assert_eq!(list_failure(404).category().as_str(), "CRDMissing");
-        assert_eq!(list_failure(500).category().as_str(), "ServerError");
-        assert_eq!(list_failure(503).status_code(), Some(503));
-        let text = list_failure(500).to_string();
-        assert!(
-            text.starts_with("watch of clusterspiffeids.spire.spiffe.io: 500 Reason: nope"),
-            "{text}"
-        );
-        let failures = WatchFailures::default();
-        failures.record(list_failure(500));
-        assert_eq!(
-            failures.first().map(|f| f.category().as_str()),
-            Some("ServerError")
-        );
-        failures.clear("clusterspiffeids.spire.spiffe.io");
-        assert!(failures.first().is_none());
+    #[tokio::test]
+    async fn every_kind_has_a_cache_and_a_watch() {
+        for kind in ApiKind::ALL {
+            let ctx = offline_context();
+            let mut tasks = JoinSet::new();
+            let token = CancellationToken::new();
+            spawn_watch(&ctx, &mut tasks, kind, token.clone());
+            // Starting a watch activates the cache it feeds: exactly `kind`'s.
+            for other in ApiKind::ALL {
+                assert_eq!(
+                    ctx.state.caches.of_kind(other).is_active(),
+                    other == kind,
+                    "watch of {kind} activated the cache of {other}"
+                );
+            }
+            token.cancel();
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
     }
 
     fn binding(generation: i64) -> InferenceIdentityBinding {
