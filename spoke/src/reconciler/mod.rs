@@ -3,10 +3,13 @@
 //! the binding status, writing nothing when nothing changed.
 //!
 //! Pipeline of one reconcile (see [`reconcile`]): dereference (read the binding, its
-//! target, pool and namespace peers from the caches) → compile (pure) → plan (compare the
-//! desired output and status with the cache) → apply (only what differs) → status.
+//! target, pool and namespace peers from the caches) and compile (pure) → plan (compare the
+//! desired output with the cache, pure) → apply (only what differs) → status → finalizer.
 //!
-//! One instance per cluster, no process-global state: see [`run::Spoke`].
+//! One instance per cluster, no process-global state: see [`run::Spoke`]. Its
+//! [`context::Context`] splits into pure [`state::SpokeState`] and [`effects::Effects`];
+//! the steps take only the pieces they use. The watched kinds are listed once, in
+//! [`api_availability::ApiKind::ALL`].
 
 pub mod api_availability;
 pub mod apply;
