@@ -307,6 +307,71 @@ mod tests {
         }
     }
 
+    fn verdict(output: Option<DesiredOutput>) -> BindingDecision {
+        BindingDecision {
+            output,
+            refusal: None,
+            computed_spiffe_ids: Vec::new(),
+            rendered_selectors: Vec::new(),
+            conflict_peers: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn binding_plan_refuses_when_cluster_spiffe_ids_are_not_served() {
+        let d = desired("spiffe://td/ns/a/o");
+        let plan = plan_binding(verdict(Some(d)), &owner(), false, None, None, FM);
+        assert_eq!(
+            plan.refusal.map(|r| r.reason),
+            Some(Reason::ClusterSPIFFEIDCRDMissing)
+        );
+        assert_eq!((plan.write, plan.delete, plan.owned), (None, None, None));
+    }
+
+    #[test]
+    fn binding_plan_creates_without_force_and_reports_a_foreign_record() {
+        let d = desired("spiffe://td/ns/a/o");
+        let record = OwnedClusterSpiffeId {
+            name: "someone-elses".into(),
+            uid: "x".into(),
+        };
+        let plan = plan_binding(
+            verdict(Some(d.clone())),
+            &owner(),
+            true,
+            None,
+            Some(record.clone()),
+            FM,
+        );
+        assert_eq!(plan.refusal, None);
+        assert_eq!(
+            plan.write,
+            Some(OutputWrite {
+                object: apply_object(&d, &owner(), None),
+                creates: true,
+            })
+        );
+        assert_eq!(plan.ignored_record, Some(record));
+        // Our own name in the status is no news.
+        let plan = plan_binding(verdict(Some(d)), &owner(), true, None, Some(owned("u")), FM);
+        assert_eq!(plan.ignored_record, None);
+    }
+
+    #[test]
+    fn binding_plan_refuses_a_name_held_by_a_foreign_object() {
+        let d = desired("spiffe://td/ns/a/o");
+        let mut foreign = apply_object(&d, &owner(), None);
+        foreign.metadata.uid = Some("f".into());
+        applied_by(&mut foreign, "someone-else", OWNER_ANNOTATION);
+        let plan = plan_binding(verdict(Some(d)), &owner(), true, Some(&foreign), None, FM);
+        assert_eq!(
+            plan.refusal.map(|r| r.reason),
+            Some(Reason::ForeignObjectHoldsName)
+        );
+        assert_eq!((plan.write, plan.owned), (None, None));
+    }
+
     #[test]
     fn absent_output_is_created() {
         let d = desired("spiffe://td/ns/a/o");

@@ -51,7 +51,7 @@ pub async fn reconcile(ctx: &Context, key: &ObjectKey) -> Result<(), Error> {
     let Some(owner) = Owner::of(&binding) else {
         return Ok(());
     };
-    let mut plan = plan_binding(state, &ctx.config, key, &binding, &owner, verdict)?;
+    let mut plan = plan_from_caches(state, &ctx.config, key, &binding, &owner, verdict)?;
     let binding = finalizer::protect_output(state, fx, field_manager, key, binding, &plan).await?;
     let applied = apply::apply_output(state, fx, field_manager, &plan).await?;
     let ignored_record = plan.ignored_record.take();
@@ -83,7 +83,7 @@ fn compile_binding(ctx: &Context, key: &ObjectKey) -> Result<Option<BindingDecis
 
 /// The plan step: reads the binding's output as last known and decides (pure, see
 /// [`plan::plan_binding`]) what to write.
-fn plan_binding(
+fn plan_from_caches(
     state: &SpokeState,
     config: &SpokeConfig,
     key: &ObjectKey,
