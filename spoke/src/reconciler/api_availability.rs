@@ -12,7 +12,23 @@ use std::fmt;
 
 use kleym_api::external::{model, objective, pool, spiffeid};
 
-/// An API (group, version, plural) the reconciler may use.
+/// An API (group, version, plural) the reconciler may use and watch: the one list of
+/// watched kinds ([`ApiKind::ALL`]). Namespaces are watched too but are not listed: the core
+/// API is always served.
+///
+/// Adding a kind takes, besides a variant here and its entry in [`ApiKind::ALL`]:
+/// - its group-version and plural: [`ApiKind::api_version`], [`ApiKind::plural`],
+///   [`ApiKind::crd_name`] (exhaustive matches: the compiler asks for them);
+/// - a cache: a field of [`super::caches::Caches`] and its arm in
+///   [`super::caches::Caches::of_kind`] (exhaustive);
+/// - a watch: its arm in [`super::watches::spawn_watch`] (exhaustive) and an `on_*` handler
+///   in `watches.rs` that enqueues the bindings a change affects;
+/// - if bindings read it: its lookup in `compile::gather` and the compiler's inputs;
+/// - outside this crate: the spoke's RBAC (`deploy/spoke/clusterrole.yaml`, the chart's
+///   `templates/spoke.yaml`), the CRD fixtures of the e2e tests and `docs/spoke.md`.
+///
+/// The test `every_kind_has_a_cache_and_a_watch` (`watches.rs`) fails for a kind in
+/// [`ApiKind::ALL`] whose watch does not feed its cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ApiKind {
     /// `kleym.io/v1alpha1` `inferenceidentitybindings` (ours; required).
@@ -68,11 +84,18 @@ impl ApiKind {
         }
     }
 
-    /// The CRD name (`<plural>.<group>`), for messages.
-    pub fn crd_name(self) -> String {
-        let av = self.api_version();
-        let group = av.split('/').next().unwrap_or_default();
-        format!("{}.{}", self.plural(), group)
+    /// The CRD name (`<plural>.<group>`), for messages and errors (a static name: errors
+    /// carry it without allocating; a test checks it against [`Self::plural`] and the group).
+    pub fn crd_name(self) -> &'static str {
+        match self {
+            ApiKind::Bindings => "inferenceidentitybindings.kleym.io",
+            ApiKind::ObjectivesLlmd => "inferenceobjectives.llm-d.ai",
+            ApiKind::ObjectivesGaie => "inferenceobjectives.inference.networking.x-k8s.io",
+            ApiKind::Models => "inferencemodels.inference.networking.x-k8s.io",
+            ApiKind::PoolsV1 => "inferencepools.inference.networking.k8s.io",
+            ApiKind::PoolsLegacy => "inferencepools.inference.networking.x-k8s.io",
+            ApiKind::ClusterSpiffeIds => "clusterspiffeids.spire.spiffe.io",
+        }
     }
 }
 
@@ -246,5 +269,10 @@ mod tests {
             ApiKind::ObjectivesLlmd.crd_name(),
             "inferenceobjectives.llm-d.ai"
         );
+        for kind in ApiKind::ALL {
+            let av = kind.api_version();
+            let group = av.split('/').next().unwrap_or_default();
+            assert_eq!(kind.crd_name(), format!("{}.{group}", kind.plural()));
+        }
     }
 }

@@ -1,29 +1,124 @@
 //! The API writes of a reconcile: server-side apply of the ClusterSPIFFEID and of the
 //! binding status (field manager `kleym`), deletes with a UID precondition, and finalizer
 //! patches with a resourceVersion precondition. Every write is counted in the metrics.
+//!
+//! [`apply_output`] is the reconcile's apply step: it carries out a [`BindingPlan`]'s
+//! ClusterSPIFFEID writes and remembers what they returned (read-your-writes).
+
+use std::sync::Arc;
 
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_api::{InferenceIdentityBinding, InferenceIdentityBindingStatus};
+use kleym_api::{InferenceIdentityBinding, InferenceIdentityBindingStatus, OwnedClusterSpiffeId};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::context::Context;
+use super::effects::Effects;
 use super::error::Error;
+use super::plan::{BindingPlan, name_taken};
+use super::queue::ObjectKey;
+use super::state::SpokeState;
+use crate::compiler::Refusal;
+use crate::ownership::Foreign;
+
+/// What the apply step did to the binding's ClusterSPIFFEID.
+#[derive(Debug)]
+pub struct Applied {
+    /// The ownership record now (the apply's result, or the plan's when nothing was
+    /// written or the write failed).
+    pub owned: Option<OwnedClusterSpiffeId>,
+    /// Set when creating conflicted: an object appeared under the name meanwhile. Replaces
+    /// the plan's refusal.
+    pub refusal: Option<Refusal>,
+    /// The write failed (RBAC, apiserver errors): the status says pending, and the
+    /// reconcile fails with this error after the status is written.
+    pub failure: Option<ApplyFailure>,
+}
+
+/// A failed ClusterSPIFFEID write.
+#[derive(Debug)]
+pub struct ApplyFailure {
+    /// For the `Ready=False` condition.
+    pub message: String,
+    /// The error the reconcile ends with.
+    pub error: Error,
+}
+
+/// The apply step: deletes the plan's withdrawn object and applies its output. A delete
+/// failure ends the reconcile (`Err`); an apply failure is reported in [`Applied`] so the
+/// status can say so first.
+pub async fn apply_output(
+    state: &SpokeState,
+    fx: &Effects,
+    field_manager: &str,
+    plan: &BindingPlan,
+) -> Result<Applied, Error> {
+    if let Some(gone) = &plan.delete {
+        delete_cluster_spiffe_id(fx, &gone.name, &gone.uid).await?;
+        state.record_cluster_spiffe_id_deleted(&gone.name, &gone.uid);
+    }
+    let mut applied = Applied {
+        owned: plan.owned.clone(),
+        refusal: None,
+        failure: None,
+    };
+    let Some(write) = &plan.write else {
+        return Ok(applied);
+    };
+    let name = write.object.name_any();
+    match apply_cluster_spiffe_id(fx, field_manager, &write.object, !write.creates).await {
+        Ok(written) => {
+            applied.owned = Some(OwnedClusterSpiffeId {
+                name: written.name_any(),
+                uid: written.uid().unwrap_or_default(),
+            });
+            state.csid_overlay.record(written);
+        }
+        // Creating without force conflicted: someone else's object holds the name.
+        Err(e) if write.creates && e.status_code() == Some(409) => {
+            applied.refusal = Some(name_taken(&Foreign {
+                object: name,
+                why: "it appeared while kleym was creating it (the apply conflicted)".into(),
+            }));
+            applied.owned = None;
+        }
+        Err(e) => {
+            applied.failure = Some(ApplyFailure {
+                message: format!("could not write ClusterSPIFFEID {name}: {e}"),
+                error: e,
+            });
+        }
+    }
+    Ok(applied)
+}
+
+/// Sets the binding's finalizers to `finalizers` and returns the binding as written.
+pub async fn write_finalizers(
+    state: &SpokeState,
+    fx: &Effects,
+    field_manager: &str,
+    key: &ObjectKey,
+    binding: &InferenceIdentityBinding,
+    finalizers: Vec<String>,
+) -> Result<Arc<InferenceIdentityBinding>, Error> {
+    let updated = set_finalizers(fx, field_manager, binding, finalizers).await?;
+    Ok(state.record_binding_write(key, updated))
+}
 
 /// Server-side applies `obj`. Creating (`force = false`) never takes fields over from
 /// another manager: if a foreign object appeared under our name since the cache saw it,
 /// the apply conflicts (409) instead of modifying it.
 pub async fn apply_cluster_spiffe_id(
-    ctx: &Context,
+    fx: &Effects,
+    field_manager: &str,
     obj: &ClusterSPIFFEID,
     force: bool,
 ) -> Result<ClusterSPIFFEID, Error> {
     let name = obj.name_any();
-    let api: Api<ClusterSPIFFEID> = Api::all(ctx.client.clone());
-    let mut pp = PatchParams::apply(&ctx.config.field_manager);
+    let api: Api<ClusterSPIFFEID> = Api::all(fx.client.clone());
+    let mut pp = PatchParams::apply(field_manager);
     pp.force = force;
-    ctx.metrics.count_write("clusterspiffeid_apply");
+    fx.metrics.count_write("clusterspiffeid_apply");
     api.patch(&name, &pp, &Patch::Apply(obj))
         .await
         .map_err(|e| Error::kube(format!("apply ClusterSPIFFEID {name}"), e))
@@ -31,8 +126,8 @@ pub async fn apply_cluster_spiffe_id(
 
 /// Deletes our ClusterSPIFFEID `name` only if it still has `uid`. Returns `Ok` when it is
 /// gone or is another incarnation (not ours).
-pub async fn delete_cluster_spiffe_id(ctx: &Context, name: &str, uid: &str) -> Result<(), Error> {
-    let api: Api<ClusterSPIFFEID> = Api::all(ctx.client.clone());
+pub async fn delete_cluster_spiffe_id(fx: &Effects, name: &str, uid: &str) -> Result<(), Error> {
+    let api: Api<ClusterSPIFFEID> = Api::all(fx.client.clone());
     let dp = DeleteParams {
         preconditions: Some(Preconditions {
             uid: Some(uid.to_string()),
@@ -40,7 +135,7 @@ pub async fn delete_cluster_spiffe_id(ctx: &Context, name: &str, uid: &str) -> R
         }),
         ..DeleteParams::default()
     };
-    ctx.metrics.count_write("clusterspiffeid_delete");
+    fx.metrics.count_write("clusterspiffeid_delete");
     match api.delete(name, &dp).await {
         Ok(_) => Ok(()),
         // 404: already gone; 409: the UID precondition failed, the object is not ours.
@@ -51,21 +146,22 @@ pub async fn delete_cluster_spiffe_id(ctx: &Context, name: &str, uid: &str) -> R
 
 /// Server-side applies the binding's status subresource.
 pub async fn apply_status(
-    ctx: &Context,
+    fx: &Effects,
+    field_manager: &str,
     binding: &InferenceIdentityBinding,
     status: &InferenceIdentityBindingStatus,
 ) -> Result<InferenceIdentityBinding, Error> {
     let ns = binding.namespace().unwrap_or_default();
     let name = binding.name_any();
-    let api: Api<InferenceIdentityBinding> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<InferenceIdentityBinding> = Api::namespaced(fx.client.clone(), &ns);
     let body = json!({
         "apiVersion": InferenceIdentityBinding::api_version(&()),
         "kind": InferenceIdentityBinding::kind(&()),
         "metadata": { "name": name, "namespace": ns },
         "status": status,
     });
-    let pp = PatchParams::apply(&ctx.config.field_manager).force();
-    ctx.metrics.count_write("status_apply");
+    let pp = PatchParams::apply(field_manager).force();
+    fx.metrics.count_write("status_apply");
     api.patch_status(&name, &pp, &Patch::Apply(&body))
         .await
         .map_err(|e| {
@@ -79,22 +175,23 @@ pub async fn apply_status(
 /// Sets the binding's finalizers to `finalizers`, guarded by the cached resourceVersion
 /// (a concurrent change by someone else makes this fail with 409 and retry).
 pub async fn set_finalizers(
-    ctx: &Context,
+    fx: &Effects,
+    field_manager: &str,
     binding: &InferenceIdentityBinding,
     finalizers: Vec<String>,
 ) -> Result<InferenceIdentityBinding, Error> {
     let ns = binding.namespace().unwrap_or_default();
     let name = binding.name_any();
-    let api: Api<InferenceIdentityBinding> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<InferenceIdentityBinding> = Api::namespaced(fx.client.clone(), &ns);
     let body = json!({
         "metadata": {
             "finalizers": finalizers,
             "resourceVersion": binding.resource_version(),
         }
     });
-    ctx.metrics.count_write("finalizer");
+    fx.metrics.count_write("finalizer");
     let pp = PatchParams {
-        field_manager: Some(ctx.config.field_manager.clone()),
+        field_manager: Some(field_manager.to_string()),
         ..PatchParams::default()
     };
     api.patch(&name, &pp, &Patch::Merge(&body))

@@ -18,6 +18,8 @@ use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 
+use super::api_availability::ApiKind;
+
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
 pub type CacheKey = (String, String);
 
@@ -268,6 +270,45 @@ pub struct Caches {
     pub cluster_spiffe_ids: Cache<ClusterSPIFFEID>,
     /// Namespaces (labels, for overlap analysis of other ClusterSPIFFEIDs).
     pub namespaces: Cache<Namespace>,
+}
+
+impl Caches {
+    /// The cache `kind`'s watch feeds, as discovery and readiness see it.
+    pub fn of_kind(&self, kind: ApiKind) -> &dyn CacheControl {
+        match kind {
+            ApiKind::Bindings => &self.bindings,
+            ApiKind::ObjectivesLlmd => &self.objectives_llmd,
+            ApiKind::ObjectivesGaie => &self.objectives_gaie,
+            ApiKind::Models => &self.models,
+            ApiKind::PoolsV1 => &self.pools_v1,
+            ApiKind::PoolsLegacy => &self.pools_legacy,
+            ApiKind::ClusterSpiffeIds => &self.cluster_spiffe_ids,
+        }
+    }
+}
+
+/// What discovery and readiness need of a cache, whatever its object type.
+pub trait CacheControl {
+    /// Has a watch been started for it?
+    fn is_active(&self) -> bool;
+    /// Has it completed its first list?
+    fn is_ready(&self) -> bool;
+    /// Stops using it (the API is no longer served) and empties it.
+    fn deactivate(&self);
+}
+
+impl<K: kube::Resource + Clone> CacheControl for Cache<K> {
+    fn is_active(&self) -> bool {
+        Cache::is_active(self)
+    }
+
+    fn is_ready(&self) -> bool {
+        Cache::is_ready(self)
+    }
+
+    fn deactivate(&self) {
+        Cache::deactivate(self);
+    }
 }
 
 #[cfg(test)]

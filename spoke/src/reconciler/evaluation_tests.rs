@@ -18,11 +18,12 @@ use serde_json::{Value, json};
 
 use super::api_availability::{ApiKind, ServedApis};
 use super::caches::{Cache, Change};
-use super::compile::{self, BindingDecision, NamespaceEvaluation};
+use super::compile;
 use super::context::{Context, SpokeConfig};
+use super::evaluation::{BindingDecision, NamespaceEvaluation};
 use super::metrics::SpokeMetrics;
 use super::queue::ObjectKey;
-use super::reconcile::record_binding_write;
+use super::reconcile::cluster_config;
 use super::watches::{self, ingest};
 use crate::compiler::Reason;
 
@@ -79,7 +80,7 @@ impl Cluster {
             SpokeConfig::new("td.example"),
             Arc::new(SpokeMetrics::default()),
         );
-        let c = &ctx.caches;
+        let c = &ctx.state.caches;
         synced(&ctx, &c.bindings, watches::on_binding);
         synced(&ctx, &c.objectives_llmd, watches::on_llmd_objective);
         synced(&ctx, &c.objectives_gaie, watches::on_gaie_objective);
@@ -89,7 +90,7 @@ impl Cluster {
         synced(&ctx, &c.cluster_spiffe_ids, watches::on_cluster_spiffe_id);
         synced(&ctx, &c.namespaces, watches::on_namespace);
         let served = ServedApis::all();
-        *ctx.served.write().unwrap() = served.clone();
+        *ctx.state.served.write().unwrap() = served.clone();
         Self {
             ctx,
             served,
@@ -132,7 +133,7 @@ impl Cluster {
 
     fn deliver(&self, kind: Kind, obj: &Value, delete: bool) {
         let ctx = &self.ctx;
-        let c = &ctx.caches;
+        let c = &ctx.state.caches;
         match kind {
             Kind::Binding => send(ctx, &c.bindings, watches::on_binding, obj, delete),
             Kind::Objective => send(
@@ -206,7 +207,9 @@ impl Cluster {
         next["status"] = json!({"observedGeneration": self.rv});
         let stored = self.write(Kind::Binding, next);
         let obj = serde_json::from_value(stored).unwrap();
-        record_binding_write(&self.ctx, &ObjectKey::new(ns, name), obj);
+        self.ctx
+            .state
+            .record_binding_write(&ObjectKey::new(ns, name), obj);
     }
 
     /// The watch catches up with the server's version of a binding.
@@ -280,17 +283,28 @@ impl Cluster {
 
     fn set_served(&mut self, kind: ApiKind, served: bool) {
         self.served.set(kind, served);
-        *self.ctx.served.write().unwrap() = self.served.clone();
+        *self.ctx.state.served.write().unwrap() = self.served.clone();
     }
 
     fn evaluation(&self, ns: &str) -> Arc<NamespaceEvaluation> {
-        compile::evaluate_namespace_shared(&self.ctx, ns, &self.served).unwrap()
+        compile::evaluate_namespace_shared(
+            &self.ctx.state,
+            &cluster_config(&self.ctx.config),
+            ns,
+            &self.served,
+        )
+        .unwrap()
     }
 
     /// The cached evaluation, checked against the reference (no cache, no memo).
     fn verdicts(&self, ns: &str) -> BTreeMap<String, BindingDecision> {
         let cached = self.evaluation(ns).verdicts();
-        let reference = compile::evaluate_namespace_reference(&self.ctx, ns, &self.served);
+        let reference = compile::evaluate_namespace_reference(
+            &self.ctx.state,
+            &cluster_config(&self.ctx.config),
+            ns,
+            &self.served,
+        );
         assert_eq!(cached, reference, "namespace {ns}");
         cached
     }
@@ -416,8 +430,7 @@ fn our_write_superseded_by_the_watch_is_noticed_even_if_generation_is_not_mainta
     // it), then the watch delivers a later version with the original spec back.
     let colliding = Cluster::binding_value("a", "b1", "o0", Some("c0"));
     let written = version(&mut c, &colliding);
-    record_binding_write(
-        &c.ctx,
+    c.ctx.state.record_binding_write(
         &ObjectKey::new("a", "b1"),
         serde_json::from_value(written).unwrap(),
     );
@@ -460,17 +473,21 @@ fn deleted_bindings_and_namespaces_release_their_evaluation() {
     c.binding("b", "x", "o0", Some("c0"));
     c.evaluation("a");
     c.evaluation("b");
-    assert_eq!(c.ctx.namespace_cache.len(), 2);
+    assert_eq!(c.ctx.state.namespace_cache.len(), 2);
     c.delete(Kind::Binding, "b", "x");
-    assert_eq!(c.ctx.namespace_cache.len(), 1, "last binding of b gone");
+    assert_eq!(
+        c.ctx.state.namespace_cache.len(),
+        1,
+        "last binding of b gone"
+    );
     c.evaluation("b");
     assert_eq!(
-        c.ctx.namespace_cache.len(),
+        c.ctx.state.namespace_cache.len(),
         1,
         "an empty namespace is not kept"
     );
     c.delete(Kind::Namespace, "", "a");
-    assert!(c.ctx.namespace_cache.is_empty(), "namespace a gone");
+    assert!(c.ctx.state.namespace_cache.is_empty(), "namespace a gone");
 }
 
 /// One change to the fake cluster.

@@ -64,7 +64,7 @@ fn served_binding(name: &str, rv: u64, reason: &str) -> Value {
 }
 
 fn deliver(ctx: &Context, event: Event<InferenceIdentityBinding>) {
-    ingest(ctx, &ctx.caches.bindings, watches::on_binding, event);
+    ingest(ctx, &ctx.state.caches.bindings, watches::on_binding, event);
 }
 
 fn binding(v: Value) -> InferenceIdentityBinding {
@@ -83,7 +83,7 @@ fn cached_objects_carry_no_managed_fields_nor_last_applied_configuration() {
     );
 
     // Initial list and a later watch event both go through the same path.
-    ctx.caches.bindings.activate();
+    ctx.state.caches.bindings.activate();
     deliver(&ctx, Event::Init);
     deliver(&ctx, Event::InitApply(served));
     deliver(&ctx, Event::InitDone);
@@ -93,7 +93,7 @@ fn cached_objects_carry_no_managed_fields_nor_last_applied_configuration() {
     );
 
     for name in ["a", "b"] {
-        let cached = ctx.caches.bindings.get("llm", name).unwrap();
+        let cached = ctx.state.caches.bindings.get("llm", name).unwrap();
         assert_eq!(cached.metadata.managed_fields, None, "{name}");
         let annotations = cached.metadata.annotations.clone().unwrap_or_default();
         assert!(!annotations.contains_key(LAST_APPLIED_ANNOTATION), "{name}");
@@ -107,9 +107,10 @@ fn cached_objects_carry_no_managed_fields_nor_last_applied_configuration() {
     }
 
     // Our own writes' responses are kept the same way (read-your-writes overlay).
-    ctx.binding_overlay
+    ctx.state
+        .binding_overlay
         .record(binding(served_binding("a", 3, "Pending")));
-    let written = ctx.binding_overlay.peek("llm", "a").unwrap();
+    let written = ctx.state.binding_overlay.peek("llm", "a").unwrap();
     assert_eq!(written.metadata.managed_fields, None);
 }
 
@@ -118,7 +119,7 @@ fn snapshot_is_rebuilt_only_when_the_binding_cache_changed() {
     let rt = runtime();
     let _guard = rt.enter();
     let ctx = context();
-    ctx.caches.bindings.activate();
+    ctx.state.caches.bindings.activate();
     deliver(&ctx, Event::Init);
     deliver(
         &ctx,
@@ -137,7 +138,8 @@ fn snapshot_is_rebuilt_only_when_the_binding_cache_changed() {
         "no change: the same snapshot, not rebuilt"
     );
     // Other caches and the overlay are not what the snapshot reads.
-    ctx.binding_overlay
+    ctx.state
+        .binding_overlay
         .record(binding(served_binding("a", 9, "Other")));
     assert!(Arc::ptr_eq(&first, &snapshot::bindings(&ctx)));
 

@@ -3,9 +3,22 @@
 //! (which cannot have a namespaced owner reference). Bindings that never produced output
 //! (refused from the start) never get it and cost no extra write.
 
+use std::sync::Arc;
+
 use kleym_api::InferenceIdentityBinding;
 
-use super::context::FINALIZER;
+use kube::ResourceExt;
+
+use super::apply::{self, Applied};
+use super::effects::Effects;
+use super::error::Error;
+use super::plan::BindingPlan;
+use super::queue::ObjectKey;
+use super::state::SpokeState;
+use crate::ownership::{self, Foreign, Owner};
+
+/// Finalizer kleym puts on bindings that own a ClusterSPIFFEID.
+pub const FINALIZER: &str = "kleym.io/cleanup";
 
 /// Does the binding carry our finalizer?
 pub fn has_finalizer(b: &InferenceIdentityBinding) -> bool {
@@ -38,6 +51,139 @@ pub fn without_finalizer(b: &InferenceIdentityBinding) -> Vec<String> {
 /// Is the binding being deleted?
 pub fn is_deleting(b: &InferenceIdentityBinding) -> bool {
     b.metadata.deletion_timestamp.is_some()
+}
+
+/// What the finalizer step did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalizerChange {
+    /// Nothing to change.
+    None,
+    /// Added: the binding owns output again.
+    Added,
+    /// Removed: the output is withdrawn for good.
+    Removed,
+}
+
+/// Adds our finalizer before the plan writes output, so that deleting the binding can never
+/// orphan an object it created. Returns the binding as it is now.
+pub async fn protect_output(
+    state: &SpokeState,
+    fx: &Effects,
+    field_manager: &str,
+    key: &ObjectKey,
+    binding: Arc<InferenceIdentityBinding>,
+    plan: &BindingPlan,
+) -> Result<Arc<InferenceIdentityBinding>, Error> {
+    if plan.write.is_none() || has_finalizer(&binding) {
+        return Ok(binding);
+    }
+    apply::write_finalizers(
+        state,
+        fx,
+        field_manager,
+        key,
+        &binding,
+        with_finalizer(&binding),
+    )
+    .await
+}
+
+/// The finalizer step, after the status: the binding carries the finalizer exactly while it
+/// owns output.
+pub async fn settle(
+    state: &SpokeState,
+    fx: &Effects,
+    field_manager: &str,
+    key: &ObjectKey,
+    binding: &InferenceIdentityBinding,
+    applied: &Applied,
+) -> Result<FinalizerChange, Error> {
+    let owns = applied.owned.is_some();
+    let (change, finalizers) = if !owns && applied.failure.is_none() && has_finalizer(binding) {
+        // Output withdrawn for good: the finalizer has nothing left to protect.
+        (FinalizerChange::Removed, without_finalizer(binding))
+    } else if owns && !has_finalizer(binding) {
+        // Output up to date but the finalizer is gone (the hub's Orphan removal took it off
+        // before the spoke was engaged again, or someone removed it): without it, deleting
+        // the binding would orphan its ClusterSPIFFEID.
+        (FinalizerChange::Added, with_finalizer(binding))
+    } else {
+        return Ok(FinalizerChange::None);
+    };
+    apply::write_finalizers(state, fx, field_manager, key, binding, finalizers).await?;
+    Ok(change)
+}
+
+/// What [`delete_output`] found at the binding's output name.
+#[derive(Debug)]
+pub enum OutputRelease {
+    /// Nothing to delete (no object, or ClusterSPIFFEIDs are not served).
+    Nothing,
+    /// Our object, deleted.
+    Deleted,
+    /// An object not proven to be ours: left untouched.
+    Foreign(Foreign),
+}
+
+/// First half of a binding's deletion: deletes its output (UID precondition). The object
+/// is found by the name the compiler gives this binding and proven by
+/// [`ownership::verify`], never taken from the status (which the binding's tenant can
+/// write, e.g. just before deleting the binding).
+pub async fn delete_output(
+    state: &SpokeState,
+    fx: &Effects,
+    field_manager: &str,
+    binding: &InferenceIdentityBinding,
+    cluster_spiffe_ids_served: bool,
+) -> Result<OutputRelease, Error> {
+    if !cluster_spiffe_ids_served {
+        return Ok(OutputRelease::Nothing);
+    }
+    let Some(owner) = Owner::of(binding) else {
+        return Ok(OutputRelease::Nothing);
+    };
+    if !state.caches.cluster_spiffe_ids.is_ready() {
+        return Err(Error::CacheNotReady("clusterspiffeids"));
+    }
+    let name = owner.object_name();
+    let Some(obj) = state.current_cluster_spiffe_id(&name) else {
+        return Ok(OutputRelease::Nothing);
+    };
+    match ownership::verify(&obj, field_manager, &owner) {
+        Ok(_) => {
+            let uid = obj.uid().unwrap_or_default();
+            apply::delete_cluster_spiffe_id(fx, &name, &uid).await?;
+            state.record_cluster_spiffe_id_deleted(&name, &uid);
+            Ok(OutputRelease::Deleted)
+        }
+        Err(foreign) => Ok(OutputRelease::Foreign(foreign)),
+    }
+}
+
+/// Second half of a binding's deletion: removes our finalizer, letting the deletion
+/// complete.
+pub async fn remove(
+    state: &SpokeState,
+    fx: &Effects,
+    field_manager: &str,
+    key: &ObjectKey,
+    binding: &InferenceIdentityBinding,
+) -> Result<(), Error> {
+    match apply::write_finalizers(
+        state,
+        fx,
+        field_manager,
+        key,
+        binding,
+        without_finalizer(binding),
+    )
+    .await
+    {
+        Ok(_) => Ok(()),
+        // Already gone: a previous pass removed the finalizer.
+        Err(e) if e.status_code() == Some(404) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

@@ -3,17 +3,24 @@
 //! the binding status, writing nothing when nothing changed.
 //!
 //! Pipeline of one reconcile (see [`reconcile`]): dereference (read the binding, its
-//! target, pool and namespace peers from the caches) → compile (pure) → plan (compare the
-//! desired output and status with the cache) → apply (only what differs) → status.
+//! target, pool and namespace peers from the caches) and compile (pure) → plan (compare the
+//! desired output with the cache, pure) → apply (only what differs) → status → finalizer.
 //!
-//! One instance per cluster, no process-global state: see [`run::Spoke`].
+//! One instance per cluster, no process-global state: see [`run::Spoke`]. Its
+//! [`context::Context`] splits into pure [`state::SpokeState`] and [`effects::Effects`];
+//! the steps take only the pieces they use. The watched kinds are listed once, in
+//! [`api_availability::ApiKind::ALL`].
 
 pub mod api_availability;
 pub mod apply;
+pub mod binding_snapshot;
 pub mod caches;
 pub mod compile;
+pub mod config;
 pub mod context;
+pub mod effects;
 pub mod error;
+pub mod evaluation;
 pub mod events;
 pub mod finalizer;
 pub mod index;
@@ -25,8 +32,10 @@ pub mod queue;
 pub mod reconcile;
 pub mod run;
 pub mod snapshot;
+pub mod state;
 pub mod status;
 pub mod trim;
+pub mod watch_failures;
 pub mod watches;
 
 #[cfg(test)]
@@ -34,7 +43,7 @@ mod evaluation_tests;
 #[cfg(test)]
 mod feed_tests;
 
-pub use context::{CachesSynced, SpokeConfig};
+pub use config::{CachesSynced, SpokeConfig};
 pub use error::Error;
 pub use metrics::SpokeMetrics;
 pub use run::{Spoke, run};

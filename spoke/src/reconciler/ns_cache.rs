@@ -18,7 +18,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::api_availability::ServedApis;
-use super::compile::NamespaceEvaluation;
+use kleym_api::InferenceIdentityBinding;
+
+use super::evaluation::NamespaceEvaluation;
 
 /// The logical time a lookup happened; see [`NamespaceCache::store`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -148,6 +150,25 @@ impl NamespaceCache {
     /// True when no namespace has a slot.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Do two versions of a binding (`None`: absent) differ in what its namespace evaluation
+/// reads: spec, UID, generation (the compile memo's key), being deleted?
+pub fn binding_compile_inputs_differ(
+    a: Option<&InferenceIdentityBinding>,
+    b: Option<&InferenceIdentityBinding>,
+) -> bool {
+    match (a, b) {
+        (None, None) => false,
+        (Some(a), Some(b)) => {
+            a.metadata.uid != b.metadata.uid
+                || a.metadata.generation != b.metadata.generation
+                || a.metadata.deletion_timestamp.is_some()
+                    != b.metadata.deletion_timestamp.is_some()
+                || a.spec != b.spec
+        }
+        _ => true,
     }
 }
 

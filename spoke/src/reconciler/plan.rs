@@ -10,22 +10,15 @@
 
 use std::collections::BTreeMap;
 
-use kleym_api::OwnedClusterSpiffeId;
-use kleym_api::external::spiffeid::{ClusterSPIFFEID, ClusterSPIFFEIDSpec};
+use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kleym_api::{ComputedSpiffeId, ConflictPeer, IdentityWarning, OwnedClusterSpiffeId};
 use kube::ResourceExt;
 
+use super::api_availability::ApiKind;
+use super::evaluation::BindingDecision;
+pub use super::evaluation::DesiredOutput;
+use crate::compiler::{Reason, Refusal};
 use crate::ownership::{self, Foreign, OWNER_ANNOTATION, Owner, Proof};
-
-/// What the binding's ClusterSPIFFEID should be.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DesiredOutput {
-    /// Deterministic object name.
-    pub name: String,
-    /// The spec.
-    pub spec: ClusterSPIFFEIDSpec,
-    /// Labels kleym sets (`kleym.io/managed-by`, binding namespace and name).
-    pub labels: BTreeMap<String, String>,
-}
 
 /// The decision for the ClusterSPIFFEID.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,12 +135,128 @@ pub fn apply_object(
     obj
 }
 
+/// Everything one reconcile of a binding will do and show, decided before any write.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindingPlan {
+    /// The refusal the status shows: the compiler's, or the cluster's (CRD not served, a
+    /// foreign object holds the name).
+    pub refusal: Option<Refusal>,
+    /// Our object, no longer wanted: delete it with a UID precondition.
+    pub delete: Option<OwnedClusterSpiffeId>,
+    /// The ClusterSPIFFEID to server-side apply, if it differs from the cluster's.
+    pub write: Option<OutputWrite>,
+    /// The ownership record if every write succeeds (a create learns its UID from the
+    /// apply).
+    pub owned: Option<OwnedClusterSpiffeId>,
+    /// Computed SPIFFE IDs (status).
+    pub computed_spiffe_ids: Vec<ComputedSpiffeId>,
+    /// Rendered selectors (status).
+    pub rendered_selectors: Vec<String>,
+    /// Conflict peers (status).
+    pub conflict_peers: Vec<ConflictPeer>,
+    /// Warnings (status).
+    pub warnings: Vec<IdentityWarning>,
+    /// What the status recorded when it names another object than this binding's output:
+    /// reported, never acted on.
+    pub ignored_record: Option<OwnedClusterSpiffeId>,
+}
+
+/// A ClusterSPIFFEID server-side apply.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputWrite {
+    /// The applied configuration.
+    pub object: ClusterSPIFFEID,
+    /// True when no object of ours exists yet: the apply must not take over fields of an
+    /// object that appeared meanwhile (no force), and a conflict means the name is taken.
+    pub creates: bool,
+}
+
+/// Plans one binding from its verdict. `existing` is the object at the binding's output
+/// name as last known (ignored when ClusterSPIFFEIDs are not served); `recorded` is what
+/// the binding's status records, only compared with the output name (see
+/// [`crate::ownership`]).
+pub fn plan_binding(
+    verdict: BindingDecision,
+    owner: &Owner,
+    cluster_spiffe_ids_served: bool,
+    existing: Option<&ClusterSPIFFEID>,
+    recorded: Option<OwnedClusterSpiffeId>,
+    field_manager: &str,
+) -> BindingPlan {
+    // Owned: its parts move into the plan instead of being cloned.
+    let BindingDecision {
+        output: desired,
+        mut refusal,
+        computed_spiffe_ids,
+        rendered_selectors,
+        conflict_peers,
+        warnings,
+    } = verdict;
+    // The only object this binding can own: the name the compiler gives it (`desired.name`
+    // is the same name).
+    let output_name = owner.object_name();
+    let mut delete = None;
+    let mut write = None;
+    let mut owned = None;
+    if !cluster_spiffe_ids_served {
+        if desired.is_some() {
+            refusal = Some(Refusal::new(
+                Reason::ClusterSPIFFEIDCRDMissing,
+                format!(
+                    "the ClusterSPIFFEID CRD ({}) is not served by this cluster; install SPIRE Controller Manager",
+                    ApiKind::ClusterSpiffeIds.crd_name()
+                ),
+            ));
+        }
+    } else {
+        let output = plan_output(desired.as_ref(), existing, owner, field_manager);
+        owned = output.owned_after;
+        delete = output.delete;
+        match (output.action, &desired) {
+            (OutputAction::Foreign(foreign), Some(_)) => {
+                refusal = Some(name_taken(&foreign));
+                owned = None;
+            }
+            (OutputAction::Apply { uid }, Some(d)) => {
+                write = Some(OutputWrite {
+                    object: apply_object(d, owner, uid.as_deref()),
+                    creates: uid.is_none(),
+                });
+            }
+            _ => {}
+        }
+    }
+    BindingPlan {
+        refusal,
+        delete,
+        write,
+        owned,
+        computed_spiffe_ids,
+        rendered_selectors,
+        conflict_peers,
+        warnings,
+        ignored_record: recorded.filter(|r| r.name != output_name),
+    }
+}
+
+/// The refusal when a ClusterSPIFFEID not proven to be the binding's holds its name.
+pub fn name_taken(foreign: &Foreign) -> Refusal {
+    Refusal::new(
+        Reason::ForeignObjectHoldsName,
+        format!(
+            "ClusterSPIFFEID {} already exists and is not proven to be this binding's output ({}); kleym never modifies or deletes it: remove or rename it",
+            foreign.object, foreign.why
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::compiler::output::output_labels;
     use crate::ownership::LEGACY_BINDING_UID_ANNOTATION;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    use kleym_api::external::spiffeid::ClusterSPIFFEIDSpec;
 
     const FM: &str = "kleym";
 
@@ -196,6 +305,71 @@ mod tests {
             name: owner().object_name(),
             uid: uid.into(),
         }
+    }
+
+    fn verdict(output: Option<DesiredOutput>) -> BindingDecision {
+        BindingDecision {
+            output,
+            refusal: None,
+            computed_spiffe_ids: Vec::new(),
+            rendered_selectors: Vec::new(),
+            conflict_peers: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn binding_plan_refuses_when_cluster_spiffe_ids_are_not_served() {
+        let d = desired("spiffe://td/ns/a/o");
+        let plan = plan_binding(verdict(Some(d)), &owner(), false, None, None, FM);
+        assert_eq!(
+            plan.refusal.map(|r| r.reason),
+            Some(Reason::ClusterSPIFFEIDCRDMissing)
+        );
+        assert_eq!((plan.write, plan.delete, plan.owned), (None, None, None));
+    }
+
+    #[test]
+    fn binding_plan_creates_without_force_and_reports_a_foreign_record() {
+        let d = desired("spiffe://td/ns/a/o");
+        let record = OwnedClusterSpiffeId {
+            name: "someone-elses".into(),
+            uid: "x".into(),
+        };
+        let plan = plan_binding(
+            verdict(Some(d.clone())),
+            &owner(),
+            true,
+            None,
+            Some(record.clone()),
+            FM,
+        );
+        assert_eq!(plan.refusal, None);
+        assert_eq!(
+            plan.write,
+            Some(OutputWrite {
+                object: apply_object(&d, &owner(), None),
+                creates: true,
+            })
+        );
+        assert_eq!(plan.ignored_record, Some(record));
+        // Our own name in the status is no news.
+        let plan = plan_binding(verdict(Some(d)), &owner(), true, None, Some(owned("u")), FM);
+        assert_eq!(plan.ignored_record, None);
+    }
+
+    #[test]
+    fn binding_plan_refuses_a_name_held_by_a_foreign_object() {
+        let d = desired("spiffe://td/ns/a/o");
+        let mut foreign = apply_object(&d, &owner(), None);
+        foreign.metadata.uid = Some("f".into());
+        applied_by(&mut foreign, "someone-else", OWNER_ANNOTATION);
+        let plan = plan_binding(verdict(Some(d)), &owner(), true, Some(&foreign), None, FM);
+        assert_eq!(
+            plan.refusal.map(|r| r.reason),
+            Some(Reason::ForeignObjectHoldsName)
+        );
+        assert_eq!((plan.write, plan.owned), (None, None));
     }
 
     #[test]

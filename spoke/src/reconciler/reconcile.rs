@@ -1,88 +1,107 @@
-//! One binding's reconcile: dereference → compile → plan → apply → status.
+//! One binding's reconcile, as its steps: compile (dereference and compile the namespace,
+//! pure) → plan (pure) → apply (the ClusterSPIFFEID writes) → status → finalizer. Each
+//! step is a function with a typed result in its own module; events and metrics are
+//! recorded here, around the steps.
 //!
 //! Writes happen only when the plan says the cluster differs from what the binding wants:
 //! a resync, a restart or an event that changes nothing sends no request at all.
 
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kleym_api::InferenceIdentityBinding;
 use kleym_api::conditions::CONFLICT;
-use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_api::{InferenceIdentityBinding, OwnedClusterSpiffeId, SpireStats};
-use kube::{Resource, ResourceExt};
+use kube::Resource;
 
 use super::api_availability::ApiKind;
-use super::apply;
-use super::compile::{self, BindingDecision};
+use super::apply::{self, Applied};
+use super::compile;
+use super::config::SpokeConfig;
 use super::context::Context;
 use super::error::Error;
-use super::events;
-use super::finalizer;
-use super::plan::{self, OutputAction};
-use super::queue::ObjectKey;
-use super::status::{self, StatusInputs};
-use super::watches::binding_compile_inputs_differ;
-use crate::compiler::conditions::ConditionOutcome;
-use crate::compiler::{Reason, Refusal};
-use crate::ownership::{self, Foreign, Owner};
+use super::evaluation::BindingDecision;
+use super::events::Transition;
+use super::finalizer::{self, OutputRelease};
+use super::plan::{self, BindingPlan};
+use super::queue::{ObjectKey, WorkQueue};
+use super::state::SpokeState;
+use super::status::{self, StatusDecision};
+use crate::compiler::{ClusterConfig, Reason};
+use crate::ownership::Owner;
 
-/// `Ready=False` reason while writing the ClusterSPIFFEID fails (RBAC, apiserver errors).
-pub const REASON_APPLY_FAILED: &str = "ClusterSPIFFEIDApplyFailed";
 /// Reason of the Warning event when the binding's status recorded an object that is not
 /// its output (only a write by someone else to the status subresource does that).
 pub const REASON_UNTRUSTED_RECORD: &str = "UntrustedClusterSPIFFEIDRecord";
 
-/// The binding as we last know it (cache, or our own newer write).
-pub fn current_binding(ctx: &Context, key: &ObjectKey) -> Option<Arc<InferenceIdentityBinding>> {
-    current_binding_named(ctx, &key.namespace, &key.name)
-}
-
-/// [`current_binding`] by namespace and name.
-fn current_binding_named(
-    ctx: &Context,
-    namespace: &str,
-    name: &str,
-) -> Option<Arc<InferenceIdentityBinding>> {
-    let cached = ctx.caches.bindings.get(namespace, name);
-    ctx.binding_overlay.resolve(namespace, name, cached)
-}
-
-/// The ClusterSPIFFEID `name` as we last know it.
-pub fn current_cluster_spiffe_id(ctx: &Context, name: &str) -> Option<Arc<ClusterSPIFFEID>> {
-    let cached = ctx.caches.cluster_spiffe_ids.get("", name);
-    ctx.csid_overlay.resolve("", name, cached)
-}
-
 /// Reconciles the binding `key`.
 pub async fn reconcile(ctx: &Context, key: &ObjectKey) -> Result<(), Error> {
-    let Some(binding) = current_binding(ctx, key) else {
-        release_claims(ctx, key);
+    let (state, fx) = (&ctx.state, &ctx.effects);
+    let field_manager = ctx.config.field_manager.as_str();
+    let Some(binding) = state.current_binding(key) else {
+        state.release_claims(key);
         return Ok(());
     };
     if finalizer::is_deleting(&binding) {
         return cleanup(ctx, key, &binding).await;
     }
-    let served = ctx.served();
-    let evaluation = compile::evaluate_namespace_shared(ctx, &key.namespace, &served)?;
-    let Some(verdict) = evaluation.verdict(&key.name) else {
+    let Some(verdict) = compile_binding(ctx, key)? else {
         return Ok(()); // vanished between the index read and now
     };
-    enqueue_changed_peers(ctx, key, evaluation.findings());
-    apply_verdict(ctx, key, &binding, verdict).await
-}
-
-async fn apply_verdict(
-    ctx: &Context,
-    key: &ObjectKey,
-    binding: &Arc<InferenceIdentityBinding>,
-    verdict: BindingDecision,
-) -> Result<(), Error> {
-    let mut binding = binding.clone();
     // Objects read from the API always have a namespace, name and UID; without them no
     // object can be proven to be this binding's, so nothing is written.
     let Some(owner) = Owner::of(&binding) else {
         return Ok(());
     };
+    let mut plan = plan_from_caches(state, &ctx.config, key, &binding, &owner, verdict)?;
+    let binding = finalizer::protect_output(state, fx, field_manager, key, binding, &plan).await?;
+    let applied = apply::apply_output(state, fx, field_manager, &plan).await?;
+    let ignored_record = plan.ignored_record.take();
+    let spire_stats = status::spire_stats(state, applied.owned.as_ref());
+    let decision = status::decide(&binding, plan, &applied, spire_stats, &status::now());
+    let binding =
+        status::write_if_changed(state, fx, field_manager, key, binding, &decision.desired).await?;
+    finalizer::settle(state, fx, field_manager, key, &binding, &applied).await?;
+    record_outcome(ctx, key, &binding, &decision, ignored_record, &owner).await;
+    into_result(applied)
+}
+
+/// The compile step: the binding's verdict from its namespace's evaluation (`None` when the
+/// binding is no longer live). Peers whose namespace-wide findings changed are enqueued.
+fn compile_binding(ctx: &Context, key: &ObjectKey) -> Result<Option<BindingDecision>, Error> {
+    let served = ctx.state.served();
+    let evaluation = compile::evaluate_namespace_shared(
+        &ctx.state,
+        &cluster_config(&ctx.config),
+        &key.namespace,
+        &served,
+    )?;
+    let Some(verdict) = evaluation.verdict(&key.name) else {
+        return Ok(None);
+    };
+    enqueue_changed_peers(&ctx.state, &ctx.queue, key, evaluation.findings());
+    Ok(Some(verdict))
+}
+
+/// The plan step: reads the binding's output as last known and decides (pure, see
+/// [`plan::plan_binding`]) what to write.
+fn plan_from_caches(
+    state: &SpokeState,
+    config: &SpokeConfig,
+    key: &ObjectKey,
+    binding: &InferenceIdentityBinding,
+    owner: &Owner,
+    verdict: BindingDecision,
+) -> Result<BindingPlan, Error> {
+    let output_name = owner.object_name();
+    if verdict.output.is_some() {
+        state.claim_name(&output_name, key);
+    }
+    let served = state.served().serves(ApiKind::ClusterSpiffeIds);
+    if served && !state.caches.cluster_spiffe_ids.is_ready() {
+        return Err(Error::CacheNotReady("clusterspiffeids"));
+    }
+    let existing = served
+        .then(|| state.current_cluster_spiffe_id(&output_name))
+        .flatten();
     // The recorded output is only compared with the new one (status writes) and reported
     // when it names another object: it is never used to find, adopt or delete an object
     // (status is writable by the binding's tenant, see `crate::ownership`).
@@ -90,205 +109,56 @@ async fn apply_verdict(
         .status
         .as_ref()
         .and_then(|s| s.cluster_spiffe_id.clone());
-    // Owned: its parts move into the plan and the status instead of being cloned.
-    let BindingDecision {
-        output: mut desired,
-        mut refusal,
-        computed_spiffe_ids,
-        rendered_selectors,
-        conflict_peers,
-        warnings,
-    } = verdict;
-    let csid_served = ctx.served().serves(ApiKind::ClusterSpiffeIds);
-    // The only object this binding can own: the name the compiler gives it (`desired.name`
-    // is the same name).
-    let output_name = owner.object_name();
+    Ok(plan::plan_binding(
+        verdict,
+        owner,
+        served,
+        existing.as_deref(),
+        recorded,
+        &config.field_manager,
+    ))
+}
 
-    if desired.is_some() {
-        claim_name(ctx, &output_name, key);
-    }
-    if !csid_served {
-        if desired.is_some() {
-            refusal = Some(Refusal::new(
-                Reason::ClusterSPIFFEIDCRDMissing,
-                format!(
-                    "the ClusterSPIFFEID CRD ({}) is not served by this cluster; install SPIRE Controller Manager",
-                    ApiKind::ClusterSpiffeIds.crd_name()
-                ),
-            ));
-        }
-        desired = None;
-    } else if !ctx.caches.cluster_spiffe_ids.is_ready() {
-        return Err(Error::CacheNotReady("clusterspiffeids"));
-    }
-
-    let mut owned: Option<OwnedClusterSpiffeId> = None;
-    let mut apply_error: Option<Error> = None;
-    let mut pending: Option<String> = None;
-    if csid_served {
-        let existing = current_cluster_spiffe_id(ctx, &output_name);
-        let plan = plan::plan_output(
-            desired.as_ref(),
-            existing.as_deref(),
-            &owner,
-            &ctx.config.field_manager,
-        );
-        owned = plan.owned_after.clone();
-        if let Some(gone) = &plan.delete {
-            apply::delete_cluster_spiffe_id(ctx, &gone.name, &gone.uid).await?;
-            ctx.csid_overlay.record_deleted(&gone.uid);
-            ctx.csid_overlay.forget("", &gone.name);
-        }
-        match (plan.action, &desired) {
-            (OutputAction::Foreign(foreign), Some(_)) => {
-                refusal = Some(name_taken(&foreign));
-                owned = None;
-            }
-            (OutputAction::Apply { uid }, Some(d)) => {
-                if !finalizer::has_finalizer(&binding) {
-                    let updated =
-                        apply::set_finalizers(ctx, &binding, finalizer::with_finalizer(&binding))
-                            .await?;
-                    binding = record_binding_write(ctx, key, updated);
-                }
-                let obj = plan::apply_object(d, &owner, uid.as_deref());
-                match apply::apply_cluster_spiffe_id(ctx, &obj, uid.is_some()).await {
-                    Ok(applied) => {
-                        owned = Some(OwnedClusterSpiffeId {
-                            name: applied.name_any(),
-                            uid: applied.uid().unwrap_or_default(),
-                        });
-                        ctx.csid_overlay.record(applied);
-                    }
-                    // Creating without force conflicted: someone else's object holds the name.
-                    Err(e) if uid.is_none() && e.status_code() == Some(409) => {
-                        refusal = Some(name_taken(&Foreign {
-                            object: d.name.clone(),
-                            why: "it appeared while kleym was creating it (the apply conflicted)"
-                                .into(),
-                        }));
-                        owned = None;
-                    }
-                    Err(e) => {
-                        pending = Some(format!("could not write ClusterSPIFFEID {}: {e}", d.name));
-                        owned = plan.owned_after;
-                        apply_error = Some(e);
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    let ignored_record = recorded.filter(|r| r.name != output_name);
-
-    let spire_stats = owned
-        .as_ref()
-        .and_then(|o| current_cluster_spiffe_id(ctx, &o.name))
-        .and_then(|o| o.status.as_ref().and_then(|s| s.stats))
-        .map(|s| SpireStats {
-            pods_selected: s.pods_selected,
-            entries_to_set: s.entries_to_set,
-            entries_masked: s.entries_masked,
-            pod_entry_render_failures: s.pod_entry_render_failures,
-        });
-    let outcome = match (refusal, pending) {
-        (Some(r), _) => ConditionOutcome::Refused(r),
-        (None, Some(message)) => ConditionOutcome::Pending {
-            reason: REASON_APPLY_FAILED.into(),
-            message,
-        },
-        (None, None) => ConditionOutcome::Ready {
-            message: owned
-                .as_ref()
-                .map(|o| {
-                    format!(
-                        "ClusterSPIFFEID {} registers {}",
-                        o.name,
-                        compile::spiffe_id_summary(&computed_spiffe_ids)
-                    )
-                })
-                .unwrap_or_default(),
-        },
-    };
-    let inputs = StatusInputs {
-        generation: binding.metadata.generation,
-        outcome,
-        computed_spiffe_ids,
-        rendered_selectors,
-        owned: owned.clone(),
-        conflict_peers,
-        warnings,
-        spire_stats,
-    };
-    let now = Time(
-        k8s_openapi::jiff::Timestamp::now()
-            .round(k8s_openapi::jiff::Unit::Second)
-            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
-    );
-    // Status read back (audit, see `crate::ownership`): only compared with the status we
-    // want (is a write needed), carries condition transition times over, and decides
-    // whether a verdict event is due. A forged status can at most cause one more write of
-    // this binding's own status or change an event about this binding: no object is
-    // chosen from it.
-    let previous = binding.status.as_ref();
-    let desired_status = status::build_status(&inputs, previous, &now);
-    let transition = events::transition(status::recorded_refusal(previous), inputs.refusal());
-    if status::status_differs(&desired_status, previous) {
-        tracing::debug!(
-            binding = %key,
-            previous = ?previous,
-            desired = ?desired_status,
-            "status differs; applying"
-        );
-        let updated = apply::apply_status(ctx, &binding, &desired_status).await?;
-        binding = record_binding_write(ctx, key, updated);
-    }
-    // Output withdrawn for good: the finalizer has nothing left to protect.
-    if owned.is_none() && apply_error.is_none() && finalizer::has_finalizer(&binding) {
-        let updated =
-            apply::set_finalizers(ctx, &binding, finalizer::without_finalizer(&binding)).await?;
-        record_binding_write(ctx, key, updated);
-    } else if owned.is_some() && !finalizer::has_finalizer(&binding) {
-        // Output up to date but the finalizer is gone (the hub's Orphan removal took it off
-        // before the spoke was engaged again, or someone removed it): without it, deleting
-        // the binding would orphan its ClusterSPIFFEID.
-        let updated =
-            apply::set_finalizers(ctx, &binding, finalizer::with_finalizer(&binding)).await?;
-        record_binding_write(ctx, key, updated);
-    }
-    ctx.metrics
+/// Metrics and events of a finished reconcile.
+async fn record_outcome(
+    ctx: &Context,
+    key: &ObjectKey,
+    binding: &InferenceIdentityBinding,
+    decision: &StatusDecision,
+    ignored_record: Option<kleym_api::OwnedClusterSpiffeId>,
+    owner: &Owner,
+) {
+    let fx = &ctx.effects;
+    let inputs = &decision.inputs;
+    fx.metrics
         .observe_outcome(key, inputs.holding_condition(), inputs.holding_reason());
-    if transition != events::Transition::None {
-        ctx.events
-            .publish(&binding.object_ref(&()), &transition)
+    if decision.transition != Transition::None {
+        fx.events
+            .publish(&binding.object_ref(&()), &decision.transition)
             .await;
     }
     if let Some(r) = ignored_record {
         // Only a write to the status subresource by someone else puts another object's
-        // name there: kleym never records any name but `output_name`.
+        // name there: kleym never records any name but the output name.
+        let output_name = owner.object_name();
         let note = format!(
             "status.clusterSPIFFEID named ClusterSPIFFEID {} (UID {}), which is not this binding's output ({output_name}); kleym never trusts its status as proof of ownership: the record was ignored and replaced, and that object was not touched",
             r.name, r.uid
         );
         tracing::warn!(binding = %key, recorded = %r.name, "{note}");
-        ctx.events
+        fx.events
             .warn(&binding.object_ref(&()), REASON_UNTRUSTED_RECORD, &note)
             .await;
     }
-    match apply_error {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
 }
 
-fn name_taken(foreign: &Foreign) -> Refusal {
-    Refusal::new(
-        Reason::ForeignObjectHoldsName,
-        format!(
-            "ClusterSPIFFEID {} already exists and is not proven to be this binding's output ({}); kleym never modifies or deletes it: remove or rename it",
-            foreign.object, foreign.why
-        ),
-    )
+/// A failed ClusterSPIFFEID write fails the reconcile (retried with backoff) once the status
+/// says so.
+fn into_result(applied: Applied) -> Result<(), Error> {
+    match applied.failure {
+        Some(failure) => Err(failure.error),
+        None => Ok(()),
+    }
 }
 
 /// Deletion: remove our output (UID precondition), then our finalizer.
@@ -300,96 +170,55 @@ async fn cleanup(
     if !finalizer::has_finalizer(binding) {
         return Ok(());
     }
-    // The object to delete is found by the name the compiler gives this binding and
-    // proven by `ownership::verify`, never taken from the status (which the binding's
-    // tenant can write, e.g. just before deleting the binding).
-    if ctx.served().serves(ApiKind::ClusterSpiffeIds)
-        && let Some(owner) = Owner::of(binding)
-    {
-        if !ctx.caches.cluster_spiffe_ids.is_ready() {
-            return Err(Error::CacheNotReady("clusterspiffeids"));
-        }
-        let name = owner.object_name();
-        if let Some(obj) = current_cluster_spiffe_id(ctx, &name) {
-            match ownership::verify(&obj, &ctx.config.field_manager, &owner) {
-                Ok(_) => {
-                    let uid = obj.uid().unwrap_or_default();
-                    apply::delete_cluster_spiffe_id(ctx, &name, &uid).await?;
-                    ctx.csid_overlay.record_deleted(&uid);
-                    ctx.csid_overlay.forget("", &name);
-                }
-                Err(foreign) => {
-                    let note = format!("{foreign}; it was left untouched");
-                    tracing::warn!(binding = %key, "{note}");
-                    ctx.events
-                        .warn(
-                            &binding.object_ref(&()),
-                            Reason::ForeignObjectHoldsName.as_str(),
-                            &note,
-                        )
-                        .await;
-                }
-            }
-        }
+    let (state, fx) = (&ctx.state, &ctx.effects);
+    let field_manager = ctx.config.field_manager.as_str();
+    let served = state.served().serves(ApiKind::ClusterSpiffeIds);
+    let released = finalizer::delete_output(state, fx, field_manager, binding, served).await?;
+    if let OutputRelease::Foreign(foreign) = released {
+        let note = format!("{foreign}; it was left untouched");
+        tracing::warn!(binding = %key, "{note}");
+        fx.events
+            .warn(
+                &binding.object_ref(&()),
+                Reason::ForeignObjectHoldsName.as_str(),
+                &note,
+            )
+            .await;
     }
-    match apply::set_finalizers(ctx, binding, finalizer::without_finalizer(binding)).await {
-        Ok(updated) => {
-            record_binding_write(ctx, key, updated);
-        }
-        // Already gone: a previous pass removed the finalizer.
-        Err(e) if e.status_code() == Some(404) => {}
-        Err(e) => return Err(e),
-    }
-    release_claims(ctx, key);
-    ctx.metrics.forget(key);
+    finalizer::remove(state, fx, field_manager, key, binding).await?;
+    state.release_claims(key);
+    fx.metrics.forget(key);
     // Peers that collided with this binding may be free now.
-    let evaluation = compile::evaluate_namespace_shared(ctx, &key.namespace, &ctx.served())?;
-    enqueue_changed_peers(ctx, key, evaluation.findings());
+    let evaluation = compile::evaluate_namespace_shared(
+        state,
+        &cluster_config(&ctx.config),
+        &key.namespace,
+        &state.served(),
+    )?;
+    enqueue_changed_peers(state, &ctx.queue, key, evaluation.findings());
     Ok(())
 }
 
-/// Remembers a binding our write returned (read-your-writes). When that changes what the
-/// namespace evaluation reads of the binding (a spec changed concurrently), the cached
-/// evaluation of its namespace is stale. Returns the recorded binding (shared with the
-/// overlay, without the metadata the caches drop).
-pub(crate) fn record_binding_write(
-    ctx: &Context,
-    key: &ObjectKey,
-    updated: InferenceIdentityBinding,
-) -> Arc<InferenceIdentityBinding> {
-    let before = current_binding(ctx, key);
-    let recorded = ctx.binding_overlay.record(updated);
-    let after = current_binding(ctx, key);
-    if binding_compile_inputs_differ(before.as_deref(), after.as_deref()) {
-        ctx.namespace_cache.invalidate(&key.namespace);
+/// What the compiler needs of the configuration.
+pub fn cluster_config(config: &SpokeConfig) -> ClusterConfig {
+    ClusterConfig {
+        trust_domain: config.trust_domain.clone(),
+        class_name: config.class_name.clone(),
     }
-    recorded
-}
-
-fn claim_name(ctx: &Context, name: &str, key: &ObjectKey) {
-    let mut claims = ctx.name_claims.lock().unwrap_or_else(|p| p.into_inner());
-    claims.retain(|n, k| k != key || n == name);
-    claims.insert(name.to_string(), key.clone());
-}
-
-fn release_claims(ctx: &Context, key: &ObjectKey) {
-    ctx.name_claims
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|_, k| k != key);
 }
 
 /// Enqueues the namespace peers whose namespace-wide findings (conflict, peers, warnings)
 /// in `verdicts` differ from what their status records: collisions appear on, and resolve
 /// for, every member, and warnings that name peers stay current.
 pub fn enqueue_changed_peers<'a>(
-    ctx: &Context,
+    state: &SpokeState,
+    queue: &WorkQueue,
     key: &ObjectKey,
     verdicts: impl IntoIterator<Item = (&'a String, &'a BindingDecision)>,
 ) {
     // Every peer of the namespace is read: one cache lock for all of them (the same
-    // resolution as `current_binding_named`: cache, then our newer writes).
-    let changed: Vec<&String> = ctx
+    // resolution as `SpokeState::current_binding_named`: cache, then our newer writes).
+    let changed: Vec<&String> = state
         .caches
         .bindings
         .read_namespace(&key.namespace, |cached| {
@@ -398,7 +227,8 @@ pub fn enqueue_changed_peers<'a>(
                 .filter(|(name, _)| **name != key.name)
                 .filter(|(name, v)| {
                     let cached = cached.and_then(|c| c.get(name.as_str())).cloned();
-                    ctx.binding_overlay
+                    state
+                        .binding_overlay
                         .resolve(&key.namespace, name, cached)
                         .is_some_and(|peer| conflict_view_differs(&peer, v))
                 })
@@ -406,8 +236,7 @@ pub fn enqueue_changed_peers<'a>(
                 .collect()
         });
     for name in changed {
-        ctx.queue
-            .enqueue(ObjectKey::new(key.namespace.clone(), name.clone()));
+        queue.enqueue(ObjectKey::new(key.namespace.clone(), name.clone()));
     }
 }
 
@@ -442,7 +271,8 @@ fn same_set<A, B>(a: &[A], b: &[B], eq: impl Fn(&A, &B) -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+    use crate::compiler::Refusal;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
     use kleym_api::{ConflictPeer, IdentityWarning, InferenceIdentityBindingStatus};
 
     fn peer(conflict: bool, peers: &[&str], warnings: &[&str]) -> InferenceIdentityBinding {

@@ -10,7 +10,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::api_availability::{self, ApiKind, ServedApis};
-use super::context::{CachesSynced, Context, SpokeConfig};
+use super::config::{CachesSynced, SpokeConfig};
+use super::context::Context;
 use super::error::Error;
 use super::metrics::SpokeMetrics;
 use super::reconcile::reconcile;
@@ -54,7 +55,7 @@ impl Spoke {
 
     /// The metrics of this instance.
     pub fn metrics(&self) -> Arc<SpokeMetrics> {
-        self.ctx.metrics.clone()
+        self.ctx.effects.metrics.clone()
     }
 
     /// The shared context (caches, queue), for status reporting and tests.
@@ -160,7 +161,7 @@ pub async fn run(
 /// Discovery at `at` (now, if past).
 async fn discover_at(ctx: &Context, at: tokio::time::Instant) -> ServedApis {
     tokio::time::sleep_until(at).await;
-    api_availability::discover(&ctx.client, &ctx.served()).await
+    api_availability::discover(&ctx.effects.client, &ctx.state.served()).await
 }
 
 /// What discovery started: the watch of every served API, by kind.
@@ -181,9 +182,9 @@ impl Discovery {
         shutdown: &CancellationToken,
         next: ServedApis,
     ) {
-        let previous = ctx.served();
+        let previous = ctx.state.served();
         let (appeared, vanished) = next.diff(&previous);
-        *ctx.served.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        *ctx.state.served.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
         for kind in &vanished {
             tracing::warn!(api = %kind, "API no longer served; stopping its watch");
             if let Some(t) = self.tokens.remove(kind) {
@@ -211,45 +212,23 @@ impl Discovery {
 }
 
 fn deactivate(ctx: &Context, kind: ApiKind) {
-    let c = &ctx.caches;
-    match kind {
-        ApiKind::Bindings => {
-            c.bindings.deactivate();
-        }
-        ApiKind::ObjectivesLlmd => {
-            c.objectives_llmd.deactivate();
-        }
-        ApiKind::ObjectivesGaie => {
-            c.objectives_gaie.deactivate();
-        }
-        ApiKind::Models => {
-            c.models.deactivate();
-        }
-        ApiKind::PoolsV1 => {
-            c.pools_v1.deactivate();
-        }
-        ApiKind::PoolsLegacy => {
-            c.pools_legacy.deactivate();
-        }
-        ApiKind::ClusterSpiffeIds => {
-            c.cluster_spiffe_ids.deactivate();
-        }
-    }
+    ctx.state.caches.of_kind(kind).deactivate();
     // The cache was emptied without a change event per object.
-    ctx.namespace_cache.invalidate_all();
+    ctx.state.namespace_cache.invalidate_all();
 }
 
 /// After the served set changed, every binding may change verdict (a CRD appeared or
 /// disappeared); enqueue them all once the caches have synced.
 async fn requeue_all_when_synced(ctx: Arc<Context>, shutdown: CancellationToken) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !all_synced(&ctx) && Instant::now() < deadline {
+    while !ctx.state.all_synced() && Instant::now() < deadline {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_millis(50)) => {}
         }
     }
     let all = ctx
+        .state
         .index
         .read()
         .unwrap_or_else(|p| p.into_inner())
@@ -257,24 +236,9 @@ async fn requeue_all_when_synced(ctx: Arc<Context>, shutdown: CancellationToken)
     ctx.queue.enqueue_all(all);
 }
 
-/// Every active cache has completed its first list.
-pub fn all_synced(ctx: &Context) -> bool {
-    let c = &ctx.caches;
-    let served = ctx.served();
-    served.serves(ApiKind::Bindings)
-        && c.bindings.is_ready()
-        && c.namespaces.is_ready()
-        && (!c.objectives_llmd.is_active() || c.objectives_llmd.is_ready())
-        && (!c.objectives_gaie.is_active() || c.objectives_gaie.is_ready())
-        && (!c.models.is_active() || c.models.is_ready())
-        && (!c.pools_v1.is_active() || c.pools_v1.is_ready())
-        && (!c.pools_legacy.is_active() || c.pools_legacy.is_ready())
-        && (!c.cluster_spiffe_ids.is_active() || c.cluster_spiffe_ids.is_ready())
-}
-
 async fn readiness_loop(ctx: Arc<Context>, shutdown: CancellationToken) {
     loop {
-        ctx.readiness.set(all_synced(&ctx));
+        ctx.readiness.set(ctx.state.all_synced());
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
@@ -284,7 +248,7 @@ async fn readiness_loop(ctx: Arc<Context>, shutdown: CancellationToken) {
 
 async fn worker(ctx: Arc<Context>, shutdown: CancellationToken) {
     // Like controller-runtime's WaitForCacheSync: no reconcile on a partial picture.
-    while !all_synced(&ctx) {
+    while !ctx.state.all_synced() {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(Duration::from_millis(25)) => {}
@@ -296,13 +260,15 @@ async fn worker(ctx: Arc<Context>, shutdown: CancellationToken) {
         let elapsed = started.elapsed();
         match result {
             Ok(()) => {
-                ctx.reset_backoff(&key);
-                ctx.metrics.observe_reconcile(elapsed, None);
+                ctx.state.reset_backoff(&key);
+                ctx.effects.metrics.observe_reconcile(elapsed, None);
             }
             Err(err) => {
                 let category = err.failure_reason();
-                ctx.metrics.observe_reconcile(elapsed, Some(category));
-                let delay = ctx.next_backoff(&key);
+                ctx.effects
+                    .metrics
+                    .observe_reconcile(elapsed, Some(category));
+                let delay = ctx.state.next_backoff(&key, ctx.config.error_backoff);
                 tracing::warn!(binding = %key, category, error = %err, retry_in = ?delay, "reconcile failed");
                 ctx.queue.enqueue_after(key.clone(), delay);
             }

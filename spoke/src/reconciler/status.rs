@@ -5,15 +5,32 @@
 //! `lastTransitionTime` is carried over from the current status whenever a condition's
 //! status did not change, so an unchanged outcome produces a byte-identical status and
 //! therefore no write.
+//!
+//! The reconcile's status step: [`decide`] (pure) builds the status and the event its
+//! change is worth from the plan and what the apply step did; [`write_if_changed`] writes
+//! it only when it differs from the binding's.
+
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kleym_api::conditions::READY;
 use kleym_api::{
-    ComputedSpiffeId, ConflictPeer, IdentityWarning, InferenceIdentityBindingStatus,
-    OwnedClusterSpiffeId, SpireStats,
+    ComputedSpiffeId, ConflictPeer, IdentityWarning, InferenceIdentityBinding,
+    InferenceIdentityBindingStatus, OwnedClusterSpiffeId, SpireStats,
 };
 
+use super::apply::{self, Applied};
+use super::effects::Effects;
+use super::error::Error;
+use super::evaluation::spiffe_id_summary;
+use super::events::{self, Transition};
+use super::plan::BindingPlan;
+use super::queue::ObjectKey;
+use super::state::SpokeState;
 use crate::compiler::conditions::{ConditionOutcome, REASON_RECONCILED, build_conditions};
+
+/// `Ready=False` reason while writing the ClusterSPIFFEID fails (RBAC, apiserver errors).
+pub const REASON_APPLY_FAILED: &str = "ClusterSPIFFEIDApplyFailed";
 
 /// Everything the status describes.
 #[derive(Debug, Clone, PartialEq)]
@@ -156,6 +173,119 @@ pub fn recorded_refusal(
         .iter()
         .find(|c| c.type_ != READY && c.status == "True")
         .map(|c| (c.type_.clone(), c.reason.clone()))
+}
+
+/// The status a binding should carry, and the event its change is worth.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusDecision {
+    /// What the status describes (also read by the metrics).
+    pub inputs: StatusInputs,
+    /// The status to have.
+    pub desired: InferenceIdentityBindingStatus,
+    /// The verdict's transition from the recorded status.
+    pub transition: Transition,
+}
+
+/// The status step's pure half: the status `binding` should carry after `applied`, with
+/// SPIRE's `spire_stats` of the owned object.
+pub fn decide(
+    binding: &InferenceIdentityBinding,
+    plan: BindingPlan,
+    applied: &Applied,
+    spire_stats: Option<SpireStats>,
+    now: &Time,
+) -> StatusDecision {
+    let refusal = applied.refusal.clone().or(plan.refusal);
+    let pending = applied.failure.as_ref().map(|f| f.message.clone());
+    let outcome = match (refusal, pending) {
+        (Some(r), _) => ConditionOutcome::Refused(r),
+        (None, Some(message)) => ConditionOutcome::Pending {
+            reason: REASON_APPLY_FAILED.into(),
+            message,
+        },
+        (None, None) => ConditionOutcome::Ready {
+            message: applied
+                .owned
+                .as_ref()
+                .map(|o| {
+                    format!(
+                        "ClusterSPIFFEID {} registers {}",
+                        o.name,
+                        spiffe_id_summary(&plan.computed_spiffe_ids)
+                    )
+                })
+                .unwrap_or_default(),
+        },
+    };
+    let inputs = StatusInputs {
+        generation: binding.metadata.generation,
+        outcome,
+        computed_spiffe_ids: plan.computed_spiffe_ids,
+        rendered_selectors: plan.rendered_selectors,
+        owned: applied.owned.clone(),
+        conflict_peers: plan.conflict_peers,
+        warnings: plan.warnings,
+        spire_stats,
+    };
+    // Status read back (audit, see `crate::ownership`): only compared with the status we
+    // want (is a write needed), carries condition transition times over, and decides
+    // whether a verdict event is due. A forged status can at most cause one more write of
+    // this binding's own status or change an event about this binding: no object is
+    // chosen from it.
+    let previous = binding.status.as_ref();
+    let desired = build_status(&inputs, previous, now);
+    let transition = events::transition(recorded_refusal(previous), inputs.refusal());
+    StatusDecision {
+        inputs,
+        desired,
+        transition,
+    }
+}
+
+/// SPIRE's statistics on the owned ClusterSPIFFEID, as last known.
+pub fn spire_stats(state: &SpokeState, owned: Option<&OwnedClusterSpiffeId>) -> Option<SpireStats> {
+    owned
+        .and_then(|o| state.current_cluster_spiffe_id(&o.name))
+        .and_then(|o| o.status.as_ref().and_then(|s| s.stats))
+        .map(|s| SpireStats {
+            pods_selected: s.pods_selected,
+            entries_to_set: s.entries_to_set,
+            entries_masked: s.entries_masked,
+            pod_entry_render_failures: s.pod_entry_render_failures,
+        })
+}
+
+/// The current time, to the second (condition transition times).
+pub fn now() -> Time {
+    Time(
+        k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
+    )
+}
+
+/// Applies `status` to the binding when it differs from the one it carries, and returns
+/// the binding as it is now.
+pub async fn write_if_changed(
+    state: &SpokeState,
+    fx: &Effects,
+    field_manager: &str,
+    key: &ObjectKey,
+    binding: Arc<InferenceIdentityBinding>,
+    status: &InferenceIdentityBindingStatus,
+) -> Result<Arc<InferenceIdentityBinding>, Error> {
+    let previous = binding.status.as_ref();
+    if !status_differs(status, previous) {
+        return Ok(binding);
+    }
+    tracing::debug!(
+        binding = %key,
+        previous = ?previous,
+        desired = ?status,
+        "status differs; applying"
+    );
+    let updated = apply::apply_status(fx, field_manager, &binding, status).await?;
+    Ok(state.record_binding_write(key, updated))
 }
 
 #[cfg(test)]

@@ -1,8 +1,7 @@
 //! Watches feeding the caches, and the handlers that turn each change into the (few)
 //! bindings it affects.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -10,7 +9,7 @@ use kleym_api::external::model::{self, InferenceModel};
 use kleym_api::external::objective::{self, gaie, llmd};
 use kleym_api::external::pool::{v1, v1alpha2};
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_api::{ErrorCategory, InferenceIdentityBinding, TargetKind};
+use kleym_api::{InferenceIdentityBinding, TargetKind};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -21,106 +20,12 @@ use tokio_util::sync::CancellationToken;
 use super::api_availability::ApiKind;
 use super::caches::{Cache, Change};
 use super::context::Context;
-use super::error::{categorize_kube, categorize_status};
 use super::index::{SourceKey, TargetKey};
+use super::ns_cache::binding_compile_inputs_differ;
 use super::queue::ObjectKey;
 use super::trim::strip_unread_metadata;
+pub use super::watch_failures::{WatchFailure, WatchFailures};
 use crate::compiler::{ForeignSpiffeId, PoolView, TargetView};
-
-/// A watch whose cache has not completed its first list failed: the list was refused
-/// (403), the resource is not served (404), the server failed (5xx) or could not be
-/// reached. The watcher keeps retrying on its own; the hub uses this to give up on an
-/// initial sync at once instead of waiting out its deadline.
-#[derive(Debug, Clone)]
-pub struct WatchFailure {
-    /// `plural.group` of the watched resource (`namespaces` for the core group).
-    pub resource: String,
-    /// The watcher's error (shared: the same failure may be read several times).
-    pub error: Arc<watcher::Error>,
-}
-
-impl WatchFailure {
-    /// The client error behind the watcher's error, if any.
-    pub fn kube_error(&self) -> Option<&kube::Error> {
-        match self.error.as_ref() {
-            watcher::Error::InitialListFailed(e)
-            | watcher::Error::WatchStartFailed(e)
-            | watcher::Error::WatchFailed(e) => Some(e),
-            _ => None,
-        }
-    }
-
-    /// The API server's answer (`Status`), if it answered with an error.
-    pub fn api_status(&self) -> Option<&kube::core::Status> {
-        match self.error.as_ref() {
-            watcher::Error::WatchError(s) => Some(s),
-            _ => match self.kube_error() {
-                Some(kube::Error::Api(s)) => Some(s),
-                _ => None,
-            },
-        }
-    }
-
-    /// The HTTP status code of the failure, if the API server answered.
-    pub fn status_code(&self) -> Option<u16> {
-        self.api_status().map(|s| s.code)
-    }
-
-    /// The fleet category: [`ErrorCategory::CrdMissing`] for a 404 on a list (the resource
-    /// is not served), else [`categorize_status`]'s or [`categorize_kube`]'s.
-    pub fn category(&self) -> ErrorCategory {
-        match (self.status_code(), self.kube_error()) {
-            (Some(404), _) => ErrorCategory::CrdMissing,
-            (Some(code), _) => categorize_status(code),
-            (None, Some(e)) => categorize_kube(e),
-            (None, None) => ErrorCategory::Other,
-        }
-    }
-}
-
-impl std::fmt::Display for WatchFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.api_status() {
-            // The API's own words, without kube's debug rendering of the Status.
-            Some(s) => write!(
-                f,
-                "watch of {}: {} {}: {}",
-                self.resource, s.code, s.reason, s.message
-            ),
-            None => write!(f, "watch of {}: {}", self.resource, self.error),
-        }
-    }
-}
-
-/// The failures of watches whose cache has not synced yet, by resource.
-#[derive(Debug, Default)]
-pub struct WatchFailures(Mutex<BTreeMap<String, WatchFailure>>);
-
-impl WatchFailures {
-    fn record(&self, failure: WatchFailure) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(failure.resource.clone(), failure);
-    }
-
-    fn clear(&self, resource: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(resource);
-    }
-
-    /// One current failure (the first by resource name), if any.
-    pub fn first(&self) -> Option<WatchFailure> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .next()
-            .cloned()
-    }
-}
 
 /// Starts the watch for `kind` in `tasks`; it runs until `token` is cancelled.
 pub fn spawn_watch(
@@ -129,13 +34,13 @@ pub fn spawn_watch(
     kind: ApiKind,
     token: CancellationToken,
 ) {
-    let client = ctx.client.clone();
+    let client = ctx.effects.client.clone();
     match kind {
         ApiKind::Bindings => spawn::<InferenceIdentityBinding>(
             ctx,
             tasks,
             Api::all(client),
-            |c| &c.caches.bindings,
+            |c| &c.state.caches.bindings,
             on_binding,
             token,
         ),
@@ -143,7 +48,7 @@ pub fn spawn_watch(
             ctx,
             tasks,
             Api::all(client),
-            |c| &c.caches.objectives_llmd,
+            |c| &c.state.caches.objectives_llmd,
             on_llmd_objective,
             token,
         ),
@@ -151,7 +56,7 @@ pub fn spawn_watch(
             ctx,
             tasks,
             Api::all(client),
-            |c| &c.caches.objectives_gaie,
+            |c| &c.state.caches.objectives_gaie,
             on_gaie_objective,
             token,
         ),
@@ -159,7 +64,7 @@ pub fn spawn_watch(
             ctx,
             tasks,
             Api::all(client),
-            |c| &c.caches.models,
+            |c| &c.state.caches.models,
             on_model,
             token,
         ),
@@ -167,7 +72,7 @@ pub fn spawn_watch(
             ctx,
             tasks,
             Api::all(client),
-            |c| &c.caches.pools_v1,
+            |c| &c.state.caches.pools_v1,
             on_pool_v1,
             token,
         ),
@@ -175,7 +80,7 @@ pub fn spawn_watch(
             ctx,
             tasks,
             Api::all(client),
-            |c| &c.caches.pools_legacy,
+            |c| &c.state.caches.pools_legacy,
             on_pool_legacy,
             token,
         ),
@@ -183,7 +88,7 @@ pub fn spawn_watch(
             ctx,
             tasks,
             Api::all(client),
-            |c| &c.caches.cluster_spiffe_ids,
+            |c| &c.state.caches.cluster_spiffe_ids,
             on_cluster_spiffe_id,
             token,
         ),
@@ -199,8 +104,8 @@ pub fn spawn_namespace_watch(
     spawn::<Namespace>(
         ctx,
         tasks,
-        Api::all(ctx.client.clone()),
-        |c| &c.caches.namespaces,
+        Api::all(ctx.effects.client.clone()),
+        |c| &c.state.caches.namespaces,
         on_namespace,
         token,
     );
@@ -242,7 +147,7 @@ fn spawn<K>(
                 Some(Ok(event)) => {
                     ingest(&ctx, cache(&ctx), handler, event);
                     if failed && cache(&ctx).is_ready() {
-                        ctx.watch_failures.clear(&resource);
+                        ctx.state.watch_failures.clear(&resource);
                         failed = false;
                     }
                 }
@@ -255,14 +160,14 @@ fn spawn<K>(
                     tracing::warn!(resource = %failure.resource, category = failure.category().as_str(), error = %failure.error, "watch failed; retrying");
                     // Before the first list completed, the sync is stuck on this: say why.
                     if !cache(&ctx).is_ready() {
-                        ctx.watch_failures.record(failure);
+                        ctx.state.watch_failures.record(failure);
                         failed = true;
                     }
                 }
             }
         }
         if failed {
-            ctx.watch_failures.clear(&resource);
+            ctx.state.watch_failures.clear(&resource);
         }
         tracing::debug!(resource = %resource, "watch stopped");
     });
@@ -309,20 +214,21 @@ pub(crate) fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>
     match change {
         Change::Upsert { old, new } => {
             let key = object_key(new.as_ref());
-            ctx.index
+            ctx.state
+                .index
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
                 .upsert_binding(&key, binding_target(&new));
             // What reconciles read of this binding is the newer of cache and overlay: it
             // changed if the new version differs from the cached one or from our write.
-            let written = ctx.binding_overlay.peek(&key.namespace, &key.name);
+            let written = ctx.state.binding_overlay.peek(&key.namespace, &key.name);
             if binding_compile_inputs_differ(old.as_deref(), Some(&new))
                 || written.is_some_and(|w| binding_compile_inputs_differ(Some(&w), Some(&new)))
             {
-                ctx.namespace_cache.invalidate(&key.namespace);
+                ctx.state.namespace_cache.invalidate(&key.namespace);
             }
             let relevant = binding_change_needs_reconcile(old.as_deref(), &new);
-            let own_echo = ctx.binding_overlay.is_own_write(
+            let own_echo = ctx.state.binding_overlay.is_own_write(
                 &key.namespace,
                 &key.name,
                 new.metadata.resource_version.as_deref(),
@@ -333,19 +239,19 @@ pub(crate) fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>
         }
         Change::Removed(gone) => {
             let key = object_key(gone.as_ref());
-            ctx.binding_overlay.forget(&key.namespace, &key.name);
-            ctx.compile_memo.forget(&key);
+            ctx.state.binding_overlay.forget(&key.namespace, &key.name);
+            ctx.state.compile_memo.forget(&key);
             let namespace_empty = {
-                let mut ix = ctx.index.write().unwrap_or_else(|p| p.into_inner());
+                let mut ix = ctx.state.index.write().unwrap_or_else(|p| p.into_inner());
                 ix.remove_binding(&key);
                 ix.bindings_in_namespace(&key.namespace).is_empty()
             };
             if namespace_empty {
-                ctx.namespace_cache.evict(&key.namespace);
+                ctx.state.namespace_cache.evict(&key.namespace);
             } else {
-                ctx.namespace_cache.invalidate(&key.namespace);
+                ctx.state.namespace_cache.invalidate(&key.namespace);
             }
-            ctx.metrics.forget(&key);
+            ctx.effects.metrics.forget(&key);
             // Peers whose verdict depended on this binding (collisions) must be re-evaluated.
             let peers = peers_to_revisit(ctx, &key, gone.as_ref());
             ctx.queue.enqueue_all(peers);
@@ -370,25 +276,6 @@ pub fn binding_change_needs_reconcile(
     })
 }
 
-/// Do two versions of a binding (`None`: absent) differ in what its namespace evaluation
-/// reads: spec, UID, generation (the compile memo's key), being deleted?
-pub fn binding_compile_inputs_differ(
-    a: Option<&InferenceIdentityBinding>,
-    b: Option<&InferenceIdentityBinding>,
-) -> bool {
-    match (a, b) {
-        (None, None) => false,
-        (Some(a), Some(b)) => {
-            a.metadata.uid != b.metadata.uid
-                || a.metadata.generation != b.metadata.generation
-                || a.metadata.deletion_timestamp.is_some()
-                    != b.metadata.deletion_timestamp.is_some()
-                || a.spec != b.spec
-        }
-        _ => true,
-    }
-}
-
 /// Bindings in the namespace that recorded `gone` as a conflict peer, or that `gone`
 /// recorded as one. (Status read back only to pick bindings of the same namespace to
 /// enqueue: a forged peer name costs a reconcile, which re-derives everything from specs
@@ -405,12 +292,13 @@ fn peers_to_revisit(
         .map(|p| ObjectKey::new(key.namespace.clone(), p.name.clone()))
         .collect();
     let names = ctx
+        .state
         .index
         .read()
         .unwrap_or_else(|p| p.into_inner())
         .bindings_in_namespace(&key.namespace);
     for k in names {
-        if let Some(b) = ctx.caches.bindings.get(&k.namespace, &k.name)
+        if let Some(b) = ctx.state.caches.bindings.get(&k.namespace, &k.name)
             && b.status
                 .as_ref()
                 .is_some_and(|s| s.conflict_peers.iter().any(|p| p.name == key.name))
@@ -482,7 +370,7 @@ fn on_target<K: Resource>(
         },
     };
     let affected = {
-        let mut ix = ctx.index.write().unwrap_or_else(|p| p.into_inner());
+        let mut ix = ctx.state.index.write().unwrap_or_else(|p| p.into_inner());
         if alive {
             ix.upsert_source(source.clone(), view(&obj).pool_ref.name);
         } else {
@@ -491,7 +379,9 @@ fn on_target<K: Resource>(
         ix.bindings_for_target(&source.target)
     };
     if view_changed(&change, view) {
-        ctx.namespace_cache.invalidate(&source.target.namespace);
+        ctx.state
+            .namespace_cache
+            .invalidate(&source.target.namespace);
     }
     // Status-only updates of objectives do not change any identity.
     if let Change::Upsert {
@@ -520,7 +410,8 @@ fn on_pool<K: Resource>(ctx: &Context, change: Change<K>, view: fn(&K) -> PoolVi
             Change::Upsert { new, .. } => new,
             Change::Removed(gone) => gone,
         };
-        ctx.namespace_cache
+        ctx.state
+            .namespace_cache
             .invalidate(&obj.namespace().unwrap_or_default());
     }
     let obj = match &change {
@@ -537,6 +428,7 @@ fn on_pool<K: Resource>(ctx: &Context, change: Change<K>, view: fn(&K) -> PoolVi
         Change::Removed(gone) => gone.clone(),
     };
     let affected = ctx
+        .state
         .index
         .read()
         .unwrap_or_else(|p| p.into_inner())
@@ -551,15 +443,16 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
     };
     let name = obj.name_any();
     if let Change::Removed(gone) = &change {
-        ctx.csid_overlay.forget("", &name);
+        ctx.state.csid_overlay.forget("", &name);
         if let Some(uid) = gone.uid() {
-            ctx.csid_overlay.forget_deleted(&uid);
+            ctx.state.csid_overlay.forget_deleted(&uid);
         }
     }
     let mut affected = Vec::new();
     // The binding that (wants to) own this name: ours changed, was deleted, or a foreign
     // holder of our name appeared or went away.
     if let Some(k) = ctx
+        .state
         .name_claims
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -569,6 +462,7 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
     }
     let foreign_changed = {
         let mut foreign = ctx
+            .state
             .foreign_spiffe_ids
             .write()
             .unwrap_or_else(|p| p.into_inner());
@@ -584,11 +478,11 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
     };
     // Every namespace's overlap analysis reads the foreign ClusterSPIFFEIDs.
     if foreign_changed {
-        ctx.namespace_cache.invalidate_all();
+        ctx.state.namespace_cache.invalidate_all();
     }
     // The echo of our own apply: the binding that wrote it already acted on it (unless
     // the write changed the foreign set, e.g. a migrated object is proven kleym's now).
-    let echo = matches!(&change, Change::Upsert { new, .. } if ctx
+    let echo = matches!(&change, Change::Upsert { new, .. } if ctx.state
         .csid_overlay
         .is_own_write("", &name, new.metadata.resource_version.as_deref()));
     if echo && !foreign_changed {
@@ -610,7 +504,8 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
     }
     if foreign_changed || (owner_is_foreign && spec_changed) {
         affected.extend(
-            ctx.index
+            ctx.state
+                .index
                 .read()
                 .unwrap_or_else(|p| p.into_inner())
                 .all_bindings(),
@@ -631,12 +526,13 @@ pub(crate) fn on_namespace(ctx: &Context, change: Change<Namespace>) {
         Change::Removed(gone) => (gone.name_any(), true),
     };
     if matches!(change, Change::Removed(_)) {
-        ctx.namespace_cache.evict(&ns);
+        ctx.state.namespace_cache.evict(&ns);
     } else if changed {
-        ctx.namespace_cache.invalidate(&ns);
+        ctx.state.namespace_cache.invalidate(&ns);
     }
     if changed {
         let affected = ctx
+            .state
             .index
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -650,35 +546,36 @@ mod tests {
     use super::*;
     use kleym_api::{ConflictPeer, InferenceIdentityBindingStatus};
 
-    fn list_failure(code: u16) -> WatchFailure {
-        let status = kube::core::Status::failure("nope", "Reason").with_code(code);
-        WatchFailure {
-            resource: "clusterspiffeids.spire.spiffe.io".into(),
-            error: Arc::new(watcher::Error::InitialListFailed(kube::Error::Api(
-                Box::new(status),
-            ))),
-        }
+    /// A context whose client never connects (needs a Tokio runtime for its request buffer).
+    fn offline_context() -> Arc<Context> {
+        let config = kube::Config::new("https://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        Arc::new(Context::new(
+            client,
+            super::super::config::SpokeConfig::new("td.example"),
+            Arc::new(super::super::metrics::SpokeMetrics::default()),
+        ))
     }
 
-    #[test]
-    fn watch_failures_are_categorised_and_name_the_resource() {
-        assert_eq!(list_failure(403).category().as_str(), "Forbidden");
-        assert_eq!(list_failure(404).category().as_str(), "CRDMissing");
-        assert_eq!(list_failure(500).category().as_str(), "ServerError");
-        assert_eq!(list_failure(503).status_code(), Some(503));
-        let text = list_failure(500).to_string();
-        assert!(
-            text.starts_with("watch of clusterspiffeids.spire.spiffe.io: 500 Reason: nope"),
-            "{text}"
-        );
-        let failures = WatchFailures::default();
-        failures.record(list_failure(500));
-        assert_eq!(
-            failures.first().map(|f| f.category().as_str()),
-            Some("ServerError")
-        );
-        failures.clear("clusterspiffeids.spire.spiffe.io");
-        assert!(failures.first().is_none());
+    #[tokio::test]
+    async fn every_kind_has_a_cache_and_a_watch() {
+        for kind in ApiKind::ALL {
+            let ctx = offline_context();
+            let mut tasks = JoinSet::new();
+            let token = CancellationToken::new();
+            spawn_watch(&ctx, &mut tasks, kind, token.clone());
+            // Starting a watch activates the cache it feeds: exactly `kind`'s.
+            for other in ApiKind::ALL {
+                assert_eq!(
+                    ctx.state.caches.of_kind(other).is_active(),
+                    other == kind,
+                    "watch of {kind} activated the cache of {other}"
+                );
+            }
+            token.cancel();
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
     }
 
     fn binding(generation: i64) -> InferenceIdentityBinding {

@@ -1,0 +1,231 @@
+//! A read-only snapshot of what one reconciler knows about its bindings, for the hub's fleet
+//! state and report. It only reads the binding cache (the bindings as last observed, with the
+//! status the reconciler wrote): no I/O, no writes, no effect on reconciling.
+//!
+//! Status read back (audit, see `crate::ownership`): the snapshot reports each binding's
+//! status as written (by kleym, or by whoever may write the status subresource) to the
+//! hub's report objects; nothing in it is used to choose an object to write or delete.
+//!
+//! The hub asks every spoke for its snapshot periodically; it is rebuilt only when the
+//! binding cache changed since the last build (its version), otherwise the last one is
+//! shared.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use kleym_api::conditions;
+use kleym_api::{
+    ConflictPeer, ContainerDiscriminator, IdentityMode, IdentityWarning, InferenceIdentityBinding,
+};
+use kube::ResourceExt;
+
+use super::caches::Cache;
+use crate::compiler::selectors::{SA_PREFIX, parse_pool_label_selector};
+
+/// What one binding compiled to, as last reported in its status. Typed, with the API's own
+/// types where the status has one: the hub reads fields, it never parses text the spoke made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingSnapshot {
+    /// Binding namespace.
+    pub namespace: String,
+    /// Binding name.
+    pub name: String,
+    /// `spec.mode`.
+    pub mode: IdentityMode,
+    /// `status.computedSpiffeIDs[].spiffeID`.
+    pub spiffe_ids: Vec<String>,
+    /// Service account from the rendered `k8s:sa:` selector, if any.
+    pub service_account: Option<String>,
+    /// `spec.containerDiscriminator`, if any.
+    pub container_discriminator: Option<ContainerDiscriminator>,
+    /// The pool labels of the rendered `k8s:pod-label:<key>:<value>` selectors.
+    pub pool_selector: BTreeMap<String, String>,
+    /// `Ready` condition is `True` for the current generation.
+    pub ready: bool,
+    /// Reason of the `Ready` condition (`None` when not reported yet).
+    pub reason: Option<String>,
+    /// Message of the `Ready` condition (`None` when not reported yet).
+    pub message: Option<String>,
+    /// `status.conflictPeers`.
+    pub conflict_peers: Vec<ConflictPeer>,
+    /// `status.warnings`.
+    pub warnings: Vec<IdentityWarning>,
+    /// Name of the owned ClusterSPIFFEID, if any.
+    pub cluster_spiffe_id: Option<String>,
+}
+
+impl BindingSnapshot {
+    /// Builds the snapshot of one binding object.
+    pub fn of(b: &InferenceIdentityBinding) -> Self {
+        let status = b.status.as_ref();
+        let ready = status.and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::READY));
+        let observed_current = status.and_then(|s| s.observed_generation) == b.metadata.generation;
+        let selectors: &[String] = status
+            .map(|s| s.rendered_selectors.as_slice())
+            .unwrap_or(&[]);
+        // An empty reason or message is one not reported (the condition's fields are
+        // required strings, so "absent" is written as empty).
+        let non_empty = |s: &String| Some(s.clone()).filter(|s| !s.is_empty());
+        Self {
+            namespace: b.namespace().unwrap_or_default(),
+            name: b.name_any(),
+            mode: b.spec.mode,
+            spiffe_ids: status
+                .map(|s| {
+                    s.computed_spiffe_ids
+                        .iter()
+                        .map(|c| c.spiffe_id.clone())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            service_account: selectors
+                .iter()
+                .find_map(|s| s.strip_prefix(SA_PREFIX))
+                .map(str::to_string),
+            container_discriminator: b.spec.container_discriminator.clone(),
+            pool_selector: selectors
+                .iter()
+                .filter_map(|s| parse_pool_label_selector(s))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ready: observed_current && ready.is_some_and(|c| c.status == "True"),
+            reason: ready.and_then(|c| non_empty(&c.reason)),
+            message: ready.and_then(|c| non_empty(&c.message)),
+            conflict_peers: status.map(|s| s.conflict_peers.clone()).unwrap_or_default(),
+            warnings: status.map(|s| s.warnings.clone()).unwrap_or_default(),
+            cluster_spiffe_id: status
+                .and_then(|s| s.cluster_spiffe_id.as_ref())
+                .map(|c| c.name.clone()),
+        }
+    }
+}
+
+/// The last built snapshot, the binding cache version it was built from and the cached
+/// objects it was built of (in the same order).
+#[derive(Debug, Default)]
+pub struct SnapshotMemo {
+    last: Mutex<Option<Built>>,
+}
+
+#[derive(Debug)]
+struct Built {
+    version: u64,
+    sources: Vec<Arc<InferenceIdentityBinding>>,
+    snapshot: Arc<Vec<BindingSnapshot>>,
+}
+
+impl SnapshotMemo {
+    /// Every binding of `cache`'s snapshot, sorted by namespace and name: the last one when
+    /// the cache has not changed since it was built (same `Arc`). A rebuild reuses the entry
+    /// of every binding whose cached object is the one it was built of.
+    pub fn latest(&self, cache: &Cache<InferenceIdentityBinding>) -> Arc<Vec<BindingSnapshot>> {
+        // Read before the objects: a change racing the build makes the next call rebuild.
+        let version = cache.version();
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(built) = last.as_ref()
+            && built.version == version
+        {
+            return Arc::clone(&built.snapshot);
+        }
+        let built = build(cache, version, last.take());
+        let snapshot = Arc::clone(&built.snapshot);
+        *last = Some(built);
+        snapshot
+    }
+}
+
+/// Builds the snapshot from the cache, reusing `previous` entries of unchanged objects
+/// (cached objects are immutable: the same `Arc` is the same version).
+fn build(cache: &Cache<InferenceIdentityBinding>, version: u64, previous: Option<Built>) -> Built {
+    let mut sources = cache.list();
+    sources.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
+    let reusable: HashMap<*const InferenceIdentityBinding, &BindingSnapshot> = previous
+        .as_ref()
+        .map(|p| {
+            p.sources
+                .iter()
+                .map(Arc::as_ptr)
+                .zip(p.snapshot.iter())
+                .collect()
+        })
+        .unwrap_or_default();
+    let snapshot = sources
+        .iter()
+        .map(|b| match reusable.get(&Arc::as_ptr(b)) {
+            Some(kept) => (*kept).clone(),
+            None => BindingSnapshot::of(b),
+        })
+        .collect();
+    Built {
+        version,
+        sources,
+        snapshot: Arc::new(snapshot),
+    }
+}
+
+/// `(namespace, name)` as the snapshot reports them.
+fn sort_key(b: &InferenceIdentityBinding) -> (&str, &str) {
+    (
+        b.metadata.namespace.as_deref().unwrap_or_default(),
+        b.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn snapshot_reads_status_and_spec() {
+        let b: InferenceIdentityBinding = serde_json::from_value(json!({
+            "apiVersion": "kleym.io/v1alpha1",
+            "kind": "InferenceIdentityBinding",
+            "metadata": {"name": "chat-id", "namespace": "llm", "generation": 2},
+            "spec": {
+                "targetRef": {"name": "chat"},
+                "mode": "PerObjective",
+                "containerDiscriminator": {"type": "ContainerName", "value": "chat"},
+                "workloadSelectorTemplates": ["k8s:sa:model-server"]
+            },
+            "status": {
+                "observedGeneration": 2,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Compiled",
+                    "message": "ok", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "computedSpiffeIDs": [{"mode": "PerObjective",
+                    "spiffeID": "spiffe://td/ns/llm/objective/chat"}],
+                "renderedSelectors": ["k8s:sa:model-server", "k8s:pod-label:b:2",
+                    "k8s:pod-label:a:1", "k8s:ns:llm"],
+                "warnings": [{"reason": "Overlap", "message": "m"}]
+            }
+        }))
+        .unwrap();
+        let s = BindingSnapshot::of(&b);
+        assert_eq!(s.spiffe_ids, ["spiffe://td/ns/llm/objective/chat"]);
+        assert_eq!(s.service_account.as_deref(), Some("model-server"));
+        assert_eq!(
+            s.container_discriminator,
+            Some(ContainerDiscriminator {
+                type_: kleym_api::DiscriminatorType::ContainerName,
+                value: "chat".into()
+            })
+        );
+        assert_eq!(
+            s.pool_selector,
+            BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())])
+        );
+        assert!(s.ready);
+        assert_eq!(
+            s.warnings,
+            [IdentityWarning {
+                reason: "Overlap".into(),
+                message: "m".into()
+            }]
+        );
+
+        // A stale status (older generation) is not ready.
+        let mut stale = b.clone();
+        stale.metadata.generation = Some(3);
+        assert!(!BindingSnapshot::of(&stale).ready);
+    }
+}

@@ -1,0 +1,252 @@
+//! The pure half of compiling a namespace: the verdict per binding ([`BindingDecision`]),
+//! the namespace evaluation shared by its reconciles ([`NamespaceEvaluation`]) and the
+//! memo of per-binding compile results ([`CompileMemo`]). No caches and no I/O: the
+//! dereference that feeds it is [`super::compile`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use kleym_api::external::spiffeid::ClusterSPIFFEIDSpec;
+use kleym_api::{ComputedSpiffeId, ConflictPeer, IdentityWarning};
+
+use super::queue::ObjectKey;
+use crate::compiler::{
+    self, BindingInput, BindingRef, ClusterConfig, ForeignSpiffeId, NamespaceLabels, Refusal,
+};
+
+/// What the binding's ClusterSPIFFEID should be.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredOutput {
+    /// Deterministic object name.
+    pub name: String,
+    /// The spec.
+    pub spec: ClusterSPIFFEIDSpec,
+    /// Labels kleym sets (`kleym.io/managed-by`, binding namespace and name).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// What the reconciler decided for one binding: the output to apply (or the refusal)
+/// and what its status shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindingDecision {
+    /// The ClusterSPIFFEID to have, or `None` when refused.
+    pub output: Option<DesiredOutput>,
+    /// The refusal, or `None` when the output is good.
+    pub refusal: Option<Refusal>,
+    /// Computed SPIFFE IDs (also shown when refused by a conflict, to explain it).
+    pub computed_spiffe_ids: Vec<ComputedSpiffeId>,
+    /// Rendered selectors.
+    pub rendered_selectors: Vec<String>,
+    /// Conflict peers.
+    pub conflict_peers: Vec<ConflictPeer>,
+    /// Warnings.
+    pub warnings: Vec<IdentityWarning>,
+}
+
+impl BindingDecision {
+    /// The SPIFFE IDs, for messages.
+    pub fn spiffe_id_summary(&self) -> String {
+        spiffe_id_summary(&self.computed_spiffe_ids)
+    }
+}
+
+/// The SPIFFE IDs of `ids`, comma-separated, for messages.
+pub fn spiffe_id_summary(ids: &[ComputedSpiffeId]) -> String {
+    ids.iter()
+        .map(|c| c.spiffe_id.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a cache lookup saw, for the compile memo: the group and resourceVersion of the
+/// object found, or why nothing was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeenFp {
+    /// Found: group and resourceVersion.
+    Found(&'static str, String),
+    /// Served, absent.
+    NotFound,
+    /// Not served.
+    CrdNotServed,
+}
+
+/// Everything a binding's compile result depends on besides the (fixed) cluster config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputFingerprint {
+    pub(crate) binding_uid: Option<String>,
+    pub(crate) binding_generation: Option<i64>,
+    pub(crate) target: SeenFp,
+    pub(crate) pool: SeenFp,
+}
+
+/// A namespace's evaluation: each live binding's namespace-wide verdict and compile
+/// result. Peers are read for their findings only; [`Self::verdict`] builds the output of
+/// the one binding being reconciled (cloning every peer's ClusterSPIFFEID spec per
+/// reconcile dominated large namespaces).
+#[derive(Debug, Default)]
+pub struct NamespaceEvaluation {
+    bindings: BTreeMap<String, Evaluated>,
+}
+
+#[derive(Debug)]
+struct Evaluated {
+    /// The verdict with `output` left `None`.
+    findings: BindingDecision,
+    compiled: Arc<CompileResult>,
+}
+
+impl Evaluated {
+    fn verdict(&self) -> BindingDecision {
+        let mut verdict = self.findings.clone();
+        if verdict.refusal.is_none()
+            && let Ok(id) = self.compiled.as_ref()
+        {
+            verdict.output = Some(DesiredOutput {
+                name: id.output.name.clone(),
+                spec: id.output.spec.clone(),
+                labels: id.output.labels.clone(),
+            });
+        }
+        verdict
+    }
+}
+
+impl NamespaceEvaluation {
+    /// The full verdict (output included) of the binding `name`, if it is live.
+    pub fn verdict(&self, name: &str) -> Option<BindingDecision> {
+        self.bindings.get(name).map(Evaluated::verdict)
+    }
+
+    /// Every binding's verdict without its output (`output` is `None`), by name.
+    pub fn findings(&self) -> impl Iterator<Item = (&String, &BindingDecision)> {
+        self.bindings.iter().map(|(name, e)| (name, &e.findings))
+    }
+
+    /// Every binding's full verdict, by name.
+    pub fn verdicts(&self) -> BTreeMap<String, BindingDecision> {
+        self.bindings
+            .iter()
+            .map(|(name, e)| (name.clone(), e.verdict()))
+            .collect()
+    }
+
+    /// Number of live bindings evaluated.
+    pub fn len(&self) -> usize {
+        self.bindings.len()
+    }
+
+    /// True when the namespace has no live binding.
+    pub fn is_empty(&self) -> bool {
+        self.bindings.is_empty()
+    }
+}
+
+/// Memo of compile results per binding, valid while the binding's inputs (binding
+/// generation, target and pool resourceVersions, served APIs) are unchanged: a reconcile
+/// compiles its namespace peers only when they changed.
+#[derive(Debug, Default)]
+pub struct CompileMemo(Mutex<HashMap<ObjectKey, MemoEntry>>);
+
+pub(crate) type CompileResult = Result<compiler::CompiledIdentity, Refusal>;
+
+/// Shared so a hit costs a reference count, not a deep clone of the identity.
+type MemoEntry = (InputFingerprint, Arc<CompileResult>);
+
+impl CompileMemo {
+    /// The memoised result for `key` if `fp` matches, else `compile()` (remembered).
+    pub fn get_or_compile(
+        &self,
+        key: &ObjectKey,
+        fp: InputFingerprint,
+        compile: impl FnOnce() -> Result<compiler::CompiledIdentity, Refusal>,
+    ) -> Result<compiler::CompiledIdentity, Refusal> {
+        (*self.get_or_compile_shared(key, fp, compile)).clone()
+    }
+
+    /// [`Self::get_or_compile`] without cloning the result.
+    pub fn get_or_compile_shared(
+        &self,
+        key: &ObjectKey,
+        fp: InputFingerprint,
+        compile: impl FnOnce() -> CompileResult,
+    ) -> Arc<CompileResult> {
+        if let Some((seen, result)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(key)
+            && *seen == fp
+        {
+            return Arc::clone(result);
+        }
+        let result = Arc::new(compile());
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), (fp, Arc::clone(&result)));
+        result
+    }
+
+    /// Forgets a deleted binding.
+    pub fn forget(&self, key: &ObjectKey) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+    }
+}
+
+/// The pure part: compile each binding, analyse the namespace, merge into verdicts.
+pub fn compile_namespace(
+    inputs: &[BindingInput],
+    config: &ClusterConfig,
+    foreign: &[ForeignSpiffeId],
+    namespaces: &NamespaceLabels,
+) -> BTreeMap<String, BindingDecision> {
+    let results = inputs
+        .iter()
+        .map(|i| (i.clone(), Arc::new(compiler::compile(i, config))))
+        .collect();
+    merge(results, foreign, namespaces).verdicts()
+}
+
+/// Merges compile results with the namespace analysis.
+pub(crate) fn merge(
+    results: Vec<(BindingInput, Arc<CompileResult>)>,
+    foreign: &[ForeignSpiffeId],
+    namespaces: &NamespaceLabels,
+) -> NamespaceEvaluation {
+    let compiled: Vec<&compiler::CompiledIdentity> = results
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().as_ref().ok())
+        .collect();
+    let analysis = compiler::analyze_refs(&compiled, foreign, namespaces);
+    let bindings = results
+        .into_iter()
+        .map(|(input, compiled)| {
+            let findings = match compiled.as_ref() {
+                Err(refusal) => BindingDecision {
+                    output: None,
+                    refusal: Some(refusal.clone()),
+                    computed_spiffe_ids: Vec::new(),
+                    rendered_selectors: Vec::new(),
+                    conflict_peers: Vec::new(),
+                    warnings: Vec::new(),
+                },
+                Ok(id) => {
+                    let bref = BindingRef {
+                        namespace: input.namespace,
+                        name: input.name.clone(),
+                    };
+                    let findings = analysis.verdict(&bref);
+                    BindingDecision {
+                        output: None,
+                        refusal: findings.refusal(&bref),
+                        computed_spiffe_ids: vec![ComputedSpiffeId {
+                            mode: id.mode,
+                            spiffe_id: id.spiffe_id.clone(),
+                        }],
+                        rendered_selectors: id.selectors.clone(),
+                        conflict_peers: findings.conflict_peers(),
+                        warnings: findings.status_warnings(),
+                    }
+                }
+            };
+            (input.name, Evaluated { findings, compiled })
+        })
+        .collect();
+    NamespaceEvaluation { bindings }
+}
