@@ -417,6 +417,15 @@ mod tests {
         assert!(out.contains("kleym_spoke_reconcile_failures_total{reason=\"Forbidden\"} 1"));
         assert!(out.contains("kleym_spoke_api_writes_total{write=\"status_apply\"} 1"));
         assert!(out.contains("kleym_spoke_reconcile_duration_seconds_count 1"));
+        // The unit is seconds: 3 ms is 0.003 in the sum, above the 0.0016 bucket and inside
+        // the 0.0032 one.
+        for line in [
+            "kleym_spoke_reconcile_duration_seconds_sum 0.003\n",
+            "kleym_spoke_reconcile_duration_seconds_bucket{le=\"0.0016\"} 0\n",
+            "kleym_spoke_reconcile_duration_seconds_bucket{le=\"0.0032\"} 1\n",
+        ] {
+            assert!(out.contains(line), "missing {line:?} in\n{out}");
+        }
         assert_eq!(m.total_writes(), 1);
     }
 
