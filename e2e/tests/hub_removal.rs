@@ -203,10 +203,48 @@ async fn orphan_keeps_identities_and_drops_finalizers() {
         before,
         "Orphan keeps the ClusterSPIFFEIDs"
     );
-    // No longer managed: a new binding gets no ClusterSPIFFEID.
+    // No longer managed: nothing watches the spoke's bindings or ClusterSPIFFEIDs any more
+    // (the reconciler's watches are closed), so a new binding cannot be seen, and the
+    // profile is gone, so nothing engages the spoke again. Proven from those signals (kubesim
+    // counts open watches per type; its own RBAC watches are not kleym's), not from a pause.
+    let kleym_watches = |store: &kubesim_store::Cluster| {
+        store
+            .watcher_counts()
+            .into_iter()
+            .filter(|(kind, _)| !kind.ends_with(".rbac.authorization.k8s.io"))
+            .collect::<Vec<_>>()
+    };
+    wait_for("the reconciler's watches closed", LIMIT, || {
+        let store = store.clone();
+        async move { kleym_watches(&store).is_empty().then_some(()) }
+    })
+    .await
+    .unwrap();
+    let csid_writes = |store: &kubesim_store::Cluster| {
+        store
+            .write_counts()
+            .get("clusterspiffeids.spire.spiffe.io")
+            .copied()
+    };
+    let writes_before = csid_writes(&store);
+    assert!(
+        writes_before.is_some_and(|n| n > 0),
+        "kleym wrote ClusterSPIFFEIDs before"
+    );
     env::create_bindings(&store, BINDINGS..BINDINGS + 1).unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(!env::csid_names(&store).contains(&env::csid_name(BINDINGS)));
+    assert_eq!(
+        kleym_watches(&store),
+        vec![],
+        "something watches the spoke again"
+    );
+    assert!(
+        hub.handle
+            .state
+            .get(&format!("{PROFILE_NS}/spoke"))
+            .is_none()
+    );
+    assert_eq!(csid_writes(&store), writes_before);
     hub.stop().await.unwrap();
 }
 

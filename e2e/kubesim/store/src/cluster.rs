@@ -725,6 +725,20 @@ impl Cluster {
             .sum()
     }
 
+    /// Open watch streams per resource type (`plural` or `plural.group`, as
+    /// [`Cluster::write_counts`]); types without an open watch are left out.
+    pub fn watcher_counts(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut inner = self.write();
+        inner
+            .types
+            .iter_mut()
+            .filter_map(|(k, t)| {
+                t.watchers.retain(|w| !w.tx.is_closed());
+                (!t.watchers.is_empty()).then(|| (k.clone(), t.watchers.len()))
+            })
+            .collect()
+    }
+
     /// Stored writes per resource type (`plural` or `plural.group`): every create, update,
     /// patch or delete that changed something, including the store's own (namespace
     /// termination, garbage collection, CRD status). No-op writes are not counted. A CRD's
