@@ -92,6 +92,7 @@ fn spoke(at: i64, healthy: bool, bindings: usize) -> SpokeObservation {
                 ..Default::default()
             })
             .collect(),
+        duplicate_of: None,
     }
 }
 

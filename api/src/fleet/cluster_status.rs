@@ -106,6 +106,21 @@ pub struct ClusterIdentityStatusStatus {
     /// means that attempt is under way. Absent when the hub is not backing off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_retry_time: Option<Time>,
+    /// Set when this ClusterProfile describes the same member cluster as another one (same
+    /// `multicluster.x-k8s.io/inventory-member-id`) and the hub engages the cluster through
+    /// that other profile: this one is not engaged and its cluster is not counted twice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<DuplicateOf>,
+}
+
+/// The profile a duplicate's member cluster is engaged through.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DuplicateOf {
+    /// The engaged ClusterProfile, `<namespace>/<name>`.
+    pub cluster_profile: String,
+    /// The shared `multicluster.x-k8s.io/inventory-member-id`.
+    pub member_id: String,
 }
 
 /// Binding counts of one spoke. `notReady` is split by the reason of the binding's `Ready`
@@ -193,6 +208,8 @@ pub mod reasons {
     pub const PROFILE_REFUSED: &str = "ProfileRefused";
     /// Some bindings of the spoke are not ready.
     pub const BINDINGS_NOT_READY: &str = "BindingsNotReady";
+    /// Another ClusterProfile of the same member cluster is engaged; this one is not.
+    pub const DUPLICATE: &str = "Duplicate";
     /// Another error.
     pub const ERROR: &str = "Error";
 }

@@ -15,7 +15,7 @@ mod report;
 
 pub use cluster_status::{
     BindingCounts, ClusterIdentityStatus, ClusterIdentityStatusSpec, ClusterIdentityStatusStatus,
-    NonReadyBinding, condition_types, reasons,
+    DuplicateOf, NonReadyBinding, condition_types, reasons,
 };
 pub use error_category::ErrorCategory;
 pub use report::{

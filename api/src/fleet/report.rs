@@ -84,6 +84,14 @@ pub struct ClusterCounts {
     /// Spokes that are not reachable, lack credentials or are not synced.
     #[serde(default)]
     pub unhealthy: i64,
+    /// ClusterProfiles not engaged because another profile of the same member cluster
+    /// (same `inventory-member-id`) is; not counted in `total`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duplicates: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// Exact counts of findings.

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
 use dashmap::DashMap;
+use kleym_api::fleet::DuplicateOf;
 use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 use tokio::sync::watch;
 
@@ -45,11 +46,14 @@ pub enum Phase {
     /// The profile was deleted or left the selection; applying the removal policy (progress,
     /// retries and a give-up are in `reason` and `last_error`).
     Removing,
+    /// Another profile of the same member cluster (`inventory-member-id`) is engaged; this
+    /// one is not (see `duplicate_of`).
+    Duplicate,
 }
 
 impl Phase {
     /// Every phase, in life-cycle order (metrics export one series per phase).
-    pub const ALL: [Phase; 11] = [
+    pub const ALL: [Phase; 12] = [
         Phase::Pending,
         Phase::Queued,
         Phase::Connecting,
@@ -61,6 +65,7 @@ impl Phase {
         Phase::Refused,
         Phase::Standby,
         Phase::Removing,
+        Phase::Duplicate,
     ];
 
     /// The phase name.
@@ -77,6 +82,7 @@ impl Phase {
             Phase::Refused => "Refused",
             Phase::Standby => "Standby",
             Phase::Removing => "Removing",
+            Phase::Duplicate => "Duplicate",
         }
     }
 }
@@ -124,6 +130,9 @@ pub struct SpokeState {
     pub engagements: u64,
     /// Per-binding results, as the spoke's reconciler last saw them.
     pub bindings: Arc<Vec<BindingSnapshot>>,
+    /// The engaged profile of the same member cluster, while this one is
+    /// [`Phase::Duplicate`].
+    pub duplicate_of: Option<DuplicateOf>,
 }
 
 impl SpokeState {
@@ -143,6 +152,7 @@ impl SpokeState {
             provider: None,
             engagements: 0,
             bindings: Arc::new(Vec::new()),
+            duplicate_of: None,
         }
     }
 }

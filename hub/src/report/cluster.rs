@@ -56,6 +56,7 @@ pub fn cluster_status(
         consecutive_failures: (spoke.consecutive_failures > 0)
             .then_some(i64::from(spoke.consecutive_failures)),
         next_retry_time: spoke.next_retry.map(super::k8s_time),
+        duplicate_of: spoke.duplicate_of.clone(),
     }
 }
 
@@ -163,7 +164,20 @@ fn conditions(
     );
     let ready = {
         let parts = [&creds, &reachable, &synced];
-        if let Some(failed) = parts.iter().find(|c| c.status == "False") {
+        if let Some(d) = &spoke.duplicate_of {
+            // Not engaged through this profile: its cluster is, through the other one.
+            condition(
+                condition_types::READY,
+                "False",
+                reasons::DUPLICATE,
+                format!(
+                    "the same member cluster (inventory-member-id {:?}) is engaged through \
+                     ClusterProfile {}; this profile is not engaged",
+                    d.member_id, d.cluster_profile
+                ),
+                now.clone(),
+            )
+        } else if let Some(failed) = parts.iter().find(|c| c.status == "False") {
             condition(
                 condition_types::READY,
                 "False",

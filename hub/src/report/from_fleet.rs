@@ -28,6 +28,7 @@ impl From<&SpokeState> for SpokeObservation {
             spoke_version: s.version.clone(),
             last_sync: s.last_sync,
             bindings: s.bindings.iter().map(BindingObservation::from).collect(),
+            duplicate_of: s.duplicate_of.clone(),
         }
     }
 }
@@ -101,7 +102,8 @@ fn health_of(s: &SpokeState) -> Shown {
         | Phase::Connecting
         | Phase::Waiting
         | Phase::Standby
-        | Phase::Removing => Shown::new((Unknown, Unknown, Unknown), s.reason.clone()),
+        | Phase::Removing
+        | Phase::Duplicate => Shown::new((Unknown, Unknown, Unknown), s.reason.clone()),
     }
 }
 

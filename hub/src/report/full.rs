@@ -39,7 +39,11 @@ pub struct SpokeReport {
 impl FullReport {
     /// Analyse the fleet. Pure: the same observations (in any order) give the same report.
     pub fn build(spokes: &[SpokeObservation], now: DateTime<Utc>) -> FullReport {
-        let findings = analyze(spokes);
+        // A duplicate profile's cluster is counted, and analysed, through the engaged one.
+        let (duplicates, engaged): (Vec<&SpokeObservation>, Vec<&SpokeObservation>) =
+            spokes.iter().partition(|s| s.duplicate_of.is_some());
+        let counted: Vec<SpokeObservation> = engaged.into_iter().cloned().collect();
+        let findings = analyze(&counted);
         let mut finding_counts = FindingCounts::default();
         for f in &findings {
             finding_counts.add(f.kind);
@@ -60,16 +64,17 @@ impl FullReport {
                 })
             })
             .count();
-        let unhealthy = spokes.iter().filter(|s| !s.healthy()).count();
+        let unhealthy = counted.iter().filter(|s| !s.healthy()).count();
         FullReport {
             summary: FleetIdentityReportStatus {
                 generated_at: Some(super::k8s_time(now)),
                 clusters: ClusterCounts {
-                    total: spokes.len() as i64,
+                    total: counted.len() as i64,
                     ready: ready as i64,
                     unhealthy: unhealthy as i64,
+                    duplicates: duplicates.len() as i64,
                 },
-                bindings: spokes.iter().map(|s| s.bindings.len() as i64).sum(),
+                bindings: counted.iter().map(|s| s.bindings.len() as i64).sum(),
                 finding_counts,
                 findings,
                 findings_truncated: false,

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
+use kleym_api::fleet::DuplicateOf;
 use kleym_api::{ConflictPeer, ErrorCategory, IdentityMode, IdentityWarning};
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +39,10 @@ pub struct SpokeObservation {
     pub last_sync: Option<DateTime<Utc>>,
     /// The spoke's bindings as last observed (kept while the spoke is unreachable).
     pub bindings: Vec<BindingObservation>,
+    /// Set when the profile is a duplicate of another profile of the same member cluster
+    /// (then it is not engaged, has no bindings and is not counted as a cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<DuplicateOf>,
 }
 
 fn is_zero(n: &u32) -> bool {

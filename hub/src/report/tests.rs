@@ -504,3 +504,57 @@ fn full_report_parses_as_the_crd_status() {
     let back: FullReport = serde_json::from_value(json).unwrap();
     assert_eq!(back, full);
 }
+
+#[test]
+fn a_duplicate_profile_is_counted_once_and_never_drifts_with_itself() {
+    use kleym_api::fleet::DuplicateOf;
+    let id = format!("{TD}/ns/team-d/objective/drift");
+    let engaged = spoke(
+        "fleet/east",
+        vec![binding("team-d", "drift", &id, "vllm", Some("vllm"))],
+    );
+    // The duplicate still carries (stale) bindings that differ from the engaged profile's:
+    // analysed as a cluster of its own they would be cross-cluster drift.
+    let duplicate = SpokeObservation {
+        duplicate_of: Some(DuplicateOf {
+            cluster_profile: "fleet/east".into(),
+            member_id: "east.example".into(),
+        }),
+        ..spoke(
+            "inventory-capi/east",
+            vec![binding("team-d", "drift", &id, "other-sa", Some("vllm"))],
+        )
+    };
+    let now = Utc.timestamp_opt(1_000, 0).unwrap();
+    let report = FullReport::build(&[engaged.clone(), duplicate.clone()], now);
+    assert_eq!(report.summary.clusters.total, 1);
+    assert_eq!(report.summary.clusters.duplicates, 1);
+    assert_eq!(report.summary.clusters.ready, 1);
+    assert_eq!(report.summary.bindings, 1);
+    assert!(
+        report.summary.findings.is_empty(),
+        "{:?}",
+        report.summary.findings
+    );
+    // Without the duplicate marking the same observations are drift: the test can fail.
+    let unmarked = SpokeObservation {
+        duplicate_of: None,
+        ..duplicate.clone()
+    };
+    let drift = FullReport::build(&[engaged, unmarked], now);
+    assert_eq!(drift.summary.finding_counts.cross_cluster_drift, 1);
+    // The duplicate's own status says why it is not engaged, naming the chosen profile.
+    let status = cluster_status(&duplicate, now, None);
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition_types::READY)
+        .unwrap();
+    assert_eq!(ready.status, "False");
+    assert_eq!(ready.reason, reasons::DUPLICATE);
+    assert!(ready.message.contains("fleet/east"), "{}", ready.message);
+    assert_eq!(
+        status.duplicate_of.as_ref().map(|d| d.member_id.as_str()),
+        Some("east.example")
+    );
+}
