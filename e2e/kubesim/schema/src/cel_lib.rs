@@ -2,7 +2,8 @@
 //! plus the Kubernetes library functions kubesim implements (`isURL`, `url(...).getX()`,
 //! list `isSorted/sum/min/max/indexOf/lastIndexOf`, regex `find/findAll`, the
 //! `quantity` library with quantities represented as doubles, and the IP/CIDR library with
-//! addresses and prefixes represented as their strings).
+//! addresses and prefixes represented as their strings), and the `format` library
+//! (`cel_format`). URLs are parsed as Go's `url.ParseRequestURI` parses them (`go_url`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -10,6 +11,8 @@ use std::sync::{Arc, LazyLock, Mutex};
 use cel::common::types::{DOUBLE_TYPE, DYN_TYPE, INT_TYPE, LIST_TYPE, STRING_TYPE};
 use cel::common::value::{CowVal, Val};
 use cel::{Context, Env, ExecutionError, Value};
+
+use crate::go_url::GoUrl;
 
 /// The shared environment (built once; compiling and evaluating only read it).
 pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(build_env()));
@@ -95,6 +98,7 @@ fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     )?;
     add_quantity_library(env)?;
     add_ip_library(env)?;
+    crate::cel_format::add_format_library(env)?;
     env.add_member_overload("find", "string_find", STRING_TYPE, vec![STRING_TYPE], find)?;
     env.add_member_overload(
         "findAll",
@@ -123,12 +127,19 @@ pub(crate) fn is_supported(name: &str) -> bool {
     // `Context::add_function` refuses a name the Env declares: the only public probe.
     let mut ctx = Context::with_env(ENV.clone());
     let declared = ctx.add_function(name, |a: i64| a).is_err()
-        || ["optional.", "math.", "lists.", "strings.", "base64."]
-            .iter()
-            .any(|ns| {
-                ctx.add_function(&format!("{ns}{name}"), |a: i64| a)
-                    .is_err()
-            });
+        || [
+            "optional.",
+            "math.",
+            "lists.",
+            "strings.",
+            "base64.",
+            "format.",
+        ]
+        .iter()
+        .any(|ns| {
+            ctx.add_function(&format!("{ns}{name}"), |a: i64| a)
+                .is_err()
+        });
     if let Ok(mut cache) = DECLARED.lock() {
         cache.insert(name.to_string(), declared);
     }
@@ -164,44 +175,8 @@ fn list_arg(v: &Value, function: &str) -> Result<Arc<Vec<Value>>, ExecutionError
     }
 }
 
-/// The parts of an absolute URL as Go's `url.Parse` splits it (enough for the getters).
-struct UrlParts {
-    scheme: String,
-    host: String,
-    path: String,
-}
-
-fn parse_url(s: &str) -> Option<UrlParts> {
-    // Kubernetes' isURL/url accept absolute URLs and absolute paths (`/a/b`).
-    if s.starts_with('/') {
-        return Some(UrlParts {
-            scheme: String::new(),
-            host: String::new(),
-            path: s.split(['?', '#']).next().unwrap_or("").to_string(),
-        });
-    }
-    if !crate::formats::is_uri(s) {
-        return None;
-    }
-    let (scheme, rest) = s.split_once(':')?;
-    let rest = rest.split('#').next().unwrap_or("");
-    let rest = rest.split('?').next().unwrap_or("");
-    let (host, path) = match rest.strip_prefix("//") {
-        Some(authority_and_path) => {
-            let (auth, path) = match authority_and_path.find('/') {
-                Some(i) => (&authority_and_path[..i], &authority_and_path[i..]),
-                None => (authority_and_path, ""),
-            };
-            let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
-            (host.to_string(), path.to_string())
-        }
-        None => (String::new(), rest.to_string()),
-    };
-    Some(UrlParts {
-        scheme: scheme.to_string(),
-        host,
-        path,
-    })
+fn parse_url(s: &str) -> Option<GoUrl> {
+    crate::go_url::parse_request_uri(s).ok()
 }
 
 fn is_url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
@@ -213,10 +188,10 @@ fn is_url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execution
 fn url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let a = values(&args)?;
     let s = string_arg(a.first().unwrap_or(&Value::Null), "url")?;
-    if parse_url(&s).is_none() {
+    if let Err(e) = crate::go_url::parse_request_uri(&s) {
         return Err(ExecutionError::function_error(
             "url",
-            format!("URL parse error during conversion from string: {s}"),
+            format!("URL parse error during conversion from string: {e}"),
         ));
     }
     ret(Value::String(Arc::new(s)))
@@ -225,54 +200,33 @@ fn url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionErr
 fn url_part<'b, 'v>(
     args: Vec<CowVal<'b, 'v>>,
     name: &str,
-    part: fn(&UrlParts) -> Value,
+    part: fn(&GoUrl) -> String,
 ) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let a = values(&args)?;
     let s = string_arg(a.first().unwrap_or(&Value::Null), name)?;
     let parts = parse_url(&s)
         .ok_or_else(|| ExecutionError::function_error(name, format!("not a URL: {s}")))?;
-    ret(part(&parts))
-}
-
-fn split_host_port(host: &str) -> (String, String) {
-    if let Some(rest) = host.strip_prefix('[') {
-        // [ipv6]:port
-        if let Some((h, p)) = rest.split_once(']') {
-            return (h.to_string(), p.trim_start_matches(':').to_string());
-        }
-    }
-    match host.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') => (h.to_string(), p.to_string()),
-        _ => (host.to_string(), String::new()),
-    }
+    ret(Value::String(Arc::new(part(&parts))))
 }
 
 fn get_scheme<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    url_part(args, "getScheme", |p| {
-        Value::String(Arc::new(p.scheme.clone()))
-    })
+    url_part(args, "getScheme", |p| p.scheme.clone())
 }
 
 fn get_host<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    url_part(args, "getHost", |p| Value::String(Arc::new(p.host.clone())))
+    url_part(args, "getHost", |p| p.host.clone())
 }
 
 fn get_hostname<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    url_part(args, "getHostname", |p| {
-        Value::String(Arc::new(split_host_port(&p.host).0))
-    })
+    url_part(args, "getHostname", GoUrl::hostname)
 }
 
 fn get_port<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    url_part(args, "getPort", |p| {
-        Value::String(Arc::new(split_host_port(&p.host).1))
-    })
+    url_part(args, "getPort", GoUrl::port)
 }
 
 fn get_escaped_path<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    url_part(args, "getEscapedPath", |p| {
-        Value::String(Arc::new(p.path.clone()))
-    })
+    url_part(args, "getEscapedPath", GoUrl::escaped_path)
 }
 
 fn compare(a: &Value, b: &Value, function: &str) -> Result<std::cmp::Ordering, ExecutionError> {

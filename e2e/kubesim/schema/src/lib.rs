@@ -15,12 +15,14 @@
 
 #![warn(missing_docs)]
 
+mod cel_format;
 mod cel_lib;
 mod cel_rules;
 mod defaults;
 mod errors;
 mod formats;
 mod go_regex;
+mod go_url;
 mod node;
 mod prune;
 mod structural;
