@@ -35,9 +35,7 @@ pub(crate) struct TypeCtx {
 impl TypeCtx {
     /// The stored object as served in the requested version.
     pub fn out(&self, stored: &Value) -> Value {
-        let mut v = stored.clone();
-        self.conversion.to_served(&mut v);
-        v
+        self.served(stored.clone())
     }
 
     /// As [`TypeCtx::out`], without copying when nobody else holds `stored` (a freshly
@@ -59,6 +57,18 @@ impl TypeCtx {
     /// A stored-form object the caller owns, turned into the served form.
     pub fn served(&self, mut v: Value) -> Value {
         self.conversion.to_served(&mut v);
+        // A custom resource read through another version than its storage one: after the
+        // `None` conversion kube-apiserver's schema-coercing converter prunes the object
+        // with the served version's schema, and the read path applies that version's
+        // defaults (a field only the storage version knows is not shown).
+        if let (Conversion::ApiVersion { served, storage }, Some(schema)) =
+            (&self.conversion, &self.schema)
+            && served != storage
+            && v.is_object()
+        {
+            schema.prune(&mut v);
+            schema.apply_defaults(&mut v);
+        }
         v
     }
 
