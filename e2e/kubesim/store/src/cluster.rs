@@ -422,7 +422,7 @@ impl Cluster {
                         rx: None,
                         api_version: ctx.res.api_version(),
                         kind: ctx.res.kind.clone(),
-                        conversion: ctx.conversion.clone(),
+                        ctx: ctx.clone(),
                         deadline: None,
                         bookmark_every: None,
                         state: Arc::downgrade(&self.state),
@@ -468,7 +468,7 @@ impl Cluster {
             rx: Some(rx),
             api_version: ctx.res.api_version(),
             kind: ctx.res.kind.clone(),
-            conversion: ctx.conversion.clone(),
+            ctx: ctx.clone(),
             deadline: opts
                 .timeout_seconds
                 .map(|s| tokio::time::Instant::now() + Duration::from_secs(s)),

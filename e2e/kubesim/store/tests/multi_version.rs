@@ -187,6 +187,14 @@ async fn each_version_prunes_and_validates_writes_through_it() {
         &opts("t"),
     )
     .unwrap();
+    let mut w2 = c
+        .watch(&v2, Some("fleet"), &WatchOptions::default())
+        .unwrap();
+    let mut w1 = c
+        .watch(&v1, Some("fleet"), &WatchOptions::default())
+        .unwrap();
+    assert_eq!(next(&mut w2).await.unwrap().event_type, "ADDED");
+    assert_eq!(next(&mut w1).await.unwrap().event_type, "ADDED");
 
     // status.credentialProviders exists in v1alpha1 only: kept through v1alpha1 ...
     c.patch(
@@ -211,6 +219,30 @@ async fn each_version_prunes_and_validates_writes_through_it() {
     assert_eq!(
         got["status"]["accessProviders"][0]["cluster"]["server"],
         "https://a.example:6443"
+    );
+    // ... the same for watch events: live ones through each version.
+    let ev = next(&mut w2).await.unwrap();
+    assert_eq!(ev.event_type, "MODIFIED");
+    assert_eq!(ev.object["apiVersion"], "multicluster.x-k8s.io/v1alpha2");
+    assert!(
+        ev.object["status"].get("credentialProviders").is_none(),
+        "{}",
+        ev.object
+    );
+    let ev = next(&mut w1).await.unwrap();
+    assert_eq!(
+        ev.object["status"]["credentialProviders"][0]["name"],
+        "secretreader"
+    );
+    // A watch through v1alpha2 started now sees the same in its initial events.
+    let mut w2 = c
+        .watch(&v2, Some("fleet"), &WatchOptions::default())
+        .unwrap();
+    let ev = next(&mut w2).await.unwrap();
+    assert!(
+        ev.object["status"].get("credentialProviders").is_none(),
+        "{}",
+        ev.object
     );
     // ... and pruned when written through v1alpha2.
     c.create(
