@@ -458,7 +458,11 @@ impl Cluster {
             }
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        ts.watchers.push(Watcher { filter, tx });
+        ts.watchers.push(Watcher {
+            filter,
+            tx,
+            version: ctx.res.version.clone(),
+        });
         drop(inner);
         let bookmark_every = opts
             .allow_bookmarks

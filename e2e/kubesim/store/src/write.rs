@@ -848,6 +848,12 @@ impl Inner {
         for r in def.resources() {
             self.register(r);
         }
+        // Watches through a version no longer served end, as kube-apiserver tears down the
+        // CRD's old storage (and its watches) when the CRD changes; clients re-watch.
+        if let Some(ts) = self.types.get_mut(&key) {
+            ts.watchers
+                .retain(|w| def.versions.get(&w.version).is_some_and(|v| v.served));
+        }
         let status =
             crate::crd::established_status(&def, stored.get("status"), &meta::now_rfc3339());
         self.crds.insert(key, def);

@@ -146,7 +146,18 @@ async fn a_crd_updated_to_two_versions_serves_both_without_restart() {
             .all(|i| i["apiVersion"] == "multicluster.x-k8s.io/v1alpha2")
     );
 
-    // Removing v1alpha2 from the CRD stops serving it; the objects stay.
+    // Removing v1alpha2 from the CRD stops serving it; the objects stay, watches through
+    // v1alpha2 end, watches through v1alpha1 go on.
+    let mut w1 = c
+        .watch(&v1, Some("fleet"), &WatchOptions::default())
+        .unwrap();
+    let mut w2 = c
+        .watch(&v2, Some("fleet"), &WatchOptions::default())
+        .unwrap();
+    for w in [&mut w1, &mut w2] {
+        next(w).await.unwrap();
+        next(w).await.unwrap();
+    }
     let crd_res = crds(&c);
     let mut live = c
         .get(&crd_res, None, "clusterprofiles.multicluster.x-k8s.io")
@@ -169,6 +180,11 @@ async fn a_crd_updated_to_two_versions_serves_both_without_restart() {
             .is_none()
     );
     assert!(c.get(&v1, Some("fleet"), "a").is_ok());
+    assert!(next(&mut w2).await.is_none(), "the v1alpha2 watch ends");
+    assert!(idle(&mut w1).await, "the v1alpha1 watch stays open");
+    c.delete(&v1, Some("fleet"), "b", &Default::default())
+        .unwrap();
+    assert_eq!(next(&mut w1).await.unwrap().event_type, "DELETED");
     let e = c.get(&v2, Some("fleet"), "a").unwrap_err();
     assert_eq!(e.code, 404, "{e:?}");
 }
