@@ -1,5 +1,6 @@
 //! The CEL environment: cel-rust's standard library and its strings/lists/math extensions,
-//! plus the Kubernetes library functions kubesim implements (`isURL`, `url(...).getX()`,
+//! plus the Kubernetes library functions kubesim implements (`isURL`, `url(...).getX()`
+//! including `getQuery`,
 //! list `isSorted/sum/min/max/indexOf/lastIndexOf`, regex `find/findAll`, the
 //! `quantity` library with quantities represented as doubles, and the IP/CIDR library with
 //! addresses and prefixes represented as their strings), and the `format` library
@@ -78,6 +79,7 @@ fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     for (name, f) in getters {
         env.add_member_overload(name, &format!("url_{name}"), STRING_TYPE, vec![], f)?;
     }
+    env.add_member_overload("getQuery", "url_getQuery", STRING_TYPE, vec![], get_query)?;
     env.add_member_overload("isSorted", "list_isSorted", LIST_TYPE, vec![], is_sorted)?;
     env.add_member_overload("sum", "list_sum", LIST_TYPE, vec![], sum)?;
     env.add_member_overload("min", "list_min", LIST_TYPE, vec![], list_min)?;
@@ -227,6 +229,23 @@ fn get_port<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Executi
 
 fn get_escaped_path<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     url_part(args, "getEscapedPath", GoUrl::escaped_path)
+}
+
+/// `map<string, list<string>>` of the query parameters (`url.Query()`).
+fn get_query<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let s = string_arg(a.first().unwrap_or(&Value::Null), "getQuery")?;
+    let parts = parse_url(&s)
+        .ok_or_else(|| ExecutionError::function_error("getQuery", format!("not a URL: {s}")))?;
+    let map: HashMap<String, Value> = parts
+        .query()
+        .into_iter()
+        .map(|(k, vs)| {
+            let list = vs.into_iter().map(|v| Value::String(Arc::new(v))).collect();
+            (k, Value::List(Arc::new(list)))
+        })
+        .collect();
+    ret(Value::from(map))
 }
 
 fn compare(a: &Value, b: &Value, function: &str) -> Result<std::cmp::Ordering, ExecutionError> {
@@ -818,6 +837,7 @@ mod tests {
             "getHostname",
             "getPort",
             "getEscapedPath",
+            "getQuery",
             "isSorted",
             "sum",
             "min",

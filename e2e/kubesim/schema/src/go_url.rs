@@ -15,6 +15,8 @@ pub(crate) struct GoUrl {
     pub host: String,
     /// The path as written (still escaped).
     raw_path: String,
+    /// `url.RawQuery`: after the first `?` (empty for a lone trailing `?`).
+    raw_query: String,
     /// Set for `scheme:opaque` URIs.
     opaque: bool,
 }
@@ -152,6 +154,7 @@ fn parse(raw: &str) -> Result<GoUrl, String> {
         scheme: String::new(),
         host: String::new(),
         raw_path: String::new(),
+        raw_query: String::new(),
         opaque: false,
     };
     if raw == "*" {
@@ -181,6 +184,7 @@ fn parse(raw: &str) -> Result<GoUrl, String> {
     }
     // The query is cut off (its contents are not checked).
     if let Some(q) = rest.find('?') {
+        url.raw_query = rest[q + 1..].to_string();
         rest = &rest[..q];
     }
     if !rest.starts_with('/') {
@@ -252,6 +256,55 @@ impl GoUrl {
         }
         out
     }
+}
+
+impl GoUrl {
+    /// `url.Query()`: `ParseQuery` of the raw query, invalid pairs skipped (pairs with `;`,
+    /// bad escapes), `+` read as a space; each key's values in order.
+    pub(crate) fn query(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        for pair in self.raw_query.split('&') {
+            if pair.is_empty() || pair.contains(';') {
+                continue;
+            }
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            let (Some(k), Some(v)) = (query_unescape(k), query_unescape(v)) else {
+                continue;
+            };
+            match out.iter_mut().find(|(key, _)| *key == k) {
+                Some((_, values)) => values.push(v),
+                None => out.push((k, vec![v])),
+            }
+        }
+        out
+    }
+}
+
+/// `url.QueryUnescape`: `%XX` decoded, `+` a space; `None` on a bad escape.
+fn query_unescape(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                if i + 2 >= b.len() || !is_hex(b[i + 1]) || !is_hex(b[i + 2]) {
+                    return None;
+                }
+                out.push(unhex(b[i + 1]) << 4 | unhex(b[i + 2]));
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Some(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// Go's `splitHostPort` as `Hostname`/`Port` use it.

@@ -766,6 +766,11 @@ fn url_library_follows_go_parse_request_uri() {
         "url(self.v).getHost() == '' && url(self.v).getEscapedPath() == '/a%20b'",
         "/a b",
     );
+    ok(
+        "url(self.v).getQuery() == {'k': ['1', '2'], 'q': ['a b']}",
+        "https://h/p?k=1&q=a+b&k=2",
+    );
+    ok("url(self.v).getQuery().size() == 0", "https://h/p");
     // The ClusterProfile v1alpha2 rules.
     let server = "isURL(self.v) && url(self.v).getHost() != ''";
     ok(server, "https://10.0.0.1:6443");
