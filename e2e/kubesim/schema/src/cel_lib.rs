@@ -13,12 +13,18 @@ use cel::common::types::{DOUBLE_TYPE, DYN_TYPE, INT_TYPE, LIST_TYPE, STRING_TYPE
 use cel::common::value::{CowVal, Val};
 use cel::{Context, Env, ExecutionError, Value};
 
+use cel::IdedExpr;
+use cel::common::ast::{EntryExpr, Expr};
+
 use crate::go_url::GoUrl;
 
 /// The shared environment (built once; compiling and evaluating only read it).
 pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(build_env()));
 
 /// Operators and macros the interpreter evaluates itself (not declared in the `Env`).
+/// cel-rust 0.15 does not evaluate `cel.bind`, `transformList` or `transformMap` (its
+/// interpreter reports their variables as undeclared), so they are not listed: rules
+/// using them are refused.
 const BUILTIN: &[&str] = &[
     "_==_",
     "_!=_",
@@ -47,11 +53,7 @@ const BUILTIN: &[&str] = &[
     "map",
     "filter",
     "@not_strictly_false",
-    "cel.bind",
-    "bind",
     "sortBy",
-    "transformList",
-    "transformMap",
 ];
 
 fn build_env() -> Env {
@@ -116,7 +118,7 @@ fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
 static DECLARED: LazyLock<Mutex<HashMap<String, bool>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
-/// Whether a function name that a compiled rule calls can be evaluated here.
+/// Whether a function name (`size`, or a qualified `format.labelValue`) is declared here.
 pub(crate) fn is_supported(name: &str) -> bool {
     if BUILTIN.contains(&name) {
         return true;
@@ -128,24 +130,119 @@ pub(crate) fn is_supported(name: &str) -> bool {
     }
     // `Context::add_function` refuses a name the Env declares: the only public probe.
     let mut ctx = Context::with_env(ENV.clone());
-    let declared = ctx.add_function(name, |a: i64| a).is_err()
-        || [
-            "optional.",
-            "math.",
-            "lists.",
-            "strings.",
-            "base64.",
-            "format.",
-        ]
-        .iter()
-        .any(|ns| {
-            ctx.add_function(&format!("{ns}{name}"), |a: i64| a)
-                .is_err()
-        });
+    let declared = ctx.add_function(name, |a: i64| a).is_err();
     if let Ok(mut cache) = DECLARED.lock() {
         cache.insert(name.to_string(), declared);
     }
     declared
+}
+
+/// The functions a parsed rule calls that this environment does not declare, sorted.
+/// A call on a plain identifier that is neither `self`/`oldSelf` nor a comprehension
+/// variable is a namespaced function (`format.dns1123Label()`, `sets.contains(a, b)`) and
+/// is checked under its qualified name, so a namespace kubesim lacks is not mistaken for a
+/// member call of the same name (`sets.contains` vs `string.contains`).
+pub(crate) fn unsupported_functions(expr: &IdedExpr) -> Vec<String> {
+    let mut missing = Vec::new();
+    let mut bound = vec!["self".to_string(), "oldSelf".to_string()];
+    walk(expr, &mut bound, &mut missing);
+    missing.sort();
+    missing.dedup();
+    missing
+}
+
+fn walk(e: &IdedExpr, bound: &mut Vec<String>, missing: &mut Vec<String>) {
+    match &e.expr {
+        Expr::Call(call) => {
+            match call.target.as_deref() {
+                Some(IdedExpr {
+                    expr: Expr::Ident(ns),
+                    ..
+                }) if !bound.contains(ns) => {
+                    let qualified = format!("{ns}.{}", call.func_name);
+                    if !is_supported(&qualified) {
+                        missing.push(qualified);
+                    }
+                }
+                Some(target) => {
+                    if !is_supported(&call.func_name) {
+                        missing.push(call.func_name.clone());
+                    }
+                    walk(target, bound, missing);
+                }
+                None => {
+                    if !is_supported(&call.func_name) {
+                        missing.push(call.func_name.clone());
+                    }
+                }
+            }
+            // Macros cel-rust keeps as calls (`cel.bind(n, v, e)`, and possibly `all`,
+            // `map`, …) name their variables in leading identifier arguments.
+            let before = bound.len();
+            let binds = BINDING_CALLS.contains(&call.func_name.as_str());
+            for (i, a) in call.args.iter().enumerate() {
+                match &a.expr {
+                    Expr::Ident(v) if binds && i + 1 < call.args.len() => bound.push(v.clone()),
+                    _ => walk(a, bound, missing),
+                }
+            }
+            bound.truncate(before);
+        }
+        Expr::Comprehension(c) => {
+            walk(&c.iter_range, bound, missing);
+            walk(&c.accu_init, bound, missing);
+            let before = bound.len();
+            bound.push(c.iter_var.clone());
+            if let Some(v) = &c.iter_var2 {
+                bound.push(v.clone());
+            }
+            bound.push(c.accu_var.clone());
+            walk(&c.loop_cond, bound, missing);
+            walk(&c.loop_step, bound, missing);
+            walk(&c.result, bound, missing);
+            bound.truncate(before);
+        }
+        Expr::List(l) => {
+            for x in &l.elements {
+                walk(x, bound, missing);
+            }
+        }
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                walk_entry(&entry.expr, bound, missing);
+            }
+        }
+        Expr::Struct(st) => {
+            for entry in &st.entries {
+                walk_entry(&entry.expr, bound, missing);
+            }
+        }
+        Expr::Select(sel) => walk(&sel.operand, bound, missing),
+        _ => {}
+    }
+}
+
+/// Calls whose leading identifier arguments are variables bound in the later ones.
+const BINDING_CALLS: &[&str] = &[
+    "bind",
+    "all",
+    "exists",
+    "exists_one",
+    "map",
+    "filter",
+    "sortBy",
+    "transformList",
+    "transformMap",
+];
+
+fn walk_entry(e: &EntryExpr, bound: &mut Vec<String>, missing: &mut Vec<String>) {
+    match e {
+        EntryExpr::StructField(f) => walk(&f.value, bound, missing),
+        EntryExpr::MapEntry(m) => {
+            walk(&m.key, bound, missing);
+            walk(&m.value, bound, missing);
+        }
+    }
 }
 
 fn values(args: &[CowVal<'_, '_>]) -> Result<Vec<Value>, ExecutionError> {
@@ -869,6 +966,15 @@ mod tests {
             assert!(is_supported(f), "{f}");
         }
         assert!(!is_supported("noSuchFunction"));
+        for f in [
+            "format.labelValue",
+            "format.named",
+            "math.abs",
+            "optional.none",
+        ] {
+            assert!(is_supported(f), "{f}");
+        }
+        assert!(!is_supported("sets.contains"));
     }
 
     #[test]

@@ -783,3 +783,40 @@ fn url_library_follows_go_parse_request_uri() {
     fails(proxy, "ftp://proxy");
     fails(proxy, "proxy:3128");
 }
+
+/// Namespaced calls are checked under their qualified names; comprehension variables and
+/// `cel.bind` names are not namespaces.
+#[test]
+fn unsupported_namespaces_are_not_mistaken_for_member_calls() {
+    let s = spec_with_rules(
+        json!({"v": {"type": "string"}, "l": {"type": "array", "items": {"type": "string"}}}),
+        json!([
+            {"rule": "sets.contains(self.l, ['a'])"},
+            {"rule": "self.l.all(x, x.startsWith('a')) && self.l.exists(y, y.contains('b'))"},
+            {"rule": "cel.bind(n, self.v, n.lowerAscii() == n)"},
+            {"rule": "[3, 1].sortBy(x, x) == [1, 3]"},
+            {"rule": "[1, 2].transformList(i, v, v * 2) == [2, 4]"},
+            {"rule": "{'a': 1}.transformMap(k, v, v + 1) == {'a': 2}"},
+            {"rule": "self.l.map(x, x.size()).all(n, n > 0) && [1].exists_one(z, z == 1)"},
+            {"rule": "!format.dns1123Label().validate(self.v).hasValue() && math.greatest(1, 2) == 2"}
+        ]),
+    );
+    // cel-rust evaluates sortBy but not cel.bind, transformList or transformMap.
+    assert_eq!(
+        s.unevaluable_rules(),
+        vec![
+            "sets.contains(self.l, ['a'])".to_string(),
+            "cel.bind(n, self.v, n.lowerAscii() == n)".to_string(),
+            "[1, 2].transformList(i, v, v * 2) == [2, 4]".to_string(),
+            "{'a': 1}.transformMap(k, v, v + 1) == {'a': 2}".to_string(),
+        ]
+    );
+    let errs = errors(&s, obj(json!({"v": "ab", "l": ["ab"]})), None);
+    assert_eq!(errs.len(), 4, "{errs:?}");
+    for (e, f) in errs
+        .iter()
+        .zip(["sets.contains", "cel.bind", "transformList", "transformMap"])
+    {
+        assert!(e.contains(&format!("unsupported function(s): {f}")), "{e}");
+    }
+}
