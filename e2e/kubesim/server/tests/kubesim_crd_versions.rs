@@ -135,6 +135,10 @@ async fn kubectl_gets_v1alpha2_clusterprofiles_after_crd_upgrade() {
     let as_v1 = env.json(&["get", V1, "spoke-1"]).await;
     assert_eq!(as_v1["apiVersion"], "multicluster.x-k8s.io/v1alpha1");
     assert_eq!(as_v1["spec"]["clusterManager"]["name"], "kleym");
+    // Unqualified, kubectl uses the group's preferred version: the highest by Kubernetes'
+    // version priority (v1alpha2), not the storage version.
+    let preferred = env.json(&["get", "clusterprofiles", "spoke-1"]).await;
+    assert_eq!(preferred["apiVersion"], "multicluster.x-k8s.io/v1alpha2");
 
     // Removing v1alpha2 from the CRD takes it out of discovery again.
     let v1_only = upstream_crds::upstream_dir().join("multicluster.x-k8s.io_clusterprofiles.yaml");
