@@ -345,6 +345,26 @@ impl Inner {
                                 });
                             }
                         }
+                        // `ValidateCustomResourceDefinitionStoredVersions`: a version
+                        // objects may still be stored in cannot leave spec.versions until
+                        // it is removed from status.storedVersions.
+                        let stored_versions = old
+                            .get("status")
+                            .and_then(|st| st.get("storedVersions"))
+                            .and_then(Value::as_array);
+                        for (i, v) in stored_versions.into_iter().flatten().enumerate() {
+                            if let Some(v) = v.as_str()
+                                && !def.versions.contains_key(v)
+                            {
+                                causes.push(Cause {
+                                    reason: "FieldValueInvalid".into(),
+                                    field: format!("status.storedVersions[{i}]"),
+                                    detail: format!(
+                                        "Invalid value: \"{v}\": must appear in spec.versions"
+                                    ),
+                                });
+                            }
+                        }
                         if old_def.namespaced != def.namespaced {
                             causes.push(Cause {
                                 reason: "FieldValueInvalid".into(),

@@ -374,3 +374,78 @@ fn a_crd_with_a_rule_kubesim_cannot_evaluate_is_refused() {
     );
     assert!(c.resolve("example.com", "v1", "things").is_none());
 }
+
+/// Moving storage to v1alpha2 and dropping v1alpha1 is refused while v1alpha1 is still in
+/// `status.storedVersions`, as kube-apiserver refuses it; once the storage migration is
+/// recorded (storedVersions edited through /status), v1alpha1 can go.
+#[test]
+fn a_stored_version_cannot_leave_spec_versions() {
+    let c = cluster();
+    install_then_upgrade(&c);
+    let crd_res = crds(&c);
+    let name = "clusterprofiles.multicluster.x-k8s.io";
+    let mut live = c.get(&crd_res, None, name).unwrap();
+    // Storage moves to v1alpha2: both are now stored versions.
+    for v in live["spec"]["versions"].as_array_mut().unwrap() {
+        let is_v2 = v["name"] == "v1alpha2";
+        v["storage"] = json!(is_v2);
+    }
+    let live = c
+        .update(&crd_res, None, name, live, Subresource::Main, &opts("t"))
+        .unwrap()
+        .object;
+    let live = c.get(&crd_res, None, name).unwrap_or(live);
+    assert_eq!(
+        live["status"]["storedVersions"],
+        json!(["v1alpha1", "v1alpha2"])
+    );
+    let mut drop_v1 = live.clone();
+    drop_v1["spec"]["versions"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|v| v["name"] == "v1alpha2");
+    let e = c
+        .update(
+            &crd_res,
+            None,
+            name,
+            drop_v1.clone(),
+            Subresource::Main,
+            &opts("t"),
+        )
+        .unwrap_err();
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message.contains(
+            "status.storedVersions[0]: Invalid value: \"v1alpha1\": must appear in spec.versions"
+        ),
+        "{}",
+        e.message
+    );
+    // Record the migration, then v1alpha1 can be dropped.
+    c.patch(
+        &crd_res,
+        None,
+        name,
+        PatchType::Merge,
+        &json!({"status": {"storedVersions": ["v1alpha2"]}}),
+        Subresource::Status,
+        &opts("t"),
+    )
+    .unwrap();
+    let mut drop_v1 = c.get(&crd_res, None, name).unwrap();
+    drop_v1["spec"]["versions"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|v| v["name"] == "v1alpha2");
+    c.update(&crd_res, None, name, drop_v1, Subresource::Main, &opts("t"))
+        .unwrap();
+    assert!(
+        c.resolve("multicluster.x-k8s.io", "v1alpha1", "clusterprofiles")
+            .is_none()
+    );
+    assert!(
+        c.resolve("multicluster.x-k8s.io", "v1alpha2", "clusterprofiles")
+            .is_some()
+    );
+}
