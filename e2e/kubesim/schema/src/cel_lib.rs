@@ -4,7 +4,7 @@
 //! list `isSorted/sum/min/max/indexOf/lastIndexOf`, regex `find/findAll`, the
 //! `quantity` library with quantities represented as doubles, and the IP/CIDR library with
 //! addresses and prefixes represented as their strings), and the `format` library
-//! (`cel_format`). URLs are parsed as Go's `url.ParseRequestURI` parses them (`go_url`).
+//! (`cel_format`), and the semver library (`cel_semver`). URLs are parsed as Go's `url.ParseRequestURI` parses them (`go_url`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -103,6 +103,7 @@ fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     add_quantity_library(env)?;
     add_ip_library(env)?;
     crate::cel_format::add_format_library(env)?;
+    crate::cel_semver::add_semver_library(env)?;
     env.add_member_overload("find", "string_find", STRING_TYPE, vec![STRING_TYPE], find)?;
     env.add_member_overload(
         "findAll",

@@ -18,6 +18,7 @@
 mod cel_format;
 mod cel_lib;
 mod cel_rules;
+mod cel_semver;
 mod defaults;
 mod errors;
 mod formats;

@@ -299,13 +299,13 @@ fn unsupported_rules_never_pass_silently() {
     let s = spec_with_rules(
         json!({"ip": {"type": "string"}}),
         json!([
-            {"rule": "self.ip.semver().isGreaterThan(semver('1.0.0'))", "message": "bad version"},
+            {"rule": "self.ip.noSuchFunction(1) && lists.noSuchEither()", "message": "bad version"},
             {"rule": "self.ip != ''"}
         ]),
     );
     assert_eq!(
         s.unevaluable_rules(),
-        vec!["self.ip.semver().isGreaterThan(semver('1.0.0'))".to_string()]
+        vec!["self.ip.noSuchFunction(1) && lists.noSuchEither()".to_string()]
     );
     let mut o = obj(json!({"ip": "10.1.2.3"}));
     s.apply_defaults(&mut o);
@@ -316,7 +316,7 @@ fn unsupported_rules_never_pass_silently() {
     assert_eq!(errs[0].path, "spec");
     assert!(
         errs[0].detail.starts_with(
-            "Internal error: kubesim cannot evaluate this rule: unsupported function(s): semver"
+            "Internal error: kubesim cannot evaluate this rule: unsupported function(s): lists.noSuchEither, noSuchFunction"
         ),
         "{}",
         errs[0].detail
@@ -819,4 +819,34 @@ fn unsupported_namespaces_are_not_mistaken_for_member_calls() {
     {
         assert!(e.contains(&format!("unsupported function(s): {f}")), "{e}");
     }
+}
+
+#[test]
+fn semver_library() {
+    let ok =
+        |rule: &str, v: &str| assert_eq!(eval_on(rule, v), Vec::<String>::new(), "{rule} on {v:?}");
+    ok(
+        "isSemver(self.v) && semver(self.v).major() == 1 && semver(self.v).minor() == 2 && semver(self.v).patch() == 3",
+        "1.2.3-rc.1+b",
+    );
+    ok(
+        "!isSemver(self.v) && isSemver(self.v, true) && semver(self.v, true) == semver('1.2.0')",
+        "v1.2",
+    );
+    ok(
+        "semver(self.v).isLessThan(semver('1.0.0')) && semver('1.0.0').isGreaterThan(semver(self.v))",
+        "1.0.0-alpha",
+    );
+    ok(
+        "semver(self.v).compareTo(semver('1.0.0')) == 0 && semver(self.v).compareTo(semver('2.0.0')) == -1",
+        "1.0.0+meta",
+    );
+    // Quantities keep their own comparison overloads.
+    ok("quantity('1Gi').isGreaterThan(quantity('1Mi'))", "");
+    let errs = eval_on("semver(self.v).major() == 1", "v1.0.0");
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].contains("Invalid character(s) found in major number"),
+        "{errs:?}"
+    );
 }
