@@ -1,8 +1,10 @@
 //! The CEL environment: cel-rust's standard library and its strings/lists/math extensions,
-//! plus the Kubernetes library functions kubesim implements (`isURL`, `url(...).getX()`,
+//! plus the Kubernetes library functions kubesim implements (`isURL`, `url(...).getX()`
+//! including `getQuery`,
 //! list `isSorted/sum/min/max/indexOf/lastIndexOf`, regex `find/findAll`, the
 //! `quantity` library with quantities represented as doubles, and the IP/CIDR library with
-//! addresses and prefixes represented as their strings).
+//! addresses and prefixes represented as their strings), and the `format` library
+//! (`cel_format`), and the semver library (`cel_semver`). URLs are parsed as Go's `url.ParseRequestURI` parses them (`go_url`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -11,10 +13,18 @@ use cel::common::types::{DOUBLE_TYPE, DYN_TYPE, INT_TYPE, LIST_TYPE, STRING_TYPE
 use cel::common::value::{CowVal, Val};
 use cel::{Context, Env, ExecutionError, Value};
 
+use cel::IdedExpr;
+use cel::common::ast::{EntryExpr, Expr};
+
+use crate::go_url::GoUrl;
+
 /// The shared environment (built once; compiling and evaluating only read it).
 pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(build_env()));
 
 /// Operators and macros the interpreter evaluates itself (not declared in the `Env`).
+/// cel-rust 0.15 does not evaluate `cel.bind`, `transformList` or `transformMap` (its
+/// interpreter reports their variables as undeclared), so they are not listed: rules
+/// using them are refused.
 const BUILTIN: &[&str] = &[
     "_==_",
     "_!=_",
@@ -43,11 +53,7 @@ const BUILTIN: &[&str] = &[
     "map",
     "filter",
     "@not_strictly_false",
-    "cel.bind",
-    "bind",
     "sortBy",
-    "transformList",
-    "transformMap",
 ];
 
 fn build_env() -> Env {
@@ -75,6 +81,7 @@ fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     for (name, f) in getters {
         env.add_member_overload(name, &format!("url_{name}"), STRING_TYPE, vec![], f)?;
     }
+    env.add_member_overload("getQuery", "url_getQuery", STRING_TYPE, vec![], get_query)?;
     env.add_member_overload("isSorted", "list_isSorted", LIST_TYPE, vec![], is_sorted)?;
     env.add_member_overload("sum", "list_sum", LIST_TYPE, vec![], sum)?;
     env.add_member_overload("min", "list_min", LIST_TYPE, vec![], list_min)?;
@@ -95,6 +102,8 @@ fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
     )?;
     add_quantity_library(env)?;
     add_ip_library(env)?;
+    crate::cel_format::add_format_library(env)?;
+    crate::cel_semver::add_semver_library(env)?;
     env.add_member_overload("find", "string_find", STRING_TYPE, vec![STRING_TYPE], find)?;
     env.add_member_overload(
         "findAll",
@@ -110,7 +119,7 @@ fn add_kubernetes_library(env: &mut Env) -> Result<(), cel::DeclarationError> {
 static DECLARED: LazyLock<Mutex<HashMap<String, bool>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
-/// Whether a function name that a compiled rule calls can be evaluated here.
+/// Whether a function name (`size`, or a qualified `format.labelValue`) is declared here.
 pub(crate) fn is_supported(name: &str) -> bool {
     if BUILTIN.contains(&name) {
         return true;
@@ -122,17 +131,119 @@ pub(crate) fn is_supported(name: &str) -> bool {
     }
     // `Context::add_function` refuses a name the Env declares: the only public probe.
     let mut ctx = Context::with_env(ENV.clone());
-    let declared = ctx.add_function(name, |a: i64| a).is_err()
-        || ["optional.", "math.", "lists.", "strings.", "base64."]
-            .iter()
-            .any(|ns| {
-                ctx.add_function(&format!("{ns}{name}"), |a: i64| a)
-                    .is_err()
-            });
+    let declared = ctx.add_function(name, |a: i64| a).is_err();
     if let Ok(mut cache) = DECLARED.lock() {
         cache.insert(name.to_string(), declared);
     }
     declared
+}
+
+/// The functions a parsed rule calls that this environment does not declare, sorted.
+/// A call on a plain identifier that is neither `self`/`oldSelf` nor a comprehension
+/// variable is a namespaced function (`format.dns1123Label()`, `sets.contains(a, b)`) and
+/// is checked under its qualified name, so a namespace kubesim lacks is not mistaken for a
+/// member call of the same name (`sets.contains` vs `string.contains`).
+pub(crate) fn unsupported_functions(expr: &IdedExpr) -> Vec<String> {
+    let mut missing = Vec::new();
+    let mut bound = vec!["self".to_string(), "oldSelf".to_string()];
+    walk(expr, &mut bound, &mut missing);
+    missing.sort();
+    missing.dedup();
+    missing
+}
+
+fn walk(e: &IdedExpr, bound: &mut Vec<String>, missing: &mut Vec<String>) {
+    match &e.expr {
+        Expr::Call(call) => {
+            match call.target.as_deref() {
+                Some(IdedExpr {
+                    expr: Expr::Ident(ns),
+                    ..
+                }) if !bound.contains(ns) => {
+                    let qualified = format!("{ns}.{}", call.func_name);
+                    if !is_supported(&qualified) {
+                        missing.push(qualified);
+                    }
+                }
+                Some(target) => {
+                    if !is_supported(&call.func_name) {
+                        missing.push(call.func_name.clone());
+                    }
+                    walk(target, bound, missing);
+                }
+                None => {
+                    if !is_supported(&call.func_name) {
+                        missing.push(call.func_name.clone());
+                    }
+                }
+            }
+            // Macros cel-rust keeps as calls (`cel.bind(n, v, e)`, and possibly `all`,
+            // `map`, …) name their variables in leading identifier arguments.
+            let before = bound.len();
+            let binds = BINDING_CALLS.contains(&call.func_name.as_str());
+            for (i, a) in call.args.iter().enumerate() {
+                match &a.expr {
+                    Expr::Ident(v) if binds && i + 1 < call.args.len() => bound.push(v.clone()),
+                    _ => walk(a, bound, missing),
+                }
+            }
+            bound.truncate(before);
+        }
+        Expr::Comprehension(c) => {
+            walk(&c.iter_range, bound, missing);
+            walk(&c.accu_init, bound, missing);
+            let before = bound.len();
+            bound.push(c.iter_var.clone());
+            if let Some(v) = &c.iter_var2 {
+                bound.push(v.clone());
+            }
+            bound.push(c.accu_var.clone());
+            walk(&c.loop_cond, bound, missing);
+            walk(&c.loop_step, bound, missing);
+            walk(&c.result, bound, missing);
+            bound.truncate(before);
+        }
+        Expr::List(l) => {
+            for x in &l.elements {
+                walk(x, bound, missing);
+            }
+        }
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                walk_entry(&entry.expr, bound, missing);
+            }
+        }
+        Expr::Struct(st) => {
+            for entry in &st.entries {
+                walk_entry(&entry.expr, bound, missing);
+            }
+        }
+        Expr::Select(sel) => walk(&sel.operand, bound, missing),
+        _ => {}
+    }
+}
+
+/// Calls whose leading identifier arguments are variables bound in the later ones.
+const BINDING_CALLS: &[&str] = &[
+    "bind",
+    "all",
+    "exists",
+    "exists_one",
+    "map",
+    "filter",
+    "sortBy",
+    "transformList",
+    "transformMap",
+];
+
+fn walk_entry(e: &EntryExpr, bound: &mut Vec<String>, missing: &mut Vec<String>) {
+    match e {
+        EntryExpr::StructField(f) => walk(&f.value, bound, missing),
+        EntryExpr::MapEntry(m) => {
+            walk(&m.key, bound, missing);
+            walk(&m.value, bound, missing);
+        }
+    }
 }
 
 fn values(args: &[CowVal<'_, '_>]) -> Result<Vec<Value>, ExecutionError> {
@@ -164,44 +275,8 @@ fn list_arg(v: &Value, function: &str) -> Result<Arc<Vec<Value>>, ExecutionError
     }
 }
 
-/// The parts of an absolute URL as Go's `url.Parse` splits it (enough for the getters).
-struct UrlParts {
-    scheme: String,
-    host: String,
-    path: String,
-}
-
-fn parse_url(s: &str) -> Option<UrlParts> {
-    // Kubernetes' isURL/url accept absolute URLs and absolute paths (`/a/b`).
-    if s.starts_with('/') {
-        return Some(UrlParts {
-            scheme: String::new(),
-            host: String::new(),
-            path: s.split(['?', '#']).next().unwrap_or("").to_string(),
-        });
-    }
-    if !crate::formats::is_uri(s) {
-        return None;
-    }
-    let (scheme, rest) = s.split_once(':')?;
-    let rest = rest.split('#').next().unwrap_or("");
-    let rest = rest.split('?').next().unwrap_or("");
-    let (host, path) = match rest.strip_prefix("//") {
-        Some(authority_and_path) => {
-            let (auth, path) = match authority_and_path.find('/') {
-                Some(i) => (&authority_and_path[..i], &authority_and_path[i..]),
-                None => (authority_and_path, ""),
-            };
-            let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
-            (host.to_string(), path.to_string())
-        }
-        None => (String::new(), rest.to_string()),
-    };
-    Some(UrlParts {
-        scheme: scheme.to_string(),
-        host,
-        path,
-    })
+fn parse_url(s: &str) -> Option<GoUrl> {
+    crate::go_url::parse_request_uri(s).ok()
 }
 
 fn is_url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
@@ -213,10 +288,10 @@ fn is_url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Execution
 fn url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let a = values(&args)?;
     let s = string_arg(a.first().unwrap_or(&Value::Null), "url")?;
-    if parse_url(&s).is_none() {
+    if let Err(e) = crate::go_url::parse_request_uri(&s) {
         return Err(ExecutionError::function_error(
             "url",
-            format!("URL parse error during conversion from string: {s}"),
+            format!("URL parse error during conversion from string: {e}"),
         ));
     }
     ret(Value::String(Arc::new(s)))
@@ -225,54 +300,50 @@ fn url<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionErr
 fn url_part<'b, 'v>(
     args: Vec<CowVal<'b, 'v>>,
     name: &str,
-    part: fn(&UrlParts) -> Value,
+    part: fn(&GoUrl) -> String,
 ) -> Result<CowVal<'b, 'v>, ExecutionError> {
     let a = values(&args)?;
     let s = string_arg(a.first().unwrap_or(&Value::Null), name)?;
     let parts = parse_url(&s)
         .ok_or_else(|| ExecutionError::function_error(name, format!("not a URL: {s}")))?;
-    ret(part(&parts))
-}
-
-fn split_host_port(host: &str) -> (String, String) {
-    if let Some(rest) = host.strip_prefix('[') {
-        // [ipv6]:port
-        if let Some((h, p)) = rest.split_once(']') {
-            return (h.to_string(), p.trim_start_matches(':').to_string());
-        }
-    }
-    match host.rsplit_once(':') {
-        Some((h, p)) if !h.contains(':') => (h.to_string(), p.to_string()),
-        _ => (host.to_string(), String::new()),
-    }
+    ret(Value::String(Arc::new(part(&parts))))
 }
 
 fn get_scheme<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    url_part(args, "getScheme", |p| {
-        Value::String(Arc::new(p.scheme.clone()))
-    })
+    url_part(args, "getScheme", |p| p.scheme.clone())
 }
 
 fn get_host<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    url_part(args, "getHost", |p| Value::String(Arc::new(p.host.clone())))
+    url_part(args, "getHost", |p| p.host.clone())
 }
 
 fn get_hostname<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    url_part(args, "getHostname", |p| {
-        Value::String(Arc::new(split_host_port(&p.host).0))
-    })
+    url_part(args, "getHostname", GoUrl::hostname)
 }
 
 fn get_port<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    url_part(args, "getPort", |p| {
-        Value::String(Arc::new(split_host_port(&p.host).1))
-    })
+    url_part(args, "getPort", GoUrl::port)
 }
 
 fn get_escaped_path<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    url_part(args, "getEscapedPath", |p| {
-        Value::String(Arc::new(p.path.clone()))
-    })
+    url_part(args, "getEscapedPath", GoUrl::escaped_path)
+}
+
+/// `map<string, list<string>>` of the query parameters (`url.Query()`).
+fn get_query<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionError> {
+    let a = values(&args)?;
+    let s = string_arg(a.first().unwrap_or(&Value::Null), "getQuery")?;
+    let parts = parse_url(&s)
+        .ok_or_else(|| ExecutionError::function_error("getQuery", format!("not a URL: {s}")))?;
+    let map: HashMap<String, Value> = parts
+        .query()
+        .into_iter()
+        .map(|(k, vs)| {
+            let list = vs.into_iter().map(|v| Value::String(Arc::new(v))).collect();
+            (k, Value::List(Arc::new(list)))
+        })
+        .collect();
+    ret(Value::from(map))
 }
 
 fn compare(a: &Value, b: &Value, function: &str) -> Result<std::cmp::Ordering, ExecutionError> {
@@ -864,6 +935,7 @@ mod tests {
             "getHostname",
             "getPort",
             "getEscapedPath",
+            "getQuery",
             "isSorted",
             "sum",
             "min",
@@ -895,6 +967,15 @@ mod tests {
             assert!(is_supported(f), "{f}");
         }
         assert!(!is_supported("noSuchFunction"));
+        for f in [
+            "format.labelValue",
+            "format.named",
+            "math.abs",
+            "optional.none",
+        ] {
+            assert!(is_supported(f), "{f}");
+        }
+        assert!(!is_supported("sets.contains"));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use cel::common::value::Val;
 use cel::{Context, ExecutionError, Program, Value as CelValue};
 use serde_json::Value;
 
-use crate::cel_lib::{ENV, is_supported};
+use crate::cel_lib::{ENV, unsupported_functions};
 use crate::node::{ListType, Node};
 use crate::validate::{correlate_items, json_eq};
 use crate::{FieldError, SchemaError, formats};
@@ -105,12 +105,7 @@ impl CelRule {
             Ok(p) => {
                 let refs = p.references();
                 uses_old_self = refs.has_variable("oldSelf");
-                let mut missing: Vec<&str> = refs
-                    .functions()
-                    .into_iter()
-                    .filter(|f| !is_supported(f))
-                    .collect();
-                missing.sort_unstable();
+                let missing = unsupported_functions(p.expression());
                 if !missing.is_empty() {
                     unsupported = Some(format!(
                         "kubesim cannot evaluate this rule: unsupported function(s): {}",

@@ -15,12 +15,15 @@
 
 #![warn(missing_docs)]
 
+mod cel_format;
 mod cel_lib;
 mod cel_rules;
+mod cel_semver;
 mod defaults;
 mod errors;
 mod formats;
 mod go_regex;
+mod go_url;
 mod node;
 mod prune;
 mod structural;
@@ -104,7 +107,8 @@ impl CompiledSchema {
     /// Compile `openAPIV3Schema`. CEL rules are parsed here. A schema kube-apiserver would
     /// reject (unknown type, bad pattern, malformed rule entry) is an error; a rule that
     /// cel-rust cannot parse or that calls a function kubesim lacks is kept and listed by
-    /// [`CompiledSchema::unevaluable_rules`] (and fails validation as an internal error).
+    /// [`CompiledSchema::unevaluable_rules`] (and fails validation as an internal error;
+    /// kubesim-store refuses such CRDs at registration).
     pub fn new(open_api_v3_schema: &Value) -> Result<Self, SchemaError> {
         let root = Node::compile(open_api_v3_schema, "")?;
         Ok(Self {
@@ -181,6 +185,18 @@ impl CompiledSchema {
             .into_iter()
             .filter(|r| r.unsupported.is_some())
             .map(|r| r.rule.clone())
+            .collect()
+    }
+
+    /// `(rule, why)` for every CEL rule this implementation cannot evaluate: what a CRD
+    /// registration refuses with (kubesim will not serve a CRD whose rules it would have
+    /// to skip or fail on every write).
+    pub fn unevaluable_rule_reasons(&self) -> Vec<(String, String)> {
+        let mut rules = Vec::new();
+        self.root.collect_rules(&mut rules);
+        rules
+            .into_iter()
+            .filter_map(|r| Some((r.rule.clone(), r.unsupported.clone()?)))
             .collect()
     }
 }

@@ -299,13 +299,13 @@ fn unsupported_rules_never_pass_silently() {
     let s = spec_with_rules(
         json!({"ip": {"type": "string"}}),
         json!([
-            {"rule": "!format.dns1123Label().validate(self.ip).hasValue()", "message": "bad label"},
+            {"rule": "self.ip.noSuchFunction(1) && lists.noSuchEither()", "message": "bad version"},
             {"rule": "self.ip != ''"}
         ]),
     );
     assert_eq!(
         s.unevaluable_rules(),
-        vec!["!format.dns1123Label().validate(self.ip).hasValue()".to_string()]
+        vec!["self.ip.noSuchFunction(1) && lists.noSuchEither()".to_string()]
     );
     let mut o = obj(json!({"ip": "10.1.2.3"}));
     s.apply_defaults(&mut o);
@@ -314,7 +314,13 @@ fn unsupported_rules_never_pass_silently() {
     assert_eq!(errs.len(), 1, "{errs:?}");
     assert_eq!(errs[0].kind, FieldErrorKind::InternalError);
     assert_eq!(errs[0].path, "spec");
-    assert!(errs[0].detail.starts_with("Internal error: kubesim cannot evaluate this rule: unsupported function(s): dns1123Label, validate"), "{}", errs[0].detail);
+    assert!(
+        errs[0].detail.starts_with(
+            "Internal error: kubesim cannot evaluate this rule: unsupported function(s): lists.noSuchEither, noSuchFunction"
+        ),
+        "{}",
+        errs[0].detail
+    );
 
     let unparsable = spec_with_rules(json!({}), json!([{"rule": "self.a ==", "message": "m"}]));
     assert_eq!(
@@ -545,5 +551,302 @@ fn ip_and_cidr_library() {
             r#"spec: Invalid value: "object": ip"#,
             r#"spec: Invalid value: "object": net"#,
         ]
+    );
+}
+
+/// One rule over a string field `v`, evaluated for `value`: the error strings.
+fn eval_on(rule: &str, value: &str) -> Vec<String> {
+    let s = spec_with_rules(
+        json!({"v": {"type": "string"}}),
+        json!([{"rule": rule, "message": "failed"}]),
+    );
+    assert!(
+        s.unevaluable_rules().is_empty(),
+        "{rule}: {:?}",
+        s.unevaluable_rules()
+    );
+    errors(&s, obj(json!({"v": value})), None)
+}
+
+/// `(format, value, expected messages)`: Kubernetes 1.33's validators and wording.
+const FORMAT_TABLE: &[(&str, &str, &[&str])] = &[
+    ("labelValue", "", &[]),
+    ("labelValue", "a", &[]),
+    ("labelValue", "My_value.1-x", &[]),
+    ("labelValue", "-a", &[LABEL_VALUE_MSG]),
+    ("labelValue", "a-", &[LABEL_VALUE_MSG]),
+    ("labelValue", "a b", &[LABEL_VALUE_MSG]),
+    ("labelValue", "a/b", &[LABEL_VALUE_MSG]),
+    ("dns1123Label", "my-name", &[]),
+    ("dns1123Label", "123-abc", &[]),
+    ("dns1123Label", "My-Name", &[DNS_LABEL_MSG]),
+    ("dns1123Label", "", &[DNS_LABEL_MSG]),
+    ("dns1123Label", "a.b", &["must not contain dots"]),
+    ("dns1123Label", "a-", &[DNS_LABEL_MSG]),
+    ("dns1123LabelPrefix", "my-name-", &[]),
+    ("dns1123LabelPrefix", "-a", &[DNS_LABEL_MSG]),
+    ("dns1123Subdomain", "example.com", &[]),
+    ("dns1123Subdomain", "a..b", &[DNS_SUBDOMAIN_MSG]),
+    ("dns1123Subdomain", "Example.com", &[DNS_SUBDOMAIN_MSG]),
+    ("dns1123SubdomainPrefix", "example.com-", &[]),
+    ("dns1035Label", "my-name", &[]),
+    ("dns1035Label", "1abc", &[DNS1035_MSG]),
+    ("dns1035LabelPrefix", "abc-", &[]),
+    ("qualifiedName", "example.com/MyName", &[]),
+    ("qualifiedName", "MyName", &[]),
+    ("qualifiedName", "/a", &["prefix part must be non-empty"]),
+    (
+        "qualifiedName",
+        "a/",
+        &["name part must be non-empty", QUALIFIED_NAME_PART_MSG],
+    ),
+    (
+        "qualifiedName",
+        "Bad_/a",
+        &[
+            "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+        ],
+    ),
+    (
+        "qualifiedName",
+        "a/b/c",
+        &[
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+        ],
+    ),
+    ("uri", "https://example.com/a", &[]),
+    ("uri", "/just/a/path", &[]),
+    (
+        "uri",
+        "example.com",
+        &["parse \"example.com\": invalid URI for request"],
+    ),
+    ("uuid", "123e4567-e89b-12d3-a456-426614174000", &[]),
+    ("uuid", "123e4567", &["does not match the UUID format"]),
+    ("byte", "aGVsbG8=", &[]),
+    ("byte", "not base64!", &["invalid base64"]),
+    ("date", "2021-01-01", &[]),
+    ("date", "2021-13-01", &["invalid date"]),
+    ("datetime", "2021-01-01T00:00:00Z", &[]),
+    ("datetime", "yesterday", &["invalid datetime"]),
+];
+
+const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+const DNS_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+const DNS_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+const DNS1035_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
+const QUALIFIED_NAME_PART_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+
+#[test]
+fn format_library_validates_like_kubernetes() {
+    for (format, value, want) in FORMAT_TABLE {
+        // The messages come back through messageExpression-style joining in a rule that
+        // fails exactly when validate() returns the expected list.
+        let expected: Vec<String> = want.iter().map(|m| format!("{m:?}")).collect();
+        let list = format!("[{}]", expected.join(", "));
+        let rule = if want.is_empty() {
+            format!("!format.{format}().validate(self.v).hasValue()")
+        } else {
+            format!("format.{format}().validate(self.v).value() == {list}")
+        };
+        assert_eq!(
+            eval_on(&rule, value),
+            Vec::<String>::new(),
+            "{format}({value:?})"
+        );
+        // format.named(...) gives the same format.
+        let named = if want.is_empty() {
+            format!("!format.named('{format}').value().validate(self.v).hasValue()")
+        } else {
+            format!("format.named('{format}').value().validate(self.v).value() == {list}")
+        };
+        assert_eq!(
+            eval_on(&named, value),
+            Vec::<String>::new(),
+            "named {format}({value:?})"
+        );
+    }
+}
+
+#[test]
+fn format_library_optionals_and_lengths() {
+    let long = "a".repeat(64);
+    assert_eq!(
+        eval_on("!format.named('nope').hasValue()", ""),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        eval_on("format.named('labelValue').hasValue()", ""),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        eval_on(
+            "format.labelValue().validate(self.v).value() == ['must be no more than 63 characters']",
+            &long
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        eval_on(
+            "format.dns1123Subdomain().validate(self.v).value().size() == 1",
+            &"a".repeat(254)
+        ),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        eval_on(
+            "format.dns1123Label().validate(self.v).value() == ['must be no more than 63 characters']",
+            &long
+        ),
+        Vec::<String>::new()
+    );
+    // orValue / join as messageExpressions use them.
+    assert_eq!(
+        eval_on(
+            "format.dns1123Label().validate(self.v).orValue([]).size() == 0",
+            "ok"
+        ),
+        Vec::<String>::new()
+    );
+    // The upstream ClusterProfile rule, failing.
+    assert_eq!(
+        eval_on(
+            "!format.labelValue().validate(self).hasValue()"
+                .replace("(self)", "(self.v)")
+                .as_str(),
+            "-bad"
+        ),
+        vec![r#"spec: Invalid value: "object": failed"#]
+    );
+    // value() of none is an evaluation error, reported as kube-apiserver reports it.
+    let errs = eval_on(
+        "format.labelValue().validate(self.v).value().size() == 0",
+        "ok",
+    );
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(errs[0].contains("optional.none() dereference"), "{errs:?}");
+}
+
+/// `isURL` / `url(...).getX()` follow Go's `url.ParseRequestURI` (absolute URI or path).
+#[test]
+fn url_library_follows_go_parse_request_uri() {
+    let ok =
+        |rule: &str, v: &str| assert_eq!(eval_on(rule, v), Vec::<String>::new(), "{rule} on {v:?}");
+    let fails =
+        |rule: &str, v: &str| assert_eq!(eval_on(rule, v).len(), 1, "{rule} on {v:?} should fail");
+    for v in [
+        "https://example.com",
+        "/a/b",
+        "mailto:x@y",
+        "http://",
+        "localhost:8080",
+        "https://a/b c",
+    ] {
+        ok("isURL(self.v)", v);
+    }
+    for v in [
+        "",
+        "example.com",
+        "a b",
+        ":x",
+        "https://h:port/",
+        "https://[::1",
+    ] {
+        fails("isURL(self.v)", v);
+    }
+    ok(
+        "url(self.v).getHost() == '[::1]:80' && url(self.v).getHostname() == '::1' && url(self.v).getPort() == '80'",
+        "https://[::1]:80/x",
+    );
+    ok(
+        "url(self.v).getScheme() == 'https' && url(self.v).getHost() == 'example.com'",
+        "HTTPS://example.com",
+    );
+    ok(
+        "url(self.v).getHost() == '' && url(self.v).getEscapedPath() == '/a%20b'",
+        "/a b",
+    );
+    ok(
+        "url(self.v).getQuery() == {'k': ['1', '2'], 'q': ['a b']}",
+        "https://h/p?k=1&q=a+b&k=2",
+    );
+    ok("url(self.v).getQuery().size() == 0", "https://h/p");
+    // The ClusterProfile v1alpha2 rules.
+    let server = "isURL(self.v) && url(self.v).getHost() != ''";
+    ok(server, "https://10.0.0.1:6443");
+    fails(server, "http://");
+    fails(server, "localhost:6443");
+    fails(server, "/path");
+    let proxy = "self.v == '' || (isURL(self.v) && url(self.v).getScheme() in ['http', 'https', 'socks5'] && url(self.v).getHost() != '')";
+    ok(proxy, "");
+    ok(proxy, "socks5://proxy:1080");
+    fails(proxy, "ftp://proxy");
+    fails(proxy, "proxy:3128");
+}
+
+/// Namespaced calls are checked under their qualified names; comprehension variables and
+/// `cel.bind` names are not namespaces.
+#[test]
+fn unsupported_namespaces_are_not_mistaken_for_member_calls() {
+    let s = spec_with_rules(
+        json!({"v": {"type": "string"}, "l": {"type": "array", "items": {"type": "string"}}}),
+        json!([
+            {"rule": "sets.contains(self.l, ['a'])"},
+            {"rule": "self.l.all(x, x.startsWith('a')) && self.l.exists(y, y.contains('b'))"},
+            {"rule": "cel.bind(n, self.v, n.lowerAscii() == n)"},
+            {"rule": "[3, 1].sortBy(x, x) == [1, 3]"},
+            {"rule": "[1, 2].transformList(i, v, v * 2) == [2, 4]"},
+            {"rule": "{'a': 1}.transformMap(k, v, v + 1) == {'a': 2}"},
+            {"rule": "self.l.map(x, x.size()).all(n, n > 0) && [1].exists_one(z, z == 1)"},
+            {"rule": "!format.dns1123Label().validate(self.v).hasValue() && math.greatest(1, 2) == 2"}
+        ]),
+    );
+    // cel-rust evaluates sortBy but not cel.bind, transformList or transformMap.
+    assert_eq!(
+        s.unevaluable_rules(),
+        vec![
+            "sets.contains(self.l, ['a'])".to_string(),
+            "cel.bind(n, self.v, n.lowerAscii() == n)".to_string(),
+            "[1, 2].transformList(i, v, v * 2) == [2, 4]".to_string(),
+            "{'a': 1}.transformMap(k, v, v + 1) == {'a': 2}".to_string(),
+        ]
+    );
+    let errs = errors(&s, obj(json!({"v": "ab", "l": ["ab"]})), None);
+    assert_eq!(errs.len(), 4, "{errs:?}");
+    for (e, f) in errs
+        .iter()
+        .zip(["sets.contains", "cel.bind", "transformList", "transformMap"])
+    {
+        assert!(e.contains(&format!("unsupported function(s): {f}")), "{e}");
+    }
+}
+
+#[test]
+fn semver_library() {
+    let ok =
+        |rule: &str, v: &str| assert_eq!(eval_on(rule, v), Vec::<String>::new(), "{rule} on {v:?}");
+    ok(
+        "isSemver(self.v) && semver(self.v).major() == 1 && semver(self.v).minor() == 2 && semver(self.v).patch() == 3",
+        "1.2.3-rc.1+b",
+    );
+    ok(
+        "!isSemver(self.v) && isSemver(self.v, true) && semver(self.v, true) == semver('1.2.0')",
+        "v1.2",
+    );
+    ok(
+        "semver(self.v).isLessThan(semver('1.0.0')) && semver('1.0.0').isGreaterThan(semver(self.v))",
+        "1.0.0-alpha",
+    );
+    ok(
+        "semver(self.v).compareTo(semver('1.0.0')) == 0 && semver(self.v).compareTo(semver('2.0.0')) == -1",
+        "1.0.0+meta",
+    );
+    // Quantities keep their own comparison overloads.
+    ok("quantity('1Gi').isGreaterThan(quantity('1Mi'))", "");
+    let errs = eval_on("semver(self.v).major() == 1", "v1.0.0");
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].contains("Invalid character(s) found in major number"),
+        "{errs:?}"
     );
 }

@@ -422,7 +422,7 @@ impl Cluster {
                         rx: None,
                         api_version: ctx.res.api_version(),
                         kind: ctx.res.kind.clone(),
-                        conversion: ctx.conversion.clone(),
+                        ctx: ctx.clone(),
                         deadline: None,
                         bookmark_every: None,
                         state: Arc::downgrade(&self.state),
@@ -458,7 +458,11 @@ impl Cluster {
             }
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        ts.watchers.push(Watcher { filter, tx });
+        ts.watchers.push(Watcher {
+            filter,
+            tx,
+            version: ctx.res.version.clone(),
+        });
         drop(inner);
         let bookmark_every = opts
             .allow_bookmarks
@@ -468,7 +472,7 @@ impl Cluster {
             rx: Some(rx),
             api_version: ctx.res.api_version(),
             kind: ctx.res.kind.clone(),
-            conversion: ctx.conversion.clone(),
+            ctx: ctx.clone(),
             deadline: opts
                 .timeout_seconds
                 .map(|s| tokio::time::Instant::now() + Duration::from_secs(s)),

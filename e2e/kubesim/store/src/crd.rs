@@ -325,6 +325,19 @@ fn compile_crd(obj: &Value) -> Result<CrdDef, Vec<Cause>> {
                 continue;
             }
         };
+        // kube-apiserver would evaluate every rule; kubesim refuses a CRD with a rule it
+        // cannot evaluate rather than skip the rule or fail every write of its objects.
+        let unevaluable = schema.unevaluable_rule_reasons();
+        if !unevaluable.is_empty() {
+            errs.extend(unevaluable.into_iter().map(|(rule, why)| {
+                cause(
+                    "FieldValueInvalid",
+                    &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                    format!("Invalid value: {rule:?}: {why}"),
+                )
+            }));
+            continue;
+        }
         let has_status = v
             .get("subresources")
             .and_then(|s| s.get("status"))

@@ -167,6 +167,8 @@ fn msg(event_type: &'static str, obj: &Arc<Value>) -> WatchMsg {
 pub(crate) struct Watcher {
     pub filter: WatchFilter,
     pub tx: mpsc::UnboundedSender<WatchMsg>,
+    /// The version watched through (a CRD update that stops serving it ends the watch).
+    pub version: String,
 }
 
 /// One stored object: its `(namespace, name)` key and value.

@@ -2,8 +2,8 @@
 //! periodic bookmarks, and the end of the stream on timeout or [`crate::Cluster::close_watches`].
 
 use crate::WatchEvent;
-use crate::convert::Conversion;
 use crate::state::{Inner, WatchMsg};
+use crate::write::TypeCtx;
 use futures::Stream;
 use serde_json::json;
 use std::collections::VecDeque;
@@ -27,8 +27,9 @@ pub(crate) struct StreamParts {
     pub api_version: String,
     /// Kind of the watched resource (for bookmarks).
     pub kind: String,
-    /// Stored form → served form of each object.
-    pub conversion: Conversion,
+    /// Stored form → served form of each object (conversion, and for a custom resource
+    /// watched through a non-storage version, that version's pruning and defaults).
+    pub ctx: Arc<TypeCtx>,
     /// `timeoutSeconds`.
     pub deadline: Option<Instant>,
     /// Bookmark period when `allowWatchBookmarks`.
@@ -39,8 +40,7 @@ pub(crate) struct StreamParts {
 
 impl StreamParts {
     fn convert(&self, m: WatchMsg) -> WatchEvent {
-        let mut object = Arc::unwrap_or_clone(m.object);
-        self.conversion.to_served(&mut object);
+        let object = self.ctx.served(Arc::unwrap_or_clone(m.object));
         WatchEvent {
             event_type: m.event_type,
             object,

@@ -35,9 +35,7 @@ pub(crate) struct TypeCtx {
 impl TypeCtx {
     /// The stored object as served in the requested version.
     pub fn out(&self, stored: &Value) -> Value {
-        let mut v = stored.clone();
-        self.conversion.to_served(&mut v);
-        v
+        self.served(stored.clone())
     }
 
     /// As [`TypeCtx::out`], without copying when nobody else holds `stored` (a freshly
@@ -59,6 +57,18 @@ impl TypeCtx {
     /// A stored-form object the caller owns, turned into the served form.
     pub fn served(&self, mut v: Value) -> Value {
         self.conversion.to_served(&mut v);
+        // A custom resource read through another version than its storage one: after the
+        // `None` conversion kube-apiserver's schema-coercing converter prunes the object
+        // with the served version's schema, and the read path applies that version's
+        // defaults (a field only the storage version knows is not shown).
+        if let (Conversion::ApiVersion { served, storage }, Some(schema)) =
+            (&self.conversion, &self.schema)
+            && served != storage
+            && v.is_object()
+        {
+            schema.prune(&mut v);
+            schema.apply_defaults(&mut v);
+        }
         v
     }
 
@@ -332,6 +342,26 @@ impl Inner {
                                     reason: "FieldValueInvalid".into(),
                                     field: field.into(),
                                     detail: format!("Invalid value: \"{b}\": field is immutable"),
+                                });
+                            }
+                        }
+                        // `ValidateCustomResourceDefinitionStoredVersions`: a version
+                        // objects may still be stored in cannot leave spec.versions until
+                        // it is removed from status.storedVersions.
+                        let stored_versions = old
+                            .get("status")
+                            .and_then(|st| st.get("storedVersions"))
+                            .and_then(Value::as_array);
+                        for (i, v) in stored_versions.into_iter().flatten().enumerate() {
+                            if let Some(v) = v.as_str()
+                                && !def.versions.contains_key(v)
+                            {
+                                causes.push(Cause {
+                                    reason: "FieldValueInvalid".into(),
+                                    field: format!("status.storedVersions[{i}]"),
+                                    detail: format!(
+                                        "Invalid value: \"{v}\": must appear in spec.versions"
+                                    ),
                                 });
                             }
                         }
@@ -837,6 +867,12 @@ impl Inner {
             .retain(|_, r| !(r.custom && r.resource_group() == key));
         for r in def.resources() {
             self.register(r);
+        }
+        // Watches through a version no longer served end, as kube-apiserver tears down the
+        // CRD's old storage (and its watches) when the CRD changes; clients re-watch.
+        if let Some(ts) = self.types.get_mut(&key) {
+            ts.watchers
+                .retain(|w| def.versions.get(&w.version).is_some_and(|v| v.served));
         }
         let status =
             crate::crd::established_status(&def, stored.get("status"), &meta::now_rfc3339());
