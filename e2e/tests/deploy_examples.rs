@@ -31,10 +31,23 @@ fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_deploy_manifest_passes_server_side_dry_run() {
+    // The ClusterProfile CRD as cluster-inventory-api v0.2.0 ships it (v1alpha1 and
+    // v1alpha2), so the v1alpha2 examples are checked against v1alpha2's rules.
+    let two_versions = kubesim::parse_crds(
+        "clusterprofiles",
+        upstream_crds::CLUSTERPROFILE_V1ALPHA2.yaml,
+    )
+    .unwrap();
+    let mut crds: Vec<serde_json::Value> = all_crds()
+        .unwrap()
+        .into_iter()
+        .filter(|c| c["metadata"]["name"] != "clusterprofiles.multicluster.x-k8s.io")
+        .collect();
+    crds.extend(two_versions);
     let sim = Kubesim::start(
         &["c"],
         KubesimOptions {
-            crds: all_crds().unwrap(),
+            crds,
             ..Default::default()
         },
     )
@@ -44,7 +57,7 @@ async fn every_deploy_manifest_passes_server_side_dry_run() {
     let dir = tempfile::tempdir().unwrap();
     let k = Kubectl::admin(&c, dir.path()).expect("kubectl is required for this test");
     // Namespaces the examples live in (a dry run does not create them).
-    for ns in ["fleet", "kleym-system", "llm"] {
+    for ns in ["fleet", "inventory-capi", "kleym-system", "llm"] {
         k.run_async(&["create", "namespace", ns], None)
             .await
             .unwrap();
