@@ -321,6 +321,7 @@ async fn planted_fleet_findings_and_spoke_conditions() {
             min_rebuild: Duration::from_millis(100),
             tick: Duration::from_millis(500),
             resync: Duration::from_secs(600),
+            ..StatusLoopOptions::default()
         },
         stop_status.clone(),
     ));
