@@ -1,12 +1,19 @@
 //! A spoke's inference environment and its bindings, written straight into the spoke's
 //! store (in-process, no HTTP: setup stays out of the measured traffic), and convergence
 //! checks read the same way.
+//!
+//! ClusterSPIFFEID names follow the spoke compiler's rule, which this crate cannot call (it
+//! depends on no kleym controller crate): the functions that need it take it as a
+//! [`CsidNaming`], `kleym_spoke::compiler::output::cluster_spiffe_id_name`.
 
 use std::collections::BTreeSet;
 
-use kleym_spoke::compiler::output::cluster_spiffe_id_name;
 use kubesim_store::{Cluster, ListOptions, WriteOptions};
 use serde_json::{Value, json};
+
+/// How a binding `(namespace, name)` names its ClusterSPIFFEID:
+/// `kleym_spoke::compiler::output::cluster_spiffe_id_name`.
+pub type CsidNaming = fn(&str, &str) -> String;
 
 /// Namespace of the generated environment.
 pub const NS: &str = "llm";
@@ -127,9 +134,9 @@ pub fn create_bindings(store: &Cluster, range: std::ops::Range<usize>) -> Result
     Ok(())
 }
 
-/// The ClusterSPIFFEID name binding `i` compiles to.
-pub fn csid_name(i: usize) -> String {
-    cluster_spiffe_id_name(NS, &binding_name(i))
+/// The ClusterSPIFFEID name binding `i` compiles to under `naming`.
+pub fn csid_name_with(naming: CsidNaming, i: usize) -> String {
+    naming(NS, &binding_name(i))
 }
 
 fn list(store: &Cluster, group: &str, version: &str, plural: &str) -> Vec<Value> {
@@ -161,8 +168,8 @@ pub fn bindings(store: &Cluster) -> Vec<Value> {
     list(store, "kleym.io", "v1alpha1", "inferenceidentitybindings")
 }
 
-/// Whether bindings `0..n` all have their ClusterSPIFFEID.
-pub fn converged(store: &Cluster, n: usize) -> bool {
+/// Whether bindings `0..n` all have their ClusterSPIFFEID (named by `naming`).
+pub fn converged_with(store: &Cluster, n: usize, naming: CsidNaming) -> bool {
     let names = csid_names(store);
-    (0..n).all(|i| names.contains(&csid_name(i)))
+    (0..n).all(|i| names.contains(&csid_name_with(naming, i)))
 }
