@@ -664,6 +664,14 @@ async fn an_aborted_reconciler_sends_nothing_once_it_returned() {
     let recorder = RecordingAuthenticator::install(&cluster, "stopper");
     // Every request waits 1 s in the server: at any moment each busy worker has one there.
     recorder.set_delay(Duration::from_secs(1));
+    // Every task alive now is kubesim's or the admin client's; the reconciler's client, its
+    // connections (both ends) and the reconciler's own tasks come on top.
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let baseline = alive();
     let client = cluster.client_for_token(recorder.token()).await.unwrap();
     let mut config = SpokeConfig::new(TD);
     config.discovery_interval = Duration::from_millis(200);
@@ -694,8 +702,18 @@ async fn an_aborted_reconciler_sends_nothing_once_it_returned() {
         !env::converged_with(&store, N, cluster_spiffe_id_name),
         "reconciles were still to do when it was stopped"
     );
-    // Anything still under way would arrive, or be let through and written, within this.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Proof that nothing can still come, rather than a pause: kubesim serves each connection
+    // in a task of this runtime, and the reconciler's client runs its connections in tasks
+    // too. Once the last clone of the client is gone (`ctx` holds one) and the tasks are
+    // back to the baseline, no task of the reconciler is left to send anything, its
+    // connections are closed at both ends, and every request the server held for it has
+    // been let through (recorded) or dropped.
+    drop(ctx);
+    eventually(
+        "every task of the reconciler and its connections ended",
+        || async { (alive() <= baseline).then_some(()) },
+    )
+    .await;
     assert_eq!(
         recorder.arrived_after(returned),
         Vec::<chrono::DateTime<chrono::Utc>>::new(),
