@@ -3,4 +3,7 @@
 
 pub mod demo;
 pub mod fleet;
-pub mod single;
+
+/// Single-cluster helpers (polling, creating objects and manifests, conditions), from
+/// `kleym-test-support`, which `kleym-spoke`'s tests share.
+pub use kleym_test_support::single;

@@ -14,31 +14,11 @@ pub mod hub_process;
 pub mod plugins;
 pub mod procstat;
 pub mod profiles;
-pub mod recording;
 
-use serde_json::Value;
-
-use kubesim::parse_crds;
-
-/// The vendored upstream CRDs (ClusterProfile v1alpha1, inference, SPIRE), parsed from the
-/// texts embedded in the `upstream-crds` crate (so this works from any working directory and
-/// from an installed binary).
-pub fn upstream_crds() -> Result<Vec<Value>, String> {
-    let mut out = Vec::new();
-    for file in upstream_crds::UPSTREAM {
-        out.extend(parse_crds(file.name, file.yaml).map_err(|e| e.to_string())?);
-    }
-    Ok(out)
-}
-
-/// The upstream CRDs (ClusterProfile, inference, SPIRE) plus kleym's own.
-pub fn all_crds() -> Result<Vec<Value>, String> {
-    let mut out = upstream_crds()?;
-    for crd in kleym_api::crds::all() {
-        out.push(serde_json::to_value(crd).map_err(|e| e.to_string())?);
-    }
-    Ok(out)
-}
+// The single-cluster helpers, shared with `kleym-spoke`'s tests, live in
+// `kleym-test-support`; re-exported here under their old paths.
+pub use kleym_test_support::recording;
+pub use kleym_test_support::{all_crds, upstream_crds};
 
 #[cfg(test)]
 mod tests {

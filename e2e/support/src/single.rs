@@ -1,6 +1,6 @@
 //! Helpers for single-cluster tests of the spoke reconciler on kubesim: polling for a
 //! condition, creating typed objects and arbitrary manifests, reading the repository's
-//! manifests, and reading a binding's conditions. The fleet fixtures live in [`crate::fleet`].
+//! manifests, and reading a binding's conditions. The fleet fixtures live in `kleym-e2e`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -39,7 +39,10 @@ where
 
 /// Every YAML document of the repository file `path` (relative to the repository root).
 pub fn repo_yaml_docs(path: &str) -> Vec<Value> {
-    let full = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+    // This crate is `e2e/support/`: the repository root is two levels up.
+    let full = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path);
     let text = std::fs::read_to_string(&full)
         .unwrap_or_else(|e| panic!("reading {}: {e}", full.display()));
     kleym_api::yaml::documents(&text).unwrap_or_else(|e| panic!("{path}: {e}"))

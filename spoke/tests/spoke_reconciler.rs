@@ -4,7 +4,6 @@
 //! writes on restart, CRDs installed while running, and RBAC with exactly
 //! `deploy/spoke/clusterrole.yaml` (and clearly failing with less).
 
-use kleym_e2e::single::{condition, create, create_manifest, eventually, repo_yaml_docs};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,6 +17,7 @@ use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
 use kleym_spoke::compiler::output::cluster_spiffe_id_name;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
+use kleym_test_support::single::{condition, create, create_manifest, eventually, repo_yaml_docs};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
@@ -28,15 +28,11 @@ const TD: &str = "prod.example.org";
 
 /// Upstream CRDs (optionally without the ClusterSPIFFEID one) plus ours.
 fn crds(with_spire: bool) -> Vec<Value> {
-    let mut out: Vec<Value> = kleym_e2e::fleet::upstream_crds()
-        .expect("upstream CRDs")
+    kleym_test_support::all_crds()
+        .expect("CRDs")
         .into_iter()
         .filter(|c| with_spire || c["spec"]["group"] != "spire.spiffe.io")
-        .collect();
-    for crd in kleym_api::crds::all() {
-        out.push(serde_json::to_value(crd).unwrap());
-    }
-    out
+        .collect()
 }
 
 async fn start_cluster(with_spire: bool) -> (Kubesim, ClusterHandle, Client) {
@@ -657,8 +653,8 @@ async fn without_patch_on_clusterspiffeids_the_binding_says_so() {
 /// were detached tasks that outlived the reconciler.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_aborted_reconciler_sends_nothing_once_it_returned() {
-    use kleym_e2e::fleet::env;
-    use kleym_e2e::fleet::recording::RecordingAuthenticator;
+    use kleym_test_support::env;
+    use kleym_test_support::recording::RecordingAuthenticator;
 
     const N: usize = 40;
     let (_sim, cluster, _admin) = start_cluster(true).await;
@@ -668,6 +664,14 @@ async fn an_aborted_reconciler_sends_nothing_once_it_returned() {
     let recorder = RecordingAuthenticator::install(&cluster, "stopper");
     // Every request waits 1 s in the server: at any moment each busy worker has one there.
     recorder.set_delay(Duration::from_secs(1));
+    // Every task alive now is kubesim's or the admin client's; the reconciler's client, its
+    // connections (both ends) and the reconciler's own tasks come on top.
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let baseline = alive();
     let client = cluster.client_for_token(recorder.token()).await.unwrap();
     let mut config = SpokeConfig::new(TD);
     config.discovery_interval = Duration::from_millis(200);
@@ -695,11 +699,21 @@ async fn an_aborted_reconciler_sends_nothing_once_it_returned() {
     let returned = chrono::Utc::now();
     let rv = store.current_resource_version();
     assert!(
-        !env::converged(&store, N),
+        !env::converged_with(&store, N, cluster_spiffe_id_name),
         "reconciles were still to do when it was stopped"
     );
-    // Anything still under way would arrive, or be let through and written, within this.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Proof that nothing can still come, rather than a pause: kubesim serves each connection
+    // in a task of this runtime, and the reconciler's client runs its connections in tasks
+    // too. Once the last clone of the client is gone (`ctx` holds one) and the tasks are
+    // back to the baseline, no task of the reconciler is left to send anything, its
+    // connections are closed at both ends, and every request the server held for it has
+    // been let through (recorded) or dropped.
+    drop(ctx);
+    eventually(
+        "every task of the reconciler and its connections ended",
+        || async { (alive() <= baseline).then_some(()) },
+    )
+    .await;
     assert_eq!(
         recorder.arrived_after(returned),
         Vec::<chrono::DateTime<chrono::Utc>>::new(),
