@@ -192,15 +192,24 @@ async fn follower_names_the_leader_writes_nothing_and_takes_over() {
     })
     .await
     .unwrap();
-    // a has engaged the spoke (b's state would show it as Standby only); let b's status
-    // loop tick a few times (500 ms) as a follower: it must write nothing.
+    // a has engaged the spoke (b's state would show it as Standby only); b's status loop
+    // must then pass a few times as a follower (its pass counter proves it had the chance)
+    // and write nothing.
     wait_for("the spoke engaged by a", LIMIT, || {
         let st = a.handle.state.clone();
         async move { (st.get("fleet/spoke")?.phase == Phase::Engaged).then_some(()) }
     })
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let b_status = b.handle.status_metrics.clone();
+    let passes_then = b_status.passes(false);
+    wait_for("three follower passes of b's status loop", LIMIT, || {
+        let b_status = b_status.clone();
+        async move { (b_status.passes(false) >= passes_then + 3).then_some(()) }
+    })
+    .await
+    .unwrap();
+    assert_eq!(b_status.passes(true), 0, "b never led");
     assert!(
         fleet_report(&f.hub_client).await.is_none(),
         "a follower wrote the FleetIdentityReport"

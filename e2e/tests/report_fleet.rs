@@ -322,6 +322,7 @@ async fn planted_fleet_findings_and_spoke_conditions() {
             tick: Duration::from_millis(500),
             resync: Duration::from_secs(600),
             profile_version: hub.handle.inventory_version.clone(),
+            ..StatusLoopOptions::default()
         },
         stop_status.clone(),
     ));

@@ -18,7 +18,7 @@ use crate::fleet::{FleetMetrics, FleetOptions, FleetState, SpokeMetricsCollector
 use crate::http::ApiMetrics;
 use crate::inventory::{InventoryEvent, InventorySynced, InventoryVersion, watch};
 use crate::leader;
-use crate::status::{StatusLoopOptions, run_status_loop};
+use crate::status::{StatusLoopOptions, StatusMetrics, run_status_loop};
 
 /// What [`start_hub_with`] runs besides the supervisor.
 #[derive(Debug, Clone, Default)]
@@ -36,6 +36,8 @@ pub struct HubHandle {
     pub inventory_synced: InventorySynced,
     /// The ClusterProfile version the inventory reads.
     pub inventory_version: InventoryVersion,
+    /// Passes of the status loop (registered on [`HubHandle::registry`]).
+    pub status_metrics: StatusMetrics,
     /// What the HTTP API serves (report, clusters, readiness, leadership).
     pub view: Arc<FleetHubView>,
     /// Metrics registry: credential, fleet, per-spoke/findings and API metrics.
@@ -76,6 +78,7 @@ pub fn start_hub_with(
     let cred_metrics = CredentialMetrics::register(&mut registry);
     let fleet_metrics = FleetMetrics::register(&mut registry);
     let api_metrics = ApiMetrics::register(&mut registry);
+    let status_metrics = StatusMetrics::register(&mut registry);
     let credentials = Arc::new(CredentialCache::new(args.cache_options(), cred_metrics));
     let state = FleetState::new();
     FleetMetrics::register_engage(&mut registry, &state);
@@ -126,6 +129,7 @@ pub fn start_hub_with(
             state.clone(),
             StatusLoopOptions {
                 profile_version: inventory_version.clone(),
+                metrics: status_metrics.clone(),
                 ..o
             },
             shutdown.clone(),
@@ -153,6 +157,7 @@ pub fn start_hub_with(
         state,
         inventory_synced,
         inventory_version,
+        status_metrics,
         view,
         registry: Arc::new(registry),
         api_metrics,

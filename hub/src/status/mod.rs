@@ -5,11 +5,14 @@
 //! - [`writer`]: [`StatusWriter`], which writes only changed content, at most once per
 //!   object per interval (later submissions coalesce into one write).
 //! - [`run`]: the loop that turns the supervisor's `FleetState` into submissions.
+//! - [`metrics`]: passes of that loop, as leader or follower.
 
 pub mod compare;
+pub mod metrics;
 pub mod run;
 pub mod writer;
 
+pub use metrics::StatusMetrics;
 pub use run::{StatusLoopOptions, run_status_loop};
 pub use writer::{
     StatusError, StatusOwnerRef, StatusWriter, WriteFence, WriteStats, WriterOptions,

@@ -10,6 +10,7 @@ use kleym_api::external::clusterprofile::{ClusterProfileVersion, VersionedCluste
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;
 
+use super::metrics::StatusMetrics;
 use super::writer::{StatusOwnerRef, StatusWriter, WriterOptions};
 use crate::fleet::state::FleetState;
 use crate::inventory::InventoryVersion;
@@ -35,6 +36,8 @@ pub struct StatusLoopOptions {
     /// The ClusterProfile version the inventory reads (profiles are listed, and named in
     /// ownerReferences, in it).
     pub profile_version: InventoryVersion,
+    /// Where passes are counted.
+    pub metrics: StatusMetrics,
 }
 
 impl Default for StatusLoopOptions {
@@ -46,6 +49,7 @@ impl Default for StatusLoopOptions {
             tick: Duration::from_secs(30),
             resync: Duration::from_secs(600),
             profile_version: InventoryVersion::default(),
+            metrics: StatusMetrics::default(),
         }
     }
 }
@@ -73,9 +77,11 @@ pub async fn run_status_loop(
             uids.clear();
             last_resync = started;
         }
-        if state.is_leader() {
+        let leading = state.is_leader();
+        if leading {
             sync_once(&client, &state, &options, &mut writer, &mut uids).await;
         }
+        options.metrics.pass(leading);
         // Wait for a change (but not less than min_rebuild), a due deferred write, or the tick.
         let earliest = started + options.min_rebuild;
         let deadline = writer
