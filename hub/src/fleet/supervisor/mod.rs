@@ -526,94 +526,131 @@ mod tests {
     use super::*;
     use crate::credentials::{CacheOptions, CredentialMetrics};
     use crate::fleet::{ErrorCategory, FleetOptions, PROFILE_FINALIZER};
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+    use kubesim::{ClusterHandle, Kubesim, KubesimOptions, LoggedRequest, parse_crds};
     use serde_json::{Value, json};
-    use std::sync::Mutex;
 
-    /// A hub cluster holding one ClusterProfile's metadata: answers metadata GETs and
-    /// resourceVersion-guarded merge patches, and records every request.
-    #[derive(Clone)]
-    struct FakeHub {
-        meta: Arc<Mutex<Option<Value>>>,
-        requests: Arc<Mutex<Vec<(String, Value)>>>,
+    /// The hub cluster: kubesim with the upstream ClusterProfile CRD, holding the profile
+    /// `fleet/c1`.
+    struct Hub {
+        _sim: Kubesim,
+        cluster: ClusterHandle,
+        profiles: Api<ClusterProfile>,
     }
 
-    impl FakeHub {
-        fn new(meta: Value) -> Self {
+    impl Hub {
+        /// `fleet/c1` carrying `finalizers`; deleted (so with a `deletionTimestamp`, kept by
+        /// its finalizers) when `deleting`. The request log starts empty.
+        async fn new(finalizers: &[&str], deleting: bool) -> Self {
+            let file = "multicluster.x-k8s.io_clusterprofiles.yaml";
+            let crds = parse_crds(file, upstream_crds::upstream_yaml(file)).unwrap();
+            let sim = Kubesim::start(
+                &["hub"],
+                KubesimOptions {
+                    crds,
+                    ..KubesimOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+            let cluster = sim.cluster("hub").unwrap();
+            let client = cluster.in_process_client();
+            let ns: Namespace =
+                serde_json::from_value(json!({"metadata": {"name": "fleet"}})).unwrap();
+            Api::<Namespace>::all(client.clone())
+                .create(&PostParams::default(), &ns)
+                .await
+                .unwrap();
+            let profiles = Api::<ClusterProfile>::namespaced(client, "fleet");
+            let cp: ClusterProfile = serde_json::from_value(json!({
+                "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+                "kind": "ClusterProfile",
+                "metadata": {"name": "c1", "namespace": "fleet", "finalizers": finalizers},
+                "spec": {"clusterManager": {"name": "t"}},
+            }))
+            .unwrap();
+            profiles.create(&PostParams::default(), &cp).await.unwrap();
+            if deleting {
+                profiles
+                    .delete("c1", &DeleteParams::default())
+                    .await
+                    .unwrap();
+            }
+            cluster.requests().clear();
             Self {
-                meta: Arc::new(Mutex::new(Some(meta))),
-                requests: Arc::default(),
+                _sim: sim,
+                cluster,
+                profiles,
             }
         }
 
-        fn patches(&self) -> Vec<Value> {
-            self.requests
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(m, _)| m == "PATCH")
-                .map(|(_, b)| b.clone())
-                .collect()
-        }
-
-        fn finalizers(&self) -> Value {
-            self.meta.lock().unwrap().as_ref().unwrap()["finalizers"].clone()
-        }
-
+        /// The client the supervisor uses (in process: no socket, no TLS).
         fn client(&self) -> kube::Client {
-            let me = self.clone();
-            let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-                let me = me.clone();
-                async move { Ok::<_, std::convert::Infallible>(me.handle(req).await) }
-            });
-            kube::Client::new(svc, "default")
+            self.cluster.in_process_client()
         }
 
-        async fn handle(
-            &self,
-            req: http::Request<kube::client::Body>,
-        ) -> http::Response<kube::client::Body> {
-            use http_body_util::BodyExt;
-            let method = req.method().to_string();
-            let body = req.into_body().collect().await.unwrap().to_bytes();
-            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            self.requests
-                .lock()
-                .unwrap()
-                .push((method.clone(), body.clone()));
-            let mut meta = self.meta.lock().unwrap();
-            let status = |code: u16| {
-                http::Response::builder()
-                    .status(code)
-                    .body(kube::client::Body::from(
-                        serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1",
-                            "status": "Failure", "code": code, "reason": "", "message": "fake"}))
-                        .unwrap(),
-                    ))
-                    .unwrap()
-            };
-            let Some(m) = meta.as_mut() else {
-                return status(404);
-            };
-            if method == "PATCH" {
-                if body["metadata"]["resourceVersion"] != m["resourceVersion"] {
-                    return status(409);
-                }
-                m["finalizers"] = body["metadata"]["finalizers"].clone();
-                let rv: u64 = m["resourceVersion"].as_str().unwrap().parse().unwrap();
-                m["resourceVersion"] = json!((rv + 1).to_string());
+        /// The requests the hub answered since [`Hub::new`] (or the last
+        /// [`Hub::set_finalizers`]).
+        fn requests(&self) -> Vec<LoggedRequest> {
+            self.cluster.requests().entries()
+        }
+
+        fn patches(&self) -> usize {
+            self.cluster.requests().with_method("PATCH").len()
+        }
+
+        /// The profile's metadata as the hub has it now; `None` once it is gone.
+        async fn meta(&self) -> Option<Value> {
+            let cp = self.profiles.get_opt("c1").await.unwrap()?;
+            Some(serde_json::to_value(cp.metadata).unwrap())
+        }
+
+        /// The profile's metadata for the events a watch would deliver; this read is not
+        /// logged (assertions count the supervisor's requests only).
+        async fn watched(&self) -> Value {
+            let m = self.meta().await.unwrap();
+            self.cluster.requests().clear();
+            m
+        }
+
+        /// As [`Hub::watched`], deleted long ago (past any removal deadline).
+        async fn watched_deleted_long_ago(&self) -> Value {
+            let mut m = self.watched().await;
+            m["deletionTimestamp"] = json!("2020-01-01T00:00:00Z");
+            m
+        }
+
+        /// The profile's finalizers; `Null` once it is gone.
+        async fn finalizers(&self) -> Value {
+            match self.meta().await {
+                Some(m) => m.get("finalizers").cloned().unwrap_or(json!([])),
+                None => Value::Null,
             }
-            let out = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": m});
-            http::Response::new(kube::client::Body::from(serde_json::to_vec(&out).unwrap()))
+        }
+
+        /// Replaces the profile's finalizers as a user would, then empties the request
+        /// log (later assertions count the supervisor's requests only).
+        async fn set_finalizers(&self, finalizers: &[&str]) -> Value {
+            let patch = json!({"metadata": {"finalizers": finalizers}});
+            self.profiles
+                .patch("c1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+            self.cluster.requests().clear();
+            self.meta().await.unwrap()
         }
     }
 
-    fn meta(finalizers: &[&str], deleted: Option<&str>) -> Value {
-        let mut m = json!({"name": "c1", "namespace": "fleet", "uid": "u1",
-            "resourceVersion": "1", "finalizers": finalizers});
-        if let Some(t) = deleted {
-            m["deletionTimestamp"] = json!(t);
+    /// Waits until `f` holds (for conditions read from the hub).
+    async fn eventually(what: &str, f: impl AsyncFn() -> bool) {
+        for _ in 0..400 {
+            if f().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        m
+        panic!("timed out waiting for {what}");
     }
 
     fn profile_with(meta: Value, heartbeat: &str, td: &str, provider: &str) -> InventoryEvent {
@@ -662,7 +699,7 @@ mod tests {
     }
 
     /// A supervisor whose only provider `p` always fails (credentials error).
-    fn start(hub: &FakeHub, opts: FleetOptions, leading: bool) -> Running {
+    fn start(hub: &Hub, opts: FleetOptions, leading: bool) -> Running {
         let providers = Arc::new(ProviderSet::load(None, &["p=/bin/false".to_string()]).unwrap());
         let cache = Arc::new(CredentialCache::new(
             CacheOptions::default(),
@@ -685,10 +722,10 @@ mod tests {
 
     #[tokio::test]
     async fn engages_once_per_spec_stands_by_without_lease_and_forgets_deleted() {
-        let hub = FakeHub::new(meta(&["other.io/keep"], None));
+        let hub = Hub::new(&["other.io/keep"], false).await;
         let r = start(&hub, FleetOptions::default(), true);
         let state = r.state.clone();
-        let mut m = meta(&["other.io/keep"], None);
+        let m = hub.watched().await;
         r.events
             .send(profile_with(
                 m.clone(),
@@ -709,13 +746,12 @@ mod tests {
         // Before anything could be written to the spoke, kleym's finalizer was added to the
         // profile, next to the other controller's.
         assert_eq!(
-            hub.finalizers(),
+            hub.finalizers().await,
             json!(["other.io/keep", PROFILE_FINALIZER])
         );
-        assert_eq!(hub.patches().len(), 1);
+        assert_eq!(hub.patches(), 1);
         // A heartbeat: same spec, no new engagement.
-        m["finalizers"] = hub.finalizers();
-        m["resourceVersion"] = json!("2");
+        let m = hub.meta().await.unwrap();
         r.events
             .send(profile_with(
                 m.clone(),
@@ -741,7 +777,7 @@ mod tests {
             })
         })
         .await;
-        assert_eq!(hub.patches().len(), 1);
+        assert_eq!(hub.patches(), 1);
         // Losing the lease: standby.
         r.leader.send(false).unwrap();
         wait(&state, "standby", |s| {
@@ -750,17 +786,13 @@ mod tests {
         .await;
         assert_eq!(state.get("fleet/c1").unwrap().engagements, 2);
         // Deleted while on standby: forgotten, and nothing written.
-        let before = hub.requests.lock().unwrap().len();
+        let before = hub.requests().len();
         r.events
             .send(InventoryEvent::Deleted("fleet/c1".into()))
             .unwrap();
         wait(&state, "forgotten", |s| s.get("fleet/c1").is_none()).await;
         r.stop().await;
-        assert_eq!(
-            hub.requests.lock().unwrap().len(),
-            before,
-            "a standby never writes"
-        );
+        assert_eq!(hub.requests().len(), before, "a standby never writes");
     }
 
     #[tokio::test]
@@ -768,11 +800,8 @@ mod tests {
         // Deleted long ago (the hub was down past the removal timeout): one bounded attempt,
         // which fails (the plugin fails), then the give-up is published and the profile is
         // released.
-        let deleted = meta(
-            &[PROFILE_FINALIZER, "other.io/keep"],
-            Some("2020-01-01T00:00:00Z"),
-        );
-        let hub = FakeHub::new(deleted.clone());
+        let hub = Hub::new(&[PROFILE_FINALIZER, "other.io/keep"], true).await;
+        let deleted = hub.watched_deleted_long_ago().await;
         let opts = FleetOptions {
             request_timeout: Duration::from_millis(500),
             removal_timeout: Duration::from_secs(1),
@@ -792,10 +821,7 @@ mod tests {
             s.get("fleet/c1").is_some_and(|x| x.phase == Phase::Standby)
         })
         .await;
-        assert!(
-            hub.requests.lock().unwrap().is_empty(),
-            "a standby never writes"
-        );
+        assert_eq!(hub.requests(), [], "a standby never writes");
 
         r.leader.send(true).unwrap();
         wait(&state, "gave up", |s| {
@@ -808,18 +834,18 @@ mod tests {
             })
         })
         .await;
-        wait(&state, "released", |_| {
-            hub.finalizers() == json!(["other.io/keep"])
+        eventually("released", async || {
+            hub.finalizers().await == json!(["other.io/keep"])
         })
         .await;
-        assert_eq!(hub.patches().len(), 1);
+        assert_eq!(hub.patches(), 1);
         r.stop().await;
     }
 
     #[tokio::test]
     async fn a_deleted_profile_with_unusable_access_is_released_without_touching_the_spoke() {
-        let deleted = meta(&[PROFILE_FINALIZER], Some("2026-01-01T00:00:00Z"));
-        let hub = FakeHub::new(deleted.clone());
+        let hub = Hub::new(&[PROFILE_FINALIZER], true).await;
+        let deleted = hub.watched().await;
         let r = start(&hub, FleetOptions::default(), true);
         let state = r.state.clone();
         // Provider `nope` is not configured in this hub: the profile is refused.
@@ -831,7 +857,8 @@ mod tests {
                 "nope",
             ))
             .unwrap();
-        wait(&state, "released", |_| hub.finalizers() == json!([])).await;
+        // Released: its last finalizer gone, the hub deletes it.
+        eventually("released", async || hub.meta().await.is_none()).await;
         let s = state.get("fleet/c1").unwrap();
         assert_eq!(s.phase, Phase::Removing);
         assert!(
@@ -855,7 +882,7 @@ mod tests {
     }
 
     /// A supervisor loop driven by the test itself (no task runs until the test awaits).
-    fn test_loop(hub: &FakeHub, opts: FleetOptions, leading: bool) -> Loop {
+    fn test_loop(hub: &Hub, opts: FleetOptions, leading: bool) -> Loop {
         let providers = Arc::new(ProviderSet::load(None, &["p=/bin/false".to_string()]).unwrap());
         let cache = Arc::new(CredentialCache::new(
             CacheOptions::default(),
@@ -868,8 +895,7 @@ mod tests {
     /// Engaged, left the selection (a removal job starts), selected again (the job goes
     /// quiet, a new engagement waits for it): the first engagement is still stopping, the
     /// job is in neither `running` nor `removing`.
-    fn engaged_departed_and_back(lp: &mut Loop) {
-        let m = meta(&[PROFILE_FINALIZER], None);
+    fn engaged_departed_and_back(lp: &mut Loop, m: Value) {
         lp.on_event(profile_with(
             m.clone(),
             "2026-01-01T00:00:00Z",
@@ -886,9 +912,10 @@ mod tests {
 
     #[tokio::test]
     async fn losing_leadership_halts_every_task_also_quiet_removals_and_stopping_engagements() {
-        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
         let mut lp = test_loop(&hub, FleetOptions::default(), true);
-        engaged_departed_and_back(&mut lp);
+        engaged_departed_and_back(&mut lp, hub.watched().await);
+        hub.cluster.requests().clear();
         lp.on_leadership(false);
         let halted: Vec<(u64, bool)> = lp
             .live
@@ -901,7 +928,7 @@ mod tests {
         // release the profile the next leader relies on).
         join_all(&mut lp).await;
         assert!(lp.live.is_empty());
-        assert_eq!(*hub.requests.lock().unwrap(), Vec::new());
+        assert_eq!(hub.requests(), []);
         assert_eq!(
             lp.shared.state.get("fleet/c1").unwrap().phase,
             Phase::Standby
@@ -910,9 +937,10 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_stops_quiet_removal_jobs_at_once_and_engagements_gracefully() {
-        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
         let mut lp = test_loop(&hub, FleetOptions::default(), true);
-        engaged_departed_and_back(&mut lp);
+        engaged_departed_and_back(&mut lp, hub.watched().await);
+        hub.cluster.requests().clear();
         lp.stop_all();
         let mut kinds: Vec<(u64, bool, bool)> = lp
             .live
@@ -927,12 +955,12 @@ mod tests {
         );
         assert!(lp.slots.values().all(|s| s.running().is_none()));
         join_all(&mut lp).await;
-        assert_eq!(*hub.requests.lock().unwrap(), Vec::new());
+        assert_eq!(hub.requests(), []);
     }
 
     #[tokio::test]
     async fn a_profile_selected_again_during_its_removal_keeps_kleyms_finalizer() {
-        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
         // The job gives up (the plugin fails) a couple of seconds after it started.
         let opts = FleetOptions {
             request_timeout: Duration::from_secs(1),
@@ -941,7 +969,7 @@ mod tests {
         };
         let r = start(&hub, opts, true);
         let state = r.state.clone();
-        let m = meta(&[PROFILE_FINALIZER], None);
+        let m = hub.watched().await;
         r.events
             .send(profile_with(
                 m.clone(),
@@ -962,23 +990,23 @@ mod tests {
                 .is_some_and(|x| x.engagements == 2 && x.phase == Phase::BackingOff)
         })
         .await;
-        let looked_up = hub.requests.lock().unwrap().iter().any(|(m, _)| m == "GET");
+        let looked_up = hub.requests().iter().any(|r| r.method == "GET");
         assert!(looked_up, "the job ran");
-        assert_eq!(hub.finalizers(), json!([PROFILE_FINALIZER]));
         assert_eq!(
             hub.patches(),
-            Vec::<Value>::new(),
+            0,
             "the quiet job left the finalizer to the new engagement"
         );
+        assert_eq!(hub.finalizers().await, json!([PROFILE_FINALIZER]));
         r.stop().await;
     }
 
     #[tokio::test]
     async fn a_reengagement_reads_the_profile_again_after_its_predecessor() {
-        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
         let r = start(&hub, FleetOptions::default(), true);
         let state = r.state.clone();
-        let m = meta(&[PROFILE_FINALIZER], None);
+        let m = hub.watched().await;
         r.events
             .send(profile_with(
                 m.clone(),
@@ -993,12 +1021,8 @@ mod tests {
         })
         .await;
         // The finalizer goes; the watch has not told yet when the spec changes.
-        {
-            let mut meta = hub.meta.lock().unwrap();
-            let m = meta.as_mut().unwrap();
-            m["finalizers"] = json!([]);
-            m["resourceVersion"] = json!("2");
-        }
+        assert_eq!(hub.patches(), 0);
+        hub.set_finalizers(&[]).await;
         r.events
             .send(profile_with(m, "2026-01-01T00:00:00Z", "b.example", "p"))
             .unwrap();
@@ -1007,19 +1031,19 @@ mod tests {
                 .is_some_and(|x| x.engagements == 2 && x.phase == Phase::BackingOff)
         })
         .await;
-        assert_eq!(hub.finalizers(), json!([PROFILE_FINALIZER]));
-        assert_eq!(hub.patches().len(), 1);
+        assert_eq!(hub.finalizers().await, json!([PROFILE_FINALIZER]));
+        assert_eq!(hub.patches(), 1);
         r.stop().await;
     }
 
     #[tokio::test]
     async fn an_engaged_profile_seen_without_kleyms_finalizer_gets_it_back() {
-        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
         let r = start(&hub, FleetOptions::default(), true);
         let state = r.state.clone();
         r.events
             .send(profile_with(
-                meta(&[PROFILE_FINALIZER], None),
+                hub.watched().await,
                 "2026-01-01T00:00:00Z",
                 "a.example",
                 "p",
@@ -1030,16 +1054,14 @@ mod tests {
                 .is_some_and(|x| x.phase == Phase::BackingOff)
         })
         .await;
-        assert!(hub.patches().is_empty());
+        assert_eq!(hub.patches(), 0);
         // Someone removes it; the watch forwards the change (same spec).
-        let mut m = meta(&["other.io/keep"], None);
-        m["resourceVersion"] = json!("2");
-        *hub.meta.lock().unwrap() = Some(m.clone());
+        let m = hub.set_finalizers(&["other.io/keep"]).await;
         r.events
             .send(profile_with(m, "2026-01-01T00:00:00Z", "a.example", "p"))
             .unwrap();
-        wait(&state, "finalizer back", |_| {
-            hub.finalizers() == json!(["other.io/keep", PROFILE_FINALIZER])
+        eventually("finalizer back", async || {
+            hub.finalizers().await == json!(["other.io/keep", PROFILE_FINALIZER])
         })
         .await;
         let st = state.get("fleet/c1").unwrap();
@@ -1049,11 +1071,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_finished_removal_is_published_again_when_leading_again() {
-        let deleted = meta(
-            &[PROFILE_FINALIZER, "other.io/keep"],
-            Some("2020-01-01T00:00:00Z"),
-        );
-        let hub = FakeHub::new(deleted.clone());
+        let hub = Hub::new(&[PROFILE_FINALIZER, "other.io/keep"], true).await;
+        let deleted = hub.watched_deleted_long_ago().await;
         let opts = FleetOptions {
             request_timeout: Duration::from_millis(500),
             removal_timeout: Duration::from_secs(1),
@@ -1068,7 +1087,7 @@ mod tests {
         ));
         join_all(&mut lp).await;
         assert!(lp.slots["fleet/c1"].removing().unwrap().finished);
-        assert_eq!(hub.finalizers(), json!(["other.io/keep"]));
+        assert_eq!(hub.finalizers().await, json!(["other.io/keep"]));
         lp.on_leadership(false);
         assert_eq!(
             lp.shared.state.get("fleet/c1").unwrap().phase,
@@ -1084,12 +1103,12 @@ mod tests {
         );
         // Nothing ran again.
         assert!(lp.live.is_empty());
-        assert_eq!(hub.patches().len(), 1);
+        assert_eq!(hub.patches(), 1);
     }
 
     #[tokio::test]
     async fn a_task_that_panics_still_ends_its_spoke() {
-        let hub = FakeHub::new(meta(&[], None));
+        let hub = Hub::new(&[], false).await;
         let mut lp = test_loop(&hub, FleetOptions::default(), true);
         // A removal job of a profile no longer listed, which panics.
         lp.shared
