@@ -1,10 +1,12 @@
 //! The bundled plugins (`kleym credential secret-reader|token-request`) run through the hub's
-//! own exec runtime, against a fake hub API server.
+//! own exec runtime, against a hub API server (kubesim).
 
-#[path = "fixtures/fake_hub.rs"]
-mod fake_hub;
+#[path = "fixtures/hub_sim.rs"]
+mod hub_sim;
 
 use std::time::Duration;
+
+use base64::Engine as _;
 
 use kleym_hub::access::{ClusterAccess, EffectiveAccess, ExecApiVersion, ExecConfig};
 use kleym_hub::credentials::{ExecError, ExecOptions, run_plugin};
@@ -44,9 +46,9 @@ fn opts() -> ExecOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_reader_reads_the_token_named_by_cluster_name() {
-    let (addr, log) = fake_hub::start(TOKEN).await;
+    let hub = hub_sim::start(TOKEN).await;
     let dir = tempfile::tempdir().unwrap();
-    let kc = fake_hub::write_kubeconfig(dir.path(), addr);
+    let kc = hub_sim::write_kubeconfig(dir.path(), &hub);
     let args = vec![
         "credential".into(),
         "secret-reader".into(),
@@ -63,7 +65,10 @@ async fn secret_reader_reads_the_token_named_by_cluster_name() {
         assert_eq!(c.token.unwrap().expose(), TOKEN);
         assert!(c.expires_at.is_none());
     }
-    assert_eq!(log.lock().unwrap()[0].1, fake_hub::SECRET_PATH);
+    assert_eq!(
+        hub.cluster.requests().entries()[0].path,
+        hub_sim::SECRET_PATH
+    );
 
     // No clusterName: exit 1 with a clear message.
     let err = run_plugin(&access(args.clone(), ExecApiVersion::V1, None), &opts())
@@ -97,9 +102,9 @@ async fn secret_reader_reads_the_token_named_by_cluster_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_request_uses_the_spoke_server_as_audience() {
-    let (addr, log) = fake_hub::start(TOKEN).await;
+    let hub = hub_sim::start(TOKEN).await;
     let dir = tempfile::tempdir().unwrap();
-    let kc = fake_hub::write_kubeconfig(dir.path(), addr);
+    let kc = hub_sim::write_kubeconfig(dir.path(), &hub);
     let args = vec![
         "credential".into(),
         "token-request".into(),
@@ -111,22 +116,29 @@ async fn token_request_uses_the_spoke_server_as_audience() {
     let c = run_plugin(&access(args.clone(), ExecApiVersion::V1, None), &opts())
         .await
         .unwrap();
-    assert_eq!(c.token.unwrap().expose(), TOKEN);
+    let first = hub.cluster.requests().entries()[0].clone();
     assert_eq!(
-        c.expires_at.unwrap().to_rfc3339(),
-        "2099-01-01T00:00:00+00:00"
+        (first.method.as_str(), first.path.as_str(), first.status),
+        ("POST", hub_sim::TOKEN_PATH, 201)
     );
-    let (method, path, body) = log.lock().unwrap()[0].clone();
+    // The hub issued a ServiceAccount token for what the plugin asked: the spoke's server
+    // as its audience, valid one hour; the plugin reports the hub's expiry.
+    let token = c.token.unwrap();
+    let payload = token.expose().split('.').nth(1).unwrap();
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(
-        (method.as_str(), path.as_str()),
-        ("POST", fake_hub::TOKEN_PATH)
-    );
-    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(
-        body["spec"]["audiences"],
+        claims["aud"],
         serde_json::json!(["https://spoke-1.example:6443"])
     );
-    assert_eq!(body["spec"]["expirationSeconds"], 3600);
+    assert_eq!(claims["sub"], "system:serviceaccount:kleym:hub");
+    let exp = claims["exp"].as_i64().unwrap();
+    assert_eq!(exp - claims["iat"].as_i64().unwrap(), 3600);
+    assert_eq!(c.expires_at.unwrap().timestamp(), exp);
 
     let mut bad = args;
     bad[3] = "no-slash".into();

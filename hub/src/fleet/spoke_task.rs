@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use kleym_api::InferenceIdentityBinding;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kleym_spoke::reconciler::context::Context;
 use kleym_spoke::reconciler::snapshot;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::{Api, ListParams};
@@ -185,6 +186,8 @@ fn spoke_config(opts: &FleetOptions, spec: &SpokeSpec) -> SpokeConfig {
     c
 }
 
+/// One attempt: connect → preflight → start the reconciler and wait for its first sync →
+/// health loop. Each step returns how the attempt ended when it ends it.
 async fn engage_once(
     shared: &TaskShared,
     spec: &SpokeSpec,
@@ -193,8 +196,7 @@ async fn engage_once(
     failures: &mut u32,
     metrics: &Arc<SpokeMetrics>,
 ) -> AttemptEnd {
-    let (stop, halt) = (&signal.token, &signal.halt);
-    let opts = &shared.opts;
+    let stop = &signal.token;
     let name = spec.name.as_str();
     let attempt_started = Instant::now();
     publish(shared, stop, name, |s| s.phase = Phase::Connecting);
@@ -207,107 +209,16 @@ async fn engage_once(
     };
     *client = Some(sc.clone());
 
-    // Preflight: reachability, TLS, credentials, RBAC and the CRD, each with a clear category.
-    let version = match bounded(
-        opts.request_timeout,
-        "GET /version",
-        ErrorCategory::Unreachable,
-        sc.client.apiserver_version(),
-        |source| EngageError::Kube {
-            action: "GET /version",
-            source,
-        },
-    )
-    .await
-    {
-        Ok(v) => v.git_version,
+    let version = match preflight(&shared.opts, &sc.client).await {
+        Ok(v) => v,
         Err(e) => return AttemptEnd::Failed(e),
     };
     publish(shared, stop, name, |s| s.version = Some(version.clone()));
-    let bindings: Api<InferenceIdentityBinding> = Api::all(sc.client.clone());
-    if let Err(e) = bounded(
-        opts.request_timeout,
-        BINDINGS_PROBE,
-        ErrorCategory::Unreachable,
-        bindings.list_metadata(&ListParams::default().limit(1)),
-        |source| EngageError::Kube {
-            action: BINDINGS_PROBE,
-            source,
-        },
-    )
-    .await
-    {
-        return AttemptEnd::Failed(e);
-    }
-    // The reconciler watches ClusterSPIFFEIDs; a spoke refusing or failing that list would
-    // otherwise only show up during the initial sync, with a sync slot held. 404: the SPIRE
-    // CRD is not installed, which the reconciler reports per binding.
-    let csids: Api<ClusterSPIFFEID> = Api::all(sc.client.clone());
-    match bounded(
-        opts.request_timeout,
-        CLUSTER_SPIFFE_IDS_PROBE,
-        ErrorCategory::Unreachable,
-        csids.list_metadata(&ListParams::default().limit(1)),
-        |source| EngageError::Kube {
-            action: CLUSTER_SPIFFE_IDS_PROBE,
-            source,
-        },
-    )
-    .await
-    {
-        Ok(_) => {}
-        Err(EngageError::Kube {
-            source: kube::Error::Api(s),
-            ..
-        }) if s.code == 404 => {}
-        Err(e) => return AttemptEnd::Failed(e),
-    }
 
-    // Only a bounded number of spokes do their initial sync at once (connecting and the
-    // preflight above are not limited: a blackholed spoke never holds a slot).
-    publish(shared, stop, name, |s| s.phase = Phase::Queued);
-    let permit = tokio::select! {
-        _ = stop.cancelled() => return AttemptEnd::Stopped,
-        p = shared.sync_slots.clone().acquire_owned() => match p {
-            Ok(p) => p,
-            Err(_) => return AttemptEnd::Stopped,
-        },
+    let (reconciler, ctx) = match start_and_sync(shared, spec, signal, &sc, metrics).await {
+        Ok(started) => started,
+        Err(end) => return end,
     };
-    let spoke = match Spoke::new(sc.client.clone(), spoke_config(opts, spec), metrics.clone()) {
-        Ok(s) => s,
-        Err(e) => return AttemptEnd::Failed(EngageError::Reconciler(e.to_string())),
-    };
-    let ctx = spoke.context();
-    let reconciler = Reconciler::start(spoke, stop);
-    publish(shared, stop, name, |s| s.phase = Phase::Syncing);
-    let deadline = Instant::now() + opts.initial_sync_timeout;
-    while !snapshot::synced(&ctx) {
-        // A watch whose first list fails keeps retrying with backoff: give the slot back
-        // now rather than hold it until the deadline (other spokes are waiting for it).
-        if let Some(failure) = snapshot::sync_failure(&ctx) {
-            drop(permit);
-            reconciler.stop(false, halt, opts.request_timeout).await;
-            return AttemptEnd::Failed(EngageError::Watch(failure));
-        }
-        if Instant::now() >= deadline {
-            drop(permit);
-            reconciler.stop(false, halt, opts.request_timeout).await;
-            return AttemptEnd::Failed(EngageError::Timeout {
-                action: "initial cache sync",
-                seconds: opts.initial_sync_timeout.as_secs(),
-                category: ErrorCategory::SyncTimeout,
-            });
-        }
-        tokio::select! {
-            _ = stop.cancelled() => {
-                drop(permit);
-                reconciler.stop(true, halt, opts.request_timeout).await;
-                return AttemptEnd::Stopped;
-            }
-            _ = tokio::time::sleep(Duration::from_millis(25)) => {}
-        }
-    }
-    drop(permit);
     *failures = 0;
     // Engaged and the first snapshot of the synced binding cache in one update: published
     // apart, readers would briefly see an engaged spoke with the previous (for a new spoke:
@@ -326,27 +237,183 @@ async fn engage_once(
         .observe(attempt_started.elapsed().as_secs_f64());
     tracing::info!(spoke = %name, version = %version, "spoke engaged");
 
+    let end = health_loop(shared, name, signal, &sc, &reconciler, &ctx).await;
+    match end {
+        HealthEnd::Stopped => {
+            reconciler
+                .stop(true, &signal.halt, shared.opts.request_timeout)
+                .await;
+            AttemptEnd::Stopped
+        }
+        HealthEnd::Rotated => {
+            tracing::info!(spoke = %name, "client certificate rotated; rebuilding the client");
+            reconciler
+                .stop(true, &signal.halt, shared.opts.request_timeout)
+                .await;
+            *client = None;
+            AttemptEnd::Restart
+        }
+        HealthEnd::ReconcilerEnded => {
+            AttemptEnd::Failed(EngageError::Reconciler("stopped unexpectedly".into()))
+        }
+    }
+}
+
+/// The bounded `GET /version`: the spoke's version, or why it is unreachable.
+async fn probe_version(opts: &FleetOptions, client: &kube::Client) -> Result<String, EngageError> {
+    bounded(
+        opts.request_timeout,
+        "GET /version",
+        ErrorCategory::Unreachable,
+        client.apiserver_version(),
+        |source| EngageError::Kube {
+            action: "GET /version",
+            source,
+        },
+    )
+    .await
+    .map(|v| v.git_version)
+}
+
+/// Reachability, TLS, credentials, RBAC and the CRDs, each with a clear category, before a
+/// sync slot is taken; the spoke's version.
+async fn preflight(opts: &FleetOptions, client: &kube::Client) -> Result<String, EngageError> {
+    let version = probe_version(opts, client).await?;
+    let bindings: Api<InferenceIdentityBinding> = Api::all(client.clone());
+    bounded(
+        opts.request_timeout,
+        BINDINGS_PROBE,
+        ErrorCategory::Unreachable,
+        bindings.list_metadata(&ListParams::default().limit(1)),
+        |source| EngageError::Kube {
+            action: BINDINGS_PROBE,
+            source,
+        },
+    )
+    .await?;
+    // The reconciler watches ClusterSPIFFEIDs; a spoke refusing or failing that list would
+    // otherwise only show up during the initial sync, with a sync slot held. 404: the SPIRE
+    // CRD is not installed, which the reconciler reports per binding.
+    let csids: Api<ClusterSPIFFEID> = Api::all(client.clone());
+    match bounded(
+        opts.request_timeout,
+        CLUSTER_SPIFFE_IDS_PROBE,
+        ErrorCategory::Unreachable,
+        csids.list_metadata(&ListParams::default().limit(1)),
+        |source| EngageError::Kube {
+            action: CLUSTER_SPIFFE_IDS_PROBE,
+            source,
+        },
+    )
+    .await
+    {
+        Ok(_) => Ok(version),
+        Err(EngageError::Kube {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.code == 404 => Ok(version),
+        Err(e) => Err(e),
+    }
+}
+
+/// Takes a sync slot, starts the reconciler and waits (bounded) until its caches synced;
+/// the slot is given back either way. On failure or stop the reconciler is stopped already.
+async fn start_and_sync(
+    shared: &TaskShared,
+    spec: &SpokeSpec,
+    signal: &StopSignal,
+    sc: &SpokeClient,
+    metrics: &Arc<SpokeMetrics>,
+) -> Result<(Reconciler, Arc<Context>), AttemptEnd> {
+    let (stop, halt) = (&signal.token, &signal.halt);
+    let opts = &shared.opts;
+    let name = spec.name.as_str();
+    // Only a bounded number of spokes do their initial sync at once (connecting and the
+    // preflight are not limited: a blackholed spoke never holds a slot).
+    publish(shared, stop, name, |s| s.phase = Phase::Queued);
+    let permit = tokio::select! {
+        _ = stop.cancelled() => return Err(AttemptEnd::Stopped),
+        p = shared.sync_slots.clone().acquire_owned() => match p {
+            Ok(p) => p,
+            Err(_) => return Err(AttemptEnd::Stopped),
+        },
+    };
+    let spoke = Spoke::new(sc.client.clone(), spoke_config(opts, spec), metrics.clone())
+        .map_err(|e| AttemptEnd::Failed(EngageError::Reconciler(e.to_string())))?;
+    let ctx = spoke.context();
+    let reconciler = Reconciler::start(spoke, stop);
+    publish(shared, stop, name, |s| s.phase = Phase::Syncing);
+    let deadline = Instant::now() + opts.initial_sync_timeout;
+    while !snapshot::synced(&ctx) {
+        // A watch whose first list fails keeps retrying with backoff: give the slot back
+        // now rather than hold it until the deadline (other spokes are waiting for it).
+        if let Some(failure) = snapshot::sync_failure(&ctx) {
+            drop(permit);
+            reconciler.stop(false, halt, opts.request_timeout).await;
+            return Err(AttemptEnd::Failed(EngageError::Watch(failure)));
+        }
+        if Instant::now() >= deadline {
+            drop(permit);
+            reconciler.stop(false, halt, opts.request_timeout).await;
+            return Err(AttemptEnd::Failed(EngageError::Timeout {
+                action: "initial cache sync",
+                seconds: opts.initial_sync_timeout.as_secs(),
+                category: ErrorCategory::SyncTimeout,
+            }));
+        }
+        tokio::select! {
+            _ = stop.cancelled() => {
+                drop(permit);
+                reconciler.stop(true, halt, opts.request_timeout).await;
+                return Err(AttemptEnd::Stopped);
+            }
+            _ = tokio::time::sleep(Duration::from_millis(25)) => {}
+        }
+    }
+    drop(permit);
+    Ok((reconciler, ctx))
+}
+
+/// Why the health loop of an engaged spoke ended.
+enum HealthEnd {
+    /// The stop signal fired.
+    Stopped,
+    /// The client certificate rotated: rebuild the client.
+    Rotated,
+    /// The reconciler ended by itself.
+    ReconcilerEnded,
+}
+
+/// While engaged: publishes the binding snapshots every `snapshot_interval` and probes the
+/// spoke every `probe_interval` (a failed probe marks it `Degraded`, the next good one
+/// `Engaged` again).
+async fn health_loop(
+    shared: &TaskShared,
+    name: &str,
+    signal: &StopSignal,
+    sc: &SpokeClient,
+    reconciler: &Reconciler,
+    ctx: &Arc<Context>,
+) -> HealthEnd {
+    let stop = &signal.token;
+    let opts = &shared.opts;
     let mut was_idle = false;
     let mut next_probe = Instant::now() + opts.probe_interval;
     loop {
         tokio::select! {
-            _ = stop.cancelled() => {
-                reconciler.stop(true, halt, opts.request_timeout).await;
-                return AttemptEnd::Stopped;
-            }
+            _ = stop.cancelled() => return HealthEnd::Stopped,
             _ = tokio::time::sleep(opts.snapshot_interval) => {}
         }
         if reconciler.is_finished() {
             // Stopping cancels the reconciler (a child token) too: when both fired during
             // the sleep, this is a stop, not a failure to log and back off from.
             if stop.is_cancelled() {
-                reconciler.stop(true, halt, opts.request_timeout).await;
-                return AttemptEnd::Stopped;
+                return HealthEnd::Stopped;
             }
-            return AttemptEnd::Failed(EngageError::Reconciler("stopped unexpectedly".into()));
+            return HealthEnd::ReconcilerEnded;
         }
-        let idle = snapshot::synced(&ctx) && snapshot::idle(&ctx);
-        let current = snapshot::bindings(&ctx);
+        let idle = snapshot::synced(ctx) && snapshot::idle(ctx);
+        let current = snapshot::bindings(ctx);
         publish(shared, stop, name, |s| {
             // An unchanged cache hands back the very snapshot published last time; a
             // rebuilt one with equal content is kept too, so the next call compares by pointer.
@@ -362,25 +429,11 @@ async fn engage_once(
         }
         next_probe = Instant::now() + opts.probe_interval;
         if sc.needs_rebuild().await {
-            tracing::info!(spoke = %name, "client certificate rotated; rebuilding the client");
-            reconciler.stop(true, halt, opts.request_timeout).await;
-            *client = None;
-            return AttemptEnd::Restart;
+            return HealthEnd::Rotated;
         }
-        let probe = bounded(
-            opts.request_timeout,
-            "GET /version",
-            ErrorCategory::Unreachable,
-            sc.client.apiserver_version(),
-            |source| EngageError::Kube {
-                action: "GET /version",
-                source,
-            },
-        )
-        .await;
-        match probe {
-            Ok(v) => publish(shared, stop, name, |s| {
-                s.version = Some(v.git_version);
+        match probe_version(opts, &sc.client).await {
+            Ok(version) => publish(shared, stop, name, |s| {
+                s.version = Some(version);
                 if s.phase == Phase::Degraded {
                     s.phase = Phase::Engaged;
                     s.consecutive_failures = 0;

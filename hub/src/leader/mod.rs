@@ -303,81 +303,26 @@ pub fn always_leader() -> watch::Receiver<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bytes::Bytes;
-    use http_body_util::{BodyExt, Full};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    /// A hub API server holding one Lease in memory: it answers get/create/replace until
-    /// `hang` is set, then never answers again (a hung API server). Records when it last
-    /// answered a write.
-    #[derive(Clone, Default)]
-    struct FakeHub {
-        lease: Arc<Mutex<Option<serde_json::Value>>>,
-        hang: Arc<AtomicBool>,
-        last_write: Arc<Mutex<Option<tokio::time::Instant>>>,
-    }
-
-    impl FakeHub {
-        async fn handle(
-            self,
-            req: http::Request<kube::client::Body>,
-        ) -> Result<http::Response<Full<Bytes>>, std::convert::Infallible> {
-            if self.hang.load(Ordering::SeqCst) {
-                std::future::pending::<()>().await;
-            }
-            let method = req.method().clone();
-            let body = req
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            let mut lease = self.lease.lock().unwrap_or_else(|p| p.into_inner());
-            let (code, out) = if method == http::Method::GET {
-                match lease.as_ref() {
-                    Some(l) => (200, l.clone()),
-                    None => (
-                        404,
-                        serde_json::json!({"kind": "Status", "apiVersion": "v1",
-                            "status": "Failure", "reason": "NotFound", "code": 404}),
-                    ),
-                }
-            } else {
-                let mut obj: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-                obj["metadata"]["resourceVersion"] = "1".into();
-                *lease = Some(obj.clone());
-                *self.last_write.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(tokio::time::Instant::now());
-                (
-                    if method == http::Method::POST {
-                        201
-                    } else {
-                        200
-                    },
-                    obj,
-                )
-            };
-            Ok(http::Response::builder()
-                .status(code)
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(out.to_string())))
-                .unwrap_or_default())
-        }
-    }
+    use kubesim::{Kubesim, KubesimOptions};
 
     /// A leader whose renewal hangs (the hub API server stops answering) steps down no
     /// later than its renew deadline after the last renewal: the attempt is bounded by the
     /// time left, not by a whole renew deadline from when it started (which let it lead up
-    /// to a retry period longer). Virtual time: the bound is exact, not a wall-clock guess.
+    /// to a retry period longer). Virtual time: the bound is exact, not a wall-clock guess
+    /// (the in-process client keeps every wait on tokio's paused clock).
     #[tokio::test(start_paused = true)]
     async fn a_leader_whose_renewal_hangs_steps_down_by_the_renew_deadline() {
-        let hub = FakeHub::default();
-        let svc = {
-            let hub = hub.clone();
-            tower::service_fn(move |req| hub.clone().handle(req))
-        };
-        let client = kube::Client::new(svc, "default");
+        let sim = Kubesim::start(&["hub"], KubesimOptions::default())
+            .await
+            .unwrap();
+        let hub = sim.cluster("hub").unwrap();
+        let client = hub.in_process_client();
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "kleym"}})).unwrap();
+        Api::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
         let opts = LeaderOptions {
             lease_name: "kleym-hub".into(),
             namespace: "kleym".into(),
@@ -388,15 +333,22 @@ mod tests {
         };
         let shutdown = CancellationToken::new();
         let (mut rx, task) = spawn(client, opts.clone(), shutdown.clone());
-        rx.wait_for(|leading| *leading).await.unwrap();
+        // Bounded: a lease that can never be written would spin the paused clock forever.
+        tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|leading| *leading))
+            .await
+            .expect("leading within a minute")
+            .unwrap();
         // A couple of renewals, then the API server hangs.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        hub.hang.store(true, Ordering::SeqCst);
-        let last = hub
-            .last_write
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .expect("renewed");
+        hub.faults().set_blackhole(true);
+        let writes: Vec<_> = hub
+            .requests()
+            .entries()
+            .into_iter()
+            .filter(|r| r.path.ends_with("/leases/kleym-hub") && r.method == "PUT")
+            .collect();
+        assert!(writes.len() >= 2, "renewed: {writes:?}");
+        let last = writes.last().unwrap().at;
         rx.wait_for(|leading| !*leading).await.unwrap();
         let led_for = tokio::time::Instant::now().duration_since(last);
         assert!(
@@ -406,6 +358,7 @@ mod tests {
         );
         shutdown.cancel();
         task.abort();
+        hub.faults().set_blackhole(false);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use crate::authn::ExternalAuthenticator;
 use crate::error::KubesimError;
 use crate::faults::FaultHandle;
 use crate::kubeconfig::{self, Credentials, Entry};
+use crate::server::request_log::RequestLog;
 use crate::server::{ClusterServer, listener};
 use kubesim_auth::UserInfo;
 use kubesim_auth::jwt::{ObjectRef, SaTokenRequest};
@@ -400,6 +401,29 @@ impl ClusterHandle {
     /// Fault injection for this cluster.
     pub fn faults(&self) -> FaultHandle {
         self.server.faults.clone()
+    }
+
+    /// The requests this cluster answered (shared: it keeps filling).
+    pub fn requests(&self) -> RequestLog {
+        self.server.requests.clone()
+    }
+
+    /// A `kube::Client` authenticated as the admin that calls this cluster's request
+    /// handler in process: no socket, no TLS. Every wait on its path is then a tokio
+    /// timer, so a test can drive it on a paused clock (`tokio::time::pause`), which real
+    /// connections do not allow (the clock jumps while a socket is not ready yet).
+    pub fn in_process_client(&self) -> kube::Client {
+        let server = self.server.clone();
+        let bearer = http::HeaderValue::from_str(&format!("Bearer {}", self.admin_token())).ok();
+        let svc = tower::service_fn(move |mut req: http::Request<kube::client::Body>| {
+            let server = server.clone();
+            if let Some(v) = &bearer {
+                req.headers_mut()
+                    .insert(http::header::AUTHORIZATION, v.clone());
+            }
+            async move { Ok::<_, std::convert::Infallible>(server.handle(None, req).await) }
+        });
+        kube::Client::new(svc, "default")
     }
 
     fn admin_entry(&self) -> Entry {

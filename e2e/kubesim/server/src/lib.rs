@@ -23,3 +23,4 @@ mod yaml;
 pub use error::KubesimError;
 pub use faults::{ErrorRule, FaultHandle, FaultRequest, FaultState};
 pub use fleet::{ClusterHandle, Kubesim, KubesimOptions, install_crd, load_crds, parse_crds};
+pub use server::request_log::{LoggedRequest, RequestLog};

@@ -7,6 +7,7 @@
 pub mod listener;
 pub mod protobuf;
 pub mod request;
+pub mod request_log;
 pub mod resources;
 pub mod response;
 pub mod table;
@@ -24,6 +25,7 @@ use kubesim_auth::jwt::SaIssuer;
 use kubesim_auth::pki::ClusterPki;
 use kubesim_store::{ApiError, Cluster};
 use request::{Query, RequestInfo};
+use request_log::{LoggedRequest, RequestLog};
 use response::Body;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -60,6 +62,8 @@ pub struct ClusterServer {
     pub external_issuers: RwLock<Vec<Arc<dyn authn::ExternalAuthenticator>>>,
     /// Run-time fault switches.
     pub faults: FaultHandle,
+    /// Every request answered, for tests asserting on what a client sent.
+    pub requests: RequestLog,
     /// When each ServiceAccount token issued here was issued (jti → Unix ms), for
     /// "revoke every token issued so far".
     pub(crate) issued_tokens: RwLock<HashMap<String, i64>>,
@@ -116,6 +120,7 @@ impl ClusterServer {
             sa_issuer: OnceCell::new(),
             external_issuers: RwLock::new(Vec::new()),
             faults,
+            requests: RequestLog::default(),
             issued_tokens: RwLock::new(HashMap::new()),
             rbac_cache: authz::RbacCache::default(),
             shutdown,
@@ -150,15 +155,27 @@ impl ClusterServer {
     }
 
     /// Answer one HTTP request. `peer_user` is the identity of a verified client
-    /// certificate presented on this connection, if any.
-    pub async fn handle(
+    /// certificate presented on this connection, if any. Any body type: the listener passes
+    /// hyper's, an in-process client (e.g. a `kube::Client` over a `tower` service, to run
+    /// on a paused tokio clock) its own.
+    pub async fn handle<B>(
         self: Arc<Self>,
         peer_user: Option<UserInfo>,
-        req: Request<hyper::body::Incoming>,
-    ) -> Response<Body> {
+        req: Request<B>,
+    ) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let resp = self.clone().handle_inner(peer_user, req).await;
+        self.requests.record(LoggedRequest {
+            method: method.to_string(),
+            path: path.clone(),
+            status: resp.status().as_u16(),
+            at: tokio::time::Instant::now(),
+        });
         // Access log (debug level); never the query string or headers, which may carry
         // credentials.
         tracing::debug!(
@@ -171,11 +188,15 @@ impl ClusterServer {
         resp
     }
 
-    async fn handle_inner(
+    async fn handle_inner<B>(
         self: Arc<Self>,
         peer_user: Option<UserInfo>,
-        req: Request<hyper::body::Incoming>,
-    ) -> Response<Body> {
+        req: Request<B>,
+    ) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let (parts, body) = req.into_parts();
         let path = parts.uri.path().to_string();
         let query = Query::parse(parts.uri.query());
@@ -313,12 +334,11 @@ impl ClusterServer {
         }
     }
 
-    async fn fault_endpoint(
-        &self,
-        user: &UserInfo,
-        method: &Method,
-        body: hyper::body::Incoming,
-    ) -> Response<Body> {
+    async fn fault_endpoint<B>(&self, user: &UserInfo, method: &Method, body: B) -> Response<Body>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         if !user.in_group(kubesim_auth::GROUP_MASTERS) {
             return response::error(&ApiError::new(
                 403,
@@ -400,7 +420,11 @@ pub fn internal(msg: impl Into<String>) -> ApiError {
     ApiError::new(500, "InternalError", msg)
 }
 
-async fn read_body(body: hyper::body::Incoming) -> Result<Bytes, ApiError> {
+async fn read_body<B>(body: B) -> Result<Bytes, ApiError>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     match Limited::new(body, MAX_BODY_BYTES).collect().await {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) => Err(ApiError::new(

@@ -1,13 +1,16 @@
 //! The fleet supervisor: one task per engaged spoke, started, replaced and stopped from
 //! inventory events and leadership changes, and one removal job per spoke whose profile is
-//! deleted or leaves the selection. Its loop owns the bookkeeping (no lock at all); all I/O
-//! happens in the tasks. A spoke's tasks are chained (see `chain`): each starts after the
-//! previous one ended.
+//! deleted or leaves the selection. Its loop keeps one [`Slot`](slot::Slot) per spoke (no
+//! lock at all): each event asks the slot what to do ([`Action`](slot::Action), decided
+//! without I/O), and the loop applies it; all I/O happens in the tasks. A spoke's tasks are
+//! chained (see `chain`): each starts after the previous one ended.
 //!
 //! Fencing: every task of a spoke's chain that has not ended yet — the running engagement,
 //! one still stopping gracefully, a removal job, also one made quiet by a newer engagement —
 //! holds a halt token the loop keeps until the task ended; losing leadership cancels them
 //! all at once (shutdown those of the removal jobs).
+
+mod slot;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,11 +21,12 @@ use futures::{Stream, StreamExt};
 use kleym_api::external::clusterprofile::ClusterProfile;
 use kleym_spoke::reconciler::CancellationToken;
 use tokio::sync::{Notify, Semaphore, watch};
-use tokio::task::{AbortHandle, Id, JoinError, JoinSet};
+use tokio::task::{Id, JoinError, JoinSet};
 
+use self::slot::{Action, Removing, Running, Slot, Tail, Task};
 use super::chain::{Engagement, Previous, engagement};
 use super::options::FleetOptions;
-use super::profile_finalizer::{ProfileRef, has_profile_finalizer, to_utc};
+use super::profile_finalizer::ProfileRef;
 use super::removal_job::{RemovalJob, Trigger, run_removal};
 use super::spoke_task::{StopSignal, TaskShared};
 use super::state::{FleetState, Phase};
@@ -30,26 +34,6 @@ use crate::access::ProviderSet;
 use crate::credentials::CredentialCache;
 use crate::inventory::watch::spoke_name;
 use crate::inventory::{Decision, InventoryEvent, InventoryOptions, SpokeSpec, evaluate};
-
-/// An engagement task.
-struct Running {
-    spec: SpokeSpec,
-    uid: Option<String>,
-    stop: Arc<StopSignal>,
-    /// Tells the task the profile was seen without kleym's finalizer.
-    recheck: Arc<Notify>,
-}
-
-/// A removal job (running, or finished while its profile is still listed).
-struct Removing {
-    uid: Option<String>,
-    stop: CancellationToken,
-    quiet: Arc<AtomicBool>,
-    /// How it ended, once it ran to its end.
-    outcome: Arc<OnceLock<String>>,
-    seq: u64,
-    finished: bool,
-}
 
 /// A task of a spoke's chain that has not ended yet.
 struct Live {
@@ -130,24 +114,14 @@ impl Supervisor {
     }
 }
 
-/// The last task spawned for a spoke.
-struct Tail {
-    done: CancellationToken,
-    abort: AbortHandle,
-    removal: bool,
-}
-
+/// The supervisor's loop state: asks each spoke's [`Slot`] what to do and does it.
 struct Loop {
     shared: TaskShared,
     providers: Arc<ProviderSet>,
     hub: kube::Client,
-    profiles: BTreeMap<String, ClusterProfile>,
-    running: HashMap<String, Running>,
-    removing: HashMap<String, Removing>,
-    /// The spec of each spoke's last engagement: how removal reaches a spoke whose profile
-    /// is now waiting, refused or gone.
-    known: HashMap<String, SpokeSpec>,
-    tails: HashMap<String, Tail>,
+    /// Every spoke the loop knows (listed, engaged, being removed, or with a task of its
+    /// chain not ended yet).
+    slots: BTreeMap<String, Slot>,
     /// Every engagement and removal task.
     tasks: JoinSet<()>,
     /// The tasks of `tasks` not joined yet, by task id.
@@ -163,11 +137,7 @@ impl Loop {
             shared: sup.shared,
             providers: sup.providers,
             hub: sup.hub,
-            profiles: BTreeMap::new(),
-            running: HashMap::new(),
-            removing: HashMap::new(),
-            known: HashMap::new(),
-            tails: HashMap::new(),
+            slots: BTreeMap::new(),
             tasks: JoinSet::new(),
             live: HashMap::new(),
             seq: 0,
@@ -179,16 +149,16 @@ impl Loop {
         match ev {
             InventoryEvent::Upsert(cp) => {
                 let name = spoke_name(&cp);
-                self.profiles.insert(name.clone(), *cp);
+                self.slots.entry(name.clone()).or_default().profile = Some(*cp);
                 self.reconcile(&name);
             }
             InventoryEvent::Deleted(name) => self.deleted(&name),
             InventoryEvent::Resynced(names) => {
                 let gone: Vec<String> = self
-                    .profiles
-                    .keys()
-                    .filter(|k| !names.contains(*k))
-                    .cloned()
+                    .slots
+                    .iter()
+                    .filter(|(k, s)| s.profile.is_some() && !names.contains(*k))
+                    .map(|(k, _)| k.clone())
                     .collect();
                 for name in gone {
                     self.deleted(&name);
@@ -204,30 +174,108 @@ impl Loop {
         self.leading = leading;
         self.shared.state.set_leader(leading);
         tracing::info!(leading, "leadership changed");
+        let names: Vec<String> = self.slots.keys().cloned().collect();
         if !leading {
             // Fencing: every task still running stops at once, also an engagement already
             // stopping gracefully and a removal job made quiet by a newer engagement (neither
-            // is in `running` or `removing` any more).
+            // is any slot's task any more).
             for t in self.live.values() {
                 t.halt.cancel();
             }
-            // Removal jobs of profiles no longer listed are stopped too (a standby never
-            // writes); jobs of listed ones stop in `standby` below.
-            let names: Vec<String> = self.removing.keys().cloned().collect();
             for name in names {
-                self.stop_removal(&name);
-                self.forget_if_unused(&name);
+                let action = match self.slots.get(&name) {
+                    Some(slot) => slot.on_leadership_lost(),
+                    None => continue,
+                };
+                self.apply(&name, action);
             }
+            return;
         }
-        let names: Vec<String> = self.profiles.keys().cloned().collect();
         for name in names {
             self.reconcile(&name);
         }
     }
 
+    /// The spoke's listed profile changed, or leadership did.
+    fn reconcile(&mut self, name: &str) {
+        let Some(slot) = self.slots.get(name) else {
+            return;
+        };
+        let (providers, opts) = (&self.providers, &self.shared.opts.inventory);
+        let action = slot.on_profile_changed(self.leading, |cp| evaluate(cp, providers, opts));
+        self.apply(name, action);
+    }
+
+    /// The profile left the watch (deleted, or no longer selected).
+    fn deleted(&mut self, name: &str) {
+        let action = match self.slots.get_mut(name) {
+            Some(slot) => slot.on_profile_deleted(self.leading),
+            // Forgotten already; its published state goes all the same.
+            None => Action::Forget,
+        };
+        self.apply(name, action);
+    }
+
+    /// Does what the spoke's slot decided.
+    fn apply(&mut self, name: &str, action: Action) {
+        match action {
+            Action::Nothing => {}
+            Action::Standby => {
+                self.stop_running(name);
+                self.stop_removal(name);
+                self.publish(
+                    name,
+                    Phase::Standby,
+                    "this hub replica is not the leader".into(),
+                );
+            }
+            Action::Park { phase, reason } => {
+                match phase {
+                    Phase::Waiting => {
+                        tracing::info!(spoke = %name, %reason, "spoke not engaged: waiting")
+                    }
+                    Phase::Refused => {
+                        tracing::warn!(spoke = %name, %reason, "cluster profile refused")
+                    }
+                    _ => {}
+                }
+                self.stop_running(name);
+                self.publish(name, phase, reason);
+            }
+            Action::Publish { phase, reason } => self.publish(name, phase, reason),
+            Action::Recheck => {
+                if let Some(r) = self.slots.get(name).and_then(Slot::running) {
+                    tracing::info!(spoke = %name, "engaged spoke's ClusterProfile seen without kleym's finalizer; checking");
+                    r.recheck.notify_one();
+                }
+            }
+            Action::Engage { spec } => self.engage(name, *spec),
+            Action::StartRemoval { profile, trigger } => {
+                if self.slots.get(name).is_none_or(|s| s.profile.is_none()) {
+                    tracing::info!(spoke = %name, "cluster profile left the inventory");
+                }
+                self.stop_running(name);
+                self.start_removal(name, &profile, trigger);
+            }
+            Action::Forget => self.forget_if_unused(name),
+            Action::StopAndForget => {
+                self.stop_running(name);
+                self.stop_removal(name);
+                self.forget_if_unused(name);
+            }
+        }
+    }
+
+    fn publish(&self, name: &str, phase: Phase, reason: String) {
+        self.shared.state.update(name, |s| {
+            s.phase = phase;
+            s.reason = Some(reason);
+        });
+    }
+
     /// Takes the spoke's previous task for a new one to wait for.
     fn previous(&mut self, name: &str) -> Option<Previous> {
-        let t = self.tails.remove(name)?;
+        let t = self.slots.get_mut(name)?.tail.take()?;
         let limit = (!t.removal).then(|| self.shared.opts.request_timeout.saturating_mul(2));
         Some(Previous {
             done: t.done,
@@ -237,81 +285,49 @@ impl Loop {
     }
 
     /// Stops the spoke's engagement (no removal); it ends in the background.
-    fn stop_running(&mut self, name: &str) -> Option<Running> {
-        let r = self.running.remove(name)?;
-        r.stop.stop();
-        Some(r)
+    fn stop_running(&mut self, name: &str) -> bool {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return false;
+        };
+        if !matches!(slot.task, Task::Engaged(_)) {
+            return false;
+        }
+        if let Task::Engaged(r) = std::mem::take(&mut slot.task) {
+            r.stop.stop();
+        }
+        true
     }
 
     /// Stops the spoke's removal job if it is still running; its profile keeps kleym's
     /// finalizer for the next leader.
     fn stop_removal(&mut self, name: &str) {
-        if self.removing.get(name).is_some_and(|r| !r.finished)
-            && let Some(r) = self.removing.remove(name)
+        let Some(slot) = self.slots.get_mut(name) else {
+            return;
+        };
+        if slot.removing().is_some_and(|r| !r.finished)
+            && let Task::Removing(r) = std::mem::take(&mut slot.task)
         {
             r.stop.cancel();
         }
     }
 
-    fn reconcile(&mut self, name: &str) {
-        let Some(cp) = self.profiles.get(name) else {
+    /// Starts an engagement with `spec`, after the spoke's previous task.
+    fn engage(&mut self, name: &str, spec: SpokeSpec) {
+        let Some(cp) = self.slots.get(name).and_then(|s| s.profile.clone()) else {
             return;
         };
-        if !self.leading {
-            self.standby(name);
-            return;
-        }
-        if let Some(since) = cp.metadata.deletion_timestamp.as_ref().map(to_utc) {
-            self.deleting(name, since);
-            return;
-        }
         let uid = cp.metadata.uid.clone();
-        let decision = evaluate(cp, &self.providers, &self.shared.opts.inventory);
-        let state = self.shared.state.clone();
-        let spec = match decision {
-            Decision::Engage(spec) => *spec,
-            Decision::Waiting { reason } => {
-                tracing::info!(spoke = %name, %reason, "spoke not engaged: waiting");
-                self.stop_running(name);
-                state.update(name, |s| {
-                    s.phase = Phase::Waiting;
-                    s.reason = Some(reason);
-                });
-                return;
-            }
-            Decision::Refused { reason } => {
-                tracing::warn!(spoke = %name, %reason, "cluster profile refused");
-                self.stop_running(name);
-                state.update(name, |s| {
-                    s.phase = Phase::Refused;
-                    s.reason = Some(reason);
-                });
-                return;
-            }
-        };
-        if let Some(r) = self.running.get(name)
-            && r.spec == spec
-            && r.uid == uid
-        {
-            // Same effective configuration (e.g. a status heartbeat): nothing to do, unless
-            // kleym's finalizer went missing (removed by hand, or released by a removal
-            // racing this engagement): the task reads the profile and puts it back.
-            if !has_profile_finalizer(cp) {
-                tracing::info!(spoke = %name, "engaged spoke's ClusterProfile seen without kleym's finalizer; checking");
-                r.recheck.notify_one();
-            }
-            return;
-        }
-        let profile = ProfileRef::of(cp);
-        let seen = cp.clone();
-        let reengage = self.stop_running(name).is_some();
+        let reengage = self.stop_running(name);
         // A removal still in flight (the profile came back into the selection) finishes
         // first, quiet: the state is the new engagement's from now on, and so is the
         // profile's finalizer (the job leaves it). It still halts with its chain.
-        if let Some(r) = self.removing.remove(name) {
+        if let Some(slot) = self.slots.get_mut(name)
+            && let Some(r) = slot.removing()
+        {
             r.quiet.store(true, Ordering::Release);
+            slot.task = Task::Idle;
         }
-        state.update(name, |s| {
+        self.shared.state.update(name, |s| {
             s.phase = Phase::Pending;
             s.reason = None;
             // A new effective configuration (or profile) starts its own retry count: the
@@ -330,8 +346,8 @@ impl Loop {
         let done = CancellationToken::new();
         let e = Engagement {
             spec: spec.clone(),
-            profile,
-            seen: Some(seen),
+            profile: ProfileRef::of(&cp),
+            seen: Some(cp),
             stop: stop.clone(),
             recheck: recheck.clone(),
             previous: self.previous(name),
@@ -340,99 +356,22 @@ impl Loop {
         let (shared, hub) = (self.shared.clone(), self.hub.clone());
         let halt = stop.halt.clone();
         self.spawn_tail(name, done, halt, false, engagement(shared, hub, e));
-        self.known.insert(name.to_string(), spec.clone());
-        self.running.insert(
-            name.to_string(),
-            Running {
-                spec,
-                uid,
-                stop,
-                recheck,
-            },
-        );
+        let slot = self.slots.entry(name.to_string()).or_default();
+        slot.known = Some(spec.clone());
+        slot.task = Task::Engaged(Box::new(Running {
+            spec,
+            uid,
+            stop,
+            recheck,
+        }));
     }
 
-    /// The profile has a `deletionTimestamp`: start its removal job (once per profile).
-    fn deleting(&mut self, name: &str, since: chrono::DateTime<chrono::Utc>) {
-        let Some(cp) = self.profiles.get(name).cloned() else {
-            return;
-        };
-        if let Some(r) = self.removing.get(name)
-            && r.uid == cp.metadata.uid
-        {
-            if r.finished {
-                // Its removal ran to its end; other finalizers keep the profile. Published
-                // again: leading again after a standby, the state still says `Standby`.
-                let outcome = r.outcome.get().map_or("removal finished", String::as_str);
-                let reason = format!("{outcome}; waiting for the ClusterProfile to go");
-                self.shared.state.update(name, |s| {
-                    s.phase = Phase::Removing;
-                    s.reason = Some(reason);
-                });
-            }
-            return;
-        }
-        let engaged = self.stop_running(name);
-        if engaged.is_none() && !has_profile_finalizer(&cp) && !self.known.contains_key(name) {
-            // kleym never engaged this spoke: nothing of ours to remove.
-            self.shared.state.update(name, |s| {
-                s.phase = Phase::Removing;
-                s.reason = Some("ClusterProfile deleted; kleym never engaged this spoke".into());
-            });
-            return;
-        }
-        self.start_removal(
-            name,
-            &cp,
-            engaged.map(|r| r.spec),
-            Trigger::Deleting { since },
-        );
-    }
-
-    /// The profile left the watch (deleted, or no longer selected).
-    fn deleted(&mut self, name: &str) {
-        let last = self.profiles.remove(name);
-        if !self.leading {
-            self.stop_running(name);
-            self.forget_if_unused(name);
-            return;
-        }
-        if let Some(r) = self.removing.get(name)
-            && last.as_ref().is_none_or(|cp| cp.metadata.uid == r.uid)
-        {
-            // Its removal job ends the story (forgotten when it finished).
-            self.forget_if_unused(name);
-            return;
-        }
-        let engaged = self.stop_running(name);
-        match last {
-            Some(cp)
-                if engaged.is_some()
-                    || has_profile_finalizer(&cp)
-                    || self.known.contains_key(name) =>
-            {
-                tracing::info!(spoke = %name, "cluster profile left the inventory");
-                let trigger = match cp.metadata.deletion_timestamp.as_ref() {
-                    Some(t) => Trigger::Deleting { since: to_utc(t) },
-                    None => Trigger::Departed,
-                };
-                self.start_removal(name, &cp, engaged.map(|r| r.spec), trigger);
-            }
-            // kleym never wrote to this spoke.
-            _ => self.forget_if_unused(name),
-        }
-    }
-
-    /// Spawns the removal job of `name` after its previous task. `engaged` is the spec of
-    /// the engagement just stopped, if any.
-    fn start_removal(
-        &mut self,
-        name: &str,
-        cp: &ClusterProfile,
-        engaged: Option<SpokeSpec>,
-        trigger: Trigger,
-    ) {
-        let access = match engaged.or_else(|| self.known.get(name).cloned()) {
+    /// Spawns the removal job of `name` after its previous task. The spec of its last
+    /// engagement (the one just stopped, if any) tells how to reach the spoke; without one,
+    /// the profile's own access.
+    fn start_removal(&mut self, name: &str, cp: &ClusterProfile, trigger: Trigger) {
+        let known = self.slots.get(name).and_then(|s| s.known.clone());
+        let access = match known {
             Some(spec) => Ok(spec),
             None => own_access(cp, &self.providers, &self.shared.opts.inventory),
         };
@@ -461,21 +400,18 @@ impl Loop {
             true,
             run_removal(shared, hub, job),
         );
-        self.removing.insert(
-            name.to_string(),
-            Removing {
-                uid,
-                stop,
-                quiet,
-                outcome,
-                seq,
-                finished: false,
-            },
-        );
+        self.slots.entry(name.to_string()).or_default().task = Task::Removing(Removing {
+            uid,
+            stop,
+            quiet,
+            outcome,
+            seq,
+            finished: false,
+        });
     }
 
     /// Spawns a spoke's engagement or removal task as the new tail of its chain; returns its
-    /// sequence number (which [`Self::task_ended`] receives when it ends). `halt` stops
+    /// sequence number (which [`Slot::on_task_ended`] receives when it ends). `halt` stops
     /// the task at once.
     fn spawn_tail(
         &mut self,
@@ -497,14 +433,11 @@ impl Loop {
                 removal,
             },
         );
-        self.tails.insert(
-            name.to_string(),
-            Tail {
-                done,
-                abort,
-                removal,
-            },
-        );
+        self.slots.entry(name.to_string()).or_default().tail = Some(Tail {
+            done,
+            abort,
+            removal,
+        });
         seq
     }
 
@@ -521,55 +454,38 @@ impl Loop {
         if panicked {
             tracing::error!(spoke = %t.name, removal = t.removal, "spoke task panicked");
         }
-        self.task_ended(&t.name, t.seq);
-    }
-
-    fn task_ended(&mut self, name: &str, seq: u64) {
-        if let Some(r) = self.removing.get_mut(name)
-            && r.seq == seq
-        {
-            r.finished = true;
-        }
-        self.forget_if_unused(name);
+        let action = match self.slots.get_mut(&t.name) {
+            Some(slot) => slot.on_task_ended(t.seq),
+            None => Action::Forget,
+        };
+        self.apply(&t.name, action);
     }
 
     /// Forgets a spoke (published state, credentials, remembered spec) once nothing refers
     /// to it: no listed profile, no engagement, no removal in flight. Runs in this loop, so
-    /// it never races a newer engagement of the same name.
+    /// it never races a newer engagement of the same name. A task of its chain still
+    /// running stays its tail, for a newer task to wait for.
     fn forget_if_unused(&mut self, name: &str) {
-        if self.profiles.contains_key(name)
-            || self.running.contains_key(name)
-            || self.removing.get(name).is_some_and(|r| !r.finished)
-        {
-            return;
-        }
-        self.removing.remove(name);
-        self.known.remove(name);
-        if self.tails.get(name).is_some_and(|t| t.done.is_cancelled()) {
-            self.tails.remove(name);
+        if let Some(slot) = self.slots.get_mut(name) {
+            if !slot.unused() {
+                return;
+            }
+            slot.task = Task::Idle;
+            slot.known = None;
+            if slot.tail.as_ref().is_none_or(|t| t.done.is_cancelled()) {
+                self.slots.remove(name);
+            }
         }
         self.shared.cache.remove(name);
         self.shared.state.remove(name);
     }
 
-    fn standby(&mut self, name: &str) {
-        self.stop_running(name);
-        self.stop_removal(name);
-        self.shared.state.update(name, |s| {
-            s.phase = Phase::Standby;
-            s.reason = Some("this hub replica is not the leader".into());
-        });
-    }
-
     /// Stops every task for shutdown: engagements gracefully, removal jobs (also quiet
     /// ones) at once.
     fn stop_all(&mut self) {
-        let names: Vec<String> = self.running.keys().cloned().collect();
+        let names: Vec<String> = self.slots.keys().cloned().collect();
         for name in names {
             self.stop_running(&name);
-        }
-        let names: Vec<String> = self.removing.keys().cloned().collect();
-        for name in names {
             self.stop_removal(&name);
         }
         for t in self.live.values().filter(|t| t.removal) {
@@ -610,94 +526,131 @@ mod tests {
     use super::*;
     use crate::credentials::{CacheOptions, CredentialMetrics};
     use crate::fleet::{ErrorCategory, FleetOptions, PROFILE_FINALIZER};
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+    use kubesim::{ClusterHandle, Kubesim, KubesimOptions, LoggedRequest, parse_crds};
     use serde_json::{Value, json};
-    use std::sync::Mutex;
 
-    /// A hub cluster holding one ClusterProfile's metadata: answers metadata GETs and
-    /// resourceVersion-guarded merge patches, and records every request.
-    #[derive(Clone)]
-    struct FakeHub {
-        meta: Arc<Mutex<Option<Value>>>,
-        requests: Arc<Mutex<Vec<(String, Value)>>>,
+    /// The hub cluster: kubesim with the upstream ClusterProfile CRD, holding the profile
+    /// `fleet/c1`.
+    struct Hub {
+        _sim: Kubesim,
+        cluster: ClusterHandle,
+        profiles: Api<ClusterProfile>,
     }
 
-    impl FakeHub {
-        fn new(meta: Value) -> Self {
+    impl Hub {
+        /// `fleet/c1` carrying `finalizers`; deleted (so with a `deletionTimestamp`, kept by
+        /// its finalizers) when `deleting`. The request log starts empty.
+        async fn new(finalizers: &[&str], deleting: bool) -> Self {
+            let file = "multicluster.x-k8s.io_clusterprofiles.yaml";
+            let crds = parse_crds(file, upstream_crds::upstream_yaml(file)).unwrap();
+            let sim = Kubesim::start(
+                &["hub"],
+                KubesimOptions {
+                    crds,
+                    ..KubesimOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+            let cluster = sim.cluster("hub").unwrap();
+            let client = cluster.in_process_client();
+            let ns: Namespace =
+                serde_json::from_value(json!({"metadata": {"name": "fleet"}})).unwrap();
+            Api::<Namespace>::all(client.clone())
+                .create(&PostParams::default(), &ns)
+                .await
+                .unwrap();
+            let profiles = Api::<ClusterProfile>::namespaced(client, "fleet");
+            let cp: ClusterProfile = serde_json::from_value(json!({
+                "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+                "kind": "ClusterProfile",
+                "metadata": {"name": "c1", "namespace": "fleet", "finalizers": finalizers},
+                "spec": {"clusterManager": {"name": "t"}},
+            }))
+            .unwrap();
+            profiles.create(&PostParams::default(), &cp).await.unwrap();
+            if deleting {
+                profiles
+                    .delete("c1", &DeleteParams::default())
+                    .await
+                    .unwrap();
+            }
+            cluster.requests().clear();
             Self {
-                meta: Arc::new(Mutex::new(Some(meta))),
-                requests: Arc::default(),
+                _sim: sim,
+                cluster,
+                profiles,
             }
         }
 
-        fn patches(&self) -> Vec<Value> {
-            self.requests
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(m, _)| m == "PATCH")
-                .map(|(_, b)| b.clone())
-                .collect()
-        }
-
-        fn finalizers(&self) -> Value {
-            self.meta.lock().unwrap().as_ref().unwrap()["finalizers"].clone()
-        }
-
+        /// The client the supervisor uses (in process: no socket, no TLS).
         fn client(&self) -> kube::Client {
-            let me = self.clone();
-            let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-                let me = me.clone();
-                async move { Ok::<_, std::convert::Infallible>(me.handle(req).await) }
-            });
-            kube::Client::new(svc, "default")
+            self.cluster.in_process_client()
         }
 
-        async fn handle(
-            &self,
-            req: http::Request<kube::client::Body>,
-        ) -> http::Response<kube::client::Body> {
-            use http_body_util::BodyExt;
-            let method = req.method().to_string();
-            let body = req.into_body().collect().await.unwrap().to_bytes();
-            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-            self.requests
-                .lock()
-                .unwrap()
-                .push((method.clone(), body.clone()));
-            let mut meta = self.meta.lock().unwrap();
-            let status = |code: u16| {
-                http::Response::builder()
-                    .status(code)
-                    .body(kube::client::Body::from(
-                        serde_json::to_vec(&json!({"kind": "Status", "apiVersion": "v1",
-                            "status": "Failure", "code": code, "reason": "", "message": "fake"}))
-                        .unwrap(),
-                    ))
-                    .unwrap()
-            };
-            let Some(m) = meta.as_mut() else {
-                return status(404);
-            };
-            if method == "PATCH" {
-                if body["metadata"]["resourceVersion"] != m["resourceVersion"] {
-                    return status(409);
-                }
-                m["finalizers"] = body["metadata"]["finalizers"].clone();
-                let rv: u64 = m["resourceVersion"].as_str().unwrap().parse().unwrap();
-                m["resourceVersion"] = json!((rv + 1).to_string());
+        /// The requests the hub answered since [`Hub::new`] (or the last
+        /// [`Hub::set_finalizers`]).
+        fn requests(&self) -> Vec<LoggedRequest> {
+            self.cluster.requests().entries()
+        }
+
+        fn patches(&self) -> usize {
+            self.cluster.requests().with_method("PATCH").len()
+        }
+
+        /// The profile's metadata as the hub has it now; `None` once it is gone.
+        async fn meta(&self) -> Option<Value> {
+            let cp = self.profiles.get_opt("c1").await.unwrap()?;
+            Some(serde_json::to_value(cp.metadata).unwrap())
+        }
+
+        /// The profile's metadata for the events a watch would deliver; this read is not
+        /// logged (assertions count the supervisor's requests only).
+        async fn watched(&self) -> Value {
+            let m = self.meta().await.unwrap();
+            self.cluster.requests().clear();
+            m
+        }
+
+        /// As [`Hub::watched`], deleted long ago (past any removal deadline).
+        async fn watched_deleted_long_ago(&self) -> Value {
+            let mut m = self.watched().await;
+            m["deletionTimestamp"] = json!("2020-01-01T00:00:00Z");
+            m
+        }
+
+        /// The profile's finalizers; `Null` once it is gone.
+        async fn finalizers(&self) -> Value {
+            match self.meta().await {
+                Some(m) => m.get("finalizers").cloned().unwrap_or(json!([])),
+                None => Value::Null,
             }
-            let out = json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": m});
-            http::Response::new(kube::client::Body::from(serde_json::to_vec(&out).unwrap()))
+        }
+
+        /// Replaces the profile's finalizers as a user would, then empties the request
+        /// log (later assertions count the supervisor's requests only).
+        async fn set_finalizers(&self, finalizers: &[&str]) -> Value {
+            let patch = json!({"metadata": {"finalizers": finalizers}});
+            self.profiles
+                .patch("c1", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+            self.cluster.requests().clear();
+            self.meta().await.unwrap()
         }
     }
 
-    fn meta(finalizers: &[&str], deleted: Option<&str>) -> Value {
-        let mut m = json!({"name": "c1", "namespace": "fleet", "uid": "u1",
-            "resourceVersion": "1", "finalizers": finalizers});
-        if let Some(t) = deleted {
-            m["deletionTimestamp"] = json!(t);
+    /// Waits until `f` holds (for conditions read from the hub).
+    async fn eventually(what: &str, f: impl AsyncFn() -> bool) {
+        for _ in 0..400 {
+            if f().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        m
+        panic!("timed out waiting for {what}");
     }
 
     fn profile_with(meta: Value, heartbeat: &str, td: &str, provider: &str) -> InventoryEvent {
@@ -746,7 +699,7 @@ mod tests {
     }
 
     /// A supervisor whose only provider `p` always fails (credentials error).
-    fn start(hub: &FakeHub, opts: FleetOptions, leading: bool) -> Running {
+    fn start(hub: &Hub, opts: FleetOptions, leading: bool) -> Running {
         let providers = Arc::new(ProviderSet::load(None, &["p=/bin/false".to_string()]).unwrap());
         let cache = Arc::new(CredentialCache::new(
             CacheOptions::default(),
@@ -769,10 +722,10 @@ mod tests {
 
     #[tokio::test]
     async fn engages_once_per_spec_stands_by_without_lease_and_forgets_deleted() {
-        let hub = FakeHub::new(meta(&["other.io/keep"], None));
+        let hub = Hub::new(&["other.io/keep"], false).await;
         let r = start(&hub, FleetOptions::default(), true);
         let state = r.state.clone();
-        let mut m = meta(&["other.io/keep"], None);
+        let m = hub.watched().await;
         r.events
             .send(profile_with(
                 m.clone(),
@@ -793,13 +746,12 @@ mod tests {
         // Before anything could be written to the spoke, kleym's finalizer was added to the
         // profile, next to the other controller's.
         assert_eq!(
-            hub.finalizers(),
+            hub.finalizers().await,
             json!(["other.io/keep", PROFILE_FINALIZER])
         );
-        assert_eq!(hub.patches().len(), 1);
+        assert_eq!(hub.patches(), 1);
         // A heartbeat: same spec, no new engagement.
-        m["finalizers"] = hub.finalizers();
-        m["resourceVersion"] = json!("2");
+        let m = hub.meta().await.unwrap();
         r.events
             .send(profile_with(
                 m.clone(),
@@ -825,7 +777,7 @@ mod tests {
             })
         })
         .await;
-        assert_eq!(hub.patches().len(), 1);
+        assert_eq!(hub.patches(), 1);
         // Losing the lease: standby.
         r.leader.send(false).unwrap();
         wait(&state, "standby", |s| {
@@ -834,17 +786,13 @@ mod tests {
         .await;
         assert_eq!(state.get("fleet/c1").unwrap().engagements, 2);
         // Deleted while on standby: forgotten, and nothing written.
-        let before = hub.requests.lock().unwrap().len();
+        let before = hub.requests().len();
         r.events
             .send(InventoryEvent::Deleted("fleet/c1".into()))
             .unwrap();
         wait(&state, "forgotten", |s| s.get("fleet/c1").is_none()).await;
         r.stop().await;
-        assert_eq!(
-            hub.requests.lock().unwrap().len(),
-            before,
-            "a standby never writes"
-        );
+        assert_eq!(hub.requests().len(), before, "a standby never writes");
     }
 
     #[tokio::test]
@@ -852,11 +800,8 @@ mod tests {
         // Deleted long ago (the hub was down past the removal timeout): one bounded attempt,
         // which fails (the plugin fails), then the give-up is published and the profile is
         // released.
-        let deleted = meta(
-            &[PROFILE_FINALIZER, "other.io/keep"],
-            Some("2020-01-01T00:00:00Z"),
-        );
-        let hub = FakeHub::new(deleted.clone());
+        let hub = Hub::new(&[PROFILE_FINALIZER, "other.io/keep"], true).await;
+        let deleted = hub.watched_deleted_long_ago().await;
         let opts = FleetOptions {
             request_timeout: Duration::from_millis(500),
             removal_timeout: Duration::from_secs(1),
@@ -876,10 +821,7 @@ mod tests {
             s.get("fleet/c1").is_some_and(|x| x.phase == Phase::Standby)
         })
         .await;
-        assert!(
-            hub.requests.lock().unwrap().is_empty(),
-            "a standby never writes"
-        );
+        assert_eq!(hub.requests(), [], "a standby never writes");
 
         r.leader.send(true).unwrap();
         wait(&state, "gave up", |s| {
@@ -892,18 +834,18 @@ mod tests {
             })
         })
         .await;
-        wait(&state, "released", |_| {
-            hub.finalizers() == json!(["other.io/keep"])
+        eventually("released", async || {
+            hub.finalizers().await == json!(["other.io/keep"])
         })
         .await;
-        assert_eq!(hub.patches().len(), 1);
+        assert_eq!(hub.patches(), 1);
         r.stop().await;
     }
 
     #[tokio::test]
     async fn a_deleted_profile_with_unusable_access_is_released_without_touching_the_spoke() {
-        let deleted = meta(&[PROFILE_FINALIZER], Some("2026-01-01T00:00:00Z"));
-        let hub = FakeHub::new(deleted.clone());
+        let hub = Hub::new(&[PROFILE_FINALIZER], true).await;
+        let deleted = hub.watched().await;
         let r = start(&hub, FleetOptions::default(), true);
         let state = r.state.clone();
         // Provider `nope` is not configured in this hub: the profile is refused.
@@ -915,7 +857,8 @@ mod tests {
                 "nope",
             ))
             .unwrap();
-        wait(&state, "released", |_| hub.finalizers() == json!([])).await;
+        // Released: its last finalizer gone, the hub deletes it.
+        eventually("released", async || hub.meta().await.is_none()).await;
         let s = state.get("fleet/c1").unwrap();
         assert_eq!(s.phase, Phase::Removing);
         assert!(
@@ -939,7 +882,7 @@ mod tests {
     }
 
     /// A supervisor loop driven by the test itself (no task runs until the test awaits).
-    fn test_loop(hub: &FakeHub, opts: FleetOptions, leading: bool) -> Loop {
+    fn test_loop(hub: &Hub, opts: FleetOptions, leading: bool) -> Loop {
         let providers = Arc::new(ProviderSet::load(None, &["p=/bin/false".to_string()]).unwrap());
         let cache = Arc::new(CredentialCache::new(
             CacheOptions::default(),
@@ -952,8 +895,7 @@ mod tests {
     /// Engaged, left the selection (a removal job starts), selected again (the job goes
     /// quiet, a new engagement waits for it): the first engagement is still stopping, the
     /// job is in neither `running` nor `removing`.
-    fn engaged_departed_and_back(lp: &mut Loop) {
-        let m = meta(&[PROFILE_FINALIZER], None);
+    fn engaged_departed_and_back(lp: &mut Loop, m: Value) {
         lp.on_event(profile_with(
             m.clone(),
             "2026-01-01T00:00:00Z",
@@ -963,15 +905,17 @@ mod tests {
         lp.on_event(InventoryEvent::Deleted("fleet/c1".into()));
         lp.on_event(profile_with(m, "2026-01-01T00:00:00Z", "a.example", "p"));
         assert_eq!(lp.live.len(), 3);
-        assert_eq!(lp.running.len(), 1);
-        assert!(lp.removing.is_empty());
+        let slot = &lp.slots["fleet/c1"];
+        assert!(slot.running().is_some());
+        assert!(slot.removing().is_none());
     }
 
     #[tokio::test]
     async fn losing_leadership_halts_every_task_also_quiet_removals_and_stopping_engagements() {
-        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
         let mut lp = test_loop(&hub, FleetOptions::default(), true);
-        engaged_departed_and_back(&mut lp);
+        engaged_departed_and_back(&mut lp, hub.watched().await);
+        hub.cluster.requests().clear();
         lp.on_leadership(false);
         let halted: Vec<(u64, bool)> = lp
             .live
@@ -984,7 +928,7 @@ mod tests {
         // release the profile the next leader relies on).
         join_all(&mut lp).await;
         assert!(lp.live.is_empty());
-        assert_eq!(*hub.requests.lock().unwrap(), Vec::new());
+        assert_eq!(hub.requests(), []);
         assert_eq!(
             lp.shared.state.get("fleet/c1").unwrap().phase,
             Phase::Standby
@@ -993,9 +937,10 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_stops_quiet_removal_jobs_at_once_and_engagements_gracefully() {
-        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
         let mut lp = test_loop(&hub, FleetOptions::default(), true);
-        engaged_departed_and_back(&mut lp);
+        engaged_departed_and_back(&mut lp, hub.watched().await);
+        hub.cluster.requests().clear();
         lp.stop_all();
         let mut kinds: Vec<(u64, bool, bool)> = lp
             .live
@@ -1008,14 +953,14 @@ mod tests {
             kinds,
             [(1, false, false), (2, true, true), (3, false, false)]
         );
-        assert!(lp.running.is_empty());
+        assert!(lp.slots.values().all(|s| s.running().is_none()));
         join_all(&mut lp).await;
-        assert_eq!(*hub.requests.lock().unwrap(), Vec::new());
+        assert_eq!(hub.requests(), []);
     }
 
     #[tokio::test]
     async fn a_profile_selected_again_during_its_removal_keeps_kleyms_finalizer() {
-        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
         // The job gives up (the plugin fails) a couple of seconds after it started.
         let opts = FleetOptions {
             request_timeout: Duration::from_secs(1),
@@ -1024,7 +969,7 @@ mod tests {
         };
         let r = start(&hub, opts, true);
         let state = r.state.clone();
-        let m = meta(&[PROFILE_FINALIZER], None);
+        let m = hub.watched().await;
         r.events
             .send(profile_with(
                 m.clone(),
@@ -1045,23 +990,23 @@ mod tests {
                 .is_some_and(|x| x.engagements == 2 && x.phase == Phase::BackingOff)
         })
         .await;
-        let looked_up = hub.requests.lock().unwrap().iter().any(|(m, _)| m == "GET");
+        let looked_up = hub.requests().iter().any(|r| r.method == "GET");
         assert!(looked_up, "the job ran");
-        assert_eq!(hub.finalizers(), json!([PROFILE_FINALIZER]));
         assert_eq!(
             hub.patches(),
-            Vec::<Value>::new(),
+            0,
             "the quiet job left the finalizer to the new engagement"
         );
+        assert_eq!(hub.finalizers().await, json!([PROFILE_FINALIZER]));
         r.stop().await;
     }
 
     #[tokio::test]
     async fn a_reengagement_reads_the_profile_again_after_its_predecessor() {
-        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
         let r = start(&hub, FleetOptions::default(), true);
         let state = r.state.clone();
-        let m = meta(&[PROFILE_FINALIZER], None);
+        let m = hub.watched().await;
         r.events
             .send(profile_with(
                 m.clone(),
@@ -1076,12 +1021,8 @@ mod tests {
         })
         .await;
         // The finalizer goes; the watch has not told yet when the spec changes.
-        {
-            let mut meta = hub.meta.lock().unwrap();
-            let m = meta.as_mut().unwrap();
-            m["finalizers"] = json!([]);
-            m["resourceVersion"] = json!("2");
-        }
+        assert_eq!(hub.patches(), 0);
+        hub.set_finalizers(&[]).await;
         r.events
             .send(profile_with(m, "2026-01-01T00:00:00Z", "b.example", "p"))
             .unwrap();
@@ -1090,19 +1031,19 @@ mod tests {
                 .is_some_and(|x| x.engagements == 2 && x.phase == Phase::BackingOff)
         })
         .await;
-        assert_eq!(hub.finalizers(), json!([PROFILE_FINALIZER]));
-        assert_eq!(hub.patches().len(), 1);
+        assert_eq!(hub.finalizers().await, json!([PROFILE_FINALIZER]));
+        assert_eq!(hub.patches(), 1);
         r.stop().await;
     }
 
     #[tokio::test]
     async fn an_engaged_profile_seen_without_kleyms_finalizer_gets_it_back() {
-        let hub = FakeHub::new(meta(&[PROFILE_FINALIZER], None));
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
         let r = start(&hub, FleetOptions::default(), true);
         let state = r.state.clone();
         r.events
             .send(profile_with(
-                meta(&[PROFILE_FINALIZER], None),
+                hub.watched().await,
                 "2026-01-01T00:00:00Z",
                 "a.example",
                 "p",
@@ -1113,16 +1054,14 @@ mod tests {
                 .is_some_and(|x| x.phase == Phase::BackingOff)
         })
         .await;
-        assert!(hub.patches().is_empty());
+        assert_eq!(hub.patches(), 0);
         // Someone removes it; the watch forwards the change (same spec).
-        let mut m = meta(&["other.io/keep"], None);
-        m["resourceVersion"] = json!("2");
-        *hub.meta.lock().unwrap() = Some(m.clone());
+        let m = hub.set_finalizers(&["other.io/keep"]).await;
         r.events
             .send(profile_with(m, "2026-01-01T00:00:00Z", "a.example", "p"))
             .unwrap();
-        wait(&state, "finalizer back", |_| {
-            hub.finalizers() == json!(["other.io/keep", PROFILE_FINALIZER])
+        eventually("finalizer back", async || {
+            hub.finalizers().await == json!(["other.io/keep", PROFILE_FINALIZER])
         })
         .await;
         let st = state.get("fleet/c1").unwrap();
@@ -1132,11 +1071,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_finished_removal_is_published_again_when_leading_again() {
-        let deleted = meta(
-            &[PROFILE_FINALIZER, "other.io/keep"],
-            Some("2020-01-01T00:00:00Z"),
-        );
-        let hub = FakeHub::new(deleted.clone());
+        let hub = Hub::new(&[PROFILE_FINALIZER, "other.io/keep"], true).await;
+        let deleted = hub.watched_deleted_long_ago().await;
         let opts = FleetOptions {
             request_timeout: Duration::from_millis(500),
             removal_timeout: Duration::from_secs(1),
@@ -1150,8 +1086,8 @@ mod tests {
             "p",
         ));
         join_all(&mut lp).await;
-        assert!(lp.removing["fleet/c1"].finished);
-        assert_eq!(hub.finalizers(), json!(["other.io/keep"]));
+        assert!(lp.slots["fleet/c1"].removing().unwrap().finished);
+        assert_eq!(hub.finalizers().await, json!(["other.io/keep"]));
         lp.on_leadership(false);
         assert_eq!(
             lp.shared.state.get("fleet/c1").unwrap().phase,
@@ -1167,12 +1103,12 @@ mod tests {
         );
         // Nothing ran again.
         assert!(lp.live.is_empty());
-        assert_eq!(hub.patches().len(), 1);
+        assert_eq!(hub.patches(), 1);
     }
 
     #[tokio::test]
     async fn a_task_that_panics_still_ends_its_spoke() {
-        let hub = FakeHub::new(meta(&[], None));
+        let hub = Hub::new(&[], false).await;
         let mut lp = test_loop(&hub, FleetOptions::default(), true);
         // A removal job of a profile no longer listed, which panics.
         lp.shared
@@ -1186,20 +1122,19 @@ mod tests {
             true,
             async { panic!("a bug") },
         );
-        lp.removing.insert(
-            "fleet/c1".into(),
-            Removing {
-                uid: None,
-                stop,
-                quiet: Arc::default(),
-                outcome: Arc::default(),
-                seq,
-                finished: false,
-            },
-        );
+        lp.slots.get_mut("fleet/c1").unwrap().task = Task::Removing(Removing {
+            uid: None,
+            stop,
+            quiet: Arc::default(),
+            outcome: Arc::default(),
+            seq,
+            finished: false,
+        });
         join_all(&mut lp).await;
         assert!(lp.live.is_empty());
-        assert!(lp.removing.is_empty());
+        // Only the tail is left (its `done` here is no task's), for a next task to wait for.
+        let slot = &lp.slots["fleet/c1"];
+        assert!(slot.unused() && matches!(slot.task, Task::Idle) && slot.known.is_none());
         assert!(
             lp.shared.state.get("fleet/c1").is_none(),
             "the spoke is forgotten"

@@ -1,0 +1,90 @@
+//! An in-memory log of the requests a cluster answered, so a test can assert on what its
+//! client sent (methods, paths, answers) without a proxy in between. Bounded: the oldest
+//! entries go first, so a long-running `kubesim` never grows without limit. Never holds
+//! query strings, headers or bodies, which may carry credentials.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+/// How many requests a log keeps.
+pub const CAPACITY: usize = 10_000;
+
+/// One answered request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoggedRequest {
+    /// The HTTP method (`GET`, `PATCH`, ...).
+    pub method: String,
+    /// The path, without the query string.
+    pub path: String,
+    /// The response status code.
+    pub status: u16,
+    /// When it was answered, on tokio's clock (virtual in a test with a paused clock).
+    pub at: tokio::time::Instant,
+}
+
+/// The request log of one cluster. Cheap to clone (clones share the log).
+#[derive(Clone, Debug, Default)]
+pub struct RequestLog {
+    entries: Arc<Mutex<VecDeque<LoggedRequest>>>,
+}
+
+impl RequestLog {
+    /// Appends `r`, dropping the oldest entry when full.
+    pub fn record(&self, r: LoggedRequest) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= CAPACITY {
+            entries.pop_front();
+        }
+        entries.push_back(r);
+    }
+
+    /// The requests answered so far, oldest first.
+    pub fn entries(&self) -> Vec<LoggedRequest> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.iter().cloned().collect()
+    }
+
+    /// The requests with this method, oldest first.
+    pub fn with_method(&self, method: &str) -> Vec<LoggedRequest> {
+        self.entries()
+            .into_iter()
+            .filter(|r| r.method == method)
+            .collect()
+    }
+
+    /// Forgets every entry (e.g. after a test's setup).
+    pub fn clear(&self) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(i: usize) -> LoggedRequest {
+        LoggedRequest {
+            method: if i.is_multiple_of(2) { "GET" } else { "PATCH" }.into(),
+            path: format!("/p/{i}"),
+            status: 200,
+            at: tokio::time::Instant::now(),
+        }
+    }
+
+    #[test]
+    fn keeps_the_newest_entries_up_to_its_capacity() {
+        let log = RequestLog::default();
+        for i in 0..CAPACITY + 2 {
+            log.record(req(i));
+        }
+        let entries = log.entries();
+        assert_eq!(entries.len(), CAPACITY);
+        assert_eq!(entries[0].path, "/p/2");
+        assert_eq!(log.with_method("PATCH").len(), CAPACITY / 2);
+        log.clear();
+        assert!(log.entries().is_empty());
+    }
+}
