@@ -135,6 +135,11 @@ pub(crate) struct RemovalJob {
     pub previous: Option<Previous>,
     /// Cancelled when the job ended.
     pub done: CancellationToken,
+    /// Another profile of the same member cluster (`inventory-member-id`) that the cluster
+    /// is handed over to: the cluster stays in the fleet, so the removal policy is not
+    /// applied (its identities stay, engaged through that profile); only kleym's finalizer
+    /// is released.
+    pub hand_over: Option<String>,
 }
 
 struct Job<'a> {
@@ -245,8 +250,22 @@ pub(crate) async fn run_removal(shared: TaskShared, hub: kube::Client, job: Remo
     if job.stop.is_cancelled() {
         return;
     }
-    let applied = match &job.access {
-        Err(reason) => {
+    let applied = match (&job.hand_over, &job.access) {
+        (Some(to), _) => {
+            tracing::info!(
+                spoke = %job.name,
+                successor = %to,
+                "member cluster handed over to another ClusterProfile: removal policy not applied"
+            );
+            let why = format!(
+                "{}; the member cluster stays in the fleet through ClusterProfile {to}: \
+                 removal policy not applied",
+                plan.why
+            );
+            j.removing(why.clone(), None);
+            Applied::Skipped { reason: why }
+        }
+        (None, Err(reason)) => {
             tracing::warn!(
                 spoke = %job.name,
                 policy = ?plan.policy,
@@ -263,7 +282,7 @@ pub(crate) async fn run_removal(shared: TaskShared, hub: kube::Client, job: Remo
             );
             Applied::Skipped { reason: why }
         }
-        Ok(spec) => apply_until_deadline(&j, spec, &plan, started).await,
+        (None, Ok(spec)) => apply_until_deadline(&j, spec, &plan, started).await,
     };
     let outcome = match &applied {
         Applied::Stopped => return,

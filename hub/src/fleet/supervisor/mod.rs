@@ -26,13 +26,14 @@ use tokio::task::{Id, JoinError, JoinSet};
 use self::slot::{Action, Removing, Running, Slot, Tail, Task};
 use super::chain::{Engagement, Previous, engagement};
 use super::options::FleetOptions;
-use super::profile_finalizer::ProfileRef;
+use super::profile_finalizer::{ProfileRef, to_utc};
 use super::removal_job::{RemovalJob, Trigger, run_removal};
 use super::spoke_task::{StopSignal, TaskShared};
 use super::state::{FleetState, Phase};
 use crate::access::ProviderSet;
 use crate::credentials::CredentialCache;
 use crate::inventory::watch::spoke_name;
+use crate::inventory::members::{Candidate, MemberIndex, Readiness, Role};
 use crate::inventory::{Decision, InventoryEvent, InventoryOptions, SpokeSpec, evaluate};
 
 /// A task of a spoke's chain that has not ended yet.
@@ -122,6 +123,12 @@ struct Loop {
     /// Every spoke the loop knows (listed, engaged, being removed, or with a task of its
     /// chain not ended yet).
     slots: BTreeMap<String, Slot>,
+    /// Listed profiles by member cluster (`inventory-member-id`): which one is engaged.
+    members: MemberIndex,
+    /// The inventory's first full listing arrived. Until then profiles with a member id are
+    /// only recorded: acting on the first of a member's profiles to arrive would engage it
+    /// and then hand over to an older one listed after it.
+    listed: bool,
     /// Every engagement and removal task.
     tasks: JoinSet<()>,
     /// The tasks of `tasks` not joined yet, by task id.
@@ -138,6 +145,8 @@ impl Loop {
             providers: sup.providers,
             hub: sup.hub,
             slots: BTreeMap::new(),
+            members: MemberIndex::default(),
+            listed: false,
             tasks: JoinSet::new(),
             live: HashMap::new(),
             seq: 0,
@@ -149,11 +158,34 @@ impl Loop {
         match ev {
             InventoryEvent::Upsert(cp) => {
                 let name = spoke_name(&cp);
+                let changed = self.members.upsert(&name, self.candidate(&cp));
+                let wait_for_listing = !self.listed && cp.inventory_member_id().is_some();
                 self.slots.entry(name.clone()).or_default().profile = Some(*cp);
+                if wait_for_listing {
+                    return;
+                }
                 self.reconcile(&name);
+                self.reconcile_members(&name, changed);
             }
             InventoryEvent::Deleted(name) => self.deleted(&name),
             InventoryEvent::Resynced(names) => {
+                if !self.listed {
+                    self.listed = true;
+                    // The profiles held back until every profile of their member was known.
+                    let held: Vec<String> = self
+                        .slots
+                        .iter()
+                        .filter(|(_, s)| {
+                            s.profile
+                                .as_ref()
+                                .is_some_and(|cp| cp.inventory_member_id().is_some())
+                        })
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for name in held {
+                        self.reconcile(&name);
+                    }
+                }
                 let gone: Vec<String> = self
                     .slots
                     .iter()
@@ -201,19 +233,114 @@ impl Loop {
         let Some(slot) = self.slots.get(name) else {
             return;
         };
+        let deleting = slot
+            .profile
+            .as_ref()
+            .is_some_and(|cp| cp.metadata.deletion_timestamp.is_some());
+        if self.leading
+            && !deleting
+            && let Role::Duplicate { member_id, of } = self.members.role(name)
+        {
+            self.park_duplicate(name, member_id, of);
+            return;
+        }
+        self.clear_duplicate(name);
+        let Some(slot) = self.slots.get(name) else {
+            return;
+        };
         let (providers, opts) = (&self.providers, &self.shared.opts.inventory);
         let action = slot.on_profile_changed(self.leading, |cp| evaluate(cp, providers, opts));
         self.apply(name, action);
     }
 
+    /// What the member index needs of a listed profile: its member id, how usable it is
+    /// (the same decision its slot acts on) and its age.
+    fn candidate(&self, cp: &ClusterProfile) -> Candidate {
+        let readiness = if cp.metadata.deletion_timestamp.is_some() {
+            Readiness::Deleting
+        } else {
+            match evaluate(cp, &self.providers, &self.shared.opts.inventory) {
+                Decision::Engage(_) => Readiness::Engageable,
+                Decision::Waiting { .. } => Readiness::Waiting,
+                Decision::Refused { .. } => Readiness::Refused,
+            }
+        };
+        Candidate {
+            member_id: cp.inventory_member_id().map(str::to_string),
+            readiness,
+            created: cp.metadata.creation_timestamp.as_ref().map(to_utc),
+        }
+    }
+
+    /// The other profiles whose role in their member changed with `name`'s change.
+    fn reconcile_members(&mut self, name: &str, changed: Vec<(String, Role)>) {
+        for (other, _) in changed {
+            if other != name {
+                self.reconcile(&other);
+            }
+        }
+    }
+
+    /// Another profile of the same member cluster is engaged: this one is not (its
+    /// engagement, if any, stops without removal: the cluster stays in the fleet).
+    fn park_duplicate(&mut self, name: &str, member_id: String, of: String) {
+        let reason = format!(
+            "the same member cluster (inventory-member-id {member_id:?}) is engaged through \
+             ClusterProfile {of}"
+        );
+        let already = self
+            .shared
+            .state
+            .get(name)
+            .is_some_and(|s| s.phase == Phase::Duplicate && s.reason.as_deref() == Some(&reason));
+        if self.stop_running(name) || !already {
+            tracing::info!(spoke = %name, duplicate_of = %of, member_id = %member_id, "cluster profile is a duplicate: not engaged");
+        }
+        let duplicate_of = kleym_api::fleet::DuplicateOf {
+            cluster_profile: of,
+            member_id,
+        };
+        self.shared.state.update(name, |s| {
+            s.phase = Phase::Duplicate;
+            s.reason = Some(reason);
+            s.duplicate_of = Some(duplicate_of);
+            // Its bindings are the engaged profile's to report.
+            s.bindings = Arc::default();
+        });
+    }
+
+    /// The profile is no longer a duplicate: forget what said it was.
+    fn clear_duplicate(&self, name: &str) {
+        if self
+            .shared
+            .state
+            .get(name)
+            .is_some_and(|s| s.duplicate_of.is_some())
+        {
+            self.shared.state.update(name, |s| s.duplicate_of = None);
+        }
+    }
+
     /// The profile left the watch (deleted, or no longer selected).
     fn deleted(&mut self, name: &str) {
+        // Asked before the profile leaves the index: a member cluster handed over to another
+        // profile stays in the fleet, so its removal must not touch it.
+        let successor = self.members.successor(name);
+        let changed = self.members.remove(name);
         let action = match self.slots.get_mut(name) {
             Some(slot) => slot.on_profile_deleted(self.leading),
             // Forgotten already; its published state goes all the same.
             None => Action::Forget,
         };
-        self.apply(name, action);
+        match action {
+            Action::StartRemoval { profile, trigger } => {
+                tracing::info!(spoke = %name, "cluster profile left the inventory");
+                self.stop_running(name);
+                self.start_removal(name, &profile, trigger, successor);
+            }
+            action => self.apply(name, action),
+        }
+        self.reconcile_members(name, changed);
     }
 
     /// Does what the spoke's slot decided.
@@ -255,7 +382,8 @@ impl Loop {
                     tracing::info!(spoke = %name, "cluster profile left the inventory");
                 }
                 self.stop_running(name);
-                self.start_removal(name, &profile, trigger);
+                let successor = self.members.successor(name);
+                self.start_removal(name, &profile, trigger, successor);
             }
             Action::Forget => self.forget_if_unused(name),
             Action::StopAndForget => {
@@ -369,7 +497,13 @@ impl Loop {
     /// Spawns the removal job of `name` after its previous task. The spec of its last
     /// engagement (the one just stopped, if any) tells how to reach the spoke; without one,
     /// the profile's own access.
-    fn start_removal(&mut self, name: &str, cp: &ClusterProfile, trigger: Trigger) {
+    fn start_removal(
+        &mut self,
+        name: &str,
+        cp: &ClusterProfile,
+        trigger: Trigger,
+        hand_over: Option<String>,
+    ) {
         let known = self.slots.get(name).and_then(|s| s.known.clone());
         let access = match known {
             Some(spec) => Ok(spec),
@@ -390,6 +524,7 @@ impl Loop {
             outcome: outcome.clone(),
             previous: self.previous(name),
             done: done.clone(),
+            hand_over,
         };
         let uid = cp.metadata.uid.clone();
         let (shared, hub) = (self.shared.clone(), self.hub.clone());
