@@ -25,8 +25,8 @@ pub enum CrdError {
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![
         inference_identity_binding(),
-        crate::fleet::ClusterIdentityStatus::crd(),
-        crate::fleet::FleetIdentityReport::crd(),
+        crate::hub_status::ClusterIdentityStatus::crd(),
+        crate::hub_status::FleetIdentityReport::crd(),
     ]
 }
 

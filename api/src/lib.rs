@@ -5,7 +5,7 @@
 //! - [`binding`]: `InferenceIdentityBinding`, the namespaced identity intent.
 //! - [`conditions`]: the condition types every binding status carries.
 //! - [`external`]: upstream kinds, modelled field-for-field from their CRDs.
-//! - [`fleet`]: `ClusterIdentityStatus` and `FleetIdentityReport`, written by the hub.
+//! - [`hub_status`]: `ClusterIdentityStatus` and `FleetIdentityReport`, written by the hub.
 //! - [`crds`]: the CustomResourceDefinitions kleym installs (`kleym crds`).
 //! - [`yaml`]: how kleym reads and writes YAML.
 #![warn(missing_docs)]
@@ -14,8 +14,8 @@ pub mod binding;
 pub mod conditions;
 pub mod crds;
 pub mod external;
-pub mod fleet;
 mod go_duration;
+pub mod hub_status;
 mod schema;
 pub mod yaml;
 
@@ -26,7 +26,7 @@ pub use binding::{
     TargetKind, TargetRef,
 };
 
-pub use fleet::ErrorCategory;
+pub use hub_status::ErrorCategory;
 
 /// Our API group.
 pub const GROUP: &str = "kleym.io";

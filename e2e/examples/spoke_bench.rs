@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 const DEFAULT_NAMESPACES: usize = 10;
 
 fn crds() -> Vec<Value> {
-    let mut out = kleym_e2e::fleet::upstream_crds().expect("upstream CRDs");
+    let mut out = kleym_e2e::fixtures::upstream_crds().expect("upstream CRDs");
     for crd in kleym_api::crds::all() {
         out.push(serde_json::to_value(crd).expect("CRD serialises"));
     }

@@ -2,7 +2,7 @@
 //! on `kubesim` (the Kubernetes API simulator in `e2e/kubesim`).
 
 pub mod demo;
-pub mod fleet;
+pub mod fixtures;
 
 /// Single-cluster helpers (polling, creating objects and manifests, conditions), from
 /// `kleym-test-support`, which `kleym-spoke`'s tests share.

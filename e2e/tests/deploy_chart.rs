@@ -162,7 +162,7 @@ async fn scrape(hub: &kleym_hub::runtime::HubHandle) -> String {
 async fn hub_exported_names() -> BTreeSet<String> {
     use kleym_hub::http::metrics::{CacheLabels, OutcomeLabels, RequestLabels, ReviewLabels};
 
-    let args = kleym_e2e::fleet::harness::parse_hub_args(&[
+    let args = kleym_e2e::fixtures::harness::parse_hub_args(&[
         "--leader-elect=false".into(),
         "--clusterprofile-access-provider".into(),
         "tok=/bin/true".into(),

@@ -7,7 +7,7 @@ mod deploy_support;
 use std::path::{Path, PathBuf};
 
 use deploy_support::{documents, repo_root};
-use kleym_e2e::fleet::all_crds;
+use kleym_e2e::fixtures::all_crds;
 use kubesim::testing::Kubectl;
 use kubesim::{Kubesim, KubesimOptions};
 
@@ -110,7 +110,7 @@ async fn every_deploy_manifest_passes_server_side_dry_run() {
 #[test]
 fn example_provider_file_loads_like_the_hub_loads_it() {
     let pf = repo_root().join("deploy/examples/providers/providers.yaml");
-    let args = kleym_e2e::fleet::harness::parse_hub_args(&[
+    let args = kleym_e2e::fixtures::harness::parse_hub_args(&[
         "--clusterprofile-provider-file".into(),
         pf.to_string_lossy().into(),
     ])

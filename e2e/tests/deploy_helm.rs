@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use deploy_support::{assert_kleym_accepts, documents, repo_root};
-use kleym_e2e::fleet::all_crds;
+use kleym_e2e::fixtures::all_crds;
 use kubesim::testing::Kubectl;
 use kubesim::{Kubesim, KubesimOptions};
 use serde_json::{Value, json};
@@ -440,7 +440,7 @@ fn fleet_mode_hub_is_hardened_and_its_args_parse() {
     assert!(args.contains(&"--lease-name=kleym-hub".to_string()));
     assert_probes_on_their_own_port(dep, &args, 8080, 8081);
     // The flags are those of `kleym hub` (same parser, in-process).
-    let parsed = kleym_e2e::fleet::harness::parse_hub_args(&args[1..]).unwrap();
+    let parsed = kleym_e2e::fixtures::harness::parse_hub_args(&args[1..]).unwrap();
     assert!(parsed.leader_elect);
     assert_eq!(parsed.trust_domain.as_deref(), Some("example.org"));
     assert_eq!(parsed.removal_timeout_seconds, 600);
@@ -467,7 +467,7 @@ fn fleet_mode_hub_is_hardened_and_its_args_parse() {
     let dir = tempfile::tempdir().unwrap();
     let pf = dir.path().join("providers.yaml");
     std::fs::write(&pf, cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
-    let with_file = kleym_e2e::fleet::harness::parse_hub_args(&[
+    let with_file = kleym_e2e::fixtures::harness::parse_hub_args(&[
         "--clusterprofile-provider-file".into(),
         pf.to_string_lossy().into(),
     ])
@@ -789,7 +789,7 @@ fn optional_parts_render_as_valid_yaml() {
         "{args:?}"
     );
     // With the API on, the flags are still those of `kleym hub`.
-    let parsed = kleym_e2e::fleet::harness::parse_hub_args(&args[1..]).unwrap();
+    let parsed = kleym_e2e::fixtures::harness::parse_hub_args(&args[1..]).unwrap();
     assert_eq!(parsed.api.api_addr.port(), 8443);
     assert_eq!(
         parsed.clusterprofile_selector.as_deref(),

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::process::Command;
 
-use kleym_e2e::fleet::plugins::kleym_binary;
+use kleym_e2e::fixtures::plugins::kleym_binary;
 
 const SPOKES: f64 = 2.0;
 const BINDINGS: f64 = 3.0;

@@ -6,10 +6,10 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, wait_for};
-use kleym_e2e::fleet::plugins::{kleym_binary, static_token_plugin};
-use kleym_e2e::fleet::profiles::register_admin_token_spoke;
+use kleym_e2e::fixtures::env;
+use kleym_e2e::fixtures::harness::{FleetHarness, wait_for};
+use kleym_e2e::fixtures::plugins::{kleym_binary, static_token_plugin};
+use kleym_e2e::fixtures::profiles::register_admin_token_spoke;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

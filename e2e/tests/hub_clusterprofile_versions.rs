@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kleym_api::external::clusterprofile::ClusterProfileVersion;
-use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, grant_admin, wait_for};
-use kleym_e2e::fleet::plugins::static_token_plugin;
-use kleym_e2e::fleet::profiles::{PROFILE_NS, access_provider, status};
+use kleym_e2e::fixtures::env;
+use kleym_e2e::fixtures::harness::{FleetHarness, grant_admin, wait_for};
+use kleym_e2e::fixtures::plugins::static_token_plugin;
+use kleym_e2e::fixtures::profiles::{PROFILE_NS, access_provider, status};
 use kleym_hub::fleet::PROFILE_FINALIZER;
 use kleym_hub::fleet::{FleetState, Phase, SpokeState};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};

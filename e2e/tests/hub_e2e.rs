@@ -9,10 +9,10 @@
 
 use std::time::Duration;
 
-use kleym_e2e::fleet::env::{self, NS};
-use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, grant_admin, hub_secret, wait_for};
-use kleym_e2e::fleet::plugins::{count_runs, kleym_binary, static_token_plugin};
-use kleym_e2e::fleet::profiles::{access_provider, apply_profile, status};
+use kleym_e2e::fixtures::env::{self, NS};
+use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, grant_admin, hub_secret, wait_for};
+use kleym_e2e::fixtures::plugins::{count_runs, kleym_binary, static_token_plugin};
+use kleym_e2e::fixtures::profiles::{access_provider, apply_profile, status};
 use kleym_hub::fleet::Phase;
 use serde_json::json;
 

@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use http_body_util::BodyExt;
-use kleym_api::fleet::{ClusterIdentityStatus, ClusterIdentityStatusStatus, condition_types};
-use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, parse_hub_args, wait_for};
-use kleym_e2e::fleet::plugins::{static_token_plugin, write_script};
-use kleym_e2e::fleet::profiles::{PROFILE_NS, register_admin_token_spoke};
+use kleym_api::hub_status::{ClusterIdentityStatus, ClusterIdentityStatusStatus, condition_types};
+use kleym_e2e::fixtures::harness::{FleetHarness, RunningHub, parse_hub_args, wait_for};
+use kleym_e2e::fixtures::plugins::{static_token_plugin, write_script};
+use kleym_e2e::fixtures::profiles::{PROFILE_NS, register_admin_token_spoke};
 use kleym_hub::fleet::Phase;
 use kleym_hub::report::{SpokeObservation, cluster_status};
 use kleym_hub::runtime::{HubStartOptions, api_router, start_hub_with};

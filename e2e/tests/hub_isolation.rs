@@ -10,11 +10,11 @@
 
 use std::time::{Duration, Instant};
 
-use kleym_api::fleet::condition_types;
-use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, wait_for};
-use kleym_e2e::fleet::plugins::{static_token_plugin, write_script};
-use kleym_e2e::fleet::profiles::register_admin_token_spoke;
+use kleym_api::hub_status::condition_types;
+use kleym_e2e::fixtures::env;
+use kleym_e2e::fixtures::harness::{FleetHarness, RunningHub, wait_for};
+use kleym_e2e::fixtures::plugins::{static_token_plugin, write_script};
+use kleym_e2e::fixtures::profiles::register_admin_token_spoke;
 use kleym_hub::fleet::{ErrorCategory, Phase};
 use kleym_hub::report::from_fleet::SYNCING_MESSAGE;
 use kleym_hub::report::{SpokeObservation, cluster_status};

@@ -7,11 +7,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, HUB_NS, grant_admin, parse_hub_args, wait_for};
-use kleym_e2e::fleet::plugins::{count_runs, static_token_plugin};
-use kleym_e2e::fleet::profiles::register_admin_token_spoke;
-use kleym_e2e::fleet::recording::RecordingAuthenticator;
+use kleym_e2e::fixtures::env;
+use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, grant_admin, parse_hub_args, wait_for};
+use kleym_e2e::fixtures::plugins::{count_runs, static_token_plugin};
+use kleym_e2e::fixtures::profiles::register_admin_token_spoke;
+use kleym_e2e::fixtures::recording::RecordingAuthenticator;
 use kleym_hub::fleet::Phase;
 use kleym_hub::runtime::{HubHandle, start_hub};
 use kleym_spoke::reconciler::CancellationToken;

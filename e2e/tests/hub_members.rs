@@ -7,14 +7,14 @@
 use std::time::Duration;
 
 use kleym_api::external::clusterprofile::INVENTORY_MEMBER_ID_LABEL;
-use kleym_api::fleet::reasons;
-use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, grant_admin, wait_for};
-use kleym_e2e::fleet::plugins::{count_runs, static_token_plugin};
-use kleym_e2e::fleet::profiles::{PROFILE_NS, access_provider, status};
+use kleym_api::hub_status::reasons;
+use kleym_e2e::fixtures::env;
+use kleym_e2e::fixtures::harness::{FleetHarness, grant_admin, wait_for};
+use kleym_e2e::fixtures::plugins::{count_runs, static_token_plugin};
+use kleym_e2e::fixtures::profiles::{PROFILE_NS, access_provider, status};
 use kleym_hub::fleet::{FleetState, Phase, SpokeState};
-use kleym_hub::report::{FullReport, cluster_status};
 use kleym_hub::report::from_fleet::observations;
+use kleym_hub::report::{FullReport, cluster_status};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kubesim::ClusterHandle;
 use serde_json::{Value, json};
@@ -91,7 +91,12 @@ async fn a_cluster_listed_twice_is_engaged_once_and_handed_over_without_cleanup(
     prepare_spoke(&east);
     let execs = dir.path().join("execs");
     let plugin = static_token_plugin(dir.path(), "ok.sh", TOKEN, Some(&execs)).unwrap();
-    let reach = status(vec![access_provider("ok", &east, None)], true, "2026-01-01T00:00:00Z", &[]);
+    let reach = status(
+        vec![access_provider("ok", &east, None)],
+        true,
+        "2026-01-01T00:00:00Z",
+        &[],
+    );
     // Two cluster managers list the same cluster; "ocm" first (older).
     put_profile(&f.hub_client, "east-ocm", Some(MEMBER), reach.clone()).await;
     tokio::time::sleep(Duration::from_millis(1100)).await; // creationTimestamp has 1 s resolution
@@ -135,7 +140,11 @@ async fn a_cluster_listed_twice_is_engaged_once_and_handed_over_without_cleanup(
     assert_eq!(report.summary.clusters.total, 1);
     assert_eq!(report.summary.clusters.duplicates, 1);
     assert_eq!(report.summary.bindings, BINDINGS as i64);
-    assert!(report.summary.findings.is_empty(), "{:?}", report.summary.findings);
+    assert!(
+        report.summary.findings.is_empty(),
+        "{:?}",
+        report.summary.findings
+    );
     let dup_obs = observations(&state)
         .into_iter()
         .find(|o| o.cluster == "fleet/east-capi")
@@ -147,7 +156,11 @@ async fn a_cluster_listed_twice_is_engaged_once_and_handed_over_without_cleanup(
         .find(|c| c.type_ == "Ready")
         .unwrap();
     assert_eq!(ready.reason, reasons::DUPLICATE);
-    assert!(ready.message.contains("fleet/east-ocm"), "{}", ready.message);
+    assert!(
+        ready.message.contains("fleet/east-ocm"),
+        "{}",
+        ready.message
+    );
 
     // Hand-over: the chosen profile is deleted. Cleanup would delete kleym's
     // ClusterSPIFFEIDs if the cluster left the fleet; it does not leave.
@@ -181,7 +194,11 @@ async fn a_cluster_listed_twice_is_engaged_once_and_handed_over_without_cleanup(
     .await
     .unwrap();
     assert_eq!(env::csid_names(&store), csids, "identities kept");
-    assert_eq!(csid_writes(), writes_before, "no ClusterSPIFFEID deleted or rewritten");
+    assert_eq!(
+        csid_writes(),
+        writes_before,
+        "no ClusterSPIFFEID deleted or rewritten"
+    );
     // The cluster is still managed: a new binding compiles through the new profile.
     env::create_bindings(&store, BINDINGS..BINDINGS + 1).unwrap();
     wait_for("the new binding converged", LIMIT, || {

@@ -14,10 +14,10 @@
 use std::time::Duration;
 
 use kleym_api::external::clusterprofile::ClusterProfile;
-use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, RunningHub, wait_for};
-use kleym_e2e::fleet::plugins::static_token_plugin;
-use kleym_e2e::fleet::profiles::{
+use kleym_e2e::fixtures::env;
+use kleym_e2e::fixtures::harness::{FleetHarness, RunningHub, wait_for};
+use kleym_e2e::fixtures::plugins::static_token_plugin;
+use kleym_e2e::fixtures::profiles::{
     PROFILE_NS, access_provider, apply_profile, delete_profile, register_admin_token_spoke, status,
 };
 use kleym_hub::fleet::Phase;

@@ -8,18 +8,18 @@
 use std::path::Path;
 use std::time::Duration;
 
-use kleym_api::fleet::{
+use kleym_api::hub_status::{
     ClusterIdentityStatus, FLEET_REPORT_NAME, FindingKind, FindingMember, FleetIdentityReport,
 };
-use kleym_e2e::fleet::env::{self, NS, POOL, SA};
-use kleym_e2e::fleet::harness::{FleetHarness, grant_admin};
-use kleym_e2e::fleet::plugins::{static_token_plugin, write_script};
-use kleym_e2e::fleet::profiles::{PROFILE_NS, access_provider, apply_profile, status};
+use kleym_e2e::fixtures::env::{self, NS, POOL, SA};
+use kleym_e2e::fixtures::harness::{FleetHarness, grant_admin};
+use kleym_e2e::fixtures::plugins::{static_token_plugin, write_script};
+use kleym_e2e::fixtures::profiles::{PROFILE_NS, access_provider, apply_profile, status};
 use kleym_hub::report::Caps;
 use kleym_hub::status::{StatusLoopOptions, WriterOptions, run_status_loop};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;
-use kubesim::{ClusterHandle, fleet::user};
+use kubesim::{ClusterHandle, clusters::user};
 use kubesim_store::WriteOptions;
 use serde_json::{Value, json};
 
@@ -131,7 +131,7 @@ where
     }
 }
 
-async fn report(client: &kube::Client) -> Option<kleym_api::fleet::FleetIdentityReportStatus> {
+async fn report(client: &kube::Client) -> Option<kleym_api::hub_status::FleetIdentityReportStatus> {
     Api::<FleetIdentityReport>::all(client.clone())
         .get_opt(FLEET_REPORT_NAME)
         .await
@@ -355,7 +355,7 @@ async fn planted_fleet_findings_and_spoke_conditions() {
             let collisions: Vec<_> = r
                 .findings
                 .iter()
-                .filter(|f| f.severity == kleym_api::fleet::Severity::Collision)
+                .filter(|f| f.severity == kleym_api::hub_status::Severity::Collision)
                 .map(|f| (f.kind, f.spiffe_id.clone(), f.members.clone()))
                 .collect();
             let overlap = r.findings.iter().any(|f| {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::{TimeZone, Utc};
 use k8s_openapi::api::core::v1::Namespace;
 use kleym_api::external::clusterprofile::ClusterProfile;
-use kleym_api::fleet::{
+use kleym_api::hub_status::{
     ClusterIdentityStatus, FLEET_REPORT_NAME, FindingKind, FleetIdentityReport,
 };
 use kleym_hub::report::{
@@ -26,7 +26,7 @@ async fn start() -> (Kubesim, ClusterHandle, kube::Client) {
         .await
         .expect("kubesim starts");
     let hub = sim.cluster("hub").unwrap();
-    for crd in kleym_e2e::fleet::all_crds().unwrap() {
+    for crd in kleym_e2e::fixtures::all_crds().unwrap() {
         install_crd(&hub.store(), crd).unwrap();
     }
     let client = hub.kube_client().await.unwrap();
@@ -100,7 +100,7 @@ fn status_at(
     at: i64,
     healthy: bool,
     bindings: usize,
-) -> kleym_api::fleet::ClusterIdentityStatusStatus {
+) -> kleym_api::hub_status::ClusterIdentityStatusStatus {
     cluster_status(
         &spoke(at, healthy, bindings),
         Utc.timestamp_opt(at, 0).unwrap(),
@@ -311,7 +311,7 @@ async fn fleet_report_is_written_only_when_findings_change_and_kleym_report_read
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("hub.kubeconfig");
     std::fs::write(&kubeconfig, hub.kubeconfig_yaml()).unwrap();
-    let kleym = kleym_e2e::fleet::plugins::kleym_binary().expect("kleym binary");
+    let kleym = kleym_e2e::fixtures::plugins::kleym_binary().expect("kleym binary");
     let run = |extra: &[&str]| {
         let mut args = vec!["report", "--kubeconfig", kubeconfig.to_str().unwrap()];
         args.extend_from_slice(extra);
@@ -327,7 +327,7 @@ async fn fleet_report_is_written_only_when_findings_change_and_kleym_report_read
     assert!(table.contains("fleet/west"), "{table}");
     let out = run(&["-o", "json", "--fail-on", "none"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    let doc: kleym_api::fleet::FleetIdentityReportStatus =
+    let doc: kleym_api::hub_status::FleetIdentityReportStatus =
         serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc, st);
     assert_eq!(run(&["--name", "nope"]).status.code(), Some(2));

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::Duration;
 
-use kleym_e2e::fleet::env;
-use kleym_e2e::fleet::harness::{FleetHarness, wait_for};
-use kleym_e2e::fleet::plugins::kleym_binary;
+use kleym_e2e::fixtures::env;
+use kleym_e2e::fixtures::harness::{FleetHarness, wait_for};
+use kleym_e2e::fixtures::plugins::kleym_binary;
 use kubesim_store::Cluster;
 
 const BINDINGS: usize = 200;

@@ -113,7 +113,7 @@ async fn ready(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bindings_with_the_longest_legal_names_converge() {
-    let mut crds: Vec<Value> = kleym_e2e::fleet::upstream_crds().expect("upstream CRDs");
+    let mut crds: Vec<Value> = kleym_e2e::fixtures::upstream_crds().expect("upstream CRDs");
     for crd in kleym_api::crds::all() {
         crds.push(serde_json::to_value(crd).unwrap());
     }

@@ -39,7 +39,7 @@ const OTHER_NS: &str = "t1";
 const PLATFORM: &str = "platform-default";
 
 fn crds() -> Vec<Value> {
-    let mut out: Vec<Value> = kleym_e2e::fleet::upstream_crds().expect("upstream CRDs");
+    let mut out: Vec<Value> = kleym_e2e::fixtures::upstream_crds().expect("upstream CRDs");
     for crd in kleym_api::crds::all() {
         out.push(serde_json::to_value(crd).unwrap());
     }

@@ -9,10 +9,10 @@ use kube::api::{Api, WatchEvent, WatchParams};
 use kubesim::{Kubesim, KubesimOptions};
 use std::time::{Duration, Instant};
 
-/// The ClusterSPIFFEID the spoke reconciler applies for `kleym_e2e::fleet::env` binding `i`
+/// The ClusterSPIFFEID the spoke reconciler applies for `kleym_e2e::fixtures::env` binding `i`
 /// (the shape captured from a real reconcile).
 fn bench_csid(i: usize, binding_uid: &str) -> serde_json::Value {
-    use kleym_e2e::fleet::env;
+    use kleym_e2e::fixtures::env;
     serde_json::json!({
         "apiVersion": "spire.spiffe.io/v1alpha1",
         "kind": "ClusterSPIFFEID",
@@ -45,7 +45,7 @@ fn bench_csid(i: usize, binding_uid: &str) -> serde_json::Value {
 
 /// The status the spoke reconciler applies to binding `i` once its ClusterSPIFFEID exists.
 fn bench_status(i: usize, csid_uid: &str) -> serde_json::Value {
-    use kleym_e2e::fleet::env;
+    use kleym_e2e::fixtures::env;
     let cond = |t: &str, status: &str, reason: &str, message: String| {
         serde_json::json!({
             "type": t, "status": status, "reason": reason, "message": message,
@@ -88,7 +88,7 @@ fn bench_status(i: usize, csid_uid: &str) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run explicitly"]
 async fn bench_spoke_write_path() {
-    use kleym_e2e::fleet::{all_crds, env};
+    use kleym_e2e::fixtures::{all_crds, env};
     use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
     let n: usize = std::env::var("KUBESIM_BENCH_BINDINGS")
         .ok()
@@ -232,7 +232,7 @@ async fn bench_spoke_write_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run explicitly"]
 async fn bench_spoke_write_path_in_process() {
-    use kleym_e2e::fleet::{all_crds, env};
+    use kleym_e2e::fixtures::{all_crds, env};
     use kubesim_store::{PatchType, Subresource, WriteOptions};
     let n: usize = std::env::var("KUBESIM_BENCH_BINDINGS")
         .ok()

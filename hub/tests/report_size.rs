@@ -98,7 +98,7 @@ fn written_objects_stay_far_below_etcd_limit_at_1000_spokes_by_1000_bindings() {
         .summary
         .findings
         .iter()
-        .find(|f| f.kind == kleym_api::fleet::FindingKind::CrossClusterDrift)
+        .find(|f| f.kind == kleym_api::hub_status::FindingKind::CrossClusterDrift)
         .unwrap();
     assert_eq!(drift.member_count, SPOKES as i64);
 

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::fleet::harness::{FleetHarness, RunningHub};
+use crate::fixtures::harness::{FleetHarness, RunningHub};
 use kleym_hub::fleet::state::Phase;
 use kleym_hub::report::FullReport;
 use kleym_hub::runtime::api_router;
@@ -107,7 +107,7 @@ pub async fn run(opts: &Options, plugin: &setup::PluginCommand) -> Result<(), De
     println!(
         "  {} spokes registered as ClusterProfiles in hub namespace {} (credentials: {})",
         opts.spokes,
-        crate::fleet::profiles::PROFILE_NS,
+        crate::fixtures::profiles::PROFILE_NS,
         setup::provider_summary(opts.spokes)
     );
     println!("  credential plugins run as: {}", plugin.display());
@@ -116,7 +116,7 @@ pub async fn run(opts: &Options, plugin: &setup::PluginCommand) -> Result<(), De
         "--clusterprofile-provider-file",
         &providers.to_string_lossy(),
         "--clusterprofile-namespace",
-        crate::fleet::profiles::PROFILE_NS,
+        crate::fixtures::profiles::PROFILE_NS,
         "--trust-domain",
         &opts.trust_domain,
         "--leader-elect=false",
@@ -129,7 +129,7 @@ pub async fn run(opts: &Options, plugin: &setup::PluginCommand) -> Result<(), De
     // HTTP, authentication off: a local demo only (docs/http-api.md has the real setup).
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let hub_addr = listener.local_addr()?;
-    let api_args = crate::fleet::harness::parse_hub_args(&[
+    let api_args = crate::fixtures::harness::parse_hub_args(&[
         "--api-insecure-http".to_string(),
         "--api-auth-mode=off".to_string(),
     ])
@@ -220,7 +220,7 @@ async fn converge(
         for i in 1..=opts.spokes {
             let name = scenario::spoke_name(i);
             let store = fleet.spoke(&name).store();
-            let p = progress_of(&crate::fleet::env::bindings(&store));
+            let p = progress_of(&crate::fixtures::env::bindings(&store));
             let spoke_state = hub.handle.state.get(&scenario::cluster_name(i));
             let phase = spoke_state
                 .as_ref()

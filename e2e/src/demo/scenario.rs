@@ -36,7 +36,11 @@ pub fn spoke_name(i: usize) -> String {
 
 /// The cluster name the hub reports for spoke `i` (`<profile namespace>/<profile name>`).
 pub fn cluster_name(i: usize) -> String {
-    format!("{}/{}", crate::fleet::profiles::PROFILE_NS, spoke_name(i))
+    format!(
+        "{}/{}",
+        crate::fixtures::profiles::PROFILE_NS,
+        spoke_name(i)
+    )
 }
 
 /// Container serving the `chat` objective in spoke `i` (renamed in spoke 2: the drift).

@@ -4,8 +4,8 @@
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
-use crate::fleet::harness::{FleetHarness, HUB_NS, HUB_SA, hub_secret};
-use crate::fleet::profiles::{access_provider, apply_profile, status};
+use crate::fixtures::harness::{FleetHarness, HUB_NS, HUB_SA, hub_secret};
+use crate::fixtures::profiles::{access_provider, apply_profile, status};
 use kubesim::ClusterHandle;
 use kubesim_store::WriteOptions;
 use serde_json::{Value, json};

@@ -1,6 +1,6 @@
 //! The fleet report as text, and findings in a comparable form.
 
-use kleym_api::fleet::Finding;
+use kleym_api::hub_status::Finding;
 use kleym_hub::report::FullReport;
 use kleym_hub::report::render::{render_spokes, render_table};
 
@@ -19,11 +19,13 @@ pub fn render(report: &FullReport) -> String {
 /// A finding as comparable to a [`Planted`] one.
 pub fn as_planted(f: &Finding) -> Planted {
     let kind: &'static str = match f.kind {
-        kleym_api::fleet::FindingKind::IdentityCollision => "IdentityCollision",
-        kleym_api::fleet::FindingKind::DuplicateSpiffeId => "DuplicateSPIFFEID",
-        kleym_api::fleet::FindingKind::CrossClusterDrift => "CrossClusterDrift",
-        kleym_api::fleet::FindingKind::PoolOnlyAndPerObjective => "PoolOnlyAndPerObjective",
-        kleym_api::fleet::FindingKind::OverlappingDefaultIdentity => "OverlappingDefaultIdentity",
+        kleym_api::hub_status::FindingKind::IdentityCollision => "IdentityCollision",
+        kleym_api::hub_status::FindingKind::DuplicateSpiffeId => "DuplicateSPIFFEID",
+        kleym_api::hub_status::FindingKind::CrossClusterDrift => "CrossClusterDrift",
+        kleym_api::hub_status::FindingKind::PoolOnlyAndPerObjective => "PoolOnlyAndPerObjective",
+        kleym_api::hub_status::FindingKind::OverlappingDefaultIdentity => {
+            "OverlappingDefaultIdentity"
+        }
     };
     let mut members: Vec<String> = f.members.iter().map(ToString::to_string).collect();
     members.sort();

@@ -162,7 +162,7 @@ pub fn exposition_sample_names(exposition: &str) -> BTreeSet<String> {
 /// Runs the `kleym` binary with `args` and a kubeconfig that does not exist: the command
 /// line parses (else clap exits 2 with a usage error) and the run stops at the kubeconfig.
 pub fn assert_kleym_accepts(args: &[String]) {
-    let kleym = kleym_e2e::fleet::plugins::kleym_binary().expect("kleym binary");
+    let kleym = kleym_e2e::fixtures::plugins::kleym_binary().expect("kleym binary");
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(kleym)
         .args(args)

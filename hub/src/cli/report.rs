@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = FailOn::Collision)]
     pub fail_on: FailOn,
     /// Name of the FleetIdentityReport in the hub cluster.
-    #[arg(long, default_value = kleym_api::fleet::FLEET_REPORT_NAME)]
+    #[arg(long, default_value = kleym_api::hub_status::FLEET_REPORT_NAME)]
     pub name: String,
     /// Kubeconfig of the hub cluster (default: KUBECONFIG, ~/.kube/config, else in-cluster).
     #[arg(long, conflicts_with_all = ["server", "file"])]

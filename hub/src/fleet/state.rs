@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use chrono::{DateTime, Utc};
 use dashmap::DashMap;
-use kleym_api::fleet::DuplicateOf;
+use kleym_api::hub_status::DuplicateOf;
 use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 use tokio::sync::watch;
 

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use kleym_api::fleet::{Finding, FindingKind, FindingMember};
+use kleym_api::hub_status::{Finding, FindingKind, FindingMember};
 
 use super::input::{BindingObservation, SpokeObservation, WorkloadSignature};
 

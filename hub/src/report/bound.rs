@@ -1,7 +1,7 @@
 //! Bounding: the objects written to the hub cluster keep exact counts but cap their lists,
 //! so they stay far below etcd's object size limit (1.5 MiB) at any fleet size.
 
-use kleym_api::fleet::FleetIdentityReportStatus;
+use kleym_api::hub_status::FleetIdentityReportStatus;
 
 /// List and string caps of the objects written to the hub cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kleym_api::fleet::{
+use kleym_api::hub_status::{
     BindingCounts, ClusterIdentityStatusStatus, NonReadyBinding, condition_types, reasons,
 };
 

@@ -224,7 +224,7 @@ mod tests {
         let ready = status
             .conditions
             .iter()
-            .find(|c| c.type_ == kleym_api::fleet::condition_types::READY)
+            .find(|c| c.type_ == kleym_api::hub_status::condition_types::READY)
             .unwrap();
         (
             ready.status.clone(),

@@ -1,7 +1,7 @@
 //! The full, uncapped fleet report (the body of the hub's `GET /v1/report`).
 
 use chrono::{DateTime, Utc};
-use kleym_api::fleet::{
+use kleym_api::hub_status::{
     ClusterCounts, ClusterIdentityStatusStatus, FindingCounts, FleetIdentityReportStatus,
 };
 use serde::{Deserialize, Serialize};
@@ -60,7 +60,7 @@ impl FullReport {
             .iter()
             .filter(|r| {
                 r.status.conditions.iter().any(|c| {
-                    c.type_ == kleym_api::fleet::condition_types::READY && c.status == "True"
+                    c.type_ == kleym_api::hub_status::condition_types::READY && c.status == "True"
                 })
             })
             .count();

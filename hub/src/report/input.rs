@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use kleym_api::fleet::DuplicateOf;
+use kleym_api::hub_status::DuplicateOf;
 use kleym_api::{ConflictPeer, ErrorCategory, IdentityMode, IdentityWarning};
 use serde::{Deserialize, Serialize};
 

@@ -2,7 +2,7 @@
 
 use std::io::{self, Write};
 
-use kleym_api::fleet::{FleetIdentityReportStatus, Severity};
+use kleym_api::hub_status::{FleetIdentityReportStatus, Severity};
 
 /// Which findings make `kleym report` exit non-zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -59,7 +59,7 @@ pub fn render_spokes(spokes: &[super::full::SpokeReport], out: &mut impl Write) 
         s.status
             .conditions
             .iter()
-            .find(|c| c.type_ == kleym_api::fleet::condition_types::READY)
+            .find(|c| c.type_ == kleym_api::hub_status::condition_types::READY)
             .map(|c| (c.status.clone(), c.reason.clone()))
             .unwrap_or_else(|| ("Unknown".into(), "Pending".into()))
     };
@@ -174,7 +174,7 @@ pub fn render_table(report: &FleetIdentityReportStatus, out: &mut impl Write) ->
 #[cfg(test)]
 mod tests {
     use chrono::{TimeZone, Utc};
-    use kleym_api::fleet::{Finding, FindingCounts, FindingKind, FindingMember};
+    use kleym_api::hub_status::{Finding, FindingCounts, FindingKind, FindingMember};
 
     use super::*;
 

@@ -1,7 +1,7 @@
 //! Where `kleym report` reads the report from: the hub cluster's `FleetIdentityReport`, the
 //! hub's HTTP API (`GET /v1/report`, the full form), or a file.
 
-use kleym_api::fleet::{FleetIdentityReport, FleetIdentityReportStatus};
+use kleym_api::hub_status::{FleetIdentityReport, FleetIdentityReportStatus};
 use kube::api::Api;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;

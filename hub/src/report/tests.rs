@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{TimeZone, Utc};
-use kleym_api::fleet::{FindingKind, FindingMember, Severity, condition_types, reasons};
+use kleym_api::hub_status::{FindingKind, FindingMember, Severity, condition_types, reasons};
 use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
 
 use super::*;
@@ -498,7 +498,7 @@ fn full_report_parses_as_the_crd_status() {
     let full = FullReport::build(&planted(), Utc.timestamp_opt(1_700_000_000, 0).unwrap());
     let json = serde_json::to_value(&full).unwrap();
     assert!(json["spokes"].is_array());
-    let as_status: kleym_api::fleet::FleetIdentityReportStatus =
+    let as_status: kleym_api::hub_status::FleetIdentityReportStatus =
         serde_json::from_value(json.clone()).unwrap();
     assert_eq!(as_status, full.summary);
     let back: FullReport = serde_json::from_value(json).unwrap();
@@ -507,7 +507,7 @@ fn full_report_parses_as_the_crd_status() {
 
 #[test]
 fn a_duplicate_profile_is_counted_once_and_never_drifts_with_itself() {
-    use kleym_api::fleet::DuplicateOf;
+    use kleym_api::hub_status::DuplicateOf;
     let id = format!("{TD}/ns/team-d/objective/drift");
     let engaged = spoke(
         "fleet/east",

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use k8s_openapi::api::coordination::v1::Lease;
-use kleym_api::fleet::FindingKind;
+use kleym_api::hub_status::FindingKind;
 use kleym_spoke::reconciler::CancellationToken;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};

@@ -1,7 +1,7 @@
 //! Change detection for status content. Written content is compared with the last written
 //! content, ignoring timestamps that would otherwise cause a write on every sync.
 
-use kleym_api::fleet::{ClusterIdentityStatusStatus, FleetIdentityReportStatus};
+use kleym_api::hub_status::{ClusterIdentityStatusStatus, FleetIdentityReportStatus};
 
 /// Whether `new` differs from `old` in anything but condition transition times and a
 /// `lastSuccessfulSync` that moved by less than `sync_refresh_secs`.
@@ -60,7 +60,7 @@ pub fn report_changed(old: &FleetIdentityReportStatus, new: &FleetIdentityReport
 #[cfg(test)]
 mod tests {
     use chrono::{TimeZone, Utc};
-    use kleym_api::fleet::FindingCounts;
+    use kleym_api::hub_status::FindingCounts;
 
     use super::*;
     use crate::report::{Health, SpokeObservation, cluster_status, k8s_time};
@@ -124,7 +124,7 @@ mod tests {
         };
         assert!(!report_changed(&a, &b));
         let mut counts = FindingCounts::default();
-        counts.add(kleym_api::fleet::FindingKind::CrossClusterDrift);
+        counts.add(kleym_api::hub_status::FindingKind::CrossClusterDrift);
         b.finding_counts = counts;
         assert!(report_changed(&a, &b));
     }

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kleym_api::fleet::{
+use kleym_api::hub_status::{
     ClusterIdentityStatus, ClusterIdentityStatusStatus, FLEET_REPORT_NAME, FleetIdentityReport,
     FleetIdentityReportStatus,
 };

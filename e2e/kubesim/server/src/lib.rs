@@ -9,10 +9,10 @@
 pub mod authn;
 pub mod authz;
 pub mod cli;
+pub mod clusters;
 pub mod discovery;
 pub mod error;
 pub mod faults;
-pub mod fleet;
 pub mod kubeconfig;
 pub mod openapi;
 pub mod server;
@@ -20,7 +20,7 @@ pub mod testing;
 pub mod virtual_resources;
 mod yaml;
 
+pub use clusters::{ClusterHandle, Kubesim, KubesimOptions, install_crd, load_crds, parse_crds};
 pub use error::KubesimError;
 pub use faults::{ErrorRule, FaultHandle, FaultRequest, FaultState};
-pub use fleet::{ClusterHandle, Kubesim, KubesimOptions, install_crd, load_crds, parse_crds};
 pub use server::request_log::{LoggedRequest, RequestLog};

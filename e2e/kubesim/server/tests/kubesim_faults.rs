@@ -282,7 +282,7 @@ async fn http_endpoint_is_admin_only_and_drives_faults() {
 
     // Revoke a token over HTTP: the response never echoes it.
     let victim = "victim-token-value";
-    c.add_static_token(victim, kubesim::fleet::user("victim", &[]));
+    c.add_static_token(victim, kubesim::clusters::user("victim", &[]));
     let revoke = raw_request(
         &c,
         Method::POST,
@@ -307,7 +307,7 @@ async fn http_endpoint_is_admin_only_and_drives_faults() {
     assert_eq!(r.status, 401);
 
     // Non-admins get 403, anonymous 401.
-    c.add_static_token("dev-token", kubesim::fleet::user("dev", &["devs"]));
+    c.add_static_token("dev-token", kubesim::clusters::user("dev", &["devs"]));
     let r = raw_request(
         &c,
         Method::DELETE,

@@ -32,8 +32,8 @@ use super::spoke_task::{StopSignal, TaskShared};
 use super::state::{FleetState, Phase};
 use crate::access::ProviderSet;
 use crate::credentials::CredentialCache;
-use crate::inventory::watch::spoke_name;
 use crate::inventory::members::{Candidate, MemberIndex, Readiness, Role};
+use crate::inventory::watch::spoke_name;
 use crate::inventory::{Decision, InventoryEvent, InventoryOptions, SpokeSpec, evaluate};
 
 /// A task of a spoke's chain that has not ended yet.
@@ -288,15 +288,14 @@ impl Loop {
             "the same member cluster (inventory-member-id {member_id:?}) is engaged through \
              ClusterProfile {of}"
         );
-        let already = self
-            .shared
-            .state
-            .get(name)
-            .is_some_and(|s| s.phase == Phase::Duplicate && s.reason.as_deref() == Some(&reason));
+        let already =
+            self.shared.state.get(name).is_some_and(|s| {
+                s.phase == Phase::Duplicate && s.reason.as_deref() == Some(&reason)
+            });
         if self.stop_running(name) || !already {
             tracing::info!(spoke = %name, duplicate_of = %of, member_id = %member_id, "cluster profile is a duplicate: not engaged");
         }
-        let duplicate_of = kleym_api::fleet::DuplicateOf {
+        let duplicate_of = kleym_api::hub_status::DuplicateOf {
             cluster_profile: of,
             member_id,
         };
