@@ -22,7 +22,14 @@ pub struct InventoryOptions {
     pub spire_class_name: Option<String>,
     /// Provider selection switches.
     pub select: SelectOptions,
+    /// The most providers one profile may offer (`accessProviders` and
+    /// `credentialProviders` each); a profile offering more is refused. Selection is
+    /// linear in the offer, and no real cluster has this many ways in.
+    pub max_offered_providers: usize,
 }
+
+/// Default of [`InventoryOptions::max_offered_providers`] (`--clusterprofile-max-providers`).
+pub const DEFAULT_MAX_OFFERED_PROVIDERS: usize = 16;
 
 impl Default for InventoryOptions {
     fn default() -> Self {
@@ -33,6 +40,7 @@ impl Default for InventoryOptions {
             trust_domain: None,
             spire_class_name: None,
             select: SelectOptions::default(),
+            max_offered_providers: DEFAULT_MAX_OFFERED_PROVIDERS,
         }
     }
 }
@@ -182,6 +190,24 @@ pub fn evaluate_inputs(
                 inputs.decode_issues.join("; ")
             ),
         };
+    }
+    for (field, offered) in [
+        ("status.accessProviders", profile.access_providers.len()),
+        (
+            "status.credentialProviders",
+            profile.credential_providers.len(),
+        ),
+    ] {
+        if offered > opts.max_offered_providers {
+            return Decision::Refused {
+                reason: format!(
+                    "cluster profile {:?}: {field} offers {offered} providers; this hub reads \
+                     at most {} (--clusterprofile-max-providers)",
+                    profile.spoke_name(),
+                    opts.max_offered_providers
+                ),
+            };
+        }
     }
     let access = match select(providers, profile, &opts.select) {
         Ok(a) => a,
@@ -379,6 +405,68 @@ mod tests {
         assert!(
             matches!(evaluate(&cp, &providers(), &no_td), Decision::Refused { reason } if reason.contains("trust domain"))
         );
+    }
+
+    /// `status` as a v1alpha2 object read through v1alpha2 (what the hub's watch makes of it).
+    fn profile_v1alpha2(status: serde_json::Value) -> ClusterProfile {
+        use kleym_api::external::clusterprofile::{ClusterProfileVersion, VersionedClusterProfile};
+        let obj: VersionedClusterProfile = serde_json::from_value(json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha2",
+            "kind": "ClusterProfile",
+            "metadata": {"name": "c1", "namespace": "fleet"},
+            "spec": {"clusterManager": {"name": "test"}},
+            "status": status
+        }))
+        .unwrap();
+        ClusterProfile::from_versioned(obj, ClusterProfileVersion::V1alpha2)
+    }
+
+    #[test]
+    fn v1alpha2_profiles_kleym_cannot_use_are_refused_naming_the_field() {
+        let ok = |name: &str| json!({"name": name, "cluster": {"server": "https://h"}});
+        let many: Vec<_> = (0..=DEFAULT_MAX_OFFERED_PROVIDERS)
+            .map(|i| ok(&format!("p{i}")))
+            .collect();
+        let cases = [
+            (
+                json!({"accessProviders": [ok("other")]}),
+                "no matching cluster accessor",
+            ),
+            (
+                json!({"accessProviders": [{"name": "tok", "cluster": {"server": "https://h",
+                "certificate-authority-data": "bm90IGEgY2VydA=="}}]}),
+                "certificate-authority-data",
+            ),
+            (
+                json!({"accessProviders": [{"name": "tok", "cluster": {"server": "https://h",
+                "extensions": [{"name": "example.com/unknown", "extension": {"a": 1}},
+                               {"name": "example.com/unknown", "extension": {}}]}}]}),
+                "extension",
+            ),
+            (
+                json!({"accessProviders": many}),
+                "status.accessProviders offers 17 providers",
+            ),
+            // v1alpha2 has no credentialProviders: a profile offering only those offers nothing.
+            (json!({"credentialProviders": [ok("tok")]}), "offers []"),
+        ];
+        for (status, needle) in cases {
+            let d = evaluate(&profile_v1alpha2(status.clone()), &providers(), &opts());
+            assert!(
+                matches!(&d, Decision::Refused { reason } if reason.contains(needle)),
+                "{status}: {d:?}"
+            );
+        }
+        // The same content read as v1alpha1 keeps credentialProviders and engages.
+        let v1 = profile(json!({"credentialProviders": [ok("tok")]}));
+        let lenient = InventoryOptions {
+            engage_condition: None,
+            ..opts()
+        };
+        assert!(matches!(
+            evaluate(&v1, &providers(), &lenient),
+            Decision::Engage(_)
+        ));
     }
 
     #[test]

@@ -16,8 +16,9 @@ pub mod version;
 pub mod watch;
 
 pub use decide::{
-    Decision, DecisionInputs, InventoryOptions, SPIRE_CLASS_PROPERTY, SpokeSettings, SpokeSpec,
-    TRUST_DOMAIN_PROPERTY, evaluate, evaluate_inputs, valid_trust_domain,
+    DEFAULT_MAX_OFFERED_PROVIDERS, Decision, DecisionInputs, InventoryOptions,
+    SPIRE_CLASS_PROPERTY, SpokeSettings, SpokeSpec, TRUST_DOMAIN_PROPERTY, evaluate,
+    evaluate_inputs, valid_trust_domain,
 };
 pub use selector::validate_label_selector;
 pub use synced::InventorySynced;

@@ -60,6 +60,12 @@ pub struct HubArgs {
     #[arg(long, default_value_t = 60, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub clusterprofile_discovery_interval_seconds: u64,
 
+    /// The most access providers one ClusterProfile may offer (in `accessProviders`, and in
+    /// v1alpha1's `credentialProviders`); a profile offering more is Refused, naming the
+    /// field. The CRD allows up to 64.
+    #[arg(long, default_value_t = 16, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub clusterprofile_max_providers: u16,
+
     /// ClusterProfile condition type that must be `True` to engage a spoke; `none` engages
     /// every usable profile regardless of its conditions. Checked at start-up (a condition
     /// type, `[prefix/]Name`).
@@ -193,6 +199,7 @@ impl HubArgs {
                     allow_plain_http: false,
                     ..self.access.select_options()
                 },
+                max_offered_providers: usize::from(self.clusterprofile_max_providers),
             },
             removal_policy: self.removal_policy,
             removal_timeout: Duration::from_secs(self.removal_timeout_seconds),
@@ -463,5 +470,22 @@ mod tests {
             None
         );
         assert!(Wrapper::try_parse_from(["kleym", "--health-addr", "8081"]).is_err());
+    }
+
+    #[test]
+    fn the_provider_limit_defaults_to_the_inventory_default_and_is_bounded() {
+        let w = Wrapper::try_parse_from(["kleym"]).unwrap();
+        assert_eq!(
+            w.args.fleet_options().inventory.max_offered_providers,
+            crate::inventory::DEFAULT_MAX_OFFERED_PROVIDERS
+        );
+        let w = Wrapper::try_parse_from(["kleym", "--clusterprofile-max-providers", "3"]).unwrap();
+        assert_eq!(w.args.fleet_options().inventory.max_offered_providers, 3);
+        for bad in ["0", "65", "x"] {
+            assert!(
+                Wrapper::try_parse_from(["kleym", "--clusterprofile-max-providers", bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 }
