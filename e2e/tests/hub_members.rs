@@ -83,9 +83,31 @@ async fn wait_phase(state: &FleetState, spoke: &str, phase: Phase) -> SpokeState
     .unwrap_or_else(|e| panic!("{e}: {:?}", state.spokes()))
 }
 
+/// `kleym_hub_spoke_engage_duration_seconds` counts `engagements` and its sum is in seconds:
+/// more than 0, and no more than the test has run (milliseconds would be ~1000 times that).
+fn assert_engage_histogram_in_seconds(state: &FleetState, engagements: u64, ran: Duration) {
+    let mut registry = prometheus_client::registry::Registry::default();
+    kleym_hub::fleet::FleetMetrics::register_engage(&mut registry, state);
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+    };
+    let count = value("kleym_hub_spoke_engage_duration_seconds_count");
+    let sum = value("kleym_hub_spoke_engage_duration_seconds_sum");
+    assert_eq!(count, engagements as f64, "{text}");
+    assert!(
+        sum > 0.0 && sum <= ran.as_secs_f64(),
+        "sum {sum} s after {ran:?}: not seconds\n{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_listed_twice_is_engaged_once_and_handed_over_without_cleanup() {
     init_logs();
+    let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let f = FleetHarness::start(&["east"], dir.path()).await.unwrap();
     let east = f.spoke("east");
@@ -126,6 +148,7 @@ async fn a_cluster_listed_twice_is_engaged_once_and_handed_over_without_cleanup(
     let chosen = wait_phase(&state, "fleet/east-ocm", Phase::Engaged).await;
     let dup = wait_phase(&state, "fleet/east-capi", Phase::Duplicate).await;
     assert_eq!(chosen.engagements, 1);
+    assert_engage_histogram_in_seconds(&state, 1, started.elapsed());
     assert_eq!(dup.engagements, 0, "the duplicate was never engaged");
     let of = dup.duplicate_of.clone().unwrap();
     assert_eq!(
