@@ -253,6 +253,35 @@ impl Loop {
         self.apply(name, action);
     }
 
+    /// Another engaged spoke without a member id that reaches the same server URL with the
+    /// same CA as `spec` (when `name` has no member id either): likely the same cluster,
+    /// listed by two profiles that do not say so.
+    fn same_server(&self, name: &str, spec: &SpokeSpec) -> Option<String> {
+        let unlabelled = |n: &str| {
+            self.slots
+                .get(n)
+                .and_then(|s| s.profile.as_ref())
+                .is_none_or(|cp| cp.inventory_member_id().is_none())
+        };
+        if !unlabelled(name) {
+            return None;
+        }
+        let (server, ca) = (
+            &spec.access.cluster.server,
+            &spec.access.cluster.certificate_authority_pem,
+        );
+        self.slots
+            .iter()
+            .filter(|(n, _)| n.as_str() != name && unlabelled(n))
+            .find(|(_, s)| {
+                s.running().is_some_and(|r| {
+                    r.spec.access.cluster.server == *server
+                        && r.spec.access.cluster.certificate_authority_pem == *ca
+                })
+            })
+            .map(|(n, _)| n.clone())
+    }
+
     /// What the member index needs of a listed profile: its member id, how usable it is
     /// (the same decision its slot acts on) and its age.
     fn candidate(&self, cp: &ClusterProfile) -> Candidate {
@@ -468,6 +497,16 @@ impl Loop {
             s.provider = Some(spec.access.provider.clone());
         });
         tracing::info!(spoke = %name, provider = %spec.access.provider, reengage, "engaging spoke");
+        if let Some(other) = self.same_server(name, &spec) {
+            tracing::warn!(
+                spoke = %name,
+                other = %other,
+                server = %spec.access.cluster.server,
+                "two engaged ClusterProfiles reach the same server URL with the same CA: likely \
+                 one cluster listed twice; label both with the same \
+                 multicluster.x-k8s.io/inventory-member-id so it is engaged once"
+            );
+        }
         let stop = Arc::new(StopSignal::default());
         let recheck = Arc::new(Notify::new());
         let done = CancellationToken::new();
@@ -661,6 +700,7 @@ mod tests {
     use crate::credentials::{CacheOptions, CredentialMetrics};
     use crate::fleet::{ErrorCategory, FleetOptions, PROFILE_FINALIZER};
     use k8s_openapi::api::core::v1::Namespace;
+    use kleym_api::external::clusterprofile::INVENTORY_MEMBER_ID_LABEL;
     use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
     use kubesim::{ClusterHandle, Kubesim, KubesimOptions, LoggedRequest, parse_crds};
     use serde_json::{Value, json};
@@ -1067,6 +1107,44 @@ mod tests {
             lp.shared.state.get("fleet/c1").unwrap().phase,
             Phase::Standby
         );
+    }
+
+    #[tokio::test]
+    async fn unlabelled_profiles_reaching_one_server_with_one_ca_are_flagged() {
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
+        let mut lp = test_loop(&hub, FleetOptions::default(), true);
+        let m = hub.watched().await;
+        lp.on_event(profile_with(
+            m.clone(),
+            "2026-01-01T00:00:00Z",
+            "a.example",
+            "p",
+        ));
+        let spec = lp.slots["fleet/c1"].running().map(|r| r.spec.clone());
+        let spec = spec.expect("c1 engaged");
+        // A second profile with the same access: likely one cluster listed twice.
+        assert_eq!(
+            lp.same_server("fleet/c2", &spec).as_deref(),
+            Some("fleet/c1")
+        );
+        // Never the spoke itself.
+        assert_eq!(lp.same_server("fleet/c1", &spec), None);
+        // Another server, or the same server behind another CA: other clusters.
+        let mut other = spec.clone();
+        other.access.cluster.server = "https://127.0.0.1:2".into();
+        assert_eq!(lp.same_server("fleet/c2", &other), None);
+        let mut other_ca = spec.clone();
+        other_ca.access.cluster.certificate_authority_pem = Some(b"another CA".to_vec());
+        assert_eq!(lp.same_server("fleet/c2", &other_ca), None);
+        // Labelled with a member id: the member index decides, no guess is needed.
+        let mut m2 = m.clone();
+        m2["name"] = json!("c2");
+        m2["uid"] = json!("uid-c2");
+        m2["labels"] = json!({INVENTORY_MEMBER_ID_LABEL: "member-a"});
+        lp.on_event(profile_with(m2, "2026-01-01T00:00:00Z", "a.example", "p"));
+        assert_eq!(lp.same_server("fleet/c2", &spec), None);
+        lp.stop_all();
+        join_all(&mut lp).await;
     }
 
     #[tokio::test]
