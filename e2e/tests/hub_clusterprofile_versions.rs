@@ -10,9 +10,10 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kleym_api::external::clusterprofile::ClusterProfileVersion;
 use kleym_e2e::fixtures::env;
-use kleym_e2e::fixtures::harness::{FleetHarness, grant_admin, wait_for};
+use kleym_e2e::fixtures::harness::{FleetHarness, wait_for};
 use kleym_e2e::fixtures::plugins::static_token_plugin;
 use kleym_e2e::fixtures::profiles::{PROFILE_NS, access_provider, status};
+use kleym_e2e::fixtures::token_spoke::{init_test_logs, prepare_token_spoke};
 use kleym_hub::fleet::PROFILE_FINALIZER;
 use kleym_hub::fleet::{FleetState, Phase, SpokeState};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -25,29 +26,13 @@ const T0: &str = "2026-01-01T00:00:00Z";
 const TOKEN: &str = "tok-versions-0123456789";
 const CRD_NAME: &str = "clusterprofiles.multicluster.x-k8s.io";
 
-fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
-/// `spoke` accepts [`TOKEN`] as an admin and holds bindings to converge.
-fn prepare_spoke(spoke: &ClusterHandle) {
-    spoke.add_static_token(
-        TOKEN,
-        kubesim_auth::UserInfo {
-            username: "hub".into(),
-            ..Default::default()
-        },
-    );
-    grant_admin(spoke, "hub").unwrap();
-    env::seed_environment(&spoke.store(), BINDINGS).unwrap();
-    env::create_bindings(&spoke.store(), 0..BINDINGS).unwrap();
-}
-
 /// Replaces the hub's ClusterProfile CRD with cluster-inventory-api v0.2.0's (v1alpha1 and
 /// v1alpha2), through the API as `kubectl apply` of the new CRD would.
+/// `spoke` accepts [`TOKEN`] as an admin and holds the bindings to converge.
+fn prepare(spoke: &ClusterHandle) {
+    prepare_token_spoke(spoke, TOKEN, BINDINGS, BINDINGS).unwrap();
+}
+
 async fn upgrade_crd(hub: &kube::Client) {
     let api: Api<CustomResourceDefinition> = Api::all(hub.clone());
     let current = api.get(CRD_NAME).await.unwrap();
@@ -139,13 +124,13 @@ fn hub_flags(plugin: &std::path::Path, extra: &[&str]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fleet_written_through_v1alpha2_and_v1alpha1_converges_read_as_v1alpha2() {
-    init_logs();
+    init_test_logs();
     let dir = tempfile::tempdir().unwrap();
     let names = ["new-1", "new-2", "old-1", "legacy"];
     let f = FleetHarness::start(&names, dir.path()).await.unwrap();
     upgrade_crd(&f.hub_client).await;
     for n in names {
-        prepare_spoke(&f.spoke(n));
+        prepare(&f.spoke(n));
     }
     let plugin = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
     // Two profiles written as v1alpha2, one as v1alpha1 (a cluster manager not moved yet),
@@ -196,12 +181,12 @@ async fn a_fleet_written_through_v1alpha2_and_v1alpha1_converges_read_as_v1alpha
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crd_upgraded_during_a_run_is_read_as_v1alpha2_without_reengaging() {
-    init_logs();
+    init_test_logs();
     let dir = tempfile::tempdir().unwrap();
     let names = ["a", "b", "legacy", "late"];
     let f = FleetHarness::start(&names, dir.path()).await.unwrap();
     for n in names {
-        prepare_spoke(&f.spoke(n));
+        prepare(&f.spoke(n));
     }
     let plugin = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
     let v1 = ClusterProfileVersion::V1alpha1;

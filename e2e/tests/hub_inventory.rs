@@ -19,6 +19,7 @@ use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, grant_admin, wait_for};
 use kleym_e2e::fixtures::plugins::static_token_plugin;
 use kleym_e2e::fixtures::profiles::{PROFILE_NS, access_provider, apply_profile, status};
+use kleym_e2e::fixtures::token_spoke::init_test_logs;
 use kleym_hub::fleet::{FleetState, Phase};
 use kleym_hub::inventory::{InventoryEvent, InventoryVersion, WatchOptions, watch};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
@@ -28,13 +29,6 @@ use serde_json::{Value, json};
 const LIMIT: Duration = Duration::from_secs(60);
 const BINDINGS: usize = 2;
 const T0: &str = "2026-01-01T00:00:00Z";
-
-fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
 
 /// `spoke` accepts `token` as an admin and holds the standard environment with bindings.
 fn prepare_spoke(spoke: &ClusterHandle, token: &str) {
@@ -126,7 +120,7 @@ fn bad_ca_status(spoke: &ClusterHandle) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undecodable_profiles_are_refused_by_name_while_the_others_engage() {
-    init_logs();
+    init_test_logs();
     let dir = tempfile::tempdir().unwrap();
     let f = FleetHarness::start(&["spoke-a"], dir.path()).await.unwrap();
     let a = f.spoke("spoke-a");
@@ -206,7 +200,7 @@ fn upserted(ev: &InventoryEvent) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_of_a_refused_profile_are_not_forwarded() {
-    init_logs();
+    init_test_logs();
     let dir = tempfile::tempdir().unwrap();
     let f = FleetHarness::start(&["spoke-a"], dir.path()).await.unwrap();
     let a = f.spoke("spoke-a");
@@ -270,7 +264,7 @@ async fn heartbeats_of_a_refused_profile_are_not_forwarded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_and_selector_decide_what_engages() {
-    init_logs();
+    init_test_logs();
     let dir = tempfile::tempdir().unwrap();
     let f = FleetHarness::start(&["spoke-a", "spoke-b"], dir.path())
         .await
@@ -364,7 +358,7 @@ async fn namespace_and_selector_decide_what_engages() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spire_class_property_becomes_the_cluster_spiffe_id_class_name() {
-    init_logs();
+    init_test_logs();
     let dir = tempfile::tempdir().unwrap();
     let f = FleetHarness::start(&["spoke-a", "spoke-b"], dir.path())
         .await

@@ -9,9 +9,10 @@ use std::time::Duration;
 use kleym_api::external::clusterprofile::INVENTORY_MEMBER_ID_LABEL;
 use kleym_api::hub_status::reasons;
 use kleym_e2e::fixtures::env;
-use kleym_e2e::fixtures::harness::{FleetHarness, grant_admin, wait_for};
+use kleym_e2e::fixtures::harness::{FleetHarness, wait_for};
 use kleym_e2e::fixtures::plugins::{count_runs, static_token_plugin};
 use kleym_e2e::fixtures::profiles::{PROFILE_NS, access_provider, status};
+use kleym_e2e::fixtures::token_spoke::{init_test_logs, prepare_token_spoke};
 use kleym_hub::fleet::{FleetState, Phase, SpokeState};
 use kleym_hub::report::from_fleet::observations;
 use kleym_hub::report::{FullReport, cluster_status};
@@ -24,28 +25,12 @@ const BINDINGS: usize = 3;
 const TOKEN: &str = "tok-members-0123456789";
 const MEMBER: &str = "east.k8s.example.com";
 
-fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-}
-
-fn prepare_spoke(spoke: &ClusterHandle) {
-    spoke.add_static_token(
-        TOKEN,
-        kubesim_auth::UserInfo {
-            username: "hub".into(),
-            ..Default::default()
-        },
-    );
-    grant_admin(spoke, "hub").unwrap();
-    // One objective more than bindings: the hand-over check adds a binding for it.
-    env::seed_environment(&spoke.store(), BINDINGS + 1).unwrap();
-    env::create_bindings(&spoke.store(), 0..BINDINGS).unwrap();
-}
-
 /// Creates the profile `name` (labelled with `member`) and sets its status.
+/// `spoke` accepts [`TOKEN`] as an admin and holds the bindings to converge.
+fn prepare(spoke: &ClusterHandle) {
+    prepare_token_spoke(spoke, TOKEN, BINDINGS + 1, BINDINGS).unwrap();
+}
+
 async fn put_profile(hub: &kube::Client, name: &str, member: Option<&str>, status: Value) {
     let api: Api<DynamicObject> = Api::namespaced_with(
         hub.clone(),
@@ -106,12 +91,12 @@ fn assert_engage_histogram_in_seconds(state: &FleetState, engagements: u64, ran:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_listed_twice_is_engaged_once_and_handed_over_without_cleanup() {
-    init_logs();
+    init_test_logs();
     let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let f = FleetHarness::start(&["east"], dir.path()).await.unwrap();
     let east = f.spoke("east");
-    prepare_spoke(&east);
+    prepare(&east);
     let execs = dir.path().join("execs");
     let plugin = static_token_plugin(dir.path(), "ok.sh", TOKEN, Some(&execs)).unwrap();
     let reach = status(
