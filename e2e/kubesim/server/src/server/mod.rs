@@ -4,6 +4,7 @@
 //! [`ClusterServer`] holds everything one cluster serves; [`ClusterServer::handle`] answers
 //! one request; [`listener`] runs the accept loop.
 
+pub mod connections;
 pub mod listener;
 pub mod protobuf;
 pub mod request;
@@ -64,6 +65,8 @@ pub struct ClusterServer {
     pub faults: FaultHandle,
     /// Every request answered, for tests asserting on what a client sent.
     pub requests: RequestLog,
+    /// Connections accepted and open (HTTP/1.1 and HTTP/2), for tests.
+    pub connections: connections::ConnectionStats,
     /// When each ServiceAccount token issued here was issued (jti → Unix ms), for
     /// "revoke every token issued so far".
     pub(crate) issued_tokens: RwLock<HashMap<String, i64>>,
@@ -121,6 +124,7 @@ impl ClusterServer {
             external_issuers: RwLock::new(Vec::new()),
             faults,
             requests: RequestLog::default(),
+            connections: connections::ConnectionStats::default(),
             issued_tokens: RwLock::new(HashMap::new()),
             rbac_cache: authz::RbacCache::default(),
             shutdown,
