@@ -1,7 +1,7 @@
 //! The spoke transport against kubesim: every watch and request of a spoke client shares one
 //! HTTP/2 connection; an HTTP/1.1-only server still works; a `GOAWAY` mid-watch is survived
 //! without relisting; a connection that stops answering is noticed by the HTTP/2 PING and
-//! replaced.
+//! replaced; a rotated client certificate opens a new connection and the old one drains.
 
 #[path = "fixtures/support.rs"]
 mod support;
@@ -67,9 +67,17 @@ async fn client_for(
 /// A watcher on ConfigMaps of `ns`, its events (names, or `init`/`synced`/`error`) sent to
 /// the returned channel.
 fn watch(client: &kube::Client, ns: &str) -> mpsc::UnboundedReceiver<String> {
+    watch_task(client, ns).0
+}
+
+/// [`watch`], with its task (abort it to end the watch).
+fn watch_task(
+    client: &kube::Client,
+    ns: &str,
+) -> (mpsc::UnboundedReceiver<String>, tokio::task::JoinHandle<()>) {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let mut events = watcher(api, watcher::Config::default()).boxed();
         while let Some(ev) = events.next().await {
             let name = |cm: &ConfigMap| cm.metadata.name.clone().unwrap_or_default();
@@ -85,7 +93,7 @@ fn watch(client: &kube::Client, ns: &str) -> mpsc::UnboundedReceiver<String> {
             }
         }
     });
-    rx
+    (rx, task)
 }
 
 /// Waits for `want` on `rx`, returning everything seen before it.
@@ -258,4 +266,69 @@ async fn a_silent_connection_is_noticed_by_the_ping_and_replaced() {
     })
     .await
     .unwrap();
+}
+
+async fn until_open(cluster: &ClusterHandle, open: u64) {
+    tokio::time::timeout(PATIENCE, async {
+        while cluster.server().connections.snapshot().open != open {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "open connections never {open}: {:?}",
+            cluster.server().connections.snapshot()
+        )
+    });
+}
+
+fn write_cert(cluster: &ClusterHandle, dir: &std::path::Path, user: &str) {
+    let (cert, key) = cluster
+        .issue_client_cert(user, &["system:masters".to_string()])
+        .unwrap();
+    let doc = serde_json::json!({"apiVersion": V1, "kind": "ExecCredential",
+        "status": {"clientCertificateData": cert, "clientKeyData": key}});
+    std::fs::write(dir.join("cred.json"), doc.to_string()).unwrap();
+}
+
+#[tokio::test]
+async fn a_rotated_client_certificate_opens_a_new_connection_and_the_old_one_drains() {
+    let (_sim, cluster) = kubesim().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_cert(&cluster, dir.path(), "hub-a");
+    let s = write_script(dir.path(), "p.sh", r#"cat "$KLEYM_TEST_DIR/cred.json""#);
+    let mut access = access_for(&s, ExecApiVersion::V1, &cluster.url());
+    access.cluster.certificate_authority_pem = Some(cluster.ca_pem().into_bytes());
+    let creds = Arc::new(SpokeCredentials::new(
+        access,
+        CacheOptions::default(),
+        CredentialMetrics::default(),
+    ));
+    let old = build_spoke_client(creds.clone(), &ClientOptions::default())
+        .await
+        .unwrap();
+    let (mut old_events, old_watch) = watch_task(&old.client, "ns-0");
+    until(&mut old_events, "synced").await;
+    assert_eq!(cluster.server().connections.snapshot().accepted, 1);
+
+    // The plugin hands out another certificate and the old one is rejected: rebuild.
+    write_cert(&cluster, dir.path(), "hub-b");
+    let current = creds.get().await.unwrap();
+    creds.invalidate_after_401(current.generation);
+    assert!(old.needs_rebuild().await);
+    let new = build_spoke_client(creds, &ClientOptions::default())
+        .await
+        .unwrap();
+    let mut new_events = watch(&new.client, "ns-0");
+    until(&mut new_events, "synced").await;
+    let counts = cluster.server().connections.snapshot();
+    assert_eq!((counts.accepted, counts.open), (2, 2), "{counts:?}");
+
+    // The old client's last watch ends and the client goes: its connection closes.
+    old_watch.abort();
+    drop(old);
+    until_open(&cluster, 1).await;
+    create(&cluster, "ns-0", "after-rotation").await;
+    until(&mut new_events, "after-rotation").await;
 }
