@@ -13,7 +13,8 @@
 //!   starts at once (a pool that learns the version from ALPN would open one per request of
 //!   the burst and keep one); when a server does not pick `h2`, the request is sent again,
 //!   and every later one goes, to a pool that speaks whatever ALPN chose (HTTP/1.1: a
-//!   connection per concurrent request, as before), until the client is rebuilt;
+//!   connection per concurrent request, as before), until the client is rebuilt. The
+//!   connection that revealed HTTP/1.1 is handed to that pool, not thrown away;
 //! - dead-connection detection like client-go's: after [`Keepalive::interval`] without
 //!   reading anything from the connection an HTTP/2 PING is sent, and the connection is
 //!   closed when no frame answers within [`Keepalive::timeout`]. Every stream on it then
@@ -22,13 +23,16 @@
 //!   a new connection for new requests; watches whose stream is cut resume from their last
 //!   resourceVersion (kube-runtime's watcher does that), so nothing is listed or written twice.
 //!
+//! Unlike kube's builder, no `valid_until` is set on the client (kleym never reads it: the
+//! credential cache tracks expiry) and no tracing layer is added.
+//!
 //! A client built with a client certificate keeps that certificate on every connection it
 //! opens; rotation builds a new client, hence a new pool and a new connection, and the old
 //! connection closes once the old client and its open streams are gone.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -193,10 +197,15 @@ where
         .http2_keep_alive_interval(keepalive.interval)
         .http2_keep_alive_timeout(keepalive.timeout)
         .http2_keep_alive_while_idle(true);
-    let auto: HyperClient<_> = builder.build(timed.clone());
+    let spare = Arc::new(Mutex::new(Vec::new()));
+    let auto: HyperClient<_> = builder.build(UseSpare {
+        inner: timed.clone(),
+        spare: spare.clone(),
+    });
     let h2: HyperClient<_> = builder.http2_only(true).build(RequireH2 {
         inner: timed,
         fallback: fallback.clone(),
+        spare,
     });
     let hyper_client = Versions { h2, auto, fallback };
     let service = ServiceBuilder::new()
@@ -210,17 +219,83 @@ where
 
 type HyperClient<C> = hyper_util::client::legacy::Client<C, Body>;
 
+/// Connections on which the server did not pick HTTP/2, kept for the other pool's next
+/// connect to the same server, so that learning the version costs no second handshake.
+type Spare<R> = Arc<Mutex<Vec<(Uri, R)>>>;
+
+/// At most this many spare connections are kept (a burst before the fallback was known).
+const MAX_SPARE: usize = 4;
+
 /// A connector that only hands out connections on which the server picked HTTP/2, and
-/// records (in `fallback`) a server that did not.
-#[derive(Clone)]
-struct RequireH2<C> {
+/// records (in `fallback`) a server that did not, keeping its connection in `spare`.
+struct RequireH2<C, R> {
     inner: C,
     fallback: Arc<AtomicBool>,
+    spare: Spare<R>,
 }
+
+impl<C: Clone, R> Clone for RequireH2<C, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            fallback: self.fallback.clone(),
+            spare: self.spare.clone(),
+        }
+    }
+}
+
+/// The fallback pool's connector: a spare connection to the same server first.
+struct UseSpare<C, R> {
+    inner: C,
+    spare: Spare<R>,
+}
+
+impl<C: Clone, R> Clone for UseSpare<C, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            spare: self.spare.clone(),
+        }
+    }
+}
+
+fn same_server(a: &Uri, b: &Uri) -> bool {
+    a.scheme() == b.scheme() && a.authority() == b.authority()
+}
+
+impl<C> Service<Uri> for UseSpare<C, C::Response>
+where
+    C: Service<Uri>,
+    C::Response: Send + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<C::Response>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let spare = self.spare.lock().ok().and_then(|mut conns| {
+            let i = conns.iter().position(|(u, _)| same_server(u, &uri))?;
+            Some(conns.swap_remove(i).1)
+        });
+        if let Some(io) = spare {
+            return Box::pin(async move { Ok(io) });
+        }
+        let connecting = self.inner.call(uri);
+        Box::pin(async move { connecting.await.map_err(Into::into) })
+    }
+}
+
+const NOT_H2: &str = "the server did not pick HTTP/2 (ALPN); falling back to HTTP/1.1";
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
 
-impl<C> Service<Uri> for RequireH2<C>
+impl<C> Service<Uri> for RequireH2<C, C::Response>
 where
     C: Service<Uri>,
     C::Response: Connection + Send + 'static,
@@ -236,17 +311,25 @@ where
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
-        let connecting = self.inner.call(uri);
         let fallback = self.fallback.clone();
+        if fallback.load(Ordering::Relaxed) {
+            // Requests queued on this pool before the fallback: no handshake to learn it again.
+            return Box::pin(async { Err(BoxError::from(NOT_H2)) });
+        }
+        let spare = self.spare.clone();
+        let connecting = self.inner.call(uri.clone());
         Box::pin(async move {
             let io = connecting.await.map_err(Into::into)?;
             if io.connected().is_negotiated_h2() {
                 return Ok(io);
             }
             fallback.store(true, Ordering::Relaxed);
-            Err(BoxError::from(
-                "the server did not pick HTTP/2 (ALPN); falling back to HTTP/1.1",
-            ))
+            if let Ok(mut conns) = spare.lock()
+                && conns.len() < MAX_SPARE
+            {
+                conns.push((uri, io));
+            }
+            Err(BoxError::from(NOT_H2))
         })
     }
 }
