@@ -195,3 +195,37 @@ fn bench_refuses_a_missing_hub_binary_with_the_build_command() {
     );
     assert!(all.contains("/nonexistent/kleym"), "{all}");
 }
+
+#[test]
+fn trickle_measures_new_bindings_on_the_converged_fleet() {
+    let (stdout, s) = run_bench(&[
+        "--scenario",
+        "trickle",
+        "--duration-seconds",
+        "3",
+        "--hub",
+        "in-process",
+    ]);
+    assert_eq!(s.str("scenario"), "trickle");
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("trickle summary: "))
+        .unwrap_or_else(|| panic!("no trickle summary in:\n{stdout}"));
+    let t: HashMap<&str, &str> = line
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    assert_eq!(t.get("bindings"), Some(&"3"), "{stdout}");
+    assert_eq!(t.get("seen"), Some(&"3"), "{stdout}");
+    // Writes unchanged: exactly finalizer, ClusterSPIFFEID apply and status apply.
+    assert_eq!(t.get("writes_per_binding"), Some(&"3.00"), "{stdout}");
+    let ms = |k: &str| -> f64 {
+        t.get(k)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{k} in {line}"))
+    };
+    assert!(
+        ms("p50_ms") <= ms("p99_ms") && ms("p99_ms") <= ms("max_ms"),
+        "{stdout}"
+    );
+}

@@ -6,7 +6,8 @@ use anyhow::Context as _;
 
 /// A client from the `--kubeconfig`/`--context` flags every kleym command takes: the given
 /// file (and context), else the default kubeconfig with that context, else the usual
-/// inference (`KUBECONFIG`, `~/.kube/config`, in-cluster).
+/// inference (`KUBECONFIG`, `~/.kube/config`, in-cluster). The client speaks HTTP/2 when the
+/// server offers it (see [`crate::credentials::transport`]).
 pub async fn client_from_flags(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
@@ -30,5 +31,6 @@ pub async fn client_from_flags(
             .await
             .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
     };
-    kube::Client::try_from(config).context("building the Kubernetes client")
+    crate::credentials::transport::client(&config, crate::credentials::Keepalive::default())
+        .context("building the Kubernetes client")
 }

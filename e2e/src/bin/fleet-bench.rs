@@ -32,6 +32,7 @@ use kleym_e2e::fixtures::hub_process::{HubProcess, log_tail, metric_by_label, me
 use kleym_e2e::fixtures::plugins::{kleym_binary, static_token_plugin};
 use kleym_e2e::fixtures::procstat::{FdPeakSampler, Proc, ProcReader, ProcUsage, read_all_at};
 use kleym_e2e::fixtures::profiles::{PROFILE_NS, access_provider, apply_profile, status};
+use kleym_e2e::fixtures::trickle;
 use kleym_hub::fleet::{FleetState, Phase};
 use kubesim_store::Cluster;
 use serde_json::json;
@@ -50,6 +51,10 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 bench creates the bindings (interleaved across spokes, on a blocking thread):
                 how fast an engaged fleet propagates new bindings. Latencies count from each
                 binding's creation. (The only scenario before cold-start existed.)
+  trickle       cold-start, then, on the converged fleet, one new binding per second on a
+                random spoke for --duration-seconds: p50/p99/max from each binding's creation
+                to its ClusterSPIFFEID (the latency an operator feels) and the hub's writes per
+                new binding (its kleym_spoke_api_writes_total before and after).
 
 Converged: a binding is converged when its status has Ready=True for its current generation
 (the condition's observedGeneration equals metadata.generation) AND its ClusterSPIFFEID exists
@@ -120,6 +125,8 @@ enum Scenario {
     ColdStart,
     /// Bindings are created once every spoke is engaged; measured from each creation.
     NewBindings,
+    /// Cold start, then one new binding per second on a random spoke.
+    Trickle,
 }
 
 impl Scenario {
@@ -127,6 +134,7 @@ impl Scenario {
         match self {
             Scenario::ColdStart => "cold-start",
             Scenario::NewBindings => "new-bindings",
+            Scenario::Trickle => "trickle",
         }
     }
 }
@@ -183,6 +191,9 @@ struct Args {
     /// lines).
     #[arg(long, value_enum, default_value_t = HubLogLevel::Info)]
     hub_log_level: HubLogLevel,
+    /// trickle: how long new bindings keep coming (one per second).
+    #[arg(long, default_value_t = 60)]
+    duration_seconds: u64,
     /// Keep the temp dir (kubeconfigs, scripts, hub.log) after a successful run.
     #[arg(long)]
     keep_dir: bool,
@@ -575,8 +586,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ProcUsage::read(Proc::SelfProcess).map_or(0, |u| u.rss_kib / 1024)
     );
     // Cold start: every binding exists, and is watched, before the hub starts.
+    let trickle_plan = match args.scenario {
+        Scenario::Trickle => {
+            let plan = trickle::plan(n, m, usize::try_from(args.duration_seconds)?);
+            trickle::seed_objectives(&fleet.stores, &plan).map_err(anyhow::Error::msg)?;
+            plan
+        }
+        Scenario::ColdStart | Scenario::NewBindings => Vec::new(),
+    };
     let cold_watchers = match args.scenario {
-        Scenario::ColdStart => {
+        Scenario::ColdStart | Scenario::Trickle => {
             let (_, took) = create_bindings(&fleet.stores, m).await?;
             println!(
                 "bindings created before the hub starts: {} in {took:.1?}",
@@ -642,10 +661,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         self_reader: &self_reader,
         fds: &fds,
     };
-    match ctx
+    let measured = match ctx
         .measure(&mut hub, source, hub_reader, cold_watchers)
         .await
     {
+        Ok(()) if args.scenario == Scenario::Trickle => {
+            run_trickle(&mut hub, &fleet, &trickle_plan, limit).await
+        }
+        other => other,
+    };
+    match measured {
         Ok(()) => {
             drop(fds);
             if let Err(e) = hub.stop().await {
@@ -674,6 +699,73 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Err(e)
         }
     }
+}
+
+/// The trickle phase on the converged fleet (see [`trickle`]).
+async fn run_trickle(
+    hub: &mut Hub,
+    fleet: &Fleet,
+    plan: &[trickle::Step],
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let hub_names = fleet.hub_names();
+    let writes = |mt: Option<String>| {
+        mt.map(|mt| {
+            writes_by_spoke(&mt, &hub_names)
+                .iter()
+                .flat_map(|k| k.values())
+                .sum::<u64>()
+        })
+    };
+    let before = writes(hub.metrics().await);
+    println!(
+        "trickle: {} new bindings, one per second on a random spoke",
+        plan.len()
+    );
+    let result = hub
+        .while_alive(trickle::run(
+            &fleet.stores,
+            plan,
+            Duration::from_secs(1),
+            limit,
+        ))
+        .await?
+        .map_err(anyhow::Error::msg)?;
+    // Let the status applies that follow each ClusterSPIFFEID land before counting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = writes(hub.metrics().await);
+    let lat = &result.latencies;
+    let writes_per_binding = match (before, after) {
+        (Some(b), Some(a)) => format!(
+            "{:.2}",
+            a.saturating_sub(b) as f64 / result.created.max(1) as f64
+        ),
+        _ => "?".to_string(),
+    };
+    println!(
+        "trickle: binding -> ClusterSPIFFEID p50 {:.0?}, p99 {:.0?}, max {:.0?} ({} of {} seen); hub writes per new binding {writes_per_binding}",
+        percentile(lat, 0.50),
+        percentile(lat, 0.99),
+        lat.last().copied().unwrap_or_default(),
+        lat.len(),
+        result.created,
+    );
+    println!(
+        "trickle summary: bindings={} seen={} p50_ms={} p99_ms={} max_ms={} writes_per_binding={writes_per_binding}",
+        result.created,
+        lat.len(),
+        percentile(lat, 0.50).as_millis(),
+        percentile(lat, 0.99).as_millis(),
+        lat.last().copied().unwrap_or_default().as_millis(),
+    );
+    if lat.len() != plan.len() {
+        anyhow::bail!(
+            "trickle: {} of {} new bindings got no ClusterSPIFFEID within {limit:?}",
+            plan.len() - lat.len(),
+            plan.len()
+        );
+    }
+    Ok(())
 }
 
 /// What the measurement phase needs.
@@ -808,11 +900,11 @@ impl Measure<'_> {
         let execs = read_all_at(&self.fleet.count_file).map(|s| s.lines().count());
 
         let origin_name = match self.scenario {
-            Scenario::ColdStart => "hub start",
+            Scenario::ColdStart | Scenario::Trickle => "hub start",
             Scenario::NewBindings => "first binding created",
         };
         let lat_from = match self.scenario {
-            Scenario::ColdStart => "from hub start",
+            Scenario::ColdStart | Scenario::Trickle => "from hub start",
             Scenario::NewBindings => "from its creation",
         };
         println!("time to engage {n} spokes: {time_to_engage:.1?}");

@@ -4,8 +4,9 @@
 //! - the transport (server URL, CA roots, `tls-server-name`, `insecure-skip-tls-verify` when
 //!   the hub allowed it, `proxy-url` — else `HTTPS_PROXY`/`NO_PROXY` from the environment,
 //!   matched against the server (see [`proxy`](super::proxy)) —,
-//!   `disable-compression`, connect/read/write timeouts) is kube's own stack, built from an
-//!   in-memory kubeconfig;
+//!   `disable-compression`, connect/read/write timeouts) is configured from an in-memory
+//!   kubeconfig, and served by [`transport`](super::transport): HTTP/2 when the spoke offers
+//!   it (one connection carries every watch and request, with PING keepalive), else HTTP/1.1;
 //! - an outer service asks the cache for a credential on *every* request, sets
 //!   `Authorization: Bearer`, and on a 401 reports the credential's generation to the cache,
 //!   gets a new credential (one re-exec, shared by concurrent requests) and retries the request
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use http::{HeaderValue, Request, Response, StatusCode};
-use kube::client::{Body, ClientBuilder};
+use kube::client::Body;
 use thiserror::Error;
 use tower::{BoxError, Service};
 
@@ -40,6 +41,7 @@ use super::cache::{CachedCredential, CredentialError, SpokeCredentials};
 use super::credential::Credential;
 use super::proxy::proxy_for;
 use super::secret::short_hash;
+use super::transport::{self, Keepalive};
 
 /// Transport timeouts for spoke clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +52,8 @@ pub struct ClientOptions {
     pub read_timeout: Option<Duration>,
     /// Per-write timeout.
     pub write_timeout: Option<Duration>,
+    /// HTTP/2 PING keepalive (dead-connection detection).
+    pub keepalive: Keepalive,
 }
 
 impl Default for ClientOptions {
@@ -58,6 +62,7 @@ impl Default for ClientOptions {
             connect_timeout: Some(Duration::from_secs(10)),
             read_timeout: Some(Duration::from_secs(295)),
             write_timeout: Some(Duration::from_secs(30)),
+            keepalive: Keepalive::default(),
         }
     }
 }
@@ -228,9 +233,8 @@ pub async fn build_spoke_client(
     config.read_timeout = opts.read_timeout;
     config.write_timeout = opts.write_timeout;
     let default_ns = config.default_namespace.clone();
-    let inner = ClientBuilder::try_from(config)
-        .map_err(|e| config_err(e.to_string()))?
-        .build();
+    let inner =
+        transport::client(&config, opts.keepalive).map_err(|e| config_err(e.to_string()))?;
     let service = AuthRetry {
         inner,
         credentials: credentials.clone(),

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod plugins;
 pub mod proxy;
 pub mod secret;
+pub mod transport;
 
 pub use cache::{
     CacheOptions, CachedCredential, CredentialCache, CredentialError, SpokeCredentials,
@@ -20,3 +21,4 @@ pub use credential::{ClientCertificate, Credential};
 pub use exec::{ExecError, ExecOptions, exec_info, run_plugin};
 pub use metrics::CredentialMetrics;
 pub use secret::Secret;
+pub use transport::{Keepalive, TransportError};

@@ -36,6 +36,11 @@ FAULT INJECTION (admin only: group system:masters)
             "forceGoneWatches": 2,                    next 2 watches get 410 Expired
             "blackhole": true,                        accept, never answer (incl. TLS)
             "refuseConnections": true,                close the port, drop connections
+            "goaway": 1,                              GOAWAY on the next N connections
+                                                      (open ones first; closed after 1 s)
+            "h1Only": true,                           ALPN http/1.1 only, refuse HTTP/2
+            "silentConnection": true,                 open connections stop answering
+                                                      (socket kept; false: close them)
             "revokeTokens": ["<token>"],              revoke bearer tokens
             "revokeAllServiceAccountTokens": true,    revoke every SA token issued so far
             "tokenClockSkewSeconds": 7200,            verify tokens as if it were later

@@ -21,13 +21,26 @@
 //! - **clearAfterSeconds**: clear everything after a delay (lifts a blackhole or refusal,
 //!   during which the endpoint itself is unreachable);
 //! - **token clock skew**: token verification sees `now + tokenClockSkewSeconds`, which makes
-//!   tokens expire early (a positive skew) without waiting.
+//!   tokens expire early (a positive skew) without waiting;
+//! - **goaway** (action): the next N connections get an HTTP/2 `GOAWAY` (on HTTP/1.1,
+//!   `Connection: close` after the current request): open connections take one each at once,
+//!   then newly accepted ones; in-flight requests get [`GOAWAY_GRACE`] to finish, then the
+//!   connection is closed (cutting long watches, as an API server shutting down does);
+//! - **h1Only**: TLS offers only `http/1.1` in ALPN and the server refuses HTTP/2, until
+//!   lifted (for clients that must fall back to HTTP/1.1);
+//! - **silentConnection**: every connection open when it is switched on stops answering
+//!   (nothing read, nothing written, the socket kept open) until it is switched off, when
+//!   those connections are closed; connections opened meanwhile are served normally (add
+//!   `blackhole` for those).
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// How long a connection that got a `goaway` still serves its open requests.
+pub const GOAWAY_GRACE: Duration = Duration::from_secs(1);
 
 /// One error-rate rule: matching requests fail with `code`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -119,6 +132,27 @@ pub struct FaultState {
     pub sa_tokens_revoked_before_ms: Option<i64>,
     /// Incremented by every `dropWatches`; open watch streams end when it changes.
     pub watch_drop_epoch: u64,
+    /// How many more connections get a `GOAWAY`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub goaway_connections: u32,
+    /// Offer only HTTP/1.1 (ALPN) and refuse HTTP/2.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub h1_only: bool,
+    /// Connections open when silence started stop answering.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub silent_connections: bool,
+    /// Incremented each time `silentConnection` is switched on; a connection accepted under
+    /// an older epoch goes silent when it changes.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub silence_epoch: u64,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The body of `POST /kubesim/faults`: every field is optional; present fields are set,
@@ -160,6 +194,15 @@ pub struct FaultRequest {
     /// blackhole or connection refusal over HTTP, since the endpoint is unreachable then.
     #[serde(default)]
     pub clear_after_seconds: Option<u64>,
+    /// Action: send `GOAWAY` on the next N connections (open ones first).
+    #[serde(default)]
+    pub goaway: Option<u32>,
+    /// Switch HTTP/1.1-only serving on or off.
+    #[serde(default)]
+    pub h1_only: Option<bool>,
+    /// Switch silence of the open connections on (they stop answering) or off (they close).
+    #[serde(default)]
+    pub silent_connection: Option<bool>,
 }
 
 /// Errors of a fault request.
@@ -225,8 +268,10 @@ impl FaultHandle {
     pub fn clear(&self) {
         self.state.send_modify(|s| {
             let epoch = s.watch_drop_epoch;
+            let silence_epoch = s.silence_epoch;
             *s = FaultState {
                 watch_drop_epoch: epoch,
+                silence_epoch,
                 ..FaultState::default()
             };
         });
@@ -327,6 +372,42 @@ impl FaultHandle {
             .send_modify(|s| s.token_clock_skew_seconds = skew_seconds);
     }
 
+    /// Send `GOAWAY` on the next `n` connections: each open connection takes one at once,
+    /// then newly accepted ones do.
+    pub fn goaway_next_connections(&self, n: u32) {
+        self.state.send_modify(|s| s.goaway_connections = n);
+    }
+
+    /// Consume one pending `goaway`; `true` if this connection must go away.
+    pub fn take_goaway(&self) -> bool {
+        let mut taken = false;
+        self.state.send_if_modified(|s| {
+            if s.goaway_connections > 0 {
+                s.goaway_connections -= 1;
+                taken = true;
+                true
+            } else {
+                false
+            }
+        });
+        taken
+    }
+
+    /// Offer only HTTP/1.1 to new connections (ALPN), or both again.
+    pub fn set_h1_only(&self, on: bool) {
+        self.state.send_modify(|s| s.h1_only = on);
+    }
+
+    /// Silence every open connection (on), or close the silenced ones (off).
+    pub fn set_silent_connections(&self, on: bool) {
+        self.state.send_modify(|s| {
+            if on && !s.silent_connections {
+                s.silence_epoch += 1;
+            }
+            s.silent_connections = on;
+        });
+    }
+
     /// Whether `token` was revoked by [`FaultHandle::revoke_token`].
     pub fn is_token_revoked(&self, token: &str) -> bool {
         let s = self.state.borrow();
@@ -371,7 +452,16 @@ impl FaultHandle {
             if let Some(v) = req.token_clock_skew_seconds {
                 s.token_clock_skew_seconds = v;
             }
+            if let Some(v) = req.goaway {
+                s.goaway_connections = v;
+            }
+            if let Some(v) = req.h1_only {
+                s.h1_only = v;
+            }
         });
+        if let Some(v) = req.silent_connection {
+            self.set_silent_connections(v);
+        }
         if req.drop_watches {
             self.drop_watches();
         }

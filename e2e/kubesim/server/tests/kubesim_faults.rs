@@ -372,3 +372,94 @@ async fn clear_after_lifts_a_blackhole() {
     assert_eq!(r.status, 200);
     assert!(!c.faults().snapshot().blackhole);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h1_only_refuses_http2_until_lifted() {
+    let (_sim, c, _api) = start().await;
+    let admin = c.admin_token();
+    let post = |body: serde_json::Value| {
+        let c = c.clone();
+        let admin = admin.clone();
+        async move {
+            raw_request(
+                &c,
+                Method::POST,
+                "/kubesim/faults",
+                Some(&admin),
+                Some(&body),
+                HttpVersion::Http1,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let version = |v| {
+        let c = c.clone();
+        async move { raw_request(&c, Method::GET, "/version", None, None, v).await }
+    };
+    assert_eq!(version(HttpVersion::Http2).await.unwrap().status, 200);
+    let on = post(json!({"h1Only": true})).await;
+    assert_eq!(on.json()["h1Only"], true, "{:?}", on.body);
+    assert!(
+        version(HttpVersion::Http2).await.is_err(),
+        "a client that offers only h2 finds no common protocol"
+    );
+    assert_eq!(version(HttpVersion::Http1).await.unwrap().status, 200);
+    post(json!({"h1Only": false})).await;
+    let h2 = version(HttpVersion::Http2).await.unwrap();
+    assert_eq!((h2.status, h2.alpn.as_deref()), (200, Some(&b"h2"[..])));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn goaway_and_silent_connection_over_http() {
+    let (_sim, c, api) = start().await;
+    let admin = c.admin_token();
+    // The kube client's connection is open; it takes the GOAWAY (and so does the POST's
+    // own connection if it is served first: 2 are asked).
+    api.list(&ListParams::default()).await.unwrap();
+    let post = raw_request(
+        &c,
+        Method::POST,
+        "/kubesim/faults",
+        Some(&admin),
+        Some(&json!({"goaway": 2})),
+        HttpVersion::Http2,
+    )
+    .await
+    .unwrap();
+    assert_eq!(post.status, 200, "{:?}", post.body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.server().connections.snapshot().goaway_sent < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(c.server().connections.snapshot().goaway_sent, 2);
+    // The client reconnects.
+    api.list(&ListParams::default()).await.unwrap();
+
+    // Silence: answered first, then the open connections stop answering.
+    let post = raw_request(
+        &c,
+        Method::POST,
+        "/kubesim/faults",
+        Some(&admin),
+        Some(&json!({"silentConnection": true})),
+        HttpVersion::Http2,
+    )
+    .await
+    .unwrap();
+    assert_eq!(post.status, 200, "{:?}", post.body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.faults().snapshot().silent_connections && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let hung =
+        tokio::time::timeout(Duration::from_millis(500), api.list(&ListParams::default())).await;
+    assert!(hung.is_err(), "the silenced connection answered");
+    // A new connection is served.
+    let fresh = raw_request(&c, Method::GET, "/version", None, None, HttpVersion::Http1)
+        .await
+        .unwrap();
+    assert_eq!(fresh.status, 200);
+    c.faults().set_silent_connections(false);
+    api.list(&ListParams::default()).await.unwrap();
+}

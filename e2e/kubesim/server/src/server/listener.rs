@@ -1,9 +1,11 @@
 //! The accept loop of one simulated cluster: TCP on 127.0.0.1, TLS (with optional client
-//! certificates), HTTP/1.1 or HTTP/2 by ALPN, and the connection-level faults (blackhole,
-//! refused connections).
+//! certificates), HTTP/1.1 or HTTP/2 by ALPN (at most [`MAX_CONCURRENT_STREAMS`] streams per
+//! HTTP/2 connection, as kube-apiserver), and the connection-level faults (blackhole, refused
+//! connections, `goaway`, `h1Only`, `silentConnection`).
 
 use super::ClusterServer;
-use crate::faults::FaultState;
+use super::connections::MAX_CONCURRENT_STREAMS;
+use crate::faults::{FaultState, GOAWAY_GRACE};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -31,7 +33,12 @@ pub async fn run(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
+    let mut h1 = (*tls).clone();
+    h1.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let acceptors = Acceptors {
+        any: TlsAcceptor::from(tls),
+        h1_only: TlsAcceptor::from(Arc::new(h1)),
+    };
     let mut faults = server.faults.subscribe();
     let mut listener = Some(listener);
     // Cancelled (and replaced) when connection refusal starts, to drop open connections.
@@ -62,7 +69,7 @@ pub async fn run(
                     let _ = stream.set_nodelay(true);
                     tokio::spawn(connection(
                         server.clone(),
-                        acceptor.clone(),
+                        acceptors.clone(),
                         stream,
                         server.faults.subscribe(),
                         generation.clone(),
@@ -94,9 +101,16 @@ async fn rebind(server: &ClusterServer) -> Option<TcpListener> {
     None
 }
 
+/// The TLS acceptors: HTTP/2 and HTTP/1.1 by ALPN, or HTTP/1.1 only (`h1Only`).
+#[derive(Clone)]
+struct Acceptors {
+    any: TlsAcceptor,
+    h1_only: TlsAcceptor,
+}
+
 async fn connection(
     server: Arc<ClusterServer>,
-    acceptor: TlsAcceptor,
+    acceptors: Acceptors,
     stream: TcpStream,
     mut faults: watch::Receiver<FaultState>,
     kill: CancellationToken,
@@ -108,6 +122,12 @@ async fn connection(
             () = kill.cancelled() => return,
         }
     }
+    let h1_only = faults.borrow().h1_only;
+    let acceptor = if h1_only {
+        &acceptors.h1_only
+    } else {
+        &acceptors.any
+    };
     let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
@@ -128,14 +148,62 @@ async fn connection(
         let u = peer_user.clone();
         async move { Ok::<_, Infallible>(s.handle(u, req).await) }
     });
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+    let _open = server.connections.opened(h2);
+    let silence_epoch = faults.borrow_and_update().silence_epoch;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    if h1_only {
+        builder = builder.http1_only();
+    }
+    builder
+        .http2()
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
     let conn = builder.serve_connection(TokioIo::new(tls), service);
-    tokio::select! {
-        r = conn => {
-            if let Err(e) = r {
-                tracing::trace!(cluster = %server.name, error = %e, "connection ended");
+    tokio::pin!(conn);
+    // When this connection must go away: a pending `goaway` taken now or on a later change.
+    let mut going_away = if server.faults.take_goaway() {
+        conn.as_mut().graceful_shutdown();
+        server.connections.goaway_sent();
+        Some(tokio::time::Instant::now() + GOAWAY_GRACE)
+    } else {
+        None
+    };
+    loop {
+        let grace = async {
+            match going_away {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::trace!(cluster = %server.name, error = %e, "connection ended");
+                }
+                return;
+            }
+            () = kill.cancelled() => return,
+            () = grace => return,
+            changed = faults.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let epoch = faults.borrow_and_update().silence_epoch;
+                if epoch != silence_epoch {
+                    // Silent: the connection is not polled (nothing read or written) and
+                    // stays open until the silence is lifted, then it is closed.
+                    tokio::select! {
+                        _ = faults.wait_for(|s| !s.silent_connections) => {}
+                        () = kill.cancelled() => {}
+                    }
+                    return;
+                }
+                if going_away.is_none() && server.faults.take_goaway() {
+                    conn.as_mut().graceful_shutdown();
+                    server.connections.goaway_sent();
+                    going_away = Some(tokio::time::Instant::now() + GOAWAY_GRACE);
+                }
             }
         }
-        () = kill.cancelled() => {}
     }
 }

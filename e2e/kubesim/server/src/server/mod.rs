@@ -4,6 +4,7 @@
 //! [`ClusterServer`] holds everything one cluster serves; [`ClusterServer::handle`] answers
 //! one request; [`listener`] runs the accept loop.
 
+pub mod connections;
 pub mod listener;
 pub mod protobuf;
 pub mod request;
@@ -37,6 +38,10 @@ use tokio_util::sync::CancellationToken;
 /// Largest request body accepted (kube-apiserver's limit is 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
+/// How long after answering a `silentConnection` request the open connections go silent
+/// (the requester's own connection included, once it has its answer).
+const SILENCE_AFTER_RESPONSE: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The Kubernetes version kubesim reports at `/version`.
 pub const KUBE_GIT_VERSION: &str = "v1.33.0-kubesim";
 
@@ -64,6 +69,8 @@ pub struct ClusterServer {
     pub faults: FaultHandle,
     /// Every request answered, for tests asserting on what a client sent.
     pub requests: RequestLog,
+    /// Connections accepted and open (HTTP/1.1 and HTTP/2), for tests.
+    pub connections: connections::ConnectionStats,
     /// When each ServiceAccount token issued here was issued (jti → Unix ms), for
     /// "revoke every token issued so far".
     pub(crate) issued_tokens: RwLock<HashMap<String, i64>>,
@@ -121,6 +128,7 @@ impl ClusterServer {
             external_issuers: RwLock::new(Vec::new()),
             faults,
             requests: RequestLog::default(),
+            connections: connections::ConnectionStats::default(),
             issued_tokens: RwLock::new(HashMap::new()),
             rbac_cache: authz::RbacCache::default(),
             shutdown,
@@ -358,7 +366,7 @@ impl ClusterServer {
                     Ok(b) => b,
                     Err(e) => return response::error(&e),
                 };
-                let req: FaultRequest = match serde_json::from_slice(&bytes) {
+                let mut req: FaultRequest = match serde_json::from_slice(&bytes) {
                     Ok(r) => r,
                     Err(e) => {
                         return response::error(&response::bad_request(format!(
@@ -367,8 +375,18 @@ impl ClusterServer {
                     }
                 };
                 let clear_after = req.clear_after_seconds;
+                // Silencing the open connections would silence this one before it answers:
+                // done just after the response went out.
+                let silence = req.silent_connection.take_if(|on| *on);
                 if let Err(e) = self.faults.apply(req) {
                     return response::error(&response::bad_request(e.to_string()));
+                }
+                if silence.is_some() {
+                    let faults = self.faults.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(SILENCE_AFTER_RESPONSE).await;
+                        faults.set_silent_connections(true);
+                    });
                 }
                 if let Some(secs) = clear_after {
                     let faults = self.faults.clone();

@@ -1,0 +1,416 @@
+//! The HTTP transport under every spoke client (and `kleym spoke`'s client): HTTP/2 when the
+//! server offers it, HTTP/1.1 otherwise.
+//!
+//! kube-rs 5's own stack (`ClientBuilder::try_from(Config)`) offers only HTTP/1.1, so every
+//! watch and every concurrent request holds its own TCP+TLS connection. This stack is the
+//! same as kube's (rustls with the config's CA roots, client identity, `tls-server-name` and
+//! `insecure-skip-tls-verify`; the HTTP or HTTPS CONNECT proxy of `Config::proxy_url`; the
+//! connect/read/write timeouts; the base URI, the config's auth and extra headers) except:
+//! - TLS offers ALPN `h2` and `http/1.1`; when the server picks `h2`, hyper's pool keeps one
+//!   connection per spoke and every request and watch is a stream on it (kube-apiserver
+//!   allows up to 1000 concurrent streams per connection, far above a spoke's dozen). Requests
+//!   go first to an HTTP/2-only pool, which opens one connection even when a burst of watches
+//!   starts at once (a pool that learns the version from ALPN would open one per request of
+//!   the burst and keep one); when a server does not pick `h2`, the request is sent again,
+//!   and every later one goes, to a pool that speaks whatever ALPN chose (HTTP/1.1: a
+//!   connection per concurrent request, as before), until the client is rebuilt. The
+//!   connection that revealed HTTP/1.1 is handed to that pool, not thrown away;
+//! - dead-connection detection like client-go's: after [`Keepalive::interval`] without
+//!   reading anything from the connection an HTTP/2 PING is sent, and the connection is
+//!   closed when no frame answers within [`Keepalive::timeout`]. Every stream on it then
+//!   fails at once, so a blackholed spoke is noticed on all its watches together;
+//! - a server's `GOAWAY` (kube-apiserver's `--goaway-chance`, or shutdown) makes hyper open
+//!   a new connection for new requests; watches whose stream is cut resume from their last
+//!   resourceVersion (kube-runtime's watcher does that), so nothing is listed or written twice.
+//!
+//! Unlike kube's builder, no `valid_until` is set on the client (kleym never reads it: the
+//! credential cache tracks expiry) and no tracing layer is added.
+//!
+//! A client built with a client certificate keeps that certificate on every connection it
+//! opens; rotation builds a new client, hence a new pool and a new connection, and the old
+//! connection closes once the old client and its open streams are gone.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::rt::{Read, Write};
+use hyper_rustls::{FixedServerNameResolver, HttpsConnectorBuilder};
+use hyper_timeout::TimeoutConnector;
+use hyper_util::client::legacy::connect::{Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kube::client::{Body, ConfigExt as _};
+use thiserror::Error;
+use tower::{BoxError, Service, ServiceBuilder};
+
+/// HTTP/2 keepalive: client-go's `ReadIdleTimeout` (30 s) and `PingTimeout` (15 s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Keepalive {
+    /// Send a PING after this long without reading a frame from the connection.
+    pub interval: Duration,
+    /// Close the connection when nothing answers a PING within this long.
+    pub timeout: Duration,
+}
+
+impl Default for Keepalive {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(30),
+            timeout: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Why a transport could not be built.
+#[derive(Debug, Error)]
+pub enum TransportError {
+    /// kube refused the configuration (TLS identity, CA roots, auth, headers).
+    #[error("invalid client configuration: {0}")]
+    Config(#[from] kube::Error),
+    /// `tls-server-name` is not a valid DNS name or IP address.
+    #[error("invalid tls-server-name {name:?}")]
+    ServerName {
+        /// The configured name.
+        name: String,
+    },
+    /// The proxy URL's scheme is neither `http` nor `https`.
+    #[error("unsupported proxy URL scheme {scheme:?} (only http and https proxies)")]
+    ProxyScheme {
+        /// The proxy URL's scheme.
+        scheme: String,
+    },
+}
+
+/// A `kube::Client` for `config` over the HTTP/2-capable transport described above.
+pub fn client(config: &kube::Config, keepalive: Keepalive) -> Result<kube::Client, TransportError> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    tcp.set_nodelay(true);
+    match config.proxy_url.as_ref() {
+        None => build(tcp, config, keepalive),
+        Some(proxy) => match proxy.scheme_str() {
+            Some("http") => build(tunnel(proxy, tcp), config, keepalive),
+            Some("https") => {
+                // The proxy itself is reached over TLS (HTTP/1.1: CONNECT is not h2 here).
+                let tls = config.rustls_client_config()?;
+                let to_proxy = HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_or_http()
+                    .enable_http1()
+                    .wrap_connector(tcp);
+                build(tunnel(proxy, to_proxy), config, keepalive)
+            }
+            other => Err(TransportError::ProxyScheme {
+                scheme: other.unwrap_or_default().to_string(),
+            }),
+        },
+    }
+}
+
+/// A CONNECT tunnel through `proxy`, with `Proxy-Authorization: Basic` from its userinfo.
+fn tunnel<C>(proxy: &Uri, inner: C) -> hyper_util::client::legacy::connect::proxy::Tunnel<C> {
+    let tunnel = hyper_util::client::legacy::connect::proxy::Tunnel::new(proxy.clone(), inner);
+    let userinfo = proxy
+        .authority()
+        .and_then(|a| a.as_str().rsplit_once('@'))
+        .map(|(userinfo, _)| userinfo);
+    match userinfo.and_then(|u| basic_auth(u).ok()) {
+        Some(header) => tunnel.with_auth(header),
+        None => tunnel,
+    }
+}
+
+/// `Basic base64(userinfo)`, percent-escapes decoded first (as kube does).
+fn basic_auth(userinfo: &str) -> Result<http::HeaderValue, http::header::InvalidHeaderValue> {
+    use base64::Engine as _;
+    let decoded = percent_decode(userinfo);
+    let mut value = http::HeaderValue::from_str(&format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(decoded)
+    ))?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+fn percent_decode(s: &str) -> Vec<u8> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            // Two hex digits: at most 0xff.
+            out.push(u8::try_from(h * 16 + l).unwrap_or(b'%'));
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
+fn build<H>(
+    connector: H,
+    config: &kube::Config,
+    keepalive: Keepalive,
+) -> Result<kube::Client, TransportError>
+where
+    H: Service<Uri> + Clone + Send + Sync + 'static,
+    H::Response: Read + Write + Connection + Send + Unpin + 'static,
+    H::Future: Send + 'static,
+    H::Error: Into<BoxError>,
+{
+    // ALPN is set by `enable_all_versions` below: `h2`, `http/1.1`.
+    let tls = config.rustls_client_config()?;
+    let mut https = HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let server_name = name
+            .clone()
+            .try_into()
+            .map_err(|_| TransportError::ServerName { name: name.clone() })?;
+        https = https.with_server_name_resolver(FixedServerNameResolver::new(server_name));
+    }
+    // Both versions: ALPN decides per connection.
+    let https = https.enable_all_versions().wrap_connector(connector);
+    let mut timed = TimeoutConnector::new(https);
+    timed.set_connect_timeout(config.connect_timeout);
+    timed.set_read_timeout(config.read_timeout);
+    timed.set_write_timeout(config.write_timeout);
+
+    let fallback = Arc::new(AtomicBool::new(false));
+    let mut builder = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .http2_keep_alive_interval(keepalive.interval)
+        .http2_keep_alive_timeout(keepalive.timeout)
+        .http2_keep_alive_while_idle(true);
+    let spare = Arc::new(Mutex::new(Vec::new()));
+    let auto: HyperClient<_> = builder.build(UseSpare {
+        inner: timed.clone(),
+        spare: spare.clone(),
+    });
+    let h2: HyperClient<_> = builder.http2_only(true).build(RequireH2 {
+        inner: timed,
+        fallback: fallback.clone(),
+        spare,
+    });
+    let hyper_client = Versions { h2, auto, fallback };
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(hyper_client);
+    Ok(kube::Client::new(service, config.default_namespace.clone()))
+}
+
+type HyperClient<C> = hyper_util::client::legacy::Client<C, Body>;
+
+/// Connections on which the server did not pick HTTP/2, kept for the other pool's next
+/// connect to the same server, so that learning the version costs no second handshake.
+type Spare<R> = Arc<Mutex<Vec<(Uri, R)>>>;
+
+/// At most this many spare connections are kept (a burst before the fallback was known).
+const MAX_SPARE: usize = 4;
+
+/// A connector that only hands out connections on which the server picked HTTP/2, and
+/// records (in `fallback`) a server that did not, keeping its connection in `spare`.
+struct RequireH2<C, R> {
+    inner: C,
+    fallback: Arc<AtomicBool>,
+    spare: Spare<R>,
+}
+
+impl<C: Clone, R> Clone for RequireH2<C, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            fallback: self.fallback.clone(),
+            spare: self.spare.clone(),
+        }
+    }
+}
+
+/// The fallback pool's connector: a spare connection to the same server first.
+struct UseSpare<C, R> {
+    inner: C,
+    spare: Spare<R>,
+}
+
+impl<C: Clone, R> Clone for UseSpare<C, R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            spare: self.spare.clone(),
+        }
+    }
+}
+
+fn same_server(a: &Uri, b: &Uri) -> bool {
+    a.scheme() == b.scheme() && a.authority() == b.authority()
+}
+
+impl<C> Service<Uri> for UseSpare<C, C::Response>
+where
+    C: Service<Uri>,
+    C::Response: Send + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<C::Response>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let spare = self.spare.lock().ok().and_then(|mut conns| {
+            let i = conns.iter().position(|(u, _)| same_server(u, &uri))?;
+            Some(conns.swap_remove(i).1)
+        });
+        if let Some(io) = spare {
+            return Box::pin(async move { Ok(io) });
+        }
+        let connecting = self.inner.call(uri);
+        Box::pin(async move { connecting.await.map_err(Into::into) })
+    }
+}
+
+const NOT_H2: &str = "the server did not pick HTTP/2 (ALPN); falling back to HTTP/1.1";
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, BoxError>> + Send>>;
+
+impl<C> Service<Uri> for RequireH2<C, C::Response>
+where
+    C: Service<Uri>,
+    C::Response: Connection + Send + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    type Response = C::Response;
+    type Error = BoxError;
+    type Future = BoxFuture<C::Response>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let fallback = self.fallback.clone();
+        if fallback.load(Ordering::Relaxed) {
+            // Requests queued on this pool before the fallback: no handshake to learn it again.
+            return Box::pin(async { Err(BoxError::from(NOT_H2)) });
+        }
+        let spare = self.spare.clone();
+        let connecting = self.inner.call(uri.clone());
+        Box::pin(async move {
+            let io = connecting.await.map_err(Into::into)?;
+            if io.connected().is_negotiated_h2() {
+                return Ok(io);
+            }
+            fallback.store(true, Ordering::Relaxed);
+            if let Ok(mut conns) = spare.lock()
+                && conns.len() < MAX_SPARE
+            {
+                conns.push((uri, io));
+            }
+            Err(BoxError::from(NOT_H2))
+        })
+    }
+}
+
+/// The HTTP/2-only pool, and the pool used once the server turned out not to speak HTTP/2.
+#[derive(Clone)]
+struct Versions<A, B> {
+    h2: HyperClient<A>,
+    auto: HyperClient<B>,
+    fallback: Arc<AtomicBool>,
+}
+
+impl<A, B> Service<Request<Body>> for Versions<A, B>
+where
+    A: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+    B: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    type Response = Response<Incoming>;
+    type Error = BoxError;
+    type Future = BoxFuture<Response<Incoming>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // Both pools are always ready (hyper's legacy client queues internally).
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        if self.fallback.load(Ordering::Relaxed) {
+            let sent = self.auto.request(req);
+            return Box::pin(async move { sent.await.map_err(BoxError::from) });
+        }
+        let replay = try_clone(&req);
+        let sent = self.h2.request(req);
+        let auto = self.auto.clone();
+        let fallback = self.fallback.clone();
+        Box::pin(async move {
+            match sent.await {
+                Ok(resp) => Ok(resp),
+                // Nothing was sent: the connection was refused for its protocol.
+                Err(e) if e.is_connect() && fallback.load(Ordering::Relaxed) => match replay {
+                    Some(replay) => auto.request(replay).await.map_err(BoxError::from),
+                    None => Err(BoxError::from(e)),
+                },
+                Err(e) => Err(BoxError::from(e)),
+            }
+        })
+    }
+}
+
+/// A copy of a request whose body is buffered (every body kube builds), for a resend.
+fn try_clone(req: &Request<Body>) -> Option<Request<Body>> {
+    let body = req.body().try_clone()?;
+    let mut clone = Request::new(body);
+    *clone.method_mut() = req.method().clone();
+    *clone.uri_mut() = req.uri().clone();
+    *clone.version_mut() = req.version();
+    *clone.headers_mut() = req.headers().clone();
+    clone.extensions_mut().clone_from(req.extensions());
+    Some(clone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_userinfo_is_percent_decoded() {
+        assert_eq!(percent_decode("user:pa%40ss%3Aword"), b"user:pa@ss:word");
+        assert_eq!(percent_decode("user:pass%+A%4"), b"user:pass%+A%4");
+        let v = basic_auth("u:p%40").unwrap();
+        assert_eq!(v.to_str().unwrap(), "Basic dTpwQA==");
+        assert!(v.is_sensitive());
+    }
+
+    #[test]
+    fn unsupported_proxy_scheme_is_refused() {
+        let mut config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        config.proxy_url = Some("socks5://127.0.0.1:2".parse().unwrap());
+        let Err(err) = client(&config, Keepalive::default()) else {
+            panic!("a socks5 proxy was accepted");
+        };
+        assert!(err.to_string().contains("socks5"), "{err}");
+    }
+}
