@@ -35,6 +35,7 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         None => None,
     };
     let health = HealthListeners::bind(args.metrics_addr, args.health_addr).await?;
+    let issuer = start_issuer(args, client.clone(), shutdown.clone()).await?;
     let hub = start_hub_with(
         args,
         client.clone(),
@@ -68,6 +69,9 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     };
     let _ = hub.task.await;
     shutdown.cancel();
+    if let Some(issuer) = issuer {
+        let _ = issuer.await;
+    }
     health.join().await;
     if let Some(api) = api
         && let Ok(Err(err)) = api.await
@@ -76,4 +80,59 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     }
     tracing::info!("kleym hub stopped");
     Ok(())
+}
+
+/// With `--issuer-url`: reads (or creates) the issuer Secret, binds `--issuer-listen-addr`
+/// and serves the discovery document and the JWKS until `shutdown`, re-reading the Secret
+/// every 30 s. Any configuration or key problem is fatal at start-up.
+async fn start_issuer(
+    args: &HubArgs,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    use crate::issuer::{secret, serve};
+    let Some(settings) = args.issuer.settings()? else {
+        return Ok(None);
+    };
+    let keys =
+        secret::load_or_create(client.clone(), &settings.secret, settings.algorithm, true).await?;
+    let docs = serve::IssuerDocuments::new(&settings.url, &keys);
+    let tls = match &settings.tls {
+        Some((cert, key)) => Some(
+            crate::http::load_tls_config(cert, key).context("issuer listener TLS configuration")?,
+        ),
+        None => None,
+    };
+    let listener = tokio::net::TcpListener::bind(settings.listen_addr)
+        .await
+        .with_context(|| format!("binding --issuer-listen-addr {}", settings.listen_addr))?;
+    tracing::info!(
+        issuer = %settings.url,
+        addr = %settings.listen_addr,
+        secret = %settings.secret,
+        kids = ?docs.kids(),
+        tls = tls.is_some(),
+        "issuer listener starting"
+    );
+    tokio::spawn(serve::refresh_loop(
+        client,
+        settings.secret.clone(),
+        settings.algorithm,
+        docs.clone(),
+        std::time::Duration::from_secs(30),
+        shutdown.clone(),
+    ));
+    let app = serve::router(docs);
+    Ok(Some(tokio::spawn(async move {
+        if let Err(e) = crate::http::serve(
+            listener,
+            app,
+            tls,
+            async move { shutdown.cancelled().await },
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "issuer listener failed");
+        }
+    })))
 }

@@ -1,0 +1,136 @@
+//! The issuer's public listener: the OIDC discovery document and the JWKS, without
+//! authentication, with `Cache-Control`, on a listener of its own. Every replica serves them
+//! and re-reads the Secret periodically, so every replica publishes the same keys.
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use kleym_spoke::reconciler::CancellationToken;
+
+use super::keys::{Algorithm, SigningKey, discovery_document, jwks};
+use super::secret::{SecretRef, load_or_create};
+use super::{DISCOVERY_PATH, JWKS_PATH};
+
+/// `Cache-Control` of both documents: short, so verifiers see a new key soon after it is
+/// published (a verifier also refetches on an unknown `kid`).
+pub const CACHE_CONTROL: &str = "public, max-age=60";
+
+/// The documents served (rendered once per key change).
+#[derive(Debug, Default)]
+struct Documents {
+    discovery: String,
+    jwks: String,
+    kids: Vec<String>,
+}
+
+/// What the issuer listener serves; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct IssuerDocuments {
+    issuer_url: String,
+    docs: Arc<RwLock<Documents>>,
+}
+
+impl IssuerDocuments {
+    /// Documents for `issuer_url` publishing `keys`.
+    pub fn new(issuer_url: &str, keys: &[SigningKey]) -> Self {
+        let d = IssuerDocuments {
+            issuer_url: issuer_url.to_string(),
+            docs: Arc::default(),
+        };
+        d.update(keys);
+        d
+    }
+
+    /// Publishes `keys` (logs the key IDs when they change).
+    pub fn update(&self, keys: &[SigningKey]) {
+        let kids: Vec<String> = keys.iter().map(|k| k.kid().to_string()).collect();
+        let mut docs = self.docs.write().unwrap_or_else(|p| p.into_inner());
+        if docs.kids == kids && !docs.jwks.is_empty() {
+            return;
+        }
+        tracing::info!(issuer = %self.issuer_url, ?kids, "issuer keys published");
+        *docs = Documents {
+            discovery: discovery_document(&self.issuer_url, keys).to_string(),
+            jwks: jwks(keys).to_string(),
+            kids,
+        };
+    }
+
+    /// The key IDs published.
+    pub fn kids(&self) -> Vec<String> {
+        self.docs.read().map(|d| d.kids.clone()).unwrap_or_default()
+    }
+
+    /// The JWKS as served.
+    pub fn jwks_json(&self) -> String {
+        self.docs.read().map(|d| d.jwks.clone()).unwrap_or_default()
+    }
+}
+
+async fn discovery(State(d): State<IssuerDocuments>) -> impl IntoResponse {
+    let body = d
+        .docs
+        .read()
+        .map(|d| d.discovery.clone())
+        .unwrap_or_default();
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, CACHE_CONTROL),
+        ],
+        body,
+    )
+}
+
+async fn keys(State(d): State<IssuerDocuments>) -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "application/jwk-set+json"),
+            (header::CACHE_CONTROL, CACHE_CONTROL),
+        ],
+        d.jwks_json(),
+    )
+}
+
+/// The router: `GET /.well-known/openid-configuration` and `GET /openid/v1/jwks` below the
+/// issuer URL's path, nothing else.
+pub fn router(docs: IssuerDocuments) -> Router {
+    let prefix = docs
+        .issuer_url
+        .parse::<http::Uri>()
+        .map(|u| u.path().trim_end_matches('/').to_string())
+        .unwrap_or_default();
+    Router::new()
+        .route(&format!("{prefix}{DISCOVERY_PATH}"), get(discovery))
+        .route(&format!("{prefix}{JWKS_PATH}"), get(keys))
+        .with_state(docs)
+}
+
+/// Re-reads the Secret every `period` until `shutdown`, publishing what it holds; a read or
+/// parse failure keeps the published keys and is logged (never the key material).
+pub async fn refresh_loop(
+    client: kube::Client,
+    at: SecretRef,
+    alg: Algorithm,
+    docs: IssuerDocuments,
+    period: Duration,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(period) => {}
+        }
+        match load_or_create(client.clone(), &at, alg, false).await {
+            Ok(keys) => docs.update(&keys),
+            Err(e) => {
+                tracing::warn!(secret = %at, error = %e, "issuer keys not refreshed; serving the previous ones")
+            }
+        }
+    }
+}

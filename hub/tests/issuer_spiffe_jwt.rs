@@ -1,0 +1,291 @@
+//! The hub as an issuer (issue 14) against kubesim: the issuer Secret is created once and
+//! reused, a malformed one is refused and left alone; the discovery listener serves what
+//! kube-apiserver's structured authentication fetches; `kleym credential spiffe-jwt`, run
+//! through the hub's exec runtime, mints a JWT-SVID that the spoke it names accepts as the
+//! mapped user and that another spoke refuses.
+
+#[path = "fixtures/hub_sim.rs"]
+mod hub_sim;
+
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::core::v1::Secret;
+use kleym_hub::access::{ClusterAccess, EffectiveAccess, ExecApiVersion, ExecConfig};
+use kleym_hub::credentials::{ExecOptions, run_plugin};
+use kleym_hub::issuer::keys::Algorithm;
+use kleym_hub::issuer::secret::{SecretRef, load_or_create};
+use kleym_hub::issuer::serve::{CACHE_CONTROL, IssuerDocuments, router};
+use kleym_spoke::reconciler::CancellationToken;
+use kube::api::{Api, PostParams};
+use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
+
+const HUB_ID: &str = "spiffe://example.org/kleym/hub";
+
+fn secret_ref(name: &str) -> SecretRef {
+    SecretRef {
+        namespace: "kleym".into(),
+        name: name.into(),
+    }
+}
+
+/// A CA and a serving certificate for 127.0.0.1, written to `dir`: (CA PEM, cert, key).
+fn tls_files(dir: &std::path::Path) -> (String, std::path::PathBuf, std::path::PathBuf) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(vec!["issuer-ca".to_string()]).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    let (c, k) = (dir.join("issuer.crt"), dir.join("issuer.key"));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    (ca.pem(), c, k)
+}
+
+/// Serves `docs` over TLS on 127.0.0.1; returns the issuer URL.
+async fn serve_issuer(
+    docs: IssuerDocuments,
+    listener: tokio::net::TcpListener,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    stop: CancellationToken,
+) {
+    let tls = kleym_hub::http::load_tls_config(cert, key).unwrap();
+    tokio::spawn(kleym_hub::http::serve(
+        listener,
+        router(docs),
+        Some(tls),
+        async move { stop.cancelled().await },
+    ));
+}
+
+fn authn_config(issuer: &str, ca_pem: &str, audience: &str) -> String {
+    serde_json::json!({
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AuthenticationConfiguration",
+        "jwt": [{
+            "issuer": {"url": issuer, "audiences": [audience], "certificateAuthority": ca_pem},
+            "claimValidationRules": [{"expression": format!("claims.sub == '{HUB_ID}'"), "message": "sub must be the hub"}],
+            "claimMappings": {"username": {"claim": "sub", "prefix": "kleym:"}},
+            "userValidationRules": [{"expression": "!user.username.startsWith('system:')", "message": "no system users"}],
+        }],
+    })
+    .to_string()
+}
+
+fn access(server: &str, args: Vec<String>) -> EffectiveAccess {
+    EffectiveAccess {
+        spoke: "fleet/spoke".into(),
+        provider: "kleym-spiffe-jwt".into(),
+        cluster: ClusterAccess {
+            server: server.into(),
+            certificate_authority_pem: None,
+            tls_server_name: None,
+            insecure_skip_tls_verify: false,
+            proxy_url: None,
+            disable_compression: false,
+            exec_extension: None,
+        },
+        exec: ExecConfig {
+            api_version: ExecApiVersion::V1,
+            command: env!("CARGO_BIN_EXE_kleym").into(),
+            args,
+            env: vec![],
+            provide_cluster_info: true,
+            install_hint: None,
+        },
+    }
+}
+
+async fn whoami(cluster: &ClusterHandle, token: &str) -> Option<String> {
+    let review = Api::<TokenReview>::all(cluster.kube_client().await.unwrap())
+        .create(
+            &PostParams::default(),
+            &TokenReview {
+                spec: TokenReviewSpec {
+                    token: Some(token.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let s = review.status.unwrap_or_default();
+    s.authenticated
+        .unwrap_or(false)
+        .then(|| s.user.and_then(|u| u.username).unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spiffe_jwt_reaches_the_spoke_it_names_and_no_other() {
+    let hub = hub_sim::start("unused").await;
+    let client = hub.cluster.in_process_client();
+    let at = secret_ref("issuer");
+    let keys = load_or_create(client.clone(), &at, Algorithm::Es256, true)
+        .await
+        .unwrap();
+    // Created once: a second start (another replica, a restart) reads the same key.
+    let again = load_or_create(client.clone(), &at, Algorithm::Es256, true)
+        .await
+        .unwrap();
+    assert_eq!(keys[0].kid(), again[0].kid());
+    assert_eq!(again.len(), 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_pem, cert, key) = tls_files(dir.path());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let issuer_url = format!("https://{}", listener.local_addr().unwrap());
+    let docs = IssuerDocuments::new(&issuer_url, &keys);
+    let stop = CancellationToken::new();
+    serve_issuer(docs.clone(), listener, &cert, &key, stop.clone()).await;
+
+    // The discovery document as verifiers read it, with Cache-Control.
+    let https = reqwest_like_get(&issuer_url, "/.well-known/openid-configuration", &ca_pem).await;
+    assert_eq!(https.0.as_deref(), Some(CACHE_CONTROL));
+    let discovery: serde_json::Value = serde_json::from_str(&https.1).unwrap();
+    assert_eq!(discovery["issuer"], issuer_url.as_str());
+    assert_eq!(
+        discovery["jwks_uri"],
+        format!("{issuer_url}/openid/v1/jwks")
+    );
+
+    let spokes = Kubesim::start(&["spoke-a", "spoke-b"], KubesimOptions::default())
+        .await
+        .unwrap();
+    let (a, b) = (
+        spokes.cluster("spoke-a").unwrap(),
+        spokes.cluster("spoke-b").unwrap(),
+    );
+    a.set_authentication_config(&authn_config(&issuer_url, &ca_pem, &a.url()))
+        .unwrap();
+    b.set_authentication_config(&authn_config(&issuer_url, &ca_pem, &b.url()))
+        .unwrap();
+
+    let kc = hub_sim::write_kubeconfig(dir.path(), &hub);
+    let args = vec![
+        "credential".to_string(),
+        "spiffe-jwt".into(),
+        "--issuer-url".into(),
+        issuer_url.clone(),
+        "--issuer-key-secret".into(),
+        "kleym/issuer".into(),
+        "--trust-domain".into(),
+        "example.org".into(),
+        "--kubeconfig".into(),
+        kc.display().to_string(),
+    ];
+    let opts = ExecOptions {
+        timeout: Duration::from_secs(30),
+        ..ExecOptions::default()
+    };
+    let credential = run_plugin(&access(&a.url(), args.clone()), &opts)
+        .await
+        .unwrap();
+    let expires = credential.expires_at.expect("an expiry");
+    let lifetime = expires - chrono::Utc::now();
+    assert!(lifetime <= chrono::Duration::minutes(10), "{lifetime}");
+    let token = credential.token.unwrap().expose().to_string();
+    assert_eq!(
+        whoami(&a, &token).await.as_deref(),
+        Some(format!("kleym:{HUB_ID}").as_str())
+    );
+    // Audience confinement.
+    assert_eq!(whoami(&b, &token).await, None);
+    // And spoke B accepts its own.
+    let for_b = run_plugin(&access(&b.url(), args), &opts).await.unwrap();
+    assert!(whoami(&b, for_b.token.unwrap().expose()).await.is_some());
+    stop.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_or_foreign_secret_is_refused_and_left_alone() {
+    let hub = hub_sim::start("unused").await;
+    let client = hub.cluster.in_process_client();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kleym");
+    for (name, data) in [
+        (
+            "garbage",
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+        ),
+        ("empty", ""),
+    ] {
+        let s: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "kleym"},
+            "stringData": {"signing-keys.pem": data},
+        }))
+        .unwrap();
+        secrets.create(&PostParams::default(), &s).await.unwrap();
+        let before = secrets.get(name).await.unwrap();
+        let err = load_or_create(client.clone(), &secret_ref(name), Algorithm::Es256, true)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(&format!("kleym/{name}")), "{err}");
+        assert!(err.contains("signing-keys.pem"), "{err}");
+        let after = secrets.get(name).await.unwrap();
+        assert_eq!(
+            before.metadata.resource_version, after.metadata.resource_version,
+            "never overwritten"
+        );
+    }
+    // A Secret without the data key is refused too, and RS256 is never generated.
+    let err = load_or_create(
+        client.clone(),
+        &secret_ref("absent"),
+        Algorithm::Rs256,
+        true,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("RS256"), "{err}");
+    assert!(secrets.get_opt("absent").await.unwrap().is_none());
+}
+
+/// GET `path` below `base` over HTTPS trusting `ca_pem`: (Cache-Control, body).
+async fn reqwest_like_get(base: &str, path: &str, ca_pem: &str) -> (Option<String>, String) {
+    use http_body_util::BodyExt;
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let addr = base.trim_start_matches("https://");
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(
+            rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap(),
+            tcp,
+        )
+        .await
+        .unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = http::Request::get(path)
+        .header("host", addr)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    let cc = resp
+        .headers()
+        .get("cache-control")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (cc, String::from_utf8(body.to_vec()).unwrap())
+}
