@@ -12,6 +12,7 @@ pub mod hub;
 pub mod report;
 mod signal;
 pub mod spoke;
+pub mod trust_config;
 
 /// kleym compiles InferenceIdentityBinding objects into SPIRE ClusterSPIFFEIDs across a
 /// fleet of Kubernetes clusters.
@@ -92,6 +93,20 @@ pub enum Command {
     /// `KUBERNETES_EXEC_INFO` carries `spec.cluster` (the spoke's server URL, and the
     /// `client.authentication.k8s.io/exec` extension as `spec.cluster.config`).
     Credential(credential::Args),
+    /// Print what each spoke's operator applies so that the spoke trusts the hub's
+    /// JWT-SVIDs: the AuthenticationConfiguration and the RBAC of the hub's user.
+    #[command(
+        long_about = "Print, per spoke, what its operator applies so that the spoke's \
+        API server trusts the JWT-SVIDs of `kleym credential spiffe-jwt`: an \
+        apiserver.config.k8s.io/v1 AuthenticationConfiguration for its --authentication-config \
+        (issuer URL and CA, audience = that spoke's server URL as its ClusterProfile gives it, or \
+        the exec extension's audience; a claim validation rule pinning sub to the hub's SPIFFE ID; \
+        the username mapped with --username-prefix; a user validation rule refusing system: \
+        names), and the spoke ClusterRole of deploy/spoke/ with a ClusterRoleBinding of that user.\n\n\
+        Reads ClusterProfiles from the hub cluster (--kubeconfig/--context). See \
+        docs/keyless-access.md."
+    )]
+    TrustConfig(trust_config::Args),
 }
 
 /// A usage error found after parsing (a check spanning several flags, or of a file a flag
@@ -115,6 +130,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Credential(args) => credential::run(&args),
         Command::Hub(args) => hub::run(&args),
         Command::Report(args) => report::run(&args),
+        Command::TrustConfig(args) => trust_config::run(&args),
     }
 }
 

@@ -10,6 +10,7 @@
 pub mod keys;
 pub mod secret;
 pub mod serve;
+pub mod trust;
 
 use thiserror::Error;
 

@@ -14,7 +14,7 @@ use kleym_spoke::reconciler::CancellationToken;
 
 use super::keys::{Algorithm, SigningKey, discovery_document, jwks};
 use super::secret::{SecretRef, load_or_create};
-use super::{DISCOVERY_PATH, JWKS_PATH};
+use super::{DISCOVERY_PATH, IssuerError, IssuerSettings, JWKS_PATH};
 
 /// `Cache-Control` of both documents: short, so verifiers see a new key soon after it is
 /// published (a verifier also refetches on an unknown `kid`).
@@ -133,4 +133,54 @@ pub async fn refresh_loop(
             }
         }
     }
+}
+
+/// Starts the issuer on `listener`: reads (or creates) the Secret, serves the documents over
+/// TLS (or plain HTTP with `--issuer-insecure-http`) until `shutdown`, and re-reads the Secret
+/// every 30 s. Returns the published documents and the server task.
+pub async fn start(
+    settings: &IssuerSettings,
+    listener: tokio::net::TcpListener,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<(IssuerDocuments, tokio::task::JoinHandle<()>), IssuerError> {
+    let keys = load_or_create(client.clone(), &settings.secret, settings.algorithm, true).await?;
+    let docs = IssuerDocuments::new(&settings.url, &keys);
+    let tls = match &settings.tls {
+        Some((cert, key)) => Some(
+            crate::http::load_tls_config(cert, key)
+                .map_err(|e| IssuerError::Config(format!("issuer listener TLS: {e}")))?,
+        ),
+        None => None,
+    };
+    tracing::info!(
+        issuer = %settings.url,
+        addr = ?listener.local_addr().ok(),
+        secret = %settings.secret,
+        kids = ?docs.kids(),
+        tls = tls.is_some(),
+        "issuer listener starting"
+    );
+    tokio::spawn(refresh_loop(
+        client,
+        settings.secret.clone(),
+        settings.algorithm,
+        docs.clone(),
+        Duration::from_secs(30),
+        shutdown.clone(),
+    ));
+    let app = router(docs.clone());
+    let task = tokio::spawn(async move {
+        if let Err(e) = crate::http::serve(
+            listener,
+            app,
+            tls,
+            async move { shutdown.cancelled().await },
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "issuer listener failed");
+        }
+    });
+    Ok((docs, task))
 }

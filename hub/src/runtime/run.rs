@@ -82,57 +82,19 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     Ok(())
 }
 
-/// With `--issuer-url`: reads (or creates) the issuer Secret, binds `--issuer-listen-addr`
-/// and serves the discovery document and the JWKS until `shutdown`, re-reading the Secret
-/// every 30 s. Any configuration or key problem is fatal at start-up.
+/// With `--issuer-url`: binds `--issuer-listen-addr` and starts the issuer
+/// ([`crate::issuer::serve::start`]). Any configuration or key problem is fatal at start-up.
 async fn start_issuer(
     args: &HubArgs,
     client: kube::Client,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
-    use crate::issuer::{secret, serve};
     let Some(settings) = args.issuer.settings()? else {
         return Ok(None);
-    };
-    let keys =
-        secret::load_or_create(client.clone(), &settings.secret, settings.algorithm, true).await?;
-    let docs = serve::IssuerDocuments::new(&settings.url, &keys);
-    let tls = match &settings.tls {
-        Some((cert, key)) => Some(
-            crate::http::load_tls_config(cert, key).context("issuer listener TLS configuration")?,
-        ),
-        None => None,
     };
     let listener = tokio::net::TcpListener::bind(settings.listen_addr)
         .await
         .with_context(|| format!("binding --issuer-listen-addr {}", settings.listen_addr))?;
-    tracing::info!(
-        issuer = %settings.url,
-        addr = %settings.listen_addr,
-        secret = %settings.secret,
-        kids = ?docs.kids(),
-        tls = tls.is_some(),
-        "issuer listener starting"
-    );
-    tokio::spawn(serve::refresh_loop(
-        client,
-        settings.secret.clone(),
-        settings.algorithm,
-        docs.clone(),
-        std::time::Duration::from_secs(30),
-        shutdown.clone(),
-    ));
-    let app = serve::router(docs);
-    Ok(Some(tokio::spawn(async move {
-        if let Err(e) = crate::http::serve(
-            listener,
-            app,
-            tls,
-            async move { shutdown.cancelled().await },
-        )
-        .await
-        {
-            tracing::warn!(error = %e, "issuer listener failed");
-        }
-    })))
+    let (_, task) = crate::issuer::serve::start(&settings, listener, client, shutdown).await?;
+    Ok(Some(task))
 }

@@ -40,9 +40,17 @@ pub struct SpiffeJwtOptions {
 /// `spiffe://<trust domain>/kleym/hub`. An ID outside the trust domain (when one is given) or
 /// not a valid SPIFFE ID is refused.
 pub fn hub_spiffe_id(opts: &SpiffeJwtOptions) -> Result<String, PluginError> {
-    let td = opts.trust_domain.as_deref().filter(|t| !t.is_empty());
-    let id = match (&opts.hub_spiffe_id, td) {
-        (Some(id), _) => id.clone(),
+    resolve_hub_spiffe_id(opts.hub_spiffe_id.as_deref(), opts.trust_domain.as_deref())
+}
+
+/// [`hub_spiffe_id`] from the two flags (`--hub-spiffe-id`, `--trust-domain`).
+pub fn resolve_hub_spiffe_id(
+    explicit: Option<&str>,
+    trust_domain: Option<&str>,
+) -> Result<String, PluginError> {
+    let td = trust_domain.filter(|t| !t.is_empty());
+    let id = match (explicit, td) {
+        (Some(id), _) => id.to_string(),
         (None, Some(td)) => format!("spiffe://{td}/kleym/hub"),
         (None, None) => {
             return Err(PluginError::Input(

@@ -1,0 +1,290 @@
+//! End to end, keyless (issue 14): a hub that is its own JWT issuer and three kubesim spokes
+//! whose API servers trust it through the `AuthenticationConfiguration` and RBAC that the real
+//! `kleym trust-config` binary printed. No admin token, Secret or ServiceAccount token of a
+//! spoke appears in any ClusterProfile or in the provider file: the hub engages every spoke
+//! with `kleym credential spiffe-jwt`, bindings converge, each spoke maps the JWT-SVID to the
+//! prefixed SPIFFE ID (the only user the printed RBAC grants anything), and a JWT-SVID minted
+//! for one spoke is refused by the others.
+
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use kleym_e2e::fixtures::env;
+use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
+use kleym_e2e::fixtures::plugins::kleym_binary;
+use kleym_e2e::fixtures::profiles::{access_provider, apply_profile, status};
+use kleym_hub::access::{ClusterAccess, EffectiveAccess, ExecApiVersion, ExecConfig};
+use kleym_hub::credentials::{ExecOptions, run_plugin};
+use kleym_spoke::reconciler::CancellationToken;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kubesim::ClusterHandle;
+use serde_json::{Value, json};
+
+const BINDINGS: usize = 2;
+const LIMIT: Duration = Duration::from_secs(90);
+const HUB_ID: &str = "spiffe://example.org/kleym/hub";
+const PROVIDER: &str = "kleym-spiffe-jwt";
+
+fn spiffe_jwt_args(issuer_url: &str, hub_kc: &str) -> Vec<String> {
+    [
+        "credential",
+        "spiffe-jwt",
+        "--issuer-url",
+        issuer_url,
+        "--issuer-key-secret",
+        &format!("{HUB_NS}/kleym-issuer"),
+        "--trust-domain",
+        "example.org",
+        "--kubeconfig",
+        hub_kc,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Applies `doc` (a ClusterRole or ClusterRoleBinding) to `cluster` with server-side apply.
+async fn apply(cluster: &ClusterHandle, doc: &Value) {
+    let client = cluster.kube_client().await.unwrap();
+    let gvk = GroupVersionKind::gvk(
+        "rbac.authorization.k8s.io",
+        "v1",
+        doc["kind"].as_str().unwrap(),
+    );
+    let (ar, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
+    let name = doc["metadata"]["name"].as_str().unwrap();
+    Api::<DynamicObject>::all_with(client, &ar)
+        .patch(
+            name,
+            &PatchParams::apply("kleym-e2e").force(),
+            &Patch::Apply(doc.clone()),
+        )
+        .await
+        .unwrap();
+}
+
+async fn whoami(cluster: &ClusterHandle, token: &str) -> Option<String> {
+    let review = Api::<TokenReview>::all(cluster.kube_client().await.unwrap())
+        .create(
+            &PostParams::default(),
+            &TokenReview {
+                spec: TokenReviewSpec {
+                    token: Some(token.into()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let s = review.status.unwrap_or_default();
+    s.authenticated
+        .unwrap_or(false)
+        .then(|| s.user.and_then(|u| u.username).unwrap_or_default())
+}
+
+async fn mint(kleym: &str, server: &str, args: Vec<String>) -> String {
+    let access = EffectiveAccess {
+        spoke: "fleet/probe".into(),
+        provider: PROVIDER.into(),
+        cluster: ClusterAccess {
+            server: server.into(),
+            certificate_authority_pem: None,
+            tls_server_name: None,
+            insecure_skip_tls_verify: false,
+            proxy_url: None,
+            disable_compression: false,
+            exec_extension: None,
+        },
+        exec: ExecConfig {
+            api_version: ExecApiVersion::V1,
+            command: kleym.into(),
+            args,
+            env: vec![],
+            provide_cluster_info: true,
+            install_hint: None,
+        },
+    };
+    let opts = ExecOptions {
+        timeout: Duration::from_secs(30),
+        ..ExecOptions::default()
+    };
+    let c = run_plugin(&access, &opts).await.unwrap();
+    c.token.unwrap().expose().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
+    let kleym = kleym_binary().expect("kleym binary");
+    let kleym = kleym.to_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke-a", "spoke-b", "spoke-c"], dir.path())
+        .await
+        .unwrap();
+    let spokes = [f.spoke("spoke-a"), f.spoke("spoke-b"), f.spoke("spoke-c")];
+    let hub_kc = f.hub_kubeconfig().display().to_string();
+
+    // The issuer: TLS from a CA of its own, keys in a Secret the hub creates.
+    let pki = kubesim_auth::pki::ClusterPki::generate("issuer").unwrap();
+    let (cert, key, ca) = (
+        dir.path().join("issuer.crt"),
+        dir.path().join("issuer.key"),
+        dir.path().join("issuer-ca.crt"),
+    );
+    std::fs::write(&cert, pki.serving_cert_pem()).unwrap();
+    std::fs::write(&key, pki.serving_key_pem()).unwrap();
+    std::fs::write(&ca, pki.ca_cert_pem()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let issuer_url = format!("https://{}", listener.local_addr().unwrap());
+    let hub_flags = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "--issuer-url",
+            &issuer_url,
+            "--issuer-key-secret",
+            &format!("{HUB_NS}/kleym-issuer"),
+            "--issuer-tls-cert-file",
+            cert.to_str().unwrap(),
+            "--issuer-tls-key-file",
+            key.to_str().unwrap(),
+            "--trust-domain",
+            "example.org",
+            "--leader-elect=false",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let settings = parse_hub_args(&hub_flags(&[]))
+        .unwrap()
+        .issuer
+        .settings()
+        .unwrap()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let client = f.hub.kube_client().await.unwrap();
+    kleym_hub::issuer::serve::start(&settings, listener, client, stop.clone())
+        .await
+        .unwrap();
+
+    // Profiles: server URL and CA only.
+    for s in &spokes {
+        env::seed_environment(&s.store(), BINDINGS).unwrap();
+        env::create_bindings(&s.store(), 0..BINDINGS).unwrap();
+        apply_profile(
+            &f.hub_client,
+            s.name(),
+            status(
+                vec![access_provider(PROVIDER, s, None)],
+                true,
+                "2026-01-01T00:00:00Z",
+                &[],
+            ),
+        )
+        .await
+        .unwrap();
+    }
+
+    // The spoke side, exactly as `kleym trust-config` prints it.
+    let out = Command::new(&kleym)
+        .args([
+            "trust-config",
+            "--kubeconfig",
+            &hub_kc,
+            "--all",
+            "-o",
+            "json",
+        ])
+        .args([
+            "--issuer-url",
+            &issuer_url,
+            "--issuer-ca-file",
+            ca.to_str().unwrap(),
+        ])
+        .args(["--trust-domain", "example.org"])
+        .arg("--output-dir")
+        .arg(dir.path().join("trust"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(printed.len(), 3);
+    for s in &spokes {
+        let entry = printed
+            .iter()
+            .find(|e| e["spoke"] == format!("fleet/{}", s.name()))
+            .unwrap();
+        assert_eq!(entry["audience"], s.url());
+        assert_eq!(entry["username"], format!("kleym:{HUB_ID}"));
+        // The file written for the API server's --authentication-config.
+        let file = dir
+            .path()
+            .join("trust")
+            .join(format!("fleet_{}", s.name()))
+            .join("authentication-config.yaml");
+        s.set_authentication_config(&std::fs::read_to_string(file).unwrap())
+            .unwrap();
+        for doc in entry["rbac"].as_array().unwrap() {
+            apply(s, doc).await;
+        }
+    }
+
+    // Nothing static: the provider file names only the plugin and the issuer.
+    let pf = dir.path().join("providers.json");
+    let provider_file = json!({"providers": [{"name": PROVIDER, "execConfig": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": kleym,
+        "args": spiffe_jwt_args(&issuer_url, &hub_kc),
+        "provideClusterInfo": true, "interactiveMode": "Never"}}]});
+    std::fs::write(&pf, provider_file.to_string()).unwrap();
+    for s in &spokes {
+        let text = provider_file.to_string();
+        assert!(!text.contains(&s.admin_token()));
+    }
+    let hub = f
+        .start_hub(&hub_flags(&[
+            "--clusterprofile-provider-file",
+            pf.to_str().unwrap(),
+        ]))
+        .await
+        .unwrap();
+
+    for s in &spokes {
+        let store = s.store();
+        wait_for(&format!("{} converged", s.name()), LIMIT, || {
+            let store = store.clone();
+            async move { env::converged(&store, BINDINGS).then_some(()) }
+        })
+        .await
+        .unwrap();
+    }
+
+    // Each spoke sees the mapped user; a token minted for one spoke is refused by the others.
+    let args = spiffe_jwt_args(&issuer_url, &hub_kc);
+    for (i, s) in spokes.iter().enumerate() {
+        let token = mint(&kleym, &s.url(), args.clone()).await;
+        assert_eq!(
+            whoami(s, &token).await.as_deref(),
+            Some(format!("kleym:{HUB_ID}").as_str())
+        );
+        for (j, other) in spokes.iter().enumerate() {
+            if i != j {
+                assert_eq!(
+                    whoami(other, &token).await,
+                    None,
+                    "{} accepted {}'s token",
+                    other.name(),
+                    s.name()
+                );
+            }
+        }
+    }
+    hub.stop().await.unwrap();
+    stop.cancel();
+}

@@ -1,0 +1,247 @@
+//! `kleym trust-config`: per spoke, what its operator applies so that the spoke's API server
+//! trusts the hub's JWT-SVIDs (`kleym credential spiffe-jwt`): the
+//! `AuthenticationConfiguration` for `--authentication-config`, and the spoke ClusterRole with
+//! the ClusterRoleBinding of the hub's mapped user.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow, bail};
+use kleym_api::external::clusterprofile::ClusterProfileVersion;
+use kleym_hub::access::AccessProfile;
+use kleym_hub::credentials::plugins::spiffe_jwt::resolve_hub_spiffe_id;
+use kleym_hub::issuer::trust::{
+    SPOKE_CLUSTER_ROLE_YAML, SpokeTarget, TrustInputs, authentication_configuration,
+    cluster_role_binding, spoke_target,
+};
+use kleym_hub::issuer::validate_issuer_url;
+use kube::api::{Api, DynamicObject, ListParams};
+use serde_json::{Value, json};
+
+/// The credential the spokes will be configured for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Credential {
+    /// JWT-SVIDs from `kleym credential spiffe-jwt`.
+    SpiffeJwt,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// YAML documents, commented per spoke.
+    Yaml,
+    /// One JSON array, an object per spoke.
+    Json,
+}
+
+/// Arguments of `kleym trust-config`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Kubeconfig of the hub cluster [default: KUBECONFIG, ~/.kube/config, in-cluster].
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context of the hub cluster.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The ClusterProfile(s) to print for, `namespace/name` (repeatable).
+    #[arg(
+        long,
+        value_name = "NS/NAME",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub profile: Vec<String>,
+    /// Every ClusterProfile of the hub cluster.
+    #[arg(long)]
+    pub all: bool,
+    /// The access provider whose `cluster.server` the spokes are reached at [default: the
+    /// first provider of the profile that has a server].
+    #[arg(long, value_name = "NAME")]
+    pub provider: Option<String>,
+    /// The credential the hub uses (only `spiffe-jwt` today).
+    #[arg(long, value_enum, default_value = "spiffe-jwt")]
+    pub credential: Credential,
+    /// The hub's issuer URL, as `kleym hub --issuer-url`.
+    #[arg(long, value_name = "URL", env = "KLEYM_ISSUER_URL")]
+    pub issuer_url: String,
+    /// PEM CA bundle that verifies the issuer listener's certificate (what the spoke's API
+    /// server trusts to fetch discovery and keys).
+    #[arg(long, value_name = "PATH")]
+    pub issuer_ca_file: PathBuf,
+    /// The hub's SPIFFE ID [default: spiffe://<trust domain>/kleym/hub].
+    #[arg(long)]
+    pub hub_spiffe_id: Option<String>,
+    /// The SPIFFE trust domain.
+    #[arg(long, env = "KLEYM_TRUST_DOMAIN")]
+    pub trust_domain: Option<String>,
+    /// Prefix of the username spokes map the hub to (must not start with `system:`).
+    #[arg(long, default_value = "kleym:")]
+    pub username_prefix: String,
+    /// Output format on stdout.
+    #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+    pub output: Format,
+    /// Also write, per spoke, `<DIR>/<namespace>_<name>/authentication-config.yaml` (for the
+    /// API server's `--authentication-config`) and `rbac.yaml` (for `kubectl apply -f`).
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+}
+
+/// Runs `kleym trust-config`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let out = runtime.block_on(render(args))?;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(out.as_bytes())
+        .context("writing to stdout")?;
+    Ok(())
+}
+
+fn inputs(args: &Args) -> anyhow::Result<TrustInputs> {
+    validate_issuer_url(&args.issuer_url, false)?;
+    let ca = std::fs::read_to_string(&args.issuer_ca_file)
+        .with_context(|| format!("--issuer-ca-file {}", args.issuer_ca_file.display()))?;
+    if !ca.contains("-----BEGIN CERTIFICATE-----") {
+        bail!(
+            "--issuer-ca-file {}: holds no PEM certificate",
+            args.issuer_ca_file.display()
+        );
+    }
+    if args.username_prefix.starts_with("system:") {
+        bail!(
+            "--username-prefix {:?}: system: usernames are reserved",
+            args.username_prefix
+        );
+    }
+    let hub_spiffe_id =
+        resolve_hub_spiffe_id(args.hub_spiffe_id.as_deref(), args.trust_domain.as_deref())?;
+    Ok(TrustInputs {
+        issuer_url: args.issuer_url.clone(),
+        issuer_ca_pem: ca,
+        hub_spiffe_id,
+        username_prefix: args.username_prefix.clone(),
+    })
+}
+
+async fn profiles(args: &Args) -> anyhow::Result<Vec<AccessProfile>> {
+    let client = kleym_hub::kubeconfig::client_from_flags(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+    )
+    .await?;
+    let ar = ClusterProfileVersion::V1alpha1.api_resource();
+    let mut out = Vec::new();
+    if args.all {
+        let list = Api::<DynamicObject>::all_with(client, &ar)
+            .list(&ListParams::default())
+            .await
+            .context("listing ClusterProfiles in the hub cluster")?;
+        for obj in list.items {
+            out.push(AccessProfile::from_profile_json(&serde_json::to_value(
+                obj,
+            )?)?);
+        }
+    } else {
+        for p in &args.profile {
+            let (ns, name) = p
+                .split_once('/')
+                .filter(|(n, m)| !n.is_empty() && !m.is_empty())
+                .ok_or_else(|| anyhow!("--profile must be <namespace>/<name>, got {p:?}"))?;
+            let obj = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+                .get(name)
+                .await
+                .with_context(|| format!("reading ClusterProfile {p}"))?;
+            out.push(AccessProfile::from_profile_json(&serde_json::to_value(
+                obj,
+            )?)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Per spoke: (target, AuthenticationConfiguration, RBAC documents).
+pub fn documents(
+    inputs: &TrustInputs,
+    targets: &[SpokeTarget],
+) -> anyhow::Result<Vec<(SpokeTarget, Value, Vec<Value>)>> {
+    let role: Value = kleym_api::yaml::from_str(SPOKE_CLUSTER_ROLE_YAML)
+        .map_err(|e| anyhow!("embedded spoke ClusterRole: {e}"))?;
+    Ok(targets
+        .iter()
+        .map(|t| {
+            (
+                t.clone(),
+                authentication_configuration(inputs, t),
+                vec![role.clone(), cluster_role_binding(inputs)],
+            )
+        })
+        .collect())
+}
+
+fn yaml(v: &Value) -> anyhow::Result<String> {
+    kleym_api::yaml::to_string(v).map_err(|e| anyhow!("rendering YAML: {e}"))
+}
+
+async fn render(args: &Args) -> anyhow::Result<String> {
+    let Credential::SpiffeJwt = args.credential;
+    let inputs = inputs(args)?;
+    let targets = profiles(args)
+        .await?
+        .iter()
+        .map(|p| spoke_target(p, args.provider.as_deref()).map_err(|e| anyhow!(e)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let docs = documents(&inputs, &targets)?;
+    if let Some(dir) = &args.output_dir {
+        for (t, authn, rbac) in &docs {
+            let d = dir.join(t.spoke.replace('/', "_"));
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            std::fs::write(d.join("authentication-config.yaml"), yaml(authn)?)
+                .with_context(|| format!("writing {}", d.display()))?;
+            let rbac_text = rbac
+                .iter()
+                .map(yaml)
+                .collect::<anyhow::Result<Vec<_>>>()?
+                .join("---\n");
+            std::fs::write(d.join("rbac.yaml"), rbac_text)
+                .with_context(|| format!("writing {}", d.display()))?;
+        }
+    }
+    match args.output {
+        Format::Json => {
+            let arr: Vec<Value> = docs
+                .iter()
+                .map(|(t, authn, rbac)| {
+                    json!({
+                        "spoke": t.spoke, "server": t.server, "audience": t.audience,
+                        "username": inputs.username(),
+                        "authenticationConfiguration": authn, "rbac": rbac,
+                    })
+                })
+                .collect();
+            Ok(format!("{}\n", serde_json::to_string_pretty(&arr)?))
+        }
+        Format::Yaml => {
+            let mut out = String::new();
+            for (t, authn, rbac) in &docs {
+                out.push_str(&format!(
+                    "# ClusterProfile {} (server {}): the hub connects as user {:?}.\n\
+                     # 1. The API server's --authentication-config file (merge this jwt entry\n\
+                     #    into an existing file):\n---\n",
+                    t.spoke,
+                    t.server,
+                    inputs.username()
+                ));
+                out.push_str(&yaml(authn)?);
+                out.push_str("# 2. kubectl apply -f - on that spoke:\n");
+                for doc in rbac {
+                    out.push_str("---\n");
+                    out.push_str(&yaml(doc)?);
+                }
+            }
+            Ok(out)
+        }
+    }
+}
