@@ -2,7 +2,8 @@
 //!
 //! Each subcommand lives in its own module with an `Args` struct and a `run` function;
 //! add a variant to [`Command`] and an arm to [`run`] to add one. The subcommands are
-//! `crds`, `spoke`, `hub`, `report` and `credential` (the bundled exec credential plugins).
+//! `crds`, `spoke`, `hub`, `report`, `credential` (the bundled exec credential plugins) and
+//! `trust-config` (the spoke side of keyless access).
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -77,7 +78,8 @@ pub enum Command {
         Exit status: 0 no findings at or above --fail-on, 1 such findings exist, 2 error."
     )]
     Report(report::Args),
-    /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`, `token-request`.
+    /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`,
+    /// `token-request`, `spiffe-jwt`.
     ///
     /// These are client-go exec plugins (KEP-5339, `client.authentication.k8s.io` v1 or
     /// v1beta1): the hub (or kubectl, or any client-go based tool) runs them; they read the
@@ -85,9 +87,10 @@ pub enum Command {
     /// stdout and exit 0. Errors go to stderr as `kleym: [<plugin>] <message>` with exit code 1
     /// and never contain the token. They are not meant to be run by hand.
     ///
-    /// Both talk to the hub cluster with --kubeconfig, else the in-cluster ServiceAccount, else
+    /// They talk to the hub cluster with --kubeconfig, else the in-cluster ServiceAccount, else
     /// the usual kubeconfig, and need RBAC there: `secret-reader` get on secrets,
-    /// `token-request` create on serviceaccounts/token (see each plugin's --help for the rules
+    /// `token-request` create on serviceaccounts/token, `spiffe-jwt` get on the issuer Secret
+    /// (see each plugin's --help for the rules
     /// and an example provider entry). Configure them as access providers in the hub's
     /// --clusterprofile-provider-file with `provideClusterInfo: true`, so that
     /// `KUBERNETES_EXEC_INFO` carries `spec.cluster` (the spoke's server URL, and the
