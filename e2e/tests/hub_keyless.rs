@@ -166,9 +166,15 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
         .unwrap();
     let stop = CancellationToken::new();
     let client = f.hub.kube_client().await.unwrap();
-    kleym_hub::issuer::serve::start(&settings, listener, client, stop.clone())
-        .await
-        .unwrap();
+    kleym_hub::issuer::serve::start(
+        &settings,
+        listener,
+        client,
+        std::sync::Arc::new(|| true),
+        stop.clone(),
+    )
+    .await
+    .unwrap();
 
     // Profiles: server URL and CA only.
     for s in &spokes {

@@ -101,6 +101,18 @@ fn access(server: &str, args: Vec<String>) -> EffectiveAccess {
     }
 }
 
+/// [`whoami`], retried for a few seconds until authenticated: a spoke refetches the JWKS for
+/// an unknown kid at most every 200 ms (kubesim's interval), as kube-apiserver rate-limits it.
+async fn whoami_eventually(cluster: &ClusterHandle, token: &str) -> Option<String> {
+    for _ in 0..50 {
+        if let Some(u) = whoami(cluster, token).await {
+            return Some(u);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
 async fn whoami(cluster: &ClusterHandle, token: &str) -> Option<String> {
     let review = Api::<TokenReview>::all(cluster.kube_client().await.unwrap())
         .create(
@@ -126,21 +138,31 @@ async fn spiffe_jwt_reaches_the_spoke_it_names_and_no_other() {
     let hub = hub_sim::start("unused").await;
     let client = hub.cluster.in_process_client();
     let at = secret_ref("issuer");
-    let keys = load_or_create(client.clone(), &at, Algorithm::Es256, true)
+    let ring = load_or_create(client.clone(), &at, Algorithm::Es256, true)
         .await
         .unwrap();
     // Created once: a second start (another replica, a restart) reads the same key.
     let again = load_or_create(client.clone(), &at, Algorithm::Es256, true)
         .await
         .unwrap();
-    assert_eq!(keys[0].kid(), again[0].kid());
-    assert_eq!(again.len(), 1);
+    let now = chrono::Utc::now().timestamp();
+    assert_eq!(
+        ring.signing(now).unwrap().kid(),
+        again.signing(now).unwrap().kid()
+    );
+    assert_eq!(again.entries().len(), 1);
+    // Two replicas publish identical documents.
+    assert_eq!(
+        IssuerDocuments::from_ring("https://x.example", &ring).jwks_json(),
+        IssuerDocuments::from_ring("https://x.example", &again).jwks_json()
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let (ca_pem, cert, key) = tls_files(dir.path());
+    let client = client.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let issuer_url = format!("https://{}", listener.local_addr().unwrap());
-    let docs = IssuerDocuments::new(&issuer_url, &keys);
+    let docs = IssuerDocuments::from_ring(&issuer_url, &ring);
     let stop = CancellationToken::new();
     serve_issuer(docs.clone(), listener, &cert, &key, stop.clone()).await;
 
@@ -197,8 +219,71 @@ async fn spiffe_jwt_reaches_the_spoke_it_names_and_no_other() {
     // Audience confinement.
     assert_eq!(whoami(&b, &token).await, None);
     // And spoke B accepts its own.
-    let for_b = run_plugin(&access(&b.url(), args), &opts).await.unwrap();
+    let for_b = run_plugin(&access(&b.url(), args.clone()), &opts)
+        .await
+        .unwrap();
     assert!(whoami(&b, for_b.token.unwrap().expose()).await.is_some());
+
+    // `kleym issuer rotate`: the plugin signs with a new key at once; once the listener
+    // publishes it, the spoke refetches on the unknown kid and accepts it; the old token stays
+    // valid (the old key is retiring, still published).
+    let old_kid = ring.signing(now).unwrap().kid().to_string();
+    let rotate = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kleym"))
+            .args(["issuer", "rotate", "--kubeconfig", kc.to_str().unwrap()])
+            .args(["--issuer-key-secret", "kleym/issuer"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let said = rotate(&[]);
+    assert!(said.contains(&old_kid), "{said}");
+    let reread = |client: kube::Client| async move {
+        load_or_create(client, &secret_ref("issuer"), Algorithm::Es256, false)
+            .await
+            .unwrap()
+    };
+    docs.update_from_ring(&reread(client.clone()).await);
+    assert_eq!(docs.kids().len(), 2);
+    assert!(docs.kids().contains(&old_kid));
+    let after = run_plugin(&access(&a.url(), args.clone()), &opts)
+        .await
+        .unwrap();
+    let after = after.token.unwrap().expose().to_string();
+    assert!(!after.is_empty());
+    assert_eq!(
+        whoami_eventually(&a, &after).await.as_deref(),
+        Some(format!("kleym:{HUB_ID}").as_str())
+    );
+    assert!(
+        whoami(&a, &token).await.is_some(),
+        "the retiring key still verifies"
+    );
+
+    // --revoke-old: only the newest key is published; a token of the revoked keys fails once
+    // the spoke refetched the JWKS (here: on the next unknown kid).
+    rotate(&["--revoke-old"]);
+    docs.update_from_ring(&reread(client.clone()).await);
+    assert_eq!(docs.kids().len(), 1);
+    let newest = run_plugin(&access(&a.url(), args), &opts).await.unwrap();
+    let newest = newest.token.unwrap().expose().to_string();
+    assert!(whoami_eventually(&a, &newest).await.is_some());
+    assert_eq!(
+        whoami(&a, &token).await,
+        None,
+        "revoked key's token refused"
+    );
+    assert_eq!(
+        whoami(&a, &after).await,
+        None,
+        "revoked key's token refused"
+    );
     stop.cancel();
 }
 
@@ -288,4 +373,42 @@ async fn reqwest_like_get(base: &str, path: &str, ca_pem: &str) -> (Option<Strin
         .map(str::to_string);
     let body = resp.into_body().collect().await.unwrap().to_bytes();
     (cc, String::from_utf8(body.to_vec()).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leaders_rotation_step_writes_the_secret_once() {
+    let hub = hub_sim::start("unused").await;
+    let client = hub.cluster.in_process_client();
+    let at = secret_ref("rotating");
+    load_or_create(client.clone(), &at, Algorithm::Es256, true)
+        .await
+        .unwrap();
+    // A policy whose period is already over: one new key is published ahead.
+    let policy = kleym_hub::issuer::rotation::RotationPolicy {
+        period_seconds: 3600,
+        publish_ahead_seconds: 3600,
+        retire_after_seconds: 1200,
+    };
+    let step = |client: kube::Client| {
+        let at = at.clone();
+        async move {
+            kleym_hub::issuer::serve::rotate_once(client, &at, Algorithm::Es256, &policy)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(step(client.clone()).await);
+    // A second step (another period, a restarted leader) adds nothing.
+    assert!(!step(client.clone()).await);
+    let ring = load_or_create(client, &at, Algorithm::Es256, false)
+        .await
+        .unwrap();
+    let now = chrono::Utc::now().timestamp();
+    assert_eq!(ring.entries().len(), 2);
+    assert_eq!(ring.published(now).len(), 2, "published ahead");
+    assert_eq!(
+        ring.signing(now).unwrap().kid(),
+        ring.entries()[0].key.kid(),
+        "the new key does not sign yet"
+    );
 }

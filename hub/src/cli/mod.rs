@@ -10,6 +10,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 pub mod crds;
 pub mod credential;
 pub mod hub;
+pub mod issuer;
 pub mod report;
 mod signal;
 pub mod spoke;
@@ -110,6 +111,8 @@ pub enum Command {
         docs/keyless-access.md."
     )]
     TrustConfig(trust_config::Args),
+    /// Operate on the hub's issuer keys: `rotate [--revoke-old]`.
+    Issuer(issuer::Args),
 }
 
 /// A usage error found after parsing (a check spanning several flags, or of a file a flag
@@ -134,6 +137,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hub(args) => hub::run(&args),
         Command::Report(args) => report::run(&args),
         Command::TrustConfig(args) => trust_config::run(&args),
+        Command::Issuer(args) => issuer::run(&args),
     }
 }
 

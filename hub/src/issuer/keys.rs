@@ -140,6 +140,17 @@ impl SigningKey {
     /// Every PKCS#8 key of a PEM bundle, in order. Anything else (no key, a PKCS#1 or SEC1
     /// key, an unsupported curve or algorithm) is refused, naming `origin`.
     pub fn all_from_pem(pem: &[u8], origin: &str) -> Result<Vec<Self>, IssuerError> {
+        Ok(Self::all_from_pem_with_pem(pem, origin)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
+    }
+
+    /// As [`Self::all_from_pem`], each key with its own PEM block (to write a subset back).
+    pub fn all_from_pem_with_pem(
+        pem: &[u8],
+        origin: &str,
+    ) -> Result<Vec<(Self, String)>, IssuerError> {
         let mut out = Vec::new();
         for (i, item) in PrivateKeyDer::pem_slice_iter(pem).enumerate() {
             let item = item
@@ -149,10 +160,8 @@ impl SigningKey {
                     "{origin}: key {i}: not a PKCS#8 \"PRIVATE KEY\" (convert it with `openssl pkcs8 -topk8 -nocrypt`)"
                 )));
             };
-            out.push(Self::from_pkcs8(
-                der.secret_pkcs8_der(),
-                &format!("{origin}: key {i}"),
-            )?);
+            let key = Self::from_pkcs8(der.secret_pkcs8_der(), &format!("{origin}: key {i}"))?;
+            out.push((key, pem_encode("PRIVATE KEY", der.secret_pkcs8_der())));
         }
         if out.is_empty() {
             return Err(IssuerError::Key(format!("{origin}: holds no private key")));
@@ -202,13 +211,19 @@ impl SigningKey {
 }
 
 /// The JWKS of `keys`.
-pub fn jwks(keys: &[SigningKey]) -> Value {
-    json!({"keys": keys.iter().map(|k| k.public_jwk().clone()).collect::<Vec<_>>()})
+pub fn jwks<K: std::borrow::Borrow<SigningKey>>(keys: &[K]) -> Value {
+    json!({"keys": keys.iter().map(|k| k.borrow().public_jwk().clone()).collect::<Vec<_>>()})
 }
 
 /// The OIDC discovery document for `issuer_url` whose keys are signed with `keys`.
-pub fn discovery_document(issuer_url: &str, keys: &[SigningKey]) -> Value {
-    let mut algs: Vec<&str> = keys.iter().map(|k| k.algorithm().as_str()).collect();
+pub fn discovery_document<K: std::borrow::Borrow<SigningKey>>(
+    issuer_url: &str,
+    keys: &[K],
+) -> Value {
+    let mut algs: Vec<&str> = keys
+        .iter()
+        .map(|k| k.borrow().algorithm().as_str())
+        .collect();
     algs.sort_unstable();
     algs.dedup();
     json!({

@@ -8,6 +8,7 @@
 //! named, and never overwritten.
 
 pub mod keys;
+pub mod rotation;
 pub mod secret;
 pub mod serve;
 pub mod trust;
@@ -229,6 +230,17 @@ pub struct IssuerArgs {
     /// behind an ingress or proxy that terminates TLS (spokes fetch discovery over HTTPS).
     #[arg(long)]
     pub issuer_insecure_http: bool,
+
+    /// How long a signing key signs before the leader replaces it (`30m`, `12h`, `7d`;
+    /// `off`: never rotate automatically). The replaced key stays published until every token
+    /// it signed has expired (15 min + 5 min skew), then is removed from the Secret.
+    #[arg(long, default_value = "7d", value_name = "DURATION|off")]
+    pub issuer_key_rotation: String,
+
+    /// How long a new key is published before it signs, so that verifiers caching the JWKS
+    /// know it first (`1h`; less than --issuer-key-rotation).
+    #[arg(long, default_value = "1h", value_name = "DURATION")]
+    pub issuer_key_publish_ahead: String,
 }
 
 /// A validated issuer configuration.
@@ -244,6 +256,10 @@ pub struct IssuerSettings {
     pub listen_addr: std::net::SocketAddr,
     /// TLS files, `None` with `--issuer-insecure-http`.
     pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// Automatic rotation (`None`: `--issuer-key-rotation off`).
+    pub rotation: Option<rotation::RotationPolicy>,
+    /// How often every replica re-reads the Secret (and the leader checks rotation).
+    pub refresh_period: std::time::Duration,
 }
 
 impl IssuerArgs {
@@ -267,12 +283,34 @@ impl IssuerArgs {
                 ));
             }
         };
+        let rotation = match self.issuer_key_rotation.as_str() {
+            "off" => None,
+            r => {
+                let period = rotation::parse_duration_seconds(r)
+                    .map_err(|e| IssuerError::Config(format!("--issuer-key-rotation {e}")))?;
+                let ahead = rotation::parse_duration_seconds(&self.issuer_key_publish_ahead)
+                    .map_err(|e| IssuerError::Config(format!("--issuer-key-publish-ahead {e}")))?;
+                if ahead >= period {
+                    return Err(IssuerError::Config(format!(
+                        "--issuer-key-publish-ahead {} must be shorter than --issuer-key-rotation {r}",
+                        self.issuer_key_publish_ahead
+                    )));
+                }
+                Some(rotation::RotationPolicy {
+                    period_seconds: period,
+                    publish_ahead_seconds: ahead,
+                    ..rotation::RotationPolicy::default()
+                })
+            }
+        };
         Ok(Some(IssuerSettings {
             url: url.clone(),
             secret: secret.clone(),
             algorithm: self.issuer_key_algorithm,
             listen_addr: self.issuer_listen_addr,
             tls,
+            rotation,
+            refresh_period: std::time::Duration::from_secs(30),
         }))
     }
 }

@@ -13,6 +13,7 @@ use axum::routing::get;
 use kleym_spoke::reconciler::CancellationToken;
 
 use super::keys::{Algorithm, SigningKey, discovery_document, jwks};
+use super::rotation::{KeyRing, RotationPolicy};
 use super::secret::{SecretRef, load_or_create};
 use super::{DISCOVERY_PATH, IssuerError, IssuerSettings, JWKS_PATH};
 
@@ -36,6 +37,20 @@ pub struct IssuerDocuments {
 }
 
 impl IssuerDocuments {
+    /// Documents for `issuer_url` publishing what `ring` publishes now.
+    pub fn from_ring(issuer_url: &str, ring: &KeyRing) -> Self {
+        let d = Self::new(issuer_url, &[]);
+        d.update_from_ring(ring);
+        d
+    }
+
+    /// Publishes what `ring` publishes now.
+    pub fn update_from_ring(&self, ring: &KeyRing) {
+        let now = chrono::Utc::now().timestamp();
+        let keys: Vec<&SigningKey> = ring.published(now);
+        self.update_refs(&keys);
+    }
+
     /// Documents for `issuer_url` publishing `keys`.
     pub fn new(issuer_url: &str, keys: &[SigningKey]) -> Self {
         let d = IssuerDocuments {
@@ -48,9 +63,14 @@ impl IssuerDocuments {
 
     /// Publishes `keys` (logs the key IDs when they change).
     pub fn update(&self, keys: &[SigningKey]) {
+        let refs: Vec<&SigningKey> = keys.iter().collect();
+        self.update_refs(&refs);
+    }
+
+    fn update_refs(&self, keys: &[&SigningKey]) {
         let kids: Vec<String> = keys.iter().map(|k| k.kid().to_string()).collect();
         let mut docs = self.docs.write().unwrap_or_else(|p| p.into_inner());
-        if docs.kids == kids && !docs.jwks.is_empty() {
+        if docs.kids == kids && !docs.jwks.is_empty() && !kids.is_empty() {
             return;
         }
         tracing::info!(issuer = %self.issuer_url, ?kids, "issuer keys published");
@@ -111,14 +131,21 @@ pub fn router(docs: IssuerDocuments) -> Router {
         .with_state(docs)
 }
 
+/// Whether this replica may rotate keys (the leader).
+pub type IsLeader = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// Re-reads the Secret every `period` until `shutdown`, publishing what it holds; a read or
-/// parse failure keeps the published keys and is logged (never the key material).
+/// parse failure keeps the published keys and is logged (never the key material). When
+/// `rotation` is set and `is_leader()`, runs one rotation step first and writes the Secret if
+/// it changed (with its resourceVersion: a concurrent writer wins, the step is retried next
+/// period).
 pub async fn refresh_loop(
     client: kube::Client,
     at: SecretRef,
     alg: Algorithm,
     docs: IssuerDocuments,
     period: Duration,
+    rotation: Option<(RotationPolicy, IsLeader)>,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -126,13 +153,37 @@ pub async fn refresh_loop(
             () = shutdown.cancelled() => return,
             () = tokio::time::sleep(period) => {}
         }
+        if let Some((policy, is_leader)) = &rotation
+            && is_leader()
+            && let Err(e) = rotate_once(client.clone(), &at, alg, policy).await
+        {
+            tracing::warn!(secret = %at, error = %e, "issuer key rotation step failed; retrying next period");
+        }
         match load_or_create(client.clone(), &at, alg, false).await {
-            Ok(keys) => docs.update(&keys),
+            Ok(ring) => docs.update_from_ring(&ring),
             Err(e) => {
                 tracing::warn!(secret = %at, error = %e, "issuer keys not refreshed; serving the previous ones")
             }
         }
     }
+}
+
+/// One rotation step on the Secret (read, step, write if changed).
+pub async fn rotate_once(
+    client: kube::Client,
+    at: &SecretRef,
+    alg: Algorithm,
+    policy: &RotationPolicy,
+) -> Result<bool, IssuerError> {
+    let (secret, mut ring) = super::secret::read(client.clone(), at, alg).await?;
+    let now = chrono::Utc::now().timestamp();
+    if !ring.rotate_step(now, policy)? {
+        return Ok(false);
+    }
+    super::secret::write(client, at, secret, &ring).await?;
+    let kids: Vec<&str> = ring.published(now).iter().map(|k| k.kid()).collect();
+    tracing::info!(secret = %at, ?kids, signing = ?ring.signing(now).ok().map(|k| k.kid()), "issuer keys rotated");
+    Ok(true)
 }
 
 /// Starts the issuer on `listener`: reads (or creates) the Secret, serves the documents over
@@ -142,10 +193,11 @@ pub async fn start(
     settings: &IssuerSettings,
     listener: tokio::net::TcpListener,
     client: kube::Client,
+    is_leader: IsLeader,
     shutdown: CancellationToken,
 ) -> Result<(IssuerDocuments, tokio::task::JoinHandle<()>), IssuerError> {
-    let keys = load_or_create(client.clone(), &settings.secret, settings.algorithm, true).await?;
-    let docs = IssuerDocuments::new(&settings.url, &keys);
+    let ring = load_or_create(client.clone(), &settings.secret, settings.algorithm, true).await?;
+    let docs = IssuerDocuments::from_ring(&settings.url, &ring);
     let tls = match &settings.tls {
         Some((cert, key)) => Some(
             crate::http::load_tls_config(cert, key)
@@ -166,7 +218,8 @@ pub async fn start(
         settings.secret.clone(),
         settings.algorithm,
         docs.clone(),
-        Duration::from_secs(30),
+        settings.refresh_period,
+        settings.rotation.map(|p| (p, is_leader)),
         shutdown.clone(),
     ));
     let app = router(docs.clone());

@@ -35,7 +35,6 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         None => None,
     };
     let health = HealthListeners::bind(args.metrics_addr, args.health_addr).await?;
-    let issuer = start_issuer(args, client.clone(), shutdown.clone()).await?;
     let hub = start_hub_with(
         args,
         client.clone(),
@@ -44,6 +43,14 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         },
         shutdown.clone(),
     )?;
+    let state = hub.state.clone();
+    let issuer = start_issuer(
+        args,
+        client.clone(),
+        std::sync::Arc::new(move || state.is_leader()),
+        shutdown.clone(),
+    )
+    .await?;
     tracing::info!(
         metrics_addr = %args.metrics_addr,
         health_addr = ?health.health_addr(),
@@ -87,6 +94,7 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
 async fn start_issuer(
     args: &HubArgs,
     client: kube::Client,
+    is_leader: crate::issuer::serve::IsLeader,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
     let Some(settings) = args.issuer.settings()? else {
@@ -95,6 +103,7 @@ async fn start_issuer(
     let listener = tokio::net::TcpListener::bind(settings.listen_addr)
         .await
         .with_context(|| format!("binding --issuer-listen-addr {}", settings.listen_addr))?;
-    let (_, task) = crate::issuer::serve::start(&settings, listener, client, shutdown).await?;
+    let (_, task) =
+        crate::issuer::serve::start(&settings, listener, client, is_leader, shutdown).await?;
     Ok(Some(task))
 }

@@ -184,10 +184,14 @@ pub async fn spiffe_jwt(
     info: &ExecInfo,
     opts: &SpiffeJwtOptions,
 ) -> Result<String, PluginError> {
-    let keys = load_or_create(hub, &opts.secret, opts.algorithm, false)
+    let ring = load_or_create(hub, &opts.secret, opts.algorithm, false)
         .await
         .map_err(|e| PluginError::Input(e.to_string()))?;
-    sign_credential(&keys[0], info, opts, Utc::now())
+    let now = Utc::now();
+    let key = ring
+        .signing(now.timestamp())
+        .map_err(|e| PluginError::Input(e.to_string()))?;
+    sign_credential(key, info, opts, now)
 }
 
 #[cfg(test)]
