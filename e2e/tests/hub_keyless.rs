@@ -4,7 +4,8 @@
 //! spoke appears in any ClusterProfile or in the provider file: the hub engages every spoke
 //! with `kleym credential spiffe-jwt`, bindings converge, each spoke maps the JWT-SVID to the
 //! prefixed SPIFFE ID (the only user the printed RBAC grants anything), and a JWT-SVID minted
-//! for one spoke is refused by the others.
+//! for one spoke is refused by the others. Everything the hub, the issuer and kubesim log at
+//! trace level meanwhile contains no token and no private key.
 
 use std::process::Command;
 use std::time::Duration;
@@ -21,6 +22,29 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kubesim::ClusterHandle;
 use serde_json::{Value, json};
+
+/// Everything logged in this test process, at trace level.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+}
 
 const BINDINGS: usize = 2;
 const LIMIT: Duration = Duration::from_secs(90);
@@ -117,6 +141,12 @@ async fn mint(kleym: &str, server: &str, args: Vec<String>) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
+        .with_writer(move || writer.clone())
+        .init();
     let kleym = kleym_binary().expect("kleym binary");
     let kleym = kleym.to_str().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
@@ -273,8 +303,10 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
 
     // Each spoke sees the mapped user; a token minted for one spoke is refused by the others.
     let args = spiffe_jwt_args(&issuer_url, &hub_kc);
+    let mut minted = Vec::new();
     for (i, s) in spokes.iter().enumerate() {
         let token = mint(&kleym, &s.url(), args.clone()).await;
+        minted.push(token.clone());
         assert_eq!(
             whoami(s, &token).await.as_deref(),
             Some(format!("kleym:{HUB_ID}").as_str())
@@ -293,4 +325,28 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
     }
     hub.stop().await.unwrap();
     stop.cancel();
+
+    // Nothing secret in the trace-level logs: no token (nor its signature part), no line of
+    // the issuer's private key.
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        f.hub.kube_client().await.unwrap(),
+        HUB_NS,
+    )
+    .get("kleym-issuer")
+    .await
+    .unwrap();
+    let pem = String::from_utf8(secret.data.unwrap()["signing-keys.pem"].0.clone()).unwrap();
+    let text = logs.text();
+    assert!(
+        text.len() > 10_000,
+        "trace logs were captured ({} bytes)",
+        text.len()
+    );
+    for token in &minted {
+        let signature = token.rsplit('.').next().unwrap();
+        assert!(!text.contains(signature), "a token reached the logs");
+    }
+    for line in pem.lines().filter(|l| !l.starts_with("-----")) {
+        assert!(!text.contains(line), "a private key line reached the logs");
+    }
 }
