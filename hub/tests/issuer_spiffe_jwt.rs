@@ -412,3 +412,45 @@ async fn the_leaders_rotation_step_writes_the_secret_once() {
         "the new key does not sign yet"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn documents_are_published_to_a_configmap_when_they_change() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kleym_hub::issuer::serve::{CONFIGMAP_JWKS_KEY, publish_configmap};
+    let hub = hub_sim::start("unused").await;
+    let client = hub.cluster.in_process_client();
+    let ring = load_or_create(
+        client.clone(),
+        &secret_ref("issuer"),
+        Algorithm::Es256,
+        true,
+    )
+    .await
+    .unwrap();
+    let docs = IssuerDocuments::from_ring("https://issuer.example.org", &ring);
+    let cm = secret_ref("issuer-documents");
+    assert!(publish_configmap(client.clone(), &cm, &docs).await.unwrap());
+    // Unchanged: no write.
+    assert!(!publish_configmap(client.clone(), &cm, &docs).await.unwrap());
+    let got = Api::<ConfigMap>::namespaced(client.clone(), "kleym")
+        .get("issuer-documents")
+        .await
+        .unwrap();
+    let data = got.data.unwrap();
+    assert_eq!(data[CONFIGMAP_JWKS_KEY], docs.jwks_json());
+    let discovery: serde_json::Value =
+        serde_json::from_str(&data["openid-configuration.json"]).unwrap();
+    assert_eq!(discovery["issuer"], "https://issuer.example.org");
+    // A new key changes the documents: written again.
+    let (secret, mut ring) =
+        kleym_hub::issuer::secret::read(client.clone(), &secret_ref("issuer"), Algorithm::Es256)
+            .await
+            .unwrap();
+    ring.rotate_now(chrono::Utc::now().timestamp(), &Default::default(), false)
+        .unwrap();
+    kleym_hub::issuer::secret::write(client.clone(), &secret_ref("issuer"), secret, &ring)
+        .await
+        .unwrap();
+    docs.update_from_ring(&ring);
+    assert!(publish_configmap(client.clone(), &cm, &docs).await.unwrap());
+}

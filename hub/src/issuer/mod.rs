@@ -241,6 +241,17 @@ pub struct IssuerArgs {
     /// know it first (`1h`; less than --issuer-key-rotation).
     #[arg(long, default_value = "1h", value_name = "DURATION")]
     pub issuer_key_publish_ahead: String,
+
+    /// Also publish the discovery document and the JWKS to this ConfigMap
+    /// (`openid-configuration.json`, `jwks.json`), written by the leader when they change, for
+    /// mirroring to object storage or a CDN that serves `--issuer-url`. RBAC: get and patch on
+    /// that ConfigMap (create, the first time).
+    #[arg(long, value_name = "NS/NAME", value_parser = parse_configmap_ref)]
+    pub issuer_publish_configmap: Option<secret::SecretRef>,
+}
+
+fn parse_configmap_ref(s: &str) -> Result<secret::SecretRef, String> {
+    secret::parse_secret_ref(s, "--issuer-publish-configmap").map_err(|e| e.to_string())
 }
 
 /// A validated issuer configuration.
@@ -260,6 +271,8 @@ pub struct IssuerSettings {
     pub rotation: Option<rotation::RotationPolicy>,
     /// How often every replica re-reads the Secret (and the leader checks rotation).
     pub refresh_period: std::time::Duration,
+    /// `--issuer-publish-configmap`.
+    pub publish_configmap: Option<secret::SecretRef>,
 }
 
 impl IssuerArgs {
@@ -311,6 +324,7 @@ impl IssuerArgs {
             tls,
             rotation,
             refresh_period: std::time::Duration::from_secs(30),
+            publish_configmap: self.issuer_publish_configmap.clone(),
         }))
     }
 }

@@ -134,27 +134,40 @@ pub fn router(docs: IssuerDocuments) -> Router {
 /// Whether this replica may rotate keys (the leader).
 pub type IsLeader = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// What [`refresh_loop`] does besides re-reading the Secret.
+#[derive(Clone)]
+pub struct RefreshOptions {
+    /// How often.
+    pub period: Duration,
+    /// Rotate keys (leader only).
+    pub rotation: Option<RotationPolicy>,
+    /// Publish the documents to this ConfigMap (leader only).
+    pub configmap: Option<SecretRef>,
+    /// Whether this replica leads.
+    pub is_leader: IsLeader,
+}
+
 /// Re-reads the Secret every `period` until `shutdown`, publishing what it holds; a read or
-/// parse failure keeps the published keys and is logged (never the key material). When
-/// `rotation` is set and `is_leader()`, runs one rotation step first and writes the Secret if
-/// it changed (with its resourceVersion: a concurrent writer wins, the step is retried next
-/// period).
+/// parse failure keeps the published keys and is logged (never the key material). While
+/// `is_leader()`: first one rotation step when `rotation` is set (the Secret is written with
+/// its resourceVersion, so a concurrent writer wins and the step is retried next period),
+/// then the documents are written to the ConfigMap when set and changed.
 pub async fn refresh_loop(
     client: kube::Client,
     at: SecretRef,
     alg: Algorithm,
     docs: IssuerDocuments,
-    period: Duration,
-    rotation: Option<(RotationPolicy, IsLeader)>,
+    options: RefreshOptions,
     shutdown: CancellationToken,
 ) {
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(period) => {}
+            () = tokio::time::sleep(options.period) => {}
         }
-        if let Some((policy, is_leader)) = &rotation
-            && is_leader()
+        let leading = (options.is_leader)();
+        if let Some(policy) = &options.rotation
+            && leading
             && let Err(e) = rotate_once(client.clone(), &at, alg, policy).await
         {
             tracing::warn!(secret = %at, error = %e, "issuer key rotation step failed; retrying next period");
@@ -165,7 +178,65 @@ pub async fn refresh_loop(
                 tracing::warn!(secret = %at, error = %e, "issuer keys not refreshed; serving the previous ones")
             }
         }
+        if let Some(cm) = &options.configmap
+            && leading
+            && let Err(e) = publish_configmap(client.clone(), cm, &docs).await
+        {
+            tracing::warn!(configmap = %cm, error = %e, "issuer documents not published to the ConfigMap; retrying next period");
+        }
     }
+}
+
+/// ConfigMap data key of the discovery document.
+pub const CONFIGMAP_DISCOVERY_KEY: &str = "openid-configuration.json";
+/// ConfigMap data key of the JWKS.
+pub const CONFIGMAP_JWKS_KEY: &str = "jwks.json";
+
+/// Writes the documents to the ConfigMap `at` (server-side apply, field manager
+/// `kleym-issuer`) for mirroring to object storage or a CDN, when they differ from what it
+/// holds. Returns whether it wrote.
+pub async fn publish_configmap(
+    client: kube::Client,
+    at: &SecretRef,
+    docs: &IssuerDocuments,
+) -> Result<bool, IssuerError> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, Patch, PatchParams};
+    let (discovery, jwks) = docs
+        .docs
+        .read()
+        .map(|d| (d.discovery.clone(), d.jwks.clone()))
+        .unwrap_or_default();
+    let api: Api<ConfigMap> = Api::namespaced(client, &at.namespace);
+    let api_err = |what: String| move |source| IssuerError::Api { what, source };
+    let current = api
+        .get_opt(&at.name)
+        .await
+        .map_err(api_err(format!("reading ConfigMap {at}")))?;
+    let data = current.as_ref().and_then(|c| c.data.as_ref());
+    let same = |k: &str, v: &str| data.and_then(|d| d.get(k)).map(String::as_str) == Some(v);
+    if same(CONFIGMAP_DISCOVERY_KEY, &discovery) && same(CONFIGMAP_JWKS_KEY, &jwks) {
+        return Ok(false);
+    }
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": at.name,
+            "namespace": at.namespace,
+            "labels": {"app.kubernetes.io/managed-by": "kleym"},
+        },
+        "data": {CONFIGMAP_DISCOVERY_KEY: discovery, CONFIGMAP_JWKS_KEY: jwks},
+    });
+    api.patch(
+        &at.name,
+        &PatchParams::apply("kleym-issuer").force(),
+        &Patch::Apply(body),
+    )
+    .await
+    .map_err(api_err(format!("writing ConfigMap {at}")))?;
+    tracing::info!(configmap = %at, kids = ?docs.kids(), "issuer documents published to the ConfigMap");
+    Ok(true)
 }
 
 /// One rotation step on the Secret (read, step, write if changed).
@@ -218,8 +289,12 @@ pub async fn start(
         settings.secret.clone(),
         settings.algorithm,
         docs.clone(),
-        settings.refresh_period,
-        settings.rotation.map(|p| (p, is_leader)),
+        RefreshOptions {
+            period: settings.refresh_period,
+            rotation: settings.rotation,
+            configmap: settings.publish_configmap.clone(),
+            is_leader,
+        },
         shutdown.clone(),
     ));
     let app = router(docs.clone());
