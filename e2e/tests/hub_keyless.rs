@@ -350,3 +350,155 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
         assert!(!text.contains(line), "a private key line reached the logs");
     }
 }
+
+/// The real `kleym hub` binary as an issuer: it refuses an `http://` issuer URL and a Secret
+/// holding a foreign key, names why, and leaves the Secret alone; with good flags it creates
+/// the Secret and serves discovery and the JWKS over TLS well enough for a spoke to verify a
+/// JWT-SVID through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kleym_hub_binary_serves_the_issuer_and_refuses_bad_issuer_input() {
+    use kleym_e2e::fixtures::hub_process::HubProcess;
+    let kleym = kleym_binary().expect("kleym binary");
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    let spoke = f.spoke("spoke");
+    let pki = kubesim_auth::pki::ClusterPki::generate("issuer").unwrap();
+    let (cert, key) = (dir.path().join("issuer.crt"), dir.path().join("issuer.key"));
+    std::fs::write(&cert, pki.serving_cert_pem()).unwrap();
+    std::fs::write(&key, pki.serving_key_pem()).unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let issuer_url = format!("https://{addr}");
+    let pf = dir.path().join("providers.json");
+    std::fs::write(
+        &pf,
+        json!({"providers": [{"name": PROVIDER, "execConfig": {
+            "apiVersion": "client.authentication.k8s.io/v1", "command": kleym.to_str().unwrap(),
+            "args": spiffe_jwt_args(&issuer_url, f.hub_kubeconfig().to_str().unwrap()),
+            "provideClusterInfo": true, "interactiveMode": "Never"}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let flags = |url: &str, secret: &str| -> Vec<String> {
+        [
+            "--clusterprofile-provider-file",
+            pf.to_str().unwrap(),
+            "--issuer-url",
+            url,
+            "--issuer-key-secret",
+            secret,
+            "--issuer-listen-addr",
+            &addr.to_string(),
+            "--issuer-tls-cert-file",
+            cert.to_str().unwrap(),
+            "--issuer-tls-key-file",
+            key.to_str().unwrap(),
+            "--leader-elect=false",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let refused = |flags: Vec<String>| {
+        let out = Command::new(&kleym)
+            .args(["hub", "--kubeconfig"])
+            .arg(f.hub_kubeconfig())
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .args(flags)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = refused(flags(&format!("http://{addr}"), "kleym/kleym-issuer"));
+    assert!(err.contains("--issuer-insecure-http"), "{err}");
+    // A malformed key in an existing Secret: refused, named, never overwritten.
+    let p384 = "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n";
+    let secrets =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(f.hub_client.clone(), HUB_NS);
+    let foreign: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "foreign", "namespace": HUB_NS},
+        "stringData": {"signing-keys.pem": p384},
+    }))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    let before = secrets
+        .get("foreign")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+    let err = refused(flags(&issuer_url, "kleym/foreign"));
+    assert!(
+        err.contains("issuer Secret kleym/foreign data[signing-keys.pem]"),
+        "{err}"
+    );
+    assert_eq!(
+        secrets
+            .get("foreign")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        before
+    );
+
+    // Good flags: the binary creates the Secret and serves the documents.
+    let hub = HubProcess::spawn(
+        &kleym,
+        &f.hub_kubeconfig(),
+        &flags(&issuer_url, "kleym/kleym-issuer"),
+        &dir.path().join("hub.log"),
+    )
+    .unwrap();
+    spoke
+        .set_authentication_config(
+            &json!({
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "kind": "AuthenticationConfiguration",
+                "jwt": [{"issuer": {"url": issuer_url, "audiences": [spoke.url()],
+                                    "certificateAuthority": pki.ca_cert_pem()},
+                         "claimMappings": {"username": {"claim": "sub", "prefix": "kleym:"}}}],
+            })
+            .to_string(),
+        )
+        .unwrap();
+    let hub_kc = f.hub_kubeconfig().display().to_string();
+    let kleym_s = kleym.to_str().unwrap().to_string();
+    let user = wait_for(
+        "the spoke verifies through the binary's issuer",
+        LIMIT,
+        || {
+            let (kleym_s, hub_kc, issuer_url, spoke, secrets) = (
+                kleym_s.clone(),
+                hub_kc.clone(),
+                issuer_url.clone(),
+                spoke.clone(),
+                secrets.clone(),
+            );
+            async move {
+                secrets.get_opt("kleym-issuer").await.ok().flatten()?;
+                let token = mint(
+                    &kleym_s,
+                    &spoke.url(),
+                    spiffe_jwt_args(&issuer_url, &hub_kc),
+                )
+                .await;
+                whoami(&spoke, &token).await
+            }
+        },
+    )
+    .await;
+    let log = kleym_e2e::fixtures::hub_process::log_tail(hub.log_path(), 40);
+    assert_eq!(
+        user.as_deref().ok(),
+        Some(format!("kleym:{HUB_ID}").as_str()),
+        "{log}"
+    );
+    hub.stop(Duration::from_secs(30)).await.unwrap();
+}
