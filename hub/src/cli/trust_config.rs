@@ -21,8 +21,12 @@ use serde_json::{Value, json};
 /// The credential the spokes will be configured for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Credential {
-    /// JWT-SVIDs from `kleym credential spiffe-jwt`.
+    /// JWT-SVIDs from `kleym credential spiffe-jwt` (sub = the hub's SPIFFE ID).
     SpiffeJwt,
+    /// ServiceAccount tokens from `kleym credential token-request` (sub =
+    /// `system:serviceaccount:<ns>:<name>` of --service-account; the issuer is the hub
+    /// cluster's ServiceAccount issuer).
+    TokenRequest,
 }
 
 /// Output format.
@@ -58,10 +62,19 @@ pub struct Args {
     /// first provider of the profile that has a server].
     #[arg(long, value_name = "NAME")]
     pub provider: Option<String>,
-    /// The credential the hub uses (only `spiffe-jwt` today).
+    /// The credential the hub uses.
     #[arg(long, value_enum, default_value = "spiffe-jwt")]
     pub credential: Credential,
-    /// The hub's issuer URL, as `kleym hub --issuer-url`.
+    /// With `--credential token-request`: the hub ServiceAccount, `namespace/name`, as
+    /// `kleym credential token-request --service-account`.
+    #[arg(
+        long,
+        value_name = "NS/NAME",
+        required_if_eq("credential", "token-request")
+    )]
+    pub service_account: Option<String>,
+    /// The issuer URL: `kleym hub --issuer-url` (spiffe-jwt), or the hub cluster's
+    /// `--service-account-issuer` (token-request).
     #[arg(long, value_name = "URL", env = "KLEYM_ISSUER_URL")]
     pub issuer_url: String,
     /// PEM CA bundle that verifies the issuer listener's certificate (what the spoke's API
@@ -116,14 +129,28 @@ fn inputs(args: &Args) -> anyhow::Result<TrustInputs> {
             args.username_prefix
         );
     }
-    let hub_spiffe_id =
-        resolve_hub_spiffe_id(args.hub_spiffe_id.as_deref(), args.trust_domain.as_deref())?;
     Ok(TrustInputs {
         issuer_url: args.issuer_url.clone(),
         issuer_ca_pem: ca,
-        hub_spiffe_id,
+        subject: subject(args)?,
         username_prefix: args.username_prefix.clone(),
     })
+}
+
+/// The `sub` the spokes pin.
+fn subject(args: &Args) -> anyhow::Result<String> {
+    match args.credential {
+        Credential::SpiffeJwt => Ok(resolve_hub_spiffe_id(
+            args.hub_spiffe_id.as_deref(),
+            args.trust_domain.as_deref(),
+        )?),
+        Credential::TokenRequest => {
+            let sa = args.service_account.as_deref().unwrap_or_default();
+            let (ns, name) =
+                kleym_hub::credentials::plugins::token_request::parse_service_account(sa)?;
+            Ok(format!("system:serviceaccount:{ns}:{name}"))
+        }
+    }
 }
 
 async fn profiles(args: &Args) -> anyhow::Result<Vec<AccessProfile>> {
@@ -186,7 +213,6 @@ fn yaml(v: &Value) -> anyhow::Result<String> {
 }
 
 async fn render(args: &Args) -> anyhow::Result<String> {
-    let Credential::SpiffeJwt = args.credential;
     let inputs = inputs(args)?;
     let targets = profiles(args)
         .await?
@@ -243,5 +269,52 @@ async fn render(args: &Args) -> anyhow::Result<String> {
             }
             Ok(out)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        let mut v = vec![
+            "x",
+            "--all",
+            "--issuer-url",
+            "https://i.example",
+            "--issuer-ca-file",
+            "ca.pem",
+        ];
+        v.extend_from_slice(extra);
+        Cli::try_parse_from(v).map(|c| c.args)
+    }
+
+    #[test]
+    fn the_pinned_subject_follows_the_credential() {
+        let a = parse(&["--trust-domain", "example.org"]).unwrap();
+        assert_eq!(subject(&a).unwrap(), "spiffe://example.org/kleym/hub");
+        let a = parse(&[
+            "--credential",
+            "token-request",
+            "--service-account",
+            "kleym/hub",
+        ])
+        .unwrap();
+        assert_eq!(subject(&a).unwrap(), "system:serviceaccount:kleym:hub");
+        assert!(
+            parse(&["--credential", "token-request"]).is_err(),
+            "--service-account required"
+        );
+        let a = parse(&["--credential", "token-request", "--service-account", "hub"]).unwrap();
+        assert!(subject(&a).is_err());
+        let a = parse(&[]).unwrap();
+        assert!(subject(&a).is_err(), "no trust domain, no SPIFFE ID");
     }
 }

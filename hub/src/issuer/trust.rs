@@ -21,8 +21,9 @@ pub struct TrustInputs {
     pub issuer_url: String,
     /// PEM CA bundle that verifies the issuer listener's certificate.
     pub issuer_ca_pem: String,
-    /// The hub's SPIFFE ID (`sub`).
-    pub hub_spiffe_id: String,
+    /// The `sub` the spokes pin: the hub's SPIFFE ID (`spiffe-jwt`) or its ServiceAccount's
+    /// username (`token-request`).
+    pub subject: String,
     /// Prefix of the mapped username (e.g. `kleym:`).
     pub username_prefix: String,
 }
@@ -30,7 +31,7 @@ pub struct TrustInputs {
 impl TrustInputs {
     /// The username each spoke maps the hub's token to.
     pub fn username(&self) -> String {
-        format!("{}{}", self.username_prefix, self.hub_spiffe_id)
+        format!("{}{}", self.username_prefix, self.subject)
     }
 }
 
@@ -112,8 +113,8 @@ pub fn authentication_configuration(inputs: &TrustInputs, target: &SpokeTarget) 
                 "certificateAuthority": inputs.issuer_ca_pem,
             },
             "claimValidationRules": [{
-                "expression": format!("claims.sub == {}", cel_string(&inputs.hub_spiffe_id)),
-                "message": format!("only the kleym hub {} is accepted", inputs.hub_spiffe_id),
+                "expression": format!("claims.sub == {}", cel_string(&inputs.subject)),
+                "message": format!("only the kleym hub ({}) is accepted", inputs.subject),
             }],
             "claimMappings": {
                 "username": {"claim": "sub", "prefix": inputs.username_prefix},
@@ -154,7 +155,7 @@ mod tests {
         TrustInputs {
             issuer_url: "https://issuer.example.org".into(),
             issuer_ca_pem: "-----BEGIN CERTIFICATE-----\n...\n".into(),
-            hub_spiffe_id: "spiffe://example.org/kleym/hub".into(),
+            subject: "spiffe://example.org/kleym/hub".into(),
             username_prefix: "kleym:".into(),
         }
     }
