@@ -8,6 +8,7 @@
 //! named, and never overwritten.
 
 pub mod keys;
+pub mod metrics;
 pub mod rotation;
 pub mod secret;
 pub mod serve;
@@ -273,6 +274,8 @@ pub struct IssuerSettings {
     pub refresh_period: std::time::Duration,
     /// `--issuer-publish-configmap`.
     pub publish_configmap: Option<secret::SecretRef>,
+    /// Where to record the issuer's metrics (set by the hub's runtime).
+    pub metrics: metrics::IssuerMetrics,
 }
 
 impl IssuerArgs {
@@ -325,6 +328,7 @@ impl IssuerArgs {
             rotation,
             refresh_period: std::time::Duration::from_secs(30),
             publish_configmap: self.issuer_publish_configmap.clone(),
+            metrics: metrics::IssuerMetrics::default(),
         }))
     }
 }

@@ -182,6 +182,12 @@ impl KeyRing {
             })
     }
 
+    /// Since when the key that signs at `now` signs.
+    pub fn signing_since(&self, now: i64) -> Option<i64> {
+        self.signing_index(now)
+            .map(|i| self.entries[i].times.activates)
+    }
+
     /// The keys published at `now`.
     pub fn published(&self, now: i64) -> Vec<&SigningKey> {
         self.entries

@@ -13,6 +13,7 @@ use axum::routing::get;
 use kleym_spoke::reconciler::CancellationToken;
 
 use super::keys::{Algorithm, SigningKey, discovery_document, jwks};
+use super::metrics::IssuerMetrics;
 use super::rotation::{KeyRing, RotationPolicy};
 use super::secret::{SecretRef, load_or_create};
 use super::{DISCOVERY_PATH, IssuerError, IssuerSettings, JWKS_PATH};
@@ -34,6 +35,7 @@ struct Documents {
 pub struct IssuerDocuments {
     issuer_url: String,
     docs: Arc<RwLock<Documents>>,
+    metrics: IssuerMetrics,
 }
 
 impl IssuerDocuments {
@@ -44,11 +46,20 @@ impl IssuerDocuments {
         d
     }
 
+    /// Records into `metrics` from now on.
+    pub fn with_metrics(mut self, metrics: IssuerMetrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     /// Publishes what `ring` publishes now.
     pub fn update_from_ring(&self, ring: &KeyRing) {
         let now = chrono::Utc::now().timestamp();
         let keys: Vec<&SigningKey> = ring.published(now);
         self.update_refs(&keys);
+        self.metrics
+            .signing_key_age_seconds
+            .set(ring.signing_since(now).map_or(0, |t| (now - t).max(0)));
     }
 
     /// Documents for `issuer_url` publishing `keys`.
@@ -56,6 +67,7 @@ impl IssuerDocuments {
         let d = IssuerDocuments {
             issuer_url: issuer_url.to_string(),
             docs: Arc::default(),
+            metrics: IssuerMetrics::default(),
         };
         d.update(keys);
         d
@@ -69,6 +81,9 @@ impl IssuerDocuments {
 
     fn update_refs(&self, keys: &[&SigningKey]) {
         let kids: Vec<String> = keys.iter().map(|k| k.kid().to_string()).collect();
+        self.metrics
+            .keys_published
+            .set(i64::try_from(kids.len()).unwrap_or(i64::MAX));
         let mut docs = self.docs.write().unwrap_or_else(|p| p.into_inner());
         if docs.kids == kids && !docs.jwks.is_empty() && !kids.is_empty() {
             return;
@@ -168,9 +183,16 @@ pub async fn refresh_loop(
         let leading = (options.is_leader)();
         if let Some(policy) = &options.rotation
             && leading
-            && let Err(e) = rotate_once(client.clone(), &at, alg, policy).await
         {
-            tracing::warn!(secret = %at, error = %e, "issuer key rotation step failed; retrying next period");
+            match rotate_once(client.clone(), &at, alg, policy).await {
+                Ok(true) => {
+                    docs.metrics.rotations.inc();
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(secret = %at, error = %e, "issuer key rotation step failed; retrying next period");
+                }
+            }
         }
         match load_or_create(client.clone(), &at, alg, false).await {
             Ok(ring) => docs.update_from_ring(&ring),
@@ -268,7 +290,8 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> Result<(IssuerDocuments, tokio::task::JoinHandle<()>), IssuerError> {
     let ring = load_or_create(client.clone(), &settings.secret, settings.algorithm, true).await?;
-    let docs = IssuerDocuments::from_ring(&settings.url, &ring);
+    let docs = IssuerDocuments::new(&settings.url, &[]).with_metrics(settings.metrics.clone());
+    docs.update_from_ring(&ring);
     let tls = match &settings.tls {
         Some((cert, key)) => Some(
             crate::http::load_tls_config(cert, key)

@@ -46,6 +46,7 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     let state = hub.state.clone();
     let issuer = start_issuer(
         args,
+        hub.issuer_metrics.clone(),
         client.clone(),
         std::sync::Arc::new(move || state.is_leader()),
         shutdown.clone(),
@@ -93,13 +94,15 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
 /// ([`crate::issuer::serve::start`]). Any configuration or key problem is fatal at start-up.
 async fn start_issuer(
     args: &HubArgs,
+    metrics: crate::issuer::metrics::IssuerMetrics,
     client: kube::Client,
     is_leader: crate::issuer::serve::IsLeader,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
-    let Some(settings) = args.issuer.settings()? else {
+    let Some(mut settings) = args.issuer.settings()? else {
         return Ok(None);
     };
+    settings.metrics = metrics;
     let listener = tokio::net::TcpListener::bind(settings.listen_addr)
         .await
         .with_context(|| format!("binding --issuer-listen-addr {}", settings.listen_addr))?;
