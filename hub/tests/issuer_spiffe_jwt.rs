@@ -454,3 +454,108 @@ async fn documents_are_published_to_a_configmap_when_they_change() {
     docs.update_from_ring(&ring);
     assert!(publish_configmap(client.clone(), &cm, &docs).await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spiffe_x509_authenticates_as_the_mapped_user_on_a_spoke_trusting_the_hub_ca() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let hub = hub_sim::start("unused").await;
+    let client = hub.cluster.in_process_client();
+    let ring = load_or_create(
+        client.clone(),
+        &secret_ref("issuer"),
+        Algorithm::Es256,
+        true,
+    )
+    .await
+    .unwrap();
+    let ca = ring
+        .ca()
+        .expect("a new Secret has an X.509 CA")
+        .cert_pem
+        .clone();
+    let mut options = KubesimOptions::default();
+    options.client_cas.insert("spoke".into(), ca);
+    let spokes = Kubesim::start(&["spoke"], options).await.unwrap();
+    let spoke = spokes.cluster("spoke").unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let kc = hub_sim::write_kubeconfig(dir.path(), &hub);
+    let exec_info = serde_json::json!({
+        "apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+        "spec": {"interactive": false, "cluster": {"server": spoke.url()}},
+    });
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kleym"))
+        .args([
+            "credential",
+            "spiffe-x509",
+            "--issuer-key-secret",
+            "kleym/issuer",
+        ])
+        .args([
+            "--trust-domain",
+            "example.org",
+            "--kubeconfig",
+            kc.to_str().unwrap(),
+        ])
+        .env("KUBERNETES_EXEC_INFO", exec_info.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cred: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cert_pem = cred["status"]["clientCertificateData"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let key_pem = cred["status"]["clientKeyData"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let yaml = spoke
+        .kubeconfig_yaml_with(kubesim::kubeconfig::Credentials::ClientCert { cert_pem, key_pem });
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&yaml).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let as_hub = kube::Client::try_from(config).unwrap();
+    let user = format!("kleym:{HUB_ID}");
+    // Authenticated as the mapped user, not yet authorized.
+    let err = Api::<Namespace>::all(as_hub.clone())
+        .list(&Default::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403 && s.message.contains(&user)),
+        "{err:?}"
+    );
+    // The ClusterRoleBinding of that user authorizes it.
+    let admin = spoke.kube_client().await.unwrap();
+    let crb: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "kleym-hub"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin)
+        .create(&PostParams::default(), &crb)
+        .await
+        .unwrap();
+    let mut ok = false;
+    for _ in 0..50 {
+        if Api::<Namespace>::all(as_hub.clone())
+            .list(&Default::default())
+            .await
+            .is_ok()
+        {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "the bound user lists namespaces");
+}

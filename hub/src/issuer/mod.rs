@@ -13,6 +13,7 @@ pub mod rotation;
 pub mod secret;
 pub mod serve;
 pub mod trust;
+pub mod x509;
 
 use thiserror::Error;
 

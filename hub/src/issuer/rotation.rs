@@ -20,6 +20,7 @@ use k8s_openapi::ByteString;
 use serde::{Deserialize, Serialize};
 
 use super::keys::{Algorithm, SigningKey};
+use super::x509::{CA_CERT_KEY, CA_KEY_KEY, HubCa};
 use super::{IssuerError, MAX_TOKEN_LIFETIME_SECONDS, SECRET_KEY};
 
 /// Data key of the Secret holding the key state.
@@ -76,10 +77,11 @@ impl Default for RotationPolicy {
     }
 }
 
-/// The keys of the issuer Secret with their times.
+/// The keys of the issuer Secret with their times, and the X.509 CA.
 #[derive(Debug)]
 pub struct KeyRing {
     entries: Vec<KeyEntry>,
+    ca: Option<HubCa>,
 }
 
 impl KeyRing {
@@ -114,13 +116,32 @@ impl KeyRing {
             let times = state.keys.get(key.kid()).copied().unwrap_or_default();
             entries.push(KeyEntry { key, pem, times });
         }
-        Ok(KeyRing { entries })
+        let text = |k: &str| {
+            data.get(k)
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        };
+        let ca = match (text(CA_CERT_KEY), text(CA_KEY_KEY)) {
+            (None, None) => None,
+            (Some(c), Some(k)) => Some(HubCa::from_pem(&c, &k, origin)?),
+            _ => {
+                return Err(IssuerError::Key(format!(
+                    "{origin}: data[{CA_CERT_KEY}] and data[{CA_KEY_KEY}] go together"
+                )));
+            }
+        };
+        Ok(KeyRing { entries, ca })
+    }
+
+    /// The X.509-SVID CA, when the Secret has one.
+    pub fn ca(&self) -> Option<&HubCa> {
+        self.ca.as_ref()
     }
 
     /// A ring of one new ES256 key, signing from `now`.
     pub fn generate(now: i64) -> Result<Self, IssuerError> {
         let (key, pem) = SigningKey::generate_es256()?;
         Ok(KeyRing {
+            ca: Some(new_ca(now)?),
             entries: vec![KeyEntry {
                 key,
                 pem,
@@ -142,13 +163,24 @@ impl KeyRing {
                 .map(|e| (e.key.kid().to_string(), e.times))
                 .collect(),
         };
-        BTreeMap::from([
+        let mut data = BTreeMap::from([
             (SECRET_KEY.to_string(), ByteString(pem.into_bytes())),
             (
                 STATE_KEY.to_string(),
                 ByteString(serde_json::to_vec(&state).unwrap_or_default()),
             ),
-        ])
+        ]);
+        if let Some(ca) = &self.ca {
+            data.insert(
+                CA_CERT_KEY.into(),
+                ByteString(ca.cert_pem.clone().into_bytes()),
+            );
+            data.insert(
+                CA_KEY_KEY.into(),
+                ByteString(ca.key_pem().as_bytes().to_vec()),
+            );
+        }
+        data
     }
 
     /// Every entry, in Secret order.
@@ -241,6 +273,11 @@ impl KeyRing {
     /// nothing new is generated.
     pub fn rotate_step(&mut self, now: i64, policy: &RotationPolicy) -> Result<bool, IssuerError> {
         let mut changed = self.drop_retired(now);
+        if self.ca.is_none() {
+            // A Secret from before the X.509 CA existed (or made by hand): add one.
+            self.ca = Some(new_ca(now)?);
+            changed = true;
+        }
         changed |= self.retire_older(now, policy);
         let pending = self.entries.iter().any(|e| e.times.activates > now);
         if let Some(s) = self.signing_index(now)
@@ -298,6 +335,12 @@ impl KeyRing {
         });
         Ok(kid)
     }
+}
+
+fn new_ca(now: i64) -> Result<HubCa, IssuerError> {
+    let at = chrono::DateTime::from_timestamp(now, 0)
+        .ok_or_else(|| IssuerError::Key(format!("time {now} out of range")))?;
+    HubCa::generate(at)
 }
 
 /// Parses a duration such as `7d`, `1h`, `30m`, `45s` (one number and one unit) into seconds.
