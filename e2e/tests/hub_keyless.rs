@@ -272,6 +272,44 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
         }
     }
 
+    // The X.509 variant prints the hub CA of the issuer Secret and the same binding.
+    let out = Command::new(&kleym)
+        .args([
+            "trust-config",
+            "--kubeconfig",
+            &hub_kc,
+            "--all",
+            "-o",
+            "json",
+        ])
+        .args([
+            "--credential",
+            "spiffe-x509",
+            "--issuer-key-secret",
+            "kleym/kleym-issuer",
+        ])
+        .args(["--trust-domain", "example.org"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let x509: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let issuer_secret =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(f.hub_client.clone(), HUB_NS)
+            .get("kleym-issuer")
+            .await
+            .unwrap();
+    let ca_pem = String::from_utf8(issuer_secret.data.unwrap()["x509-ca.crt"].0.clone()).unwrap();
+    assert_eq!(x509.len(), 3);
+    assert!(x509.iter().all(|e| e["clientCA"] == ca_pem.as_str()));
+    assert_eq!(
+        x509[0]["rbac"][1]["subjects"][0]["name"],
+        format!("kleym:{HUB_ID}")
+    );
+
     // Nothing static: the provider file names only the plugin and the issuer.
     let pf = dir.path().join("providers.json");
     let provider_file = json!({"providers": [{"name": PROVIDER, "execConfig": {

@@ -23,6 +23,9 @@ use serde_json::{Value, json};
 pub enum Credential {
     /// JWT-SVIDs from `kleym credential spiffe-jwt` (sub = the hub's SPIFFE ID).
     SpiffeJwt,
+    /// X.509-SVIDs from `kleym credential spiffe-x509`: the spoke adds the hub CA (from the
+    /// issuer Secret, --issuer-key-secret) to its client CAs; CN = the mapped user.
+    SpiffeX509,
     /// ServiceAccount tokens from `kleym credential token-request` (sub =
     /// `system:serviceaccount:<ns>:<name>` of --service-account; the issuer is the hub
     /// cluster's ServiceAccount issuer).
@@ -75,12 +78,17 @@ pub struct Args {
     pub service_account: Option<String>,
     /// The issuer URL: `kleym hub --issuer-url` (spiffe-jwt), or the hub cluster's
     /// `--service-account-issuer` (token-request).
+    /// Required for both.
     #[arg(long, value_name = "URL", env = "KLEYM_ISSUER_URL")]
-    pub issuer_url: String,
+    pub issuer_url: Option<String>,
     /// PEM CA bundle that verifies the issuer listener's certificate (what the spoke's API
-    /// server trusts to fetch discovery and keys).
+    /// server trusts to fetch discovery and keys). Required unless `--credential spiffe-x509`.
     #[arg(long, value_name = "PATH")]
-    pub issuer_ca_file: PathBuf,
+    pub issuer_ca_file: Option<PathBuf>,
+    /// With `--credential spiffe-x509`: the issuer Secret holding the hub CA, as
+    /// `kleym hub --issuer-key-secret`.
+    #[arg(long, value_name = "NS/NAME", value_parser = kleym_hub::issuer::secret::parse_issuer_key_secret)]
+    pub issuer_key_secret: Option<kleym_hub::issuer::secret::SecretRef>,
     /// The hub's SPIFFE ID [default: spiffe://<trust domain>/kleym/hub].
     #[arg(long)]
     pub hub_spiffe_id: Option<String>,
@@ -114,15 +122,25 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 }
 
 fn inputs(args: &Args) -> anyhow::Result<TrustInputs> {
-    validate_issuer_url(&args.issuer_url, false)?;
-    let ca = std::fs::read_to_string(&args.issuer_ca_file)
-        .with_context(|| format!("--issuer-ca-file {}", args.issuer_ca_file.display()))?;
-    if !ca.contains("-----BEGIN CERTIFICATE-----") {
-        bail!(
-            "--issuer-ca-file {}: holds no PEM certificate",
-            args.issuer_ca_file.display()
-        );
-    }
+    let (issuer_url, ca) = if args.credential == Credential::SpiffeX509 {
+        (String::new(), String::new())
+    } else {
+        let (Some(url), Some(file)) = (&args.issuer_url, &args.issuer_ca_file) else {
+            bail!(
+                "--issuer-url and --issuer-ca-file are required with --credential spiffe-jwt or token-request"
+            );
+        };
+        validate_issuer_url(url, false)?;
+        let ca = std::fs::read_to_string(file)
+            .with_context(|| format!("--issuer-ca-file {}", file.display()))?;
+        if !ca.contains("-----BEGIN CERTIFICATE-----") {
+            bail!(
+                "--issuer-ca-file {}: holds no PEM certificate",
+                file.display()
+            );
+        }
+        (url.clone(), ca)
+    };
     if args.username_prefix.starts_with("system:") {
         bail!(
             "--username-prefix {:?}: system: usernames are reserved",
@@ -130,7 +148,7 @@ fn inputs(args: &Args) -> anyhow::Result<TrustInputs> {
         );
     }
     Ok(TrustInputs {
-        issuer_url: args.issuer_url.clone(),
+        issuer_url,
         issuer_ca_pem: ca,
         subject: subject(args)?,
         username_prefix: args.username_prefix.clone(),
@@ -140,7 +158,7 @@ fn inputs(args: &Args) -> anyhow::Result<TrustInputs> {
 /// The `sub` the spokes pin.
 fn subject(args: &Args) -> anyhow::Result<String> {
     match args.credential {
-        Credential::SpiffeJwt => Ok(resolve_hub_spiffe_id(
+        Credential::SpiffeJwt | Credential::SpiffeX509 => Ok(resolve_hub_spiffe_id(
             args.hub_spiffe_id.as_deref(),
             args.trust_domain.as_deref(),
         )?),
@@ -212,8 +230,41 @@ fn yaml(v: &Value) -> anyhow::Result<String> {
     kleym_api::yaml::to_string(v).map_err(|e| anyhow!("rendering YAML: {e}"))
 }
 
+/// The hub CA certificate of the issuer Secret (spiffe-x509).
+async fn client_ca(args: &Args) -> anyhow::Result<String> {
+    let at = args
+        .issuer_key_secret
+        .as_ref()
+        .ok_or_else(|| anyhow!("--issuer-key-secret is required with --credential spiffe-x509"))?;
+    let client = kleym_hub::kubeconfig::client_from_flags(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+    )
+    .await?;
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, &at.namespace)
+        .get(&at.name)
+        .await
+        .with_context(|| format!("reading issuer Secret {at}"))?;
+    let cert = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(kleym_hub::issuer::x509::CA_CERT_KEY))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .filter(|c| c.contains("-----BEGIN CERTIFICATE-----"))
+        .ok_or_else(|| {
+            anyhow!(
+                "issuer Secret {at}: no data[{}] (the hub's leader adds the CA)",
+                kleym_hub::issuer::x509::CA_CERT_KEY
+            )
+        })?;
+    Ok(cert)
+}
+
 async fn render(args: &Args) -> anyhow::Result<String> {
     let inputs = inputs(args)?;
+    if args.credential == Credential::SpiffeX509 {
+        return render_x509(args, &inputs).await;
+    }
     let targets = profiles(args)
         .await?
         .iter()
@@ -272,6 +323,66 @@ async fn render(args: &Args) -> anyhow::Result<String> {
     }
 }
 
+async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String> {
+    let ca = client_ca(args).await?;
+    let targets = profiles(args)
+        .await?
+        .iter()
+        .map(|p| spoke_target(p, args.provider.as_deref()).map_err(|e| anyhow!(e)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let docs = documents(inputs, &targets)?;
+    if let Some(dir) = &args.output_dir {
+        for (t, _, rbac) in &docs {
+            let d = dir.join(t.spoke.replace('/', "_"));
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            std::fs::write(d.join("client-ca.crt"), &ca)
+                .with_context(|| format!("writing {}", d.display()))?;
+            let rbac_text = rbac
+                .iter()
+                .map(yaml)
+                .collect::<anyhow::Result<Vec<_>>>()?
+                .join("---\n");
+            std::fs::write(d.join("rbac.yaml"), rbac_text)
+                .with_context(|| format!("writing {}", d.display()))?;
+        }
+    }
+    match args.output {
+        Format::Json => {
+            let arr: Vec<Value> = docs
+                .iter()
+                .map(|(t, _, rbac)| {
+                    json!({
+                        "spoke": t.spoke, "server": t.server, "username": inputs.username(),
+                        "clientCA": ca, "rbac": rbac,
+                    })
+                })
+                .collect();
+            Ok(format!("{}\n", serde_json::to_string_pretty(&arr)?))
+        }
+        Format::Yaml => {
+            let mut out = String::new();
+            for (t, _, rbac) in &docs {
+                out.push_str(&format!(
+                    "# ClusterProfile {} (server {}): the hub connects with a client certificate as user {:?}.\n\
+                     # 1. Append this CA to the file of the API server's --client-ca-file:\n",
+                    t.spoke,
+                    t.server,
+                    inputs.username()
+                ));
+                for line in ca.lines() {
+                    out.push_str(&format!("#    {line}\n"));
+                }
+                out.push_str("# 2. kubectl apply -f - on that spoke:\n");
+                for doc in rbac {
+                    out.push_str("---\n");
+                    out.push_str(&yaml(doc)?);
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,5 +427,21 @@ mod tests {
         assert!(subject(&a).is_err());
         let a = parse(&[]).unwrap();
         assert!(subject(&a).is_err(), "no trust domain, no SPIFFE ID");
+        let a = Cli::try_parse_from([
+            "x",
+            "--all",
+            "--credential",
+            "spiffe-x509",
+            "--trust-domain",
+            "example.org",
+        ])
+        .unwrap()
+        .args;
+        let i = inputs(&a).unwrap();
+        assert_eq!(i.username(), "kleym:spiffe://example.org/kleym/hub");
+        let a = Cli::try_parse_from(["x", "--all", "--trust-domain", "example.org"])
+            .unwrap()
+            .args;
+        assert!(inputs(&a).unwrap_err().to_string().contains("--issuer-url"));
     }
 }
