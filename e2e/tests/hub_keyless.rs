@@ -540,3 +540,116 @@ async fn kleym_hub_binary_serves_the_issuer_and_refuses_bad_issuer_input() {
     );
     hub.stop(Duration::from_secs(30)).await.unwrap();
 }
+
+/// The same fleet over X.509-SVIDs: three spokes whose API servers trust the hub CA of the
+/// issuer Secret as a client CA and apply the RBAC `kleym trust-config --credential
+/// spiffe-x509` printed; the hub engages them all with `kleym credential spiffe-x509`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hub_engages_three_spokes_with_spiffe_x509() {
+    use kleym_hub::issuer::keys::Algorithm;
+    use kleym_hub::issuer::secret::{SecretRef, load_or_create};
+    let kleym = kleym_binary().expect("kleym binary");
+    let kleym = kleym.to_str().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&[], dir.path()).await.unwrap();
+    let hub_kc = f.hub_kubeconfig().display().to_string();
+    let at = SecretRef {
+        namespace: HUB_NS.into(),
+        name: "kleym-issuer".into(),
+    };
+    let ring = load_or_create(f.hub_client.clone(), &at, Algorithm::Es256, true)
+        .await
+        .unwrap();
+    let ca = ring.ca().unwrap().cert_pem.clone();
+    let names = ["x509-a", "x509-b", "x509-c"];
+    let mut options = kubesim::KubesimOptions {
+        crds: kleym_e2e::fixtures::all_crds().unwrap(),
+        ..Default::default()
+    };
+    for n in names {
+        options.client_cas.insert(n.into(), ca.clone());
+    }
+    let sim = kubesim::Kubesim::start(&names, options).await.unwrap();
+    let spokes: Vec<ClusterHandle> = names.iter().map(|n| sim.cluster(n).unwrap()).collect();
+    for s in &spokes {
+        env::seed_environment(&s.store(), BINDINGS).unwrap();
+        env::create_bindings(&s.store(), 0..BINDINGS).unwrap();
+        apply_profile(
+            &f.hub_client,
+            s.name(),
+            status(
+                vec![access_provider("kleym-spiffe-x509", s, None)],
+                true,
+                "2026-01-01T00:00:00Z",
+                &[],
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let out = Command::new(&kleym)
+        .args([
+            "trust-config",
+            "--kubeconfig",
+            &hub_kc,
+            "--all",
+            "-o",
+            "json",
+        ])
+        .args([
+            "--credential",
+            "spiffe-x509",
+            "--issuer-key-secret",
+            "kleym/kleym-issuer",
+        ])
+        .args(["--trust-domain", "example.org"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    for s in &spokes {
+        let entry = printed
+            .iter()
+            .find(|e| e["spoke"] == format!("fleet/{}", s.name()))
+            .unwrap();
+        assert_eq!(entry["clientCA"], ca.as_str());
+        for doc in entry["rbac"].as_array().unwrap() {
+            apply(s, doc).await;
+        }
+    }
+    let pf = dir.path().join("providers.json");
+    std::fs::write(
+        &pf,
+        json!({"providers": [{"name": "kleym-spiffe-x509", "execConfig": {
+            "apiVersion": "client.authentication.k8s.io/v1", "command": kleym,
+            "args": ["credential", "spiffe-x509", "--issuer-key-secret", "kleym/kleym-issuer",
+                     "--trust-domain", "example.org", "--kubeconfig", hub_kc],
+            "interactiveMode": "Never"}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let hub = f
+        .start_hub(&[
+            "--clusterprofile-provider-file".into(),
+            pf.display().to_string(),
+            "--trust-domain".into(),
+            "example.org".into(),
+            "--leader-elect=false".into(),
+        ])
+        .await
+        .unwrap();
+    for s in &spokes {
+        let store = s.store();
+        wait_for(&format!("{} converged", s.name()), LIMIT, || {
+            let store = store.clone();
+            async move { env::converged(&store, BINDINGS).then_some(()) }
+        })
+        .await
+        .unwrap();
+    }
+    hub.stop().await.unwrap();
+}
