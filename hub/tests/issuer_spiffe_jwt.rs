@@ -559,3 +559,33 @@ async fn spiffe_x509_authenticates_as_the_mapped_user_on_a_spoke_trusting_the_hu
     }
     assert!(ok, "the bound user lists namespaces");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_rotating_at_once_add_one_key_not_two() {
+    let hub = hub_sim::start("unused").await;
+    let client = hub.cluster.in_process_client();
+    let at = secret_ref("contended");
+    load_or_create(client.clone(), &at, Algorithm::Es256, true)
+        .await
+        .unwrap();
+    let policy = kleym_hub::issuer::rotation::RotationPolicy {
+        period_seconds: 3600,
+        publish_ahead_seconds: 3600,
+        retire_after_seconds: 1200,
+    };
+    // An old leader and a new one both take a step on the same Secret version.
+    let (a, b) = tokio::join!(
+        kleym_hub::issuer::serve::rotate_once(client.clone(), &at, Algorithm::Es256, &policy),
+        kleym_hub::issuer::serve::rotate_once(client.clone(), &at, Algorithm::Es256, &policy),
+    );
+    let wrote = [&a, &b].iter().filter(|r| matches!(r, Ok(true))).count();
+    assert!(wrote >= 1, "{a:?} {b:?}");
+    let ring = load_or_create(client, &at, Algorithm::Es256, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        ring.entries().len(),
+        2,
+        "exactly one key added ({a:?} {b:?})"
+    );
+}
