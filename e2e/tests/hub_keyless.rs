@@ -196,7 +196,7 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
         .unwrap();
     let stop = CancellationToken::new();
     let client = f.hub.kube_client().await.unwrap();
-    kleym_hub::issuer::serve::start(
+    let (docs, _) = kleym_hub::issuer::serve::start(
         &settings,
         listener,
         client,
@@ -208,7 +208,7 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
 
     // Profiles: server URL and CA only.
     for s in &spokes {
-        env::seed_environment(&s.store(), BINDINGS).unwrap();
+        env::seed_environment(&s.store(), BINDINGS + 2).unwrap();
         env::create_bindings(&s.store(), 0..BINDINGS).unwrap();
         apply_profile(
             &f.hub_client,
@@ -361,6 +361,80 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
             }
         }
     }
+
+    // `kleym issuer rotate --revoke-old`: once each spoke has refetched the JWKS (it does on
+    // the new kid), the hub's cached tokens are refused (401); the hub re-runs the plugin and
+    // new bindings still converge.
+    let out = Command::new(&kleym)
+        .args(["issuer", "rotate", "--kubeconfig", &hub_kc, "--revoke-old"])
+        .args(["--issuer-key-secret", &format!("{HUB_NS}/kleym-issuer")])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ring = kleym_hub::issuer::secret::load_or_create(
+        f.hub_client.clone(),
+        &settings.secret,
+        settings.algorithm,
+        false,
+    )
+    .await
+    .unwrap();
+    docs.update_from_ring(&ring);
+    assert_eq!(docs.kids().len(), 1);
+    let execs = || {
+        hub.handle
+            .credentials
+            .metrics()
+            .exec_total
+            .get_or_create(&kleym_hub::credentials::metrics::ExecResultLabels {
+                provider: PROVIDER.into(),
+                result: "success".into(),
+            })
+            .get()
+    };
+    let execs_before = execs();
+    for s in &spokes {
+        let token = mint(&kleym, &s.url(), args.clone()).await;
+        let mut seen = None;
+        for _ in 0..50 {
+            seen = whoami(s, &token).await;
+            if seen.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(seen.is_some(), "{} accepts the new key", s.name());
+        for old in &minted {
+            assert_eq!(whoami(s, old).await, None, "revoked key's token refused");
+        }
+        env::create_bindings(&s.store(), BINDINGS..BINDINGS + 2).unwrap();
+    }
+    for s in &spokes {
+        let store = s.store();
+        wait_for(
+            &format!("{} converged after revocation", s.name()),
+            LIMIT,
+            || {
+                let store = store.clone();
+                async move { env::converged(&store, BINDINGS + 2).then_some(()) }
+            },
+        )
+        .await
+        .unwrap();
+        assert!(
+            s.requests().entries().iter().any(|r| r.status == 401),
+            "{}: the hub's revoked token was refused at least once",
+            s.name()
+        );
+    }
+    assert!(
+        execs() > execs_before,
+        "the hub re-ran the plugin after the 401s"
+    );
     hub.stop().await.unwrap();
     stop.cancel();
 
