@@ -589,3 +589,81 @@ async fn two_replicas_rotating_at_once_add_one_key_not_two() {
         "exactly one key added ({a:?} {b:?})"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_cluster_issuer_mirrors_the_hub_clusters_documents() {
+    use kleym_hub::issuer::MirrorSettings;
+    use kleym_hub::issuer::serve::{fetch_cluster_issuer, start_mirror};
+    let hub = hub_sim::start("unused").await;
+    let client = hub.cluster.kube_client().await.unwrap();
+    // The issuer-field constraint: a different --issuer-url is refused, both named.
+    let err = fetch_cluster_issuer(&client, "https://kleym-mirror.example")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("https://kleym-mirror.example") && err.contains(&hub.cluster.url()),
+        "{err}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let (mirror_ca, cert, key) = tls_files(dir.path());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mirror_url = format!("https://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let settings = MirrorSettings {
+        url: hub.cluster.url(),
+        listen_addr: listener.local_addr().unwrap(),
+        tls: Some((cert, key)),
+        refresh_period: Duration::from_millis(100),
+    };
+    start_mirror(&settings, listener, client.clone(), stop.clone())
+        .await
+        .unwrap();
+    let (cc, body) =
+        reqwest_like_get(&mirror_url, "/.well-known/openid-configuration", &mirror_ca).await;
+    assert_eq!(cc.as_deref(), Some(CACHE_CONTROL));
+    let (discovery, jwks) = fetch_cluster_issuer(&client, &hub.cluster.url())
+        .await
+        .unwrap();
+    assert_eq!(body, discovery, "served verbatim");
+    let (_, served_jwks) = reqwest_like_get(&mirror_url, "/openid/v1/jwks", &mirror_ca).await;
+    assert_eq!(served_jwks, jwks);
+
+    // A spoke verifying the hub cluster's ServiceAccount tokens through the mirror's discovery.
+    let spokes = Kubesim::start(&["spoke"], KubesimOptions::default())
+        .await
+        .unwrap();
+    let spoke = spokes.cluster("spoke").unwrap();
+    spoke
+        .set_authentication_config(
+            &serde_json::json!({
+                "apiVersion": "apiserver.config.k8s.io/v1",
+                "kind": "AuthenticationConfiguration",
+                "jwt": [{"issuer": {
+                            "url": hub.cluster.url(),
+                            "discoveryURL": format!("{mirror_url}/.well-known/openid-configuration"),
+                            "audiences": [spoke.url()],
+                            "certificateAuthority": format!("{mirror_ca}{}", hub.cluster.ca_pem())},
+                         "claimMappings": {"username": {"claim": "sub", "prefix": "kleym:"}}}],
+            })
+            .to_string(),
+        )
+        .unwrap();
+    let token = hub
+        .cluster
+        .issue_sa_token(
+            "kleym",
+            "hub",
+            &[spoke.url()],
+            Duration::from_secs(600),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        whoami(&spoke, &token).await.as_deref(),
+        Some("kleym:system:serviceaccount:kleym:hub")
+    );
+    stop.cancel();
+}

@@ -199,8 +199,8 @@ pub struct IssuerArgs {
     /// `issuer` of the discovery document, byte for byte. Spokes fetch
     /// `<url>/.well-known/openid-configuration` and `<url>/openid/v1/jwks`, so it must reach
     /// `--issuer-listen-addr` (directly or through an ingress). Requires
-    /// `--issuer-key-secret`.
-    #[arg(long, value_name = "URL", requires = "issuer_key_secret")]
+    /// `--issuer-key-secret` (or `--publish-cluster-issuer`).
+    #[arg(long, value_name = "URL")]
     pub issuer_url: Option<String>,
 
     /// `namespace/name` of the hub Secret holding the issuer's signing keys (PKCS#8 PEM under
@@ -250,6 +250,28 @@ pub struct IssuerArgs {
     /// that ConfigMap (create, the first time).
     #[arg(long, value_name = "NS/NAME", value_parser = parse_configmap_ref)]
     pub issuer_publish_configmap: Option<secret::SecretRef>,
+
+    /// Mirror mode, for `kleym credential token-request`: instead of keys of its own, the
+    /// hub fetches the hub cluster's ServiceAccount issuer documents (its
+    /// `/.well-known/openid-configuration` and `/openid/v1/jwks`, authenticated, in cluster)
+    /// every 30 s and serves them verbatim on the issuer listener, so spokes can verify the hub
+    /// cluster's tokens when its API server is not reachable from them. The cluster's
+    /// `--service-account-issuer` must equal `--issuer-url` byte for byte (refused otherwise).
+    #[arg(long, requires = "issuer_url", conflicts_with = "issuer_key_secret")]
+    pub publish_cluster_issuer: bool,
+}
+
+/// Mirror mode settings (`--publish-cluster-issuer`).
+#[derive(Debug, Clone)]
+pub struct MirrorSettings {
+    /// `--issuer-url`: what the cluster's discovery document must name.
+    pub url: String,
+    /// `--issuer-listen-addr`.
+    pub listen_addr: std::net::SocketAddr,
+    /// TLS files, `None` with `--issuer-insecure-http`.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    /// How often the documents are fetched again.
+    pub refresh_period: std::time::Duration,
 }
 
 fn parse_configmap_ref(s: &str) -> Result<secret::SecretRef, String> {
@@ -280,26 +302,55 @@ pub struct IssuerSettings {
 }
 
 impl IssuerArgs {
-    /// `None` when the hub is not an issuer; else the checked settings: an https URL (http
-    /// only with `--issuer-insecure-http`), and TLS files unless `--issuer-insecure-http`.
-    pub fn settings(&self) -> Result<Option<IssuerSettings>, IssuerError> {
-        let (Some(url), Some(secret)) = (&self.issuer_url, &self.issuer_key_secret) else {
-            return Ok(None);
-        };
+    fn tls(
+        &self,
+        url: &str,
+    ) -> Result<Option<(std::path::PathBuf, std::path::PathBuf)>, IssuerError> {
         validate_issuer_url(url, self.issuer_insecure_http)?;
-        let tls = match (
+        match (
             &self.issuer_tls_cert_file,
             &self.issuer_tls_key_file,
             self.issuer_insecure_http,
         ) {
-            (Some(c), Some(k), false) => Some((c.clone(), k.clone())),
-            (_, _, true) => None,
-            _ => {
-                return Err(IssuerError::Config(
-                    "--issuer-url needs --issuer-tls-cert-file and --issuer-tls-key-file (or --issuer-insecure-http behind a TLS-terminating ingress)".into(),
-                ));
-            }
+            (Some(c), Some(k), false) => Ok(Some((c.clone(), k.clone()))),
+            (_, _, true) => Ok(None),
+            _ => Err(IssuerError::Config(
+                "--issuer-url needs --issuer-tls-cert-file and --issuer-tls-key-file (or --issuer-insecure-http behind a TLS-terminating ingress)".into(),
+            )),
+        }
+    }
+
+    /// With `--publish-cluster-issuer`: the mirror's checked settings.
+    pub fn mirror_settings(&self) -> Result<Option<MirrorSettings>, IssuerError> {
+        if !self.publish_cluster_issuer {
+            return Ok(None);
+        }
+        let url = self.issuer_url.as_deref().ok_or_else(|| {
+            IssuerError::Config("--publish-cluster-issuer needs --issuer-url".into())
+        })?;
+        Ok(Some(MirrorSettings {
+            url: url.to_string(),
+            listen_addr: self.issuer_listen_addr,
+            tls: self.tls(url)?,
+            refresh_period: std::time::Duration::from_secs(30),
+        }))
+    }
+
+    /// `None` when the hub is not an issuer; else the checked settings: an https URL (http
+    /// only with `--issuer-insecure-http`), and TLS files unless `--issuer-insecure-http`.
+    pub fn settings(&self) -> Result<Option<IssuerSettings>, IssuerError> {
+        if self.publish_cluster_issuer {
+            return Ok(None);
+        }
+        let Some(url) = &self.issuer_url else {
+            return Ok(None);
         };
+        let Some(secret) = &self.issuer_key_secret else {
+            return Err(IssuerError::Config(
+                "--issuer-url needs --issuer-key-secret (or --publish-cluster-issuer)".into(),
+            ));
+        };
+        let tls = self.tls(url)?;
         let rotation = match self.issuer_key_rotation.as_str() {
             "off" => None,
             r => {

@@ -96,6 +96,21 @@ impl IssuerDocuments {
         };
     }
 
+    /// Serves `discovery` and `jwks` verbatim (mirror mode).
+    pub fn set_raw(&self, discovery: String, jwks: String) {
+        let mut docs = self.docs.write().unwrap_or_else(|p| p.into_inner());
+        docs.discovery = discovery;
+        docs.jwks = jwks;
+    }
+
+    /// The discovery document as served.
+    pub fn discovery_json(&self) -> String {
+        self.docs
+            .read()
+            .map(|d| d.discovery.clone())
+            .unwrap_or_default()
+    }
+
     /// The key IDs published.
     pub fn kids(&self) -> Vec<String> {
         self.docs.read().map(|d| d.kids.clone()).unwrap_or_default()
@@ -320,6 +335,97 @@ pub async fn start(
         },
         shutdown.clone(),
     ));
+    let app = router(docs.clone());
+    let task = tokio::spawn(async move {
+        if let Err(e) = crate::http::serve(
+            listener,
+            app,
+            tls,
+            async move { shutdown.cancelled().await },
+        )
+        .await
+        {
+            tracing::warn!(error = %e, "issuer listener failed");
+        }
+    });
+    Ok((docs, task))
+}
+
+/// Fetches the hub cluster's ServiceAccount issuer documents with `client` (authenticated)
+/// and checks that the discovery document's `issuer` is `url` byte for byte (the issuer-field
+/// constraint: otherwise every verifier refuses them). Returns (discovery, JWKS), verbatim.
+pub async fn fetch_cluster_issuer(
+    client: &kube::Client,
+    url: &str,
+) -> Result<(String, String), IssuerError> {
+    let get = |path: &'static str| async move {
+        let req = http::Request::get(path)
+            .body(Vec::new())
+            .map_err(|e| IssuerError::Config(format!("{path}: {e}")))?;
+        client
+            .request_text(req)
+            .await
+            .map_err(|source| IssuerError::Api {
+                what: format!("fetching the hub cluster's {path}"),
+                source,
+            })
+    };
+    let discovery = get(DISCOVERY_PATH).await?;
+    let issuer = serde_json::from_str::<serde_json::Value>(&discovery)
+        .ok()
+        .and_then(|d| d.get("issuer").and_then(|i| i.as_str()).map(str::to_string))
+        .ok_or_else(|| {
+            IssuerError::Config("the hub cluster's discovery document has no issuer".into())
+        })?;
+    if issuer != url {
+        return Err(IssuerError::Config(format!(
+            "--publish-cluster-issuer: the hub cluster's ServiceAccount issuer is {issuer:?}, not --issuer-url {url:?}; they must be equal byte for byte (set the API server's --service-account-issuer to the public URL)"
+        )));
+    }
+    let jwks = get(JWKS_PATH).await?;
+    Ok((discovery, jwks))
+}
+
+/// Mirror mode: serves the hub cluster's issuer documents (see [`fetch_cluster_issuer`]) on
+/// `listener` until `shutdown`, fetching them again every `refresh_period` (a failed fetch
+/// keeps the previous documents and is logged). The first fetch must succeed.
+pub async fn start_mirror(
+    settings: &super::MirrorSettings,
+    listener: tokio::net::TcpListener,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<(IssuerDocuments, tokio::task::JoinHandle<()>), IssuerError> {
+    let (discovery, jwks) = fetch_cluster_issuer(&client, &settings.url).await?;
+    let docs = IssuerDocuments::new(&settings.url, &[]);
+    docs.set_raw(discovery, jwks);
+    let tls = match &settings.tls {
+        Some((cert, key)) => Some(
+            crate::http::load_tls_config(cert, key)
+                .map_err(|e| IssuerError::Config(format!("issuer listener TLS: {e}")))?,
+        ),
+        None => None,
+    };
+    tracing::info!(issuer = %settings.url, addr = ?listener.local_addr().ok(), "mirroring the hub cluster's ServiceAccount issuer");
+    let (refresh_docs, url, period, stop) = (
+        docs.clone(),
+        settings.url.clone(),
+        settings.refresh_period,
+        shutdown.clone(),
+    );
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(period) => {}
+            }
+            match fetch_cluster_issuer(&client, &url).await {
+                Ok((d, j)) => refresh_docs.set_raw(d, j),
+                Err(e) => {
+                    tracing::warn!(error = %e, "hub cluster issuer documents not refreshed; serving the previous ones")
+                }
+            }
+        }
+    });
     let app = router(docs.clone());
     let task = tokio::spawn(async move {
         if let Err(e) = crate::http::serve(

@@ -99,6 +99,14 @@ async fn start_issuer(
     is_leader: crate::issuer::serve::IsLeader,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    if let Some(mirror) = args.issuer.mirror_settings()? {
+        let listener = tokio::net::TcpListener::bind(mirror.listen_addr)
+            .await
+            .with_context(|| format!("binding --issuer-listen-addr {}", mirror.listen_addr))?;
+        let (_, task) =
+            crate::issuer::serve::start_mirror(&mirror, listener, client, shutdown).await?;
+        return Ok(Some(task));
+    }
     let Some(mut settings) = args.issuer.settings()? else {
         return Ok(None);
     };
