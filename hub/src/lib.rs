@@ -9,6 +9,7 @@ pub mod flags;
 pub mod fleet;
 pub mod http;
 pub mod inventory;
+pub mod issuer;
 pub mod kubeconfig;
 pub mod leader;
 pub mod observe;

@@ -9,7 +9,15 @@ use anyhow::{Context, anyhow};
 use kleym_hub::credentials::plugins::exec_info::exec_info_from_env;
 use kleym_hub::credentials::plugins::hub_client::hub_client;
 use kleym_hub::credentials::plugins::secret_reader::{SecretReaderOptions, secret_reader};
+use kleym_hub::credentials::plugins::spiffe_jwt::{
+    DEFAULT_LIFETIME_SECONDS, SpiffeJwtOptions, spiffe_jwt,
+};
+use kleym_hub::credentials::plugins::spiffe_x509::{
+    DEFAULT_TTL_SECONDS, SpiffeX509Options, spiffe_x509,
+};
 use kleym_hub::credentials::plugins::token_request::{TokenRequestOptions, token_request};
+use kleym_hub::issuer::keys::Algorithm;
+use kleym_hub::issuer::secret::{SecretRef, parse_issuer_key_secret};
 
 const SECRET_READER_LONG_ABOUT: &str = "\
 Return the token stored in a hub Secret for the spoke (the KEP-5339 example plugin).
@@ -59,6 +67,62 @@ Provider file entry:
         provideClusterInfo: true
         interactiveMode: Never";
 
+const SPIFFE_JWT_LONG_ABOUT: &str = "\
+Return a JWT-SVID signed with the hub's issuer key (kleym hub --issuer-url ... \
+--issuer-key-secret ...): no static secret exists anywhere, and a token minted for one spoke \
+is refused by every other spoke.
+
+Runs as a client-go exec plugin: reads KUBERNETES_EXEC_INFO, reads the signing key from the \
+issuer Secret in the hub (in memory only: never written to a file, a log, argv or the \
+environment) and prints an ExecCredential whose token has sub = the hub's SPIFFE ID \
+(--hub-spiffe-id, default spiffe://<trust domain>/kleym/hub), aud = [the spoke's server URL] \
+(or `audience` from the profile's client.authentication.k8s.io/exec extension), iss = \
+--issuer-url, a lifetime of --lifetime-seconds (at most 900), iat, nbf, jti and the key's kid. \
+Its expirationTimestamp is a little before exp, so the hub refreshes it early.
+
+The spoke's API server must trust the issuer: `kleym trust-config` prints its \
+AuthenticationConfiguration and ClusterRoleBinding.
+Needs: provideClusterInfo: true in the provider entry (unless every profile gives an audience).
+RBAC in the hub for the identity it runs as: get on the issuer Secret, e.g. a Role with \
+rules: [{apiGroups: [\"\"], resources: [secrets], resourceNames: [<name>], verbs: [get]}].
+
+Provider file entry:
+  providers:
+    - name: kleym-spiffe-jwt
+      execConfig:
+        apiVersion: client.authentication.k8s.io/v1
+        command: /usr/local/bin/kleym
+        args: [credential, spiffe-jwt, --issuer-url, https://kleym-issuer.example.org,
+               --issuer-key-secret, kleym-system/kleym-issuer, --trust-domain, example.org]
+        provideClusterInfo: true
+        interactiveMode: Never";
+
+const SPIFFE_X509_LONG_ABOUT: &str = "\
+Return an X.509-SVID client certificate signed by the hub's CA (kept in the issuer Secret of \
+kleym hub --issuer-key-secret, created by the hub).
+
+Runs as a client-go exec plugin: reads KUBERNETES_EXEC_INFO, reads the CA from the issuer \
+Secret in the hub (in memory only), and prints an ExecCredential with clientCertificateData \
+and clientKeyData: a new P-256 key and a certificate with URI SAN = the hub's SPIFFE ID \
+(--hub-spiffe-id, default spiffe://<trust domain>/kleym/hub), CN = --username-prefix + that ID \
+(the user the spoke's API server maps a client certificate to), client-auth only, valid \
+--ttl-seconds (default 3600). Its expirationTimestamp is a little before the end.
+
+The spoke's API server must trust the CA for client certificates (--client-ca-file; the CA \
+certificate is data[x509-ca.crt] of the Secret) and bind that user (kleym trust-config prints \
+the ClusterRoleBinding).
+RBAC in the hub for the identity it runs as: get on the issuer Secret.
+
+Provider file entry:
+  providers:
+    - name: kleym-spiffe-x509
+      execConfig:
+        apiVersion: client.authentication.k8s.io/v1
+        command: /usr/local/bin/kleym
+        args: [credential, spiffe-x509, --issuer-key-secret, kleym-system/kleym-issuer,
+               --trust-domain, example.org]
+        interactiveMode: Never";
+
 /// Arguments of `kleym credential`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -76,6 +140,68 @@ pub enum Plugin {
     /// Short-lived token for a hub ServiceAccount via the TokenRequest API.
     #[command(long_about = TOKEN_REQUEST_LONG_ABOUT)]
     TokenRequest(TokenRequestArgs),
+    /// Short-lived JWT-SVID signed with the hub's issuer key (keyless fleet access).
+    #[command(long_about = SPIFFE_JWT_LONG_ABOUT)]
+    SpiffeJwt(SpiffeJwtArgs),
+    /// Short-lived X.509-SVID client certificate signed by the hub's CA.
+    #[command(long_about = SPIFFE_X509_LONG_ABOUT)]
+    SpiffeX509(SpiffeX509Args),
+}
+
+/// Arguments of `kleym credential spiffe-x509`.
+#[derive(Debug, clap::Args)]
+pub struct SpiffeX509Args {
+    /// The issuer Secret in the hub, `namespace/name`, as `kleym hub --issuer-key-secret`.
+    #[arg(long, value_parser = parse_issuer_key_secret, env = "KLEYM_ISSUER_KEY_SECRET")]
+    pub issuer_key_secret: SecretRef,
+    /// The signing key's algorithm, as `kleym hub --issuer-key-algorithm`.
+    #[arg(long, value_enum, default_value = "ES256", value_name = "ES256|RS256")]
+    pub issuer_key_algorithm: Algorithm,
+    /// The SPIFFE ID in the URI SAN [default: spiffe://<trust domain>/kleym/hub].
+    #[arg(long)]
+    pub hub_spiffe_id: Option<String>,
+    /// The SPIFFE trust domain.
+    #[arg(long, env = "KLEYM_TRUST_DOMAIN")]
+    pub trust_domain: Option<String>,
+    /// Prefix of the CN, as `kleym trust-config --username-prefix`.
+    #[arg(long, default_value = "kleym:")]
+    pub username_prefix: String,
+    /// Certificate lifetime in seconds (300 ..= 86400).
+    #[arg(long, default_value_t = DEFAULT_TTL_SECONDS)]
+    pub ttl_seconds: i64,
+    /// Kubeconfig for the hub [default: in-cluster config, else the usual kubeconfig].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+/// Arguments of `kleym credential spiffe-jwt`.
+#[derive(Debug, clap::Args)]
+pub struct SpiffeJwtArgs {
+    /// The hub's issuer URL (`iss`), as `kleym hub --issuer-url`.
+    #[arg(long, env = "KLEYM_ISSUER_URL")]
+    pub issuer_url: String,
+    /// Accept an `http://` issuer URL (as `kleym hub --issuer-insecure-http`).
+    #[arg(long)]
+    pub issuer_insecure_http: bool,
+    /// The issuer Secret in the hub, `namespace/name`, as `kleym hub --issuer-key-secret`.
+    #[arg(long, value_parser = parse_issuer_key_secret, env = "KLEYM_ISSUER_KEY_SECRET")]
+    pub issuer_key_secret: SecretRef,
+    /// The signing key's algorithm, as `kleym hub --issuer-key-algorithm`.
+    #[arg(long, value_enum, default_value = "ES256", value_name = "ES256|RS256")]
+    pub issuer_key_algorithm: Algorithm,
+    /// The SPIFFE ID in `sub` [default: spiffe://<trust domain>/kleym/hub]; must be in the
+    /// trust domain when one is given.
+    #[arg(long)]
+    pub hub_spiffe_id: Option<String>,
+    /// The SPIFFE trust domain.
+    #[arg(long, env = "KLEYM_TRUST_DOMAIN")]
+    pub trust_domain: Option<String>,
+    /// Token lifetime in seconds (60 ..= 900).
+    #[arg(long, default_value_t = DEFAULT_LIFETIME_SECONDS)]
+    pub lifetime_seconds: i64,
+    /// Kubeconfig for the hub [default: in-cluster config, else the usual kubeconfig].
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// Arguments of `kleym credential secret-reader`.
@@ -122,6 +248,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let (name, result) = match &args.plugin {
         Plugin::SecretReader(a) => ("secret-reader", runtime.block_on(run_secret_reader(a))),
         Plugin::TokenRequest(a) => ("token-request", runtime.block_on(run_token_request(a))),
+        Plugin::SpiffeJwt(a) => ("spiffe-jwt", runtime.block_on(run_spiffe_jwt(a))),
+        Plugin::SpiffeX509(a) => ("spiffe-x509", runtime.block_on(run_spiffe_x509(a))),
     };
     let credential = result.map_err(|e| anyhow!("[{name}] {e}"))?;
     let mut out = std::io::stdout().lock();
@@ -153,4 +281,33 @@ async fn run_token_request(a: &TokenRequestArgs) -> anyhow::Result<String> {
         expiration_seconds: a.expiration_seconds,
     };
     Ok(token_request(hub, &info, &opts).await?)
+}
+
+async fn run_spiffe_jwt(a: &SpiffeJwtArgs) -> anyhow::Result<String> {
+    let info = exec_info_from_env()?;
+    let hub = hub_client(a.kubeconfig.as_deref()).await?;
+    let opts = SpiffeJwtOptions {
+        issuer_url: a.issuer_url.clone(),
+        allow_http_issuer: a.issuer_insecure_http,
+        secret: a.issuer_key_secret.clone(),
+        algorithm: a.issuer_key_algorithm,
+        hub_spiffe_id: a.hub_spiffe_id.clone(),
+        trust_domain: a.trust_domain.clone(),
+        lifetime_seconds: a.lifetime_seconds,
+    };
+    Ok(spiffe_jwt(hub, &info, &opts).await?)
+}
+
+async fn run_spiffe_x509(a: &SpiffeX509Args) -> anyhow::Result<String> {
+    let info = exec_info_from_env()?;
+    let hub = hub_client(a.kubeconfig.as_deref()).await?;
+    let opts = SpiffeX509Options {
+        secret: a.issuer_key_secret.clone(),
+        algorithm: a.issuer_key_algorithm,
+        hub_spiffe_id: a.hub_spiffe_id.clone(),
+        trust_domain: a.trust_domain.clone(),
+        username_prefix: a.username_prefix.clone(),
+        ttl_seconds: a.ttl_seconds,
+    };
+    Ok(spiffe_x509(hub, &info, &opts).await?)
 }

@@ -2,16 +2,19 @@
 //!
 //! Each subcommand lives in its own module with an `Args` struct and a `run` function;
 //! add a variant to [`Command`] and an arm to [`run`] to add one. The subcommands are
-//! `crds`, `spoke`, `hub`, `report` and `credential` (the bundled exec credential plugins).
+//! `crds`, `spoke`, `hub`, `report`, `credential` (the bundled exec credential plugins) and
+//! `trust-config` (the spoke side of keyless access).
 
 use clap::{CommandFactory, Parser, Subcommand};
 
 pub mod crds;
 pub mod credential;
 pub mod hub;
+pub mod issuer;
 pub mod report;
 mod signal;
 pub mod spoke;
+pub mod trust_config;
 
 /// kleym compiles InferenceIdentityBinding objects into SPIRE ClusterSPIFFEIDs across a
 /// fleet of Kubernetes clusters.
@@ -76,7 +79,8 @@ pub enum Command {
         Exit status: 0 no findings at or above --fail-on, 1 such findings exist, 2 error."
     )]
     Report(report::Args),
-    /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`, `token-request`.
+    /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`,
+    /// `token-request`, `spiffe-jwt`.
     ///
     /// These are client-go exec plugins (KEP-5339, `client.authentication.k8s.io` v1 or
     /// v1beta1): the hub (or kubectl, or any client-go based tool) runs them; they read the
@@ -84,14 +88,31 @@ pub enum Command {
     /// stdout and exit 0. Errors go to stderr as `kleym: [<plugin>] <message>` with exit code 1
     /// and never contain the token. They are not meant to be run by hand.
     ///
-    /// Both talk to the hub cluster with --kubeconfig, else the in-cluster ServiceAccount, else
+    /// They talk to the hub cluster with --kubeconfig, else the in-cluster ServiceAccount, else
     /// the usual kubeconfig, and need RBAC there: `secret-reader` get on secrets,
-    /// `token-request` create on serviceaccounts/token (see each plugin's --help for the rules
+    /// `token-request` create on serviceaccounts/token, `spiffe-jwt` get on the issuer Secret
+    /// (see each plugin's --help for the rules
     /// and an example provider entry). Configure them as access providers in the hub's
     /// --clusterprofile-provider-file with `provideClusterInfo: true`, so that
     /// `KUBERNETES_EXEC_INFO` carries `spec.cluster` (the spoke's server URL, and the
     /// `client.authentication.k8s.io/exec` extension as `spec.cluster.config`).
     Credential(credential::Args),
+    /// Print what each spoke's operator applies so that the spoke trusts the hub's
+    /// JWT-SVIDs: the AuthenticationConfiguration and the RBAC of the hub's user.
+    #[command(
+        long_about = "Print, per spoke, what its operator applies so that the spoke's \
+        API server trusts the JWT-SVIDs of `kleym credential spiffe-jwt`: an \
+        apiserver.config.k8s.io/v1 AuthenticationConfiguration for its --authentication-config \
+        (issuer URL and CA, audience = that spoke's server URL as its ClusterProfile gives it, or \
+        the exec extension's audience; a claim validation rule pinning sub to the hub's SPIFFE ID; \
+        the username mapped with --username-prefix; a user validation rule refusing system: \
+        names), and the spoke ClusterRole of deploy/spoke/ with a ClusterRoleBinding of that user.\n\n\
+        Reads ClusterProfiles from the hub cluster (--kubeconfig/--context). See \
+        docs/keyless-access.md."
+    )]
+    TrustConfig(trust_config::Args),
+    /// Operate on the hub's issuer keys: `rotate [--revoke-old]`.
+    Issuer(issuer::Args),
 }
 
 /// A usage error found after parsing (a check spanning several flags, or of a file a flag
@@ -115,6 +136,8 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Credential(args) => credential::run(&args),
         Command::Hub(args) => hub::run(&args),
         Command::Report(args) => report::run(&args),
+        Command::TrustConfig(args) => trust_config::run(&args),
+        Command::Issuer(args) => issuer::run(&args),
     }
 }
 

@@ -127,6 +127,10 @@ pub struct HubArgs {
     #[command(flatten)]
     pub api: ApiArgs,
 
+    /// The hub as a JWT issuer (`--issuer-*`, issue 14).
+    #[command(flatten)]
+    pub issuer: crate::issuer::IssuerArgs,
+
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -43,6 +43,15 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         },
         shutdown.clone(),
     )?;
+    let state = hub.state.clone();
+    let issuer = start_issuer(
+        args,
+        hub.issuer_metrics.clone(),
+        client.clone(),
+        std::sync::Arc::new(move || state.is_leader()),
+        shutdown.clone(),
+    )
+    .await?;
     tracing::info!(
         metrics_addr = %args.metrics_addr,
         health_addr = ?health.health_addr(),
@@ -68,6 +77,9 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     };
     let _ = hub.task.await;
     shutdown.cancel();
+    if let Some(issuer) = issuer {
+        let _ = issuer.await;
+    }
     health.join().await;
     if let Some(api) = api
         && let Ok(Err(err)) = api.await
@@ -76,4 +88,33 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     }
     tracing::info!("kleym hub stopped");
     Ok(())
+}
+
+/// With `--issuer-url`: binds `--issuer-listen-addr` and starts the issuer
+/// ([`crate::issuer::serve::start`]). Any configuration or key problem is fatal at start-up.
+async fn start_issuer(
+    args: &HubArgs,
+    metrics: crate::issuer::metrics::IssuerMetrics,
+    client: kube::Client,
+    is_leader: crate::issuer::serve::IsLeader,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    if let Some(mirror) = args.issuer.mirror_settings()? {
+        let listener = tokio::net::TcpListener::bind(mirror.listen_addr)
+            .await
+            .with_context(|| format!("binding --issuer-listen-addr {}", mirror.listen_addr))?;
+        let (_, task) =
+            crate::issuer::serve::start_mirror(&mirror, listener, client, shutdown).await?;
+        return Ok(Some(task));
+    }
+    let Some(mut settings) = args.issuer.settings()? else {
+        return Ok(None);
+    };
+    settings.metrics = metrics;
+    let listener = tokio::net::TcpListener::bind(settings.listen_addr)
+        .await
+        .with_context(|| format!("binding --issuer-listen-addr {}", settings.listen_addr))?;
+    let (_, task) =
+        crate::issuer::serve::start(&settings, listener, client, is_leader, shutdown).await?;
+    Ok(Some(task))
 }

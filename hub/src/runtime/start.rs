@@ -46,6 +46,8 @@ pub struct HubHandle {
     pub api_metrics: ApiMetrics,
     /// Credential cache (exec counts are in its metrics).
     pub credentials: Arc<CredentialCache>,
+    /// The issuer's metrics (registered on [`HubHandle::registry`] when `--issuer-url` is set).
+    pub issuer_metrics: crate::issuer::metrics::IssuerMetrics,
     /// Ends when the hub stopped.
     pub task: tokio::task::JoinHandle<()>,
 }
@@ -79,6 +81,11 @@ pub fn start_hub_with(
     let fleet_metrics = FleetMetrics::register(&mut registry);
     let api_metrics = ApiMetrics::register(&mut registry);
     let status_metrics = StatusMetrics::register(&mut registry);
+    let issuer_metrics = if args.issuer.issuer_url.is_some() {
+        crate::issuer::metrics::IssuerMetrics::register(&mut registry)
+    } else {
+        crate::issuer::metrics::IssuerMetrics::default()
+    };
     let credentials = Arc::new(CredentialCache::new(args.cache_options(), cred_metrics));
     let state = FleetState::new();
     FleetMetrics::register_engage(&mut registry, &state);
@@ -162,6 +169,7 @@ pub fn start_hub_with(
         registry: Arc::new(registry),
         api_metrics,
         credentials,
+        issuer_metrics,
         task,
     })
 }

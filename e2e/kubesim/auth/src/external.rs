@@ -60,6 +60,12 @@ pub struct ExternalIssuerConfig {
     /// Prefix prepended to every group.
     #[serde(default)]
     pub groups_prefix: String,
+    /// When set, the JWKS URL is not `jwks_url` but the `jwks_uri` named by the OIDC
+    /// discovery document fetched from this HTTPS URL (usually
+    /// `<issuer>/.well-known/openid-configuration`), whose `issuer` must equal [`Self::issuer`]
+    /// byte for byte, as kube-apiserver's structured authentication does.
+    #[serde(default)]
+    pub discovery_url: Option<String>,
 }
 
 impl ExternalIssuerConfig {
@@ -74,7 +80,20 @@ impl ExternalIssuerConfig {
             username_prefix: String::new(),
             groups_claim: None,
             groups_prefix: String::new(),
+            discovery_url: None,
         }
+    }
+
+    /// A config that finds its JWKS through OIDC discovery at `discovery_url`.
+    pub fn with_discovery(
+        issuer: &str,
+        audiences: Vec<String>,
+        discovery_url: &str,
+        ca_pem: &str,
+    ) -> Self {
+        let mut c = Self::new(issuer, audiences, discovery_url, ca_pem);
+        c.discovery_url = Some(discovery_url.to_string());
+        c
     }
 }
 
@@ -204,6 +223,28 @@ impl ExternalIssuer {
         self.claims_to_user(&claims, now.timestamp())
     }
 
+    /// Verifies `token` as of `now` — signature by a JWKS key, `iss`, `exp` (required,
+    /// strict), `nbf`/`iat`, an audience in the configured list — and returns its claims
+    /// without mapping them to a user (for structured authentication's own rules).
+    pub async fn verify_claims(
+        &self,
+        token: &str,
+        now: DateTime<Utc>,
+    ) -> Result<serde_json::Map<String, Value>> {
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| AuthError::InvalidToken("malformed JWT".into()))?;
+        if !self.claims_issuer(token) {
+            return Err(AuthError::InvalidToken(format!(
+                "token issuer is not {:?}",
+                self.config.issuer
+            )));
+        }
+        let keys = self.keys_for(header.kid.as_deref()).await?;
+        let claims: serde_json::Map<String, Value> = verify_signature(token, &keys)?;
+        self.check_standard_claims(&claims, now.timestamp())?;
+        Ok(claims)
+    }
+
     /// The cached keys, fetching first if the cache is empty or does not know `kid` (and the
     /// rate limit allows).
     async fn keys_for(&self, kid: Option<&str>) -> Result<VerificationKeys> {
@@ -256,7 +297,7 @@ impl ExternalIssuer {
     }
 
     async fn fetch(&self) -> Result<VerificationKeys> {
-        let body = tokio::time::timeout(self.fetch_timeout, self.get_jwks_body())
+        let body = tokio::time::timeout(self.fetch_timeout, self.discover_and_get_jwks())
             .await
             .map_err(|_| {
                 AuthError::Jwks(format!(
@@ -277,18 +318,54 @@ impl ExternalIssuer {
             .collect())
     }
 
-    async fn get_jwks_body(&self) -> Result<Bytes> {
-        let url = &self.config.jwks_url;
+    /// The JWKS body: from `jwks_url`, or from the `jwks_uri` the discovery document names.
+    async fn discover_and_get_jwks(&self) -> Result<Bytes> {
+        let Some(discovery_url) = &self.config.discovery_url else {
+            return self.get_body(&self.jwks_uri, &self.config.jwks_url).await;
+        };
+        #[derive(Deserialize)]
+        struct Discovery {
+            issuer: Option<String>,
+            jwks_uri: Option<String>,
+        }
+        let body = self.get_body(&self.jwks_uri, discovery_url).await?;
+        let doc: Discovery = serde_json::from_slice(&body).map_err(|e| {
+            AuthError::Jwks(format!("{discovery_url}: invalid discovery document: {e}"))
+        })?;
+        if doc.issuer.as_deref() != Some(self.config.issuer.as_str()) {
+            return Err(AuthError::Jwks(format!(
+                "{discovery_url}: discovery document issuer {:?} does not match {:?}",
+                doc.issuer.unwrap_or_default(),
+                self.config.issuer
+            )));
+        }
+        let jwks_url = doc.jwks_uri.ok_or_else(|| {
+            AuthError::Jwks(format!(
+                "{discovery_url}: discovery document has no jwks_uri"
+            ))
+        })?;
+        let jwks_uri: Uri = jwks_url
+            .parse()
+            .ok()
+            .filter(|u: &Uri| u.scheme_str() == Some("https") && u.host().is_some())
+            .ok_or_else(|| {
+                AuthError::Jwks(format!(
+                    "{discovery_url}: jwks_uri {jwks_url:?} is not an https URL with a host"
+                ))
+            })?;
+        self.get_body(&jwks_uri, &jwks_url).await
+    }
+
+    async fn get_body(&self, uri: &Uri, url: &str) -> Result<Bytes> {
         let err =
             |what: &str, e: &dyn std::fmt::Display| AuthError::Jwks(format!("{url}: {what}: {e}"));
-        let host = self
-            .jwks_uri
+        let host = uri
             .host()
             .unwrap_or_default()
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
-        let port = self.jwks_uri.port_u16().unwrap_or(443);
+        let port = uri.port_u16().unwrap_or(443);
         let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
             .await
             .map_err(|e| err("connect", &e))?;
@@ -301,16 +378,8 @@ impl ExternalIssuer {
             .await
             .map_err(|e| err("HTTP handshake", &e))?;
         let conn_task = tokio::spawn(conn);
-        let path = self
-            .jwks_uri
-            .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/");
-        let authority = self
-            .jwks_uri
-            .authority()
-            .map(|a| a.as_str())
-            .unwrap_or_default();
+        let path = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
         let request = http::Request::get(path)
             .header(http::header::HOST, authority)
             .header(http::header::ACCEPT, "application/json")
@@ -342,6 +411,15 @@ impl ExternalIssuer {
         claims: &serde_json::Map<String, Value>,
         now: i64,
     ) -> Result<UserInfo> {
+        self.check_standard_claims(claims, now)?;
+        self.map_claims(claims)
+    }
+
+    fn check_standard_claims(
+        &self,
+        claims: &serde_json::Map<String, Value>,
+        now: i64,
+    ) -> Result<()> {
         let int = |name: &str| claims.get(name).and_then(Value::as_i64);
         let exp = int("exp").ok_or_else(|| AuthError::InvalidToken("token has no exp".into()))?;
         check_times(exp, int("nbf"), int("iat"), now)?;
@@ -360,8 +438,10 @@ impl ExternalIssuer {
                 .collect(),
             _ => Vec::new(),
         };
-        check_audience(&aud, &self.config.audiences)?;
+        check_audience(&aud, &self.config.audiences)
+    }
 
+    fn map_claims(&self, claims: &serde_json::Map<String, Value>) -> Result<UserInfo> {
         let claim = &self.config.username_claim;
         let username = claims
             .get(claim)

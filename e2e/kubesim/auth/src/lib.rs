@@ -34,6 +34,7 @@ pub mod external;
 pub mod jwt;
 pub mod pki;
 pub mod rbac;
+pub mod structured;
 
 use std::collections::BTreeMap;
 

@@ -188,16 +188,35 @@ impl ClusterPki {
     /// which must then chain to the cluster CA (kube-apiserver's `--client-ca-file`);
     /// clients without one still connect (they authenticate with a token or are anonymous).
     pub fn server_config(&self, request_client_certs: bool) -> Result<Arc<ServerConfig>> {
+        self.server_config_with_client_cas(request_client_certs, None)
+    }
+
+    /// As [`Self::server_config`], also accepting client certificates chaining to the CAs in
+    /// `extra_client_ca_pem` (kube-apiserver's `--client-ca-file` holding more than the
+    /// cluster CA). Extra CAs imply requesting client certificates.
+    pub fn server_config_with_client_cas(
+        &self,
+        request_client_certs: bool,
+        extra_client_ca_pem: Option<&str>,
+    ) -> Result<Arc<ServerConfig>> {
+        let request_client_certs = request_client_certs || extra_client_ca_pem.is_some();
         let provider = crypto_provider();
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| pki_err("server TLS versions", e))?;
         let builder = if request_client_certs {
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(self.root_store()?), provider)
-                    .allow_unauthenticated()
-                    .build()
-                    .map_err(|e| pki_err("client verifier", e))?;
+            let mut roots = self.root_store()?;
+            if let Some(pem) = extra_client_ca_pem {
+                for cert in certs_from_pem(pem)? {
+                    roots
+                        .add(cert)
+                        .map_err(|e| pki_err("client CA certificate", e))?;
+                }
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| pki_err("client verifier", e))?;
             builder.with_client_cert_verifier(verifier)
         } else {
             builder.with_no_client_auth()

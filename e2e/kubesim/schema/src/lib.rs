@@ -21,6 +21,7 @@ mod cel_rules;
 mod cel_semver;
 mod defaults;
 mod errors;
+pub mod expr;
 mod formats;
 mod go_regex;
 mod go_url;

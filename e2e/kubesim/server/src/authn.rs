@@ -29,6 +29,11 @@ pub trait ExternalAuthenticator: Send + Sync {
         token: &'a str,
         now: DateTime<Utc>,
     ) -> BoxFuture<'a, Result<UserInfo, String>>;
+    /// Whether it came from an `AuthenticationConfiguration` (replaced as a whole when the
+    /// configuration is reloaded).
+    fn is_from_authentication_config(&self) -> bool {
+        false
+    }
 }
 
 /// A successfully authenticated token.
@@ -235,6 +240,49 @@ pub fn external_issuer(
     let ext = kubesim_auth::external::ExternalIssuer::new(config)?
         .with_min_refetch_interval(std::time::Duration::from_millis(200));
     Ok(std::sync::Arc::new(External(ext)))
+}
+
+/// Adapter: one `jwt` authenticator of a structured `AuthenticationConfiguration`.
+struct Structured(kubesim_auth::structured::JwtAuthenticator);
+
+impl ExternalAuthenticator for Structured {
+    fn issuer(&self) -> &str {
+        self.0.issuer_url()
+    }
+
+    fn verify<'a>(
+        &'a self,
+        token: &'a str,
+        now: DateTime<Utc>,
+    ) -> BoxFuture<'a, Result<UserInfo, String>> {
+        Box::pin(async move { self.0.verify(token, now).await.map_err(|e| e.to_string()) })
+    }
+
+    fn is_from_authentication_config(&self) -> bool {
+        true
+    }
+}
+
+/// The authenticators of an `apiserver.config.k8s.io` `AuthenticationConfiguration` (YAML or
+/// JSON text), validated as kube-apiserver validates it: any error, or any field kubesim does
+/// not implement, is refused with the field named. `min_refetch_interval` bounds JWKS
+/// refetches on unknown key IDs.
+pub fn authentication_config(
+    text: &str,
+    min_refetch_interval: std::time::Duration,
+) -> Result<Vec<std::sync::Arc<dyn ExternalAuthenticator>>, crate::KubesimError> {
+    let value: serde_json::Value = crate::yaml::from_str(text).map_err(|e| {
+        kubesim_auth::AuthError::InvalidRequest(format!("AuthenticationConfiguration: {e}"))
+    })?;
+    let config = kubesim_auth::structured::AuthenticationConfiguration::from_value_with(
+        &value,
+        min_refetch_interval,
+    )?;
+    Ok(config
+        .jwt
+        .into_iter()
+        .map(|a| std::sync::Arc::new(Structured(a)) as std::sync::Arc<dyn ExternalAuthenticator>)
+        .collect())
 }
 
 /// kube-apiserver's impersonation headers: `Impersonate-User`, `Impersonate-Group`

@@ -18,7 +18,9 @@ AUTHENTICATION
   Admin bearer token; client certificates signed by the cluster CA (CN = user,
   O = groups); ServiceAccount tokens from TokenRequest (`kubectl create token`), verified
   like kube-apiserver (signature, audience = the server URL, expiry, ServiceAccount and
-  bound pod still exist). Anonymous requests get 401 except /healthz, /livez, /readyz,
+  bound pod still exist); with --authentication-config, JWTs of external issuers as
+  kube-apiserver's structured authentication verifies them; with --client-ca, client
+  certificates of further CAs. Anonymous requests get 401 except /healthz, /livez, /readyz,
   /version, /.well-known/openid-configuration and /openid/v1/jwks.
 
 FAULT INJECTION (admin only: group system:masters)
@@ -71,6 +73,28 @@ pub struct Args {
     /// Do not request client certificates during the TLS handshake.
     #[arg(long)]
     pub no_client_certs: bool,
+    /// CLUSTER=FILE: that cluster also authenticates JWTs with the `jwt` authenticators of
+    /// FILE, an `apiserver.config.k8s.io/v1` `AuthenticationConfiguration` (kube-apiserver's
+    /// `--authentication-config`): OIDC discovery over HTTPS with `issuer.certificateAuthority`,
+    /// JWKS refetch on an unknown `kid`, `iss`/`aud`/`exp`/`nbf`, `claimValidationRules`,
+    /// `claimMappings` (username, groups, uid) and CEL `userValidationRules`. Fields kubesim
+    /// does not implement are refused at start-up, named. The file is re-read when it
+    /// changes; an invalid new version keeps the previous one (and is logged). Repeatable.
+    #[arg(long, value_name = "CLUSTER=FILE", value_parser = cluster_file)]
+    pub authentication_config: Vec<(String, PathBuf)>,
+    /// CLUSTER=FILE: that cluster also accepts client certificates chaining to the PEM CA
+    /// bundle in FILE (kube-apiserver's `--client-ca-file`, in addition to the cluster's own
+    /// CA). Repeatable.
+    #[arg(long, value_name = "CLUSTER=FILE", value_parser = cluster_file)]
+    pub client_ca: Vec<(String, PathBuf)>,
+}
+
+/// Parses `CLUSTER=FILE`.
+fn cluster_file(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((c, f)) if !c.is_empty() && !f.is_empty() => Ok((c.to_string(), PathBuf::from(f))),
+        _ => Err(format!("{s:?}: expected CLUSTER=FILE")),
+    }
 }
 
 impl Args {
@@ -87,6 +111,20 @@ impl Args {
                 return Err(format!(
                     "invalid cluster name {c:?}: use lower-case letters, digits and '-' (DNS label)"
                 ));
+            }
+        }
+        for (flag, list) in [
+            ("--authentication-config", &self.authentication_config),
+            ("--client-ca", &self.client_ca),
+        ] {
+            let mut seen = std::collections::BTreeSet::new();
+            for (c, _) in list {
+                if !self.clusters.contains(c) {
+                    return Err(format!("{flag} {c}=…: no cluster {c:?} in --clusters"));
+                }
+                if !seen.insert(c) {
+                    return Err(format!("{flag}: cluster {c:?} given twice"));
+                }
             }
         }
         Ok(())
@@ -119,6 +157,32 @@ mod tests {
             Args::try_parse_from(["kubesim", "--clusters", "Hub", "--state-dir", "x"]).unwrap();
         assert!(bad.validate().is_err());
         assert!(Args::try_parse_from(["kubesim", "--state-dir", "x"]).is_err());
+    }
+
+    #[test]
+    fn authentication_config_and_client_ca_name_a_listed_cluster() {
+        let parse = |extra: &[&str]| {
+            let mut v = vec!["kubesim", "--clusters", "a,b", "--state-dir", "x"];
+            v.extend_from_slice(extra);
+            Args::try_parse_from(v)
+        };
+        let a = parse(&[
+            "--authentication-config",
+            "a=authn.yaml",
+            "--client-ca",
+            "b=ca.pem",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.authentication_config,
+            vec![("a".to_string(), PathBuf::from("authn.yaml"))]
+        );
+        assert!(a.validate().is_ok());
+        assert!(parse(&["--authentication-config", "a"]).is_err());
+        let unknown = parse(&["--authentication-config", "c=x.yaml"]).unwrap();
+        assert!(unknown.validate().unwrap_err().contains("no cluster \"c\""));
+        let twice = parse(&["--client-ca", "a=x", "--client-ca", "a=y"]).unwrap();
+        assert!(twice.validate().unwrap_err().contains("given twice"));
     }
 
     #[test]

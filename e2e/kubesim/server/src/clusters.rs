@@ -49,6 +49,14 @@ pub struct KubesimOptions {
     pub default_rbac: bool,
     /// Watch history kept per resource type (`None`: the store's default).
     pub history_limit: Option<usize>,
+    /// Per cluster name, the text (YAML or JSON) of an `apiserver.config.k8s.io`
+    /// `AuthenticationConfiguration` whose `jwt` authenticators the cluster uses, as
+    /// kube-apiserver's `--authentication-config` (see
+    /// [`ClusterHandle::set_authentication_config`]).
+    pub authentication_configs: BTreeMap<String, String>,
+    /// Per cluster name, PEM CA bundles whose client certificates the cluster also accepts
+    /// (kube-apiserver's `--client-ca-file`, added to the cluster's own CA).
+    pub client_cas: BTreeMap<String, String>,
 }
 
 impl Default for KubesimOptions {
@@ -58,6 +66,8 @@ impl Default for KubesimOptions {
             client_certs: true,
             default_rbac: true,
             history_limit: None,
+            authentication_configs: BTreeMap::new(),
+            client_cas: BTreeMap::new(),
         }
     }
 }
@@ -219,7 +229,10 @@ async fn start_cluster(
     let pki = tokio::task::spawn_blocking(move || ClusterPki::generate(&pki_name))
         .await
         .map_err(|e| KubesimError::Kube(format!("pki task: {e}")))??;
-    let tls = pki.server_config(options.client_certs)?;
+    let tls = pki.server_config_with_client_cas(
+        options.client_certs,
+        options.client_cas.get(&name).map(String::as_str),
+    )?;
     let listener = listener::bind_random().await?;
     let addr = listener.local_addr()?;
     let store = Cluster::new(&name);
@@ -241,8 +254,12 @@ async fn start_cluster(
         admin_token,
         shutdown.clone(),
     ));
-    tokio::spawn(listener::run(server.clone(), listener, tls));
-    Ok(ClusterHandle { server })
+    let handle = ClusterHandle { server };
+    if let Some(text) = options.authentication_configs.get(&name) {
+        handle.set_authentication_config(text)?;
+    }
+    tokio::spawn(listener::run(handle.server.clone(), listener, tls));
+    Ok(handle)
 }
 
 fn random_token() -> String {
@@ -588,6 +605,43 @@ impl ClusterHandle {
             v.retain(|e| e.issuer() != ext.issuer());
             v.push(ext);
         }
+    }
+
+    /// Use the `jwt` authenticators of an `apiserver.config.k8s.io` `AuthenticationConfiguration`
+    /// (YAML or JSON `text`), replacing those of the previous configuration, as
+    /// kube-apiserver's `--authentication-config` (and its reload) does. An invalid
+    /// configuration is refused with the field named and the previous one stays. Authenticators
+    /// added with [`Self::trust_issuer`] are kept. Unknown key IDs refetch the JWKS at most
+    /// every 200 ms (kube-apiserver: a few seconds), so tests can rotate keys quickly.
+    pub fn set_authentication_config(&self, text: &str) -> Result<(), KubesimError> {
+        let authenticators = crate::authn::authentication_config(text, Duration::from_millis(200))?;
+        let taken: Vec<String> = self
+            .server
+            .external_issuers
+            .read()
+            .map(|v| {
+                v.iter()
+                    .filter(|e| !e.is_from_authentication_config())
+                    .map(|e| e.issuer().to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(a) = authenticators
+            .iter()
+            .find(|a| taken.iter().any(|t| t == a.issuer()))
+        {
+            return Err(KubesimError::Auth(kubesim_auth::AuthError::InvalidRequest(
+                format!(
+                    "jwt issuer.url {:?}: already trusted through trust_issuer",
+                    a.issuer()
+                ),
+            )));
+        }
+        if let Ok(mut v) = self.server.external_issuers.write() {
+            v.retain(|e| !e.is_from_authentication_config());
+            v.extend(authenticators);
+        }
+        Ok(())
     }
 
     /// Stop this cluster's server.

@@ -31,13 +31,33 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     for p in &args.crds {
         crds.extend(load_crds(p)?);
     }
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let mut authentication_configs = std::collections::BTreeMap::new();
+    for (cluster, path) in &args.authentication_config {
+        authentication_configs.insert(cluster.clone(), read(path)?);
+    }
+    let mut client_cas = std::collections::BTreeMap::new();
+    for (cluster, path) in &args.client_ca {
+        client_cas.insert(cluster.clone(), read(path)?);
+    }
     let options = KubesimOptions {
         crds,
         client_certs: !args.no_client_certs,
+        authentication_configs,
+        client_cas,
         ..Default::default()
     };
     let names: Vec<&str> = args.clusters.iter().map(String::as_str).collect();
-    let sim = Kubesim::start(&names, options).await?;
+    let sim = Kubesim::start(&names, options)
+        .await
+        .map_err(|e| format!("--authentication-config/--client-ca or start-up: {e}"))?;
+    for (cluster, path) in &args.authentication_config {
+        if let Some(handle) = sim.cluster(cluster) {
+            tokio::spawn(reload_on_change(handle, path.clone()));
+        }
+    }
     sim.write_state_dir(&args.state_dir)?;
     {
         let mut out = std::io::stdout().lock();
@@ -47,6 +67,31 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     wait_for_signal().await?;
     sim.shutdown();
     Ok(())
+}
+
+/// Re-reads an `--authentication-config` file when its content changes, as kube-apiserver
+/// does; an invalid new version keeps the previous configuration and is logged.
+async fn reload_on_change(handle: kubesim::ClusterHandle, path: std::path::PathBuf) {
+    let mut last = std::fs::read_to_string(&path).ok();
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        if last.as_deref() == Some(text.as_str()) {
+            continue;
+        }
+        match handle.set_authentication_config(&text) {
+            Ok(()) => {
+                tracing::info!(cluster = %handle.name(), file = %path.display(), "authentication configuration reloaded")
+            }
+            Err(e) => {
+                tracing::error!(cluster = %handle.name(), file = %path.display(), error = %e, "invalid authentication configuration; keeping the previous one")
+            }
+        }
+        last = Some(text);
+    }
 }
 
 async fn wait_for_signal() -> std::io::Result<()> {

@@ -1,0 +1,447 @@
+//! `kleym trust-config`: per spoke, what its operator applies so that the spoke's API server
+//! trusts the hub's JWT-SVIDs (`kleym credential spiffe-jwt`): the
+//! `AuthenticationConfiguration` for `--authentication-config`, and the spoke ClusterRole with
+//! the ClusterRoleBinding of the hub's mapped user.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow, bail};
+use kleym_api::external::clusterprofile::ClusterProfileVersion;
+use kleym_hub::access::AccessProfile;
+use kleym_hub::credentials::plugins::spiffe_jwt::resolve_hub_spiffe_id;
+use kleym_hub::issuer::trust::{
+    SPOKE_CLUSTER_ROLE_YAML, SpokeTarget, TrustInputs, authentication_configuration,
+    cluster_role_binding, spoke_target,
+};
+use kleym_hub::issuer::validate_issuer_url;
+use kube::api::{Api, DynamicObject, ListParams};
+use serde_json::{Value, json};
+
+/// The credential the spokes will be configured for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Credential {
+    /// JWT-SVIDs from `kleym credential spiffe-jwt` (sub = the hub's SPIFFE ID).
+    SpiffeJwt,
+    /// X.509-SVIDs from `kleym credential spiffe-x509`: the spoke adds the hub CA (from the
+    /// issuer Secret, --issuer-key-secret) to its client CAs; CN = the mapped user.
+    SpiffeX509,
+    /// ServiceAccount tokens from `kleym credential token-request` (sub =
+    /// `system:serviceaccount:<ns>:<name>` of --service-account; the issuer is the hub
+    /// cluster's ServiceAccount issuer).
+    TokenRequest,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// YAML documents, commented per spoke.
+    Yaml,
+    /// One JSON array, an object per spoke.
+    Json,
+}
+
+/// Arguments of `kleym trust-config`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Kubeconfig of the hub cluster [default: KUBECONFIG, ~/.kube/config, in-cluster].
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context of the hub cluster.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The ClusterProfile(s) to print for, `namespace/name` (repeatable).
+    #[arg(
+        long,
+        value_name = "NS/NAME",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    pub profile: Vec<String>,
+    /// Every ClusterProfile of the hub cluster.
+    #[arg(long)]
+    pub all: bool,
+    /// The access provider whose `cluster.server` the spokes are reached at [default: the
+    /// first provider of the profile that has a server].
+    #[arg(long, value_name = "NAME")]
+    pub provider: Option<String>,
+    /// The credential the hub uses.
+    #[arg(long, value_enum, default_value = "spiffe-jwt")]
+    pub credential: Credential,
+    /// With `--credential token-request`: the hub ServiceAccount, `namespace/name`, as
+    /// `kleym credential token-request --service-account`.
+    #[arg(
+        long,
+        value_name = "NS/NAME",
+        required_if_eq("credential", "token-request")
+    )]
+    pub service_account: Option<String>,
+    /// The issuer URL: `kleym hub --issuer-url` (spiffe-jwt), or the hub cluster's
+    /// `--service-account-issuer` (token-request).
+    /// Required for both.
+    #[arg(long, value_name = "URL", env = "KLEYM_ISSUER_URL")]
+    pub issuer_url: Option<String>,
+    /// PEM CA bundle that verifies the issuer listener's certificate (what the spoke's API
+    /// server trusts to fetch discovery and keys). Required unless `--credential spiffe-x509`.
+    #[arg(long, value_name = "PATH")]
+    pub issuer_ca_file: Option<PathBuf>,
+    /// With `--credential spiffe-x509`: the issuer Secret holding the hub CA, as
+    /// `kleym hub --issuer-key-secret`.
+    #[arg(long, value_name = "NS/NAME", value_parser = kleym_hub::issuer::secret::parse_issuer_key_secret)]
+    pub issuer_key_secret: Option<kleym_hub::issuer::secret::SecretRef>,
+    /// The hub's SPIFFE ID [default: spiffe://<trust domain>/kleym/hub].
+    #[arg(long)]
+    pub hub_spiffe_id: Option<String>,
+    /// The SPIFFE trust domain.
+    #[arg(long, env = "KLEYM_TRUST_DOMAIN")]
+    pub trust_domain: Option<String>,
+    /// Prefix of the username spokes map the hub to (must not start with `system:`).
+    #[arg(long, default_value = "kleym:")]
+    pub username_prefix: String,
+    /// Output format on stdout.
+    #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+    pub output: Format,
+    /// Also write, per spoke, `<DIR>/<namespace>_<name>/authentication-config.yaml` (for the
+    /// API server's `--authentication-config`) and `rbac.yaml` (for `kubectl apply -f`).
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+}
+
+/// Runs `kleym trust-config`.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let out = runtime.block_on(render(args))?;
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(out.as_bytes())
+        .context("writing to stdout")?;
+    Ok(())
+}
+
+fn inputs(args: &Args) -> anyhow::Result<TrustInputs> {
+    let (issuer_url, ca) = if args.credential == Credential::SpiffeX509 {
+        (String::new(), String::new())
+    } else {
+        let (Some(url), Some(file)) = (&args.issuer_url, &args.issuer_ca_file) else {
+            bail!(
+                "--issuer-url and --issuer-ca-file are required with --credential spiffe-jwt or token-request"
+            );
+        };
+        validate_issuer_url(url, false)?;
+        let ca = std::fs::read_to_string(file)
+            .with_context(|| format!("--issuer-ca-file {}", file.display()))?;
+        if !ca.contains("-----BEGIN CERTIFICATE-----") {
+            bail!(
+                "--issuer-ca-file {}: holds no PEM certificate",
+                file.display()
+            );
+        }
+        (url.clone(), ca)
+    };
+    if args.username_prefix.starts_with("system:") {
+        bail!(
+            "--username-prefix {:?}: system: usernames are reserved",
+            args.username_prefix
+        );
+    }
+    Ok(TrustInputs {
+        issuer_url,
+        issuer_ca_pem: ca,
+        subject: subject(args)?,
+        username_prefix: args.username_prefix.clone(),
+    })
+}
+
+/// The `sub` the spokes pin.
+fn subject(args: &Args) -> anyhow::Result<String> {
+    match args.credential {
+        Credential::SpiffeJwt | Credential::SpiffeX509 => Ok(resolve_hub_spiffe_id(
+            args.hub_spiffe_id.as_deref(),
+            args.trust_domain.as_deref(),
+        )?),
+        Credential::TokenRequest => {
+            let sa = args.service_account.as_deref().unwrap_or_default();
+            let (ns, name) =
+                kleym_hub::credentials::plugins::token_request::parse_service_account(sa)?;
+            Ok(format!("system:serviceaccount:{ns}:{name}"))
+        }
+    }
+}
+
+async fn profiles(args: &Args) -> anyhow::Result<Vec<AccessProfile>> {
+    let client = kleym_hub::kubeconfig::client_from_flags(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+    )
+    .await?;
+    let ar = ClusterProfileVersion::V1alpha1.api_resource();
+    let mut out = Vec::new();
+    if args.all {
+        let list = Api::<DynamicObject>::all_with(client, &ar)
+            .list(&ListParams::default())
+            .await
+            .context("listing ClusterProfiles in the hub cluster")?;
+        for obj in list.items {
+            out.push(AccessProfile::from_profile_json(&serde_json::to_value(
+                obj,
+            )?)?);
+        }
+    } else {
+        for p in &args.profile {
+            let (ns, name) = p
+                .split_once('/')
+                .filter(|(n, m)| !n.is_empty() && !m.is_empty())
+                .ok_or_else(|| anyhow!("--profile must be <namespace>/<name>, got {p:?}"))?;
+            let obj = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+                .get(name)
+                .await
+                .with_context(|| format!("reading ClusterProfile {p}"))?;
+            out.push(AccessProfile::from_profile_json(&serde_json::to_value(
+                obj,
+            )?)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Per spoke: (target, AuthenticationConfiguration, RBAC documents).
+pub fn documents(
+    inputs: &TrustInputs,
+    targets: &[SpokeTarget],
+) -> anyhow::Result<Vec<(SpokeTarget, Value, Vec<Value>)>> {
+    let role: Value = kleym_api::yaml::from_str(SPOKE_CLUSTER_ROLE_YAML)
+        .map_err(|e| anyhow!("embedded spoke ClusterRole: {e}"))?;
+    Ok(targets
+        .iter()
+        .map(|t| {
+            (
+                t.clone(),
+                authentication_configuration(inputs, t),
+                vec![role.clone(), cluster_role_binding(inputs)],
+            )
+        })
+        .collect())
+}
+
+fn yaml(v: &Value) -> anyhow::Result<String> {
+    kleym_api::yaml::to_string(v).map_err(|e| anyhow!("rendering YAML: {e}"))
+}
+
+/// The hub CA certificate of the issuer Secret (spiffe-x509).
+async fn client_ca(args: &Args) -> anyhow::Result<String> {
+    let at = args
+        .issuer_key_secret
+        .as_ref()
+        .ok_or_else(|| anyhow!("--issuer-key-secret is required with --credential spiffe-x509"))?;
+    let client = kleym_hub::kubeconfig::client_from_flags(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+    )
+    .await?;
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, &at.namespace)
+        .get(&at.name)
+        .await
+        .with_context(|| format!("reading issuer Secret {at}"))?;
+    let cert = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(kleym_hub::issuer::x509::CA_CERT_KEY))
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        .filter(|c| c.contains("-----BEGIN CERTIFICATE-----"))
+        .ok_or_else(|| {
+            anyhow!(
+                "issuer Secret {at}: no data[{}] (the hub's leader adds the CA)",
+                kleym_hub::issuer::x509::CA_CERT_KEY
+            )
+        })?;
+    Ok(cert)
+}
+
+async fn render(args: &Args) -> anyhow::Result<String> {
+    let inputs = inputs(args)?;
+    if args.credential == Credential::SpiffeX509 {
+        return render_x509(args, &inputs).await;
+    }
+    let targets = profiles(args)
+        .await?
+        .iter()
+        .map(|p| spoke_target(p, args.provider.as_deref()).map_err(|e| anyhow!(e)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let docs = documents(&inputs, &targets)?;
+    if let Some(dir) = &args.output_dir {
+        for (t, authn, rbac) in &docs {
+            let d = dir.join(t.spoke.replace('/', "_"));
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            std::fs::write(d.join("authentication-config.yaml"), yaml(authn)?)
+                .with_context(|| format!("writing {}", d.display()))?;
+            let rbac_text = rbac
+                .iter()
+                .map(yaml)
+                .collect::<anyhow::Result<Vec<_>>>()?
+                .join("---\n");
+            std::fs::write(d.join("rbac.yaml"), rbac_text)
+                .with_context(|| format!("writing {}", d.display()))?;
+        }
+    }
+    match args.output {
+        Format::Json => {
+            let arr: Vec<Value> = docs
+                .iter()
+                .map(|(t, authn, rbac)| {
+                    json!({
+                        "spoke": t.spoke, "server": t.server, "audience": t.audience,
+                        "username": inputs.username(),
+                        "authenticationConfiguration": authn, "rbac": rbac,
+                    })
+                })
+                .collect();
+            Ok(format!("{}\n", serde_json::to_string_pretty(&arr)?))
+        }
+        Format::Yaml => {
+            let mut out = String::new();
+            for (t, authn, rbac) in &docs {
+                out.push_str(&format!(
+                    "# ClusterProfile {} (server {}): the hub connects as user {:?}.\n\
+                     # 1. The API server's --authentication-config file (merge this jwt entry\n\
+                     #    into an existing file):\n---\n",
+                    t.spoke,
+                    t.server,
+                    inputs.username()
+                ));
+                out.push_str(&yaml(authn)?);
+                out.push_str("# 2. kubectl apply -f - on that spoke:\n");
+                for doc in rbac {
+                    out.push_str("---\n");
+                    out.push_str(&yaml(doc)?);
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String> {
+    let ca = client_ca(args).await?;
+    let targets = profiles(args)
+        .await?
+        .iter()
+        .map(|p| spoke_target(p, args.provider.as_deref()).map_err(|e| anyhow!(e)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let docs = documents(inputs, &targets)?;
+    if let Some(dir) = &args.output_dir {
+        for (t, _, rbac) in &docs {
+            let d = dir.join(t.spoke.replace('/', "_"));
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            std::fs::write(d.join("client-ca.crt"), &ca)
+                .with_context(|| format!("writing {}", d.display()))?;
+            let rbac_text = rbac
+                .iter()
+                .map(yaml)
+                .collect::<anyhow::Result<Vec<_>>>()?
+                .join("---\n");
+            std::fs::write(d.join("rbac.yaml"), rbac_text)
+                .with_context(|| format!("writing {}", d.display()))?;
+        }
+    }
+    match args.output {
+        Format::Json => {
+            let arr: Vec<Value> = docs
+                .iter()
+                .map(|(t, _, rbac)| {
+                    json!({
+                        "spoke": t.spoke, "server": t.server, "username": inputs.username(),
+                        "clientCA": ca, "rbac": rbac,
+                    })
+                })
+                .collect();
+            Ok(format!("{}\n", serde_json::to_string_pretty(&arr)?))
+        }
+        Format::Yaml => {
+            let mut out = String::new();
+            for (t, _, rbac) in &docs {
+                out.push_str(&format!(
+                    "# ClusterProfile {} (server {}): the hub connects with a client certificate as user {:?}.\n\
+                     # 1. Append this CA to the file of the API server's --client-ca-file:\n",
+                    t.spoke,
+                    t.server,
+                    inputs.username()
+                ));
+                for line in ca.lines() {
+                    out.push_str(&format!("#    {line}\n"));
+                }
+                out.push_str("# 2. kubectl apply -f - on that spoke:\n");
+                for doc in rbac {
+                    out.push_str("---\n");
+                    out.push_str(&yaml(doc)?);
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(extra: &[&str]) -> Result<Args, clap::Error> {
+        let mut v = vec![
+            "x",
+            "--all",
+            "--issuer-url",
+            "https://i.example",
+            "--issuer-ca-file",
+            "ca.pem",
+        ];
+        v.extend_from_slice(extra);
+        Cli::try_parse_from(v).map(|c| c.args)
+    }
+
+    #[test]
+    fn the_pinned_subject_follows_the_credential() {
+        let a = parse(&["--trust-domain", "example.org"]).unwrap();
+        assert_eq!(subject(&a).unwrap(), "spiffe://example.org/kleym/hub");
+        let a = parse(&[
+            "--credential",
+            "token-request",
+            "--service-account",
+            "kleym/hub",
+        ])
+        .unwrap();
+        assert_eq!(subject(&a).unwrap(), "system:serviceaccount:kleym:hub");
+        assert!(
+            parse(&["--credential", "token-request"]).is_err(),
+            "--service-account required"
+        );
+        let a = parse(&["--credential", "token-request", "--service-account", "hub"]).unwrap();
+        assert!(subject(&a).is_err());
+        let a = parse(&[]).unwrap();
+        assert!(subject(&a).is_err(), "no trust domain, no SPIFFE ID");
+        let a = Cli::try_parse_from([
+            "x",
+            "--all",
+            "--credential",
+            "spiffe-x509",
+            "--trust-domain",
+            "example.org",
+        ])
+        .unwrap()
+        .args;
+        let i = inputs(&a).unwrap();
+        assert_eq!(i.username(), "kleym:spiffe://example.org/kleym/hub");
+        let a = Cli::try_parse_from(["x", "--all", "--trust-domain", "example.org"])
+            .unwrap()
+            .args;
+        assert!(inputs(&a).unwrap_err().to_string().contains("--issuer-url"));
+    }
+}

@@ -1,0 +1,300 @@
+//! `kleym credential spiffe-jwt`: an `ExecCredential` whose token is a JWT-SVID signed with
+//! the hub's issuer key (issue 14). `sub` is the hub's SPIFFE ID, `aud` the spoke's server
+//! URL (or the `audience` of the profile's exec extension), `iss` the issuer URL; lifetime at
+//! most 15 minutes. The plugin reads the key from the issuer Secret in the hub cluster and
+//! keeps it in memory only: it never reaches a file, a log, argv or the environment; only the
+//! signed token is printed.
+
+use chrono::{DateTime, Duration, Utc};
+use serde_json::{Value, json};
+
+use super::PluginError;
+use super::exec_info::{ExecInfo, render_credential};
+use crate::issuer::keys::{Algorithm, SigningKey};
+use crate::issuer::secret::{SecretRef, load_or_create};
+use crate::issuer::{MAX_TOKEN_LIFETIME_SECONDS, validate_issuer_url};
+
+/// Default JWT-SVID lifetime (seconds).
+pub const DEFAULT_LIFETIME_SECONDS: i64 = 600;
+
+/// What to sign.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpiffeJwtOptions {
+    /// The issuer URL (`iss`).
+    pub issuer_url: String,
+    /// Accept an `http://` issuer URL (`--issuer-insecure-http` of the hub).
+    pub allow_http_issuer: bool,
+    /// The issuer Secret.
+    pub secret: SecretRef,
+    /// The algorithm of the signing key.
+    pub algorithm: Algorithm,
+    /// `--hub-spiffe-id`; default `spiffe://<trust domain>/kleym/hub`.
+    pub hub_spiffe_id: Option<String>,
+    /// The trust domain (`--trust-domain`, `KLEYM_TRUST_DOMAIN`).
+    pub trust_domain: Option<String>,
+    /// Lifetime in seconds (60 ..= 900).
+    pub lifetime_seconds: i64,
+}
+
+/// The SPIFFE ID the JWT-SVID names: `--hub-spiffe-id`, else
+/// `spiffe://<trust domain>/kleym/hub`. An ID outside the trust domain (when one is given) or
+/// not a valid SPIFFE ID is refused.
+pub fn hub_spiffe_id(opts: &SpiffeJwtOptions) -> Result<String, PluginError> {
+    resolve_hub_spiffe_id(opts.hub_spiffe_id.as_deref(), opts.trust_domain.as_deref())
+}
+
+/// [`hub_spiffe_id`] from the two flags (`--hub-spiffe-id`, `--trust-domain`).
+pub fn resolve_hub_spiffe_id(
+    explicit: Option<&str>,
+    trust_domain: Option<&str>,
+) -> Result<String, PluginError> {
+    let td = trust_domain.filter(|t| !t.is_empty());
+    let id = match (explicit, td) {
+        (Some(id), _) => id.to_string(),
+        (None, Some(td)) => format!("spiffe://{td}/kleym/hub"),
+        (None, None) => {
+            return Err(PluginError::Input(
+                "no SPIFFE ID: pass --hub-spiffe-id or --trust-domain (KLEYM_TRUST_DOMAIN)".into(),
+            ));
+        }
+    };
+    let rest = id.strip_prefix("spiffe://").ok_or_else(|| {
+        PluginError::Input(format!("--hub-spiffe-id {id:?}: must start with spiffe://"))
+    })?;
+    let (domain, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let domain_ok = !domain.is_empty()
+        && domain
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-._".contains(c));
+    let path_ok = !path.is_empty()
+        && path.split('/').all(|seg| {
+            !seg.is_empty()
+                && seg != "."
+                && seg != ".."
+                && seg
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+        });
+    if !domain_ok || !path_ok {
+        return Err(PluginError::Input(format!(
+            "--hub-spiffe-id {id:?}: not a SPIFFE ID (spiffe://<trust domain>/<path>, lower-case trust domain, path segments of [A-Za-z0-9-._])"
+        )));
+    }
+    if let Some(td) = td
+        && domain != td
+    {
+        return Err(PluginError::Input(format!(
+            "--hub-spiffe-id {id:?} is outside the trust domain {td:?}"
+        )));
+    }
+    Ok(id)
+}
+
+/// The audience: the `audience` of the profile's exec extension
+/// (`spec.cluster.config.audience`), else the spoke's server URL.
+pub fn audience(info: &ExecInfo) -> Result<String, PluginError> {
+    let from_extension = info
+        .config
+        .as_ref()
+        .and_then(|c| c.get("audience"))
+        .and_then(Value::as_str)
+        .filter(|a| !a.is_empty());
+    from_extension
+        .map(str::to_string)
+        .or_else(|| info.server.clone())
+        .ok_or_else(|| {
+            PluginError::Input(
+                "no audience: set provideClusterInfo: true in the provider entry (spec.cluster.server), or an `audience` in the profile's exec extension".into(),
+            )
+        })
+}
+
+/// The JWT-SVID claims, and when the credential should be considered expired by the caller
+/// (a little before `exp`, so its cache refreshes early).
+pub fn claims(
+    issuer_url: &str,
+    sub: &str,
+    audience: &str,
+    lifetime_seconds: i64,
+    now: DateTime<Utc>,
+    jti: &str,
+) -> (Value, DateTime<Utc>) {
+    let iat = now.timestamp();
+    let exp = iat + lifetime_seconds;
+    let margin = (lifetime_seconds / 10).clamp(1, 60);
+    let claims = json!({
+        "iss": issuer_url,
+        "sub": sub,
+        "aud": [audience],
+        "iat": iat,
+        "nbf": iat,
+        "exp": exp,
+        "jti": jti,
+    });
+    (claims, now + Duration::seconds(lifetime_seconds - margin))
+}
+
+/// A random `jti` (128 bits, hex).
+fn new_jti() -> Result<String, PluginError> {
+    let mut bytes = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .map_err(|_| PluginError::Input("no randomness for jti".into()))?;
+    Ok(hex::encode(bytes))
+}
+
+/// Signs a JWT-SVID for `info` with `key` as of `now` and renders the ExecCredential.
+pub fn sign_credential(
+    key: &SigningKey,
+    info: &ExecInfo,
+    opts: &SpiffeJwtOptions,
+    now: DateTime<Utc>,
+) -> Result<String, PluginError> {
+    validate_issuer_url(&opts.issuer_url, opts.allow_http_issuer)
+        .map_err(|e| PluginError::Input(e.to_string()))?;
+    if !(60..=MAX_TOKEN_LIFETIME_SECONDS).contains(&opts.lifetime_seconds) {
+        return Err(PluginError::Input(format!(
+            "--lifetime-seconds must be between 60 and {MAX_TOKEN_LIFETIME_SECONDS}, got {}",
+            opts.lifetime_seconds
+        )));
+    }
+    let sub = hub_spiffe_id(opts)?;
+    let aud = audience(info)?;
+    let (claims, refresh_at) = claims(
+        &opts.issuer_url,
+        &sub,
+        &aud,
+        opts.lifetime_seconds,
+        now,
+        &new_jti()?,
+    );
+    let token = key
+        .sign_jwt(&claims)
+        .map_err(|e| PluginError::Input(e.to_string()))?;
+    Ok(render_credential(
+        info.api_version,
+        &token,
+        Some(refresh_at),
+    ))
+}
+
+/// Runs the plugin against the hub cluster: reads the signing key from the issuer Secret
+/// (never creating it) and returns the ExecCredential JSON to print.
+pub async fn spiffe_jwt(
+    hub: kube::Client,
+    info: &ExecInfo,
+    opts: &SpiffeJwtOptions,
+) -> Result<String, PluginError> {
+    let ring = load_or_create(hub, &opts.secret, opts.algorithm, false)
+        .await
+        .map_err(|e| PluginError::Input(e.to_string()))?;
+    let now = Utc::now();
+    let key = ring
+        .signing(now.timestamp())
+        .map_err(|e| PluginError::Input(e.to_string()))?;
+    sign_credential(key, info, opts, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::ExecApiVersion;
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+    fn opts() -> SpiffeJwtOptions {
+        SpiffeJwtOptions {
+            issuer_url: "https://hub.example.org".into(),
+            allow_http_issuer: false,
+            secret: SecretRef {
+                namespace: "kleym".into(),
+                name: "issuer".into(),
+            },
+            algorithm: Algorithm::Es256,
+            hub_spiffe_id: None,
+            trust_domain: Some("example.org".into()),
+            lifetime_seconds: DEFAULT_LIFETIME_SECONDS,
+        }
+    }
+
+    fn info(config: Option<Value>) -> ExecInfo {
+        ExecInfo {
+            api_version: ExecApiVersion::V1,
+            server: Some("https://spoke-a:6443".into()),
+            config,
+        }
+    }
+
+    #[test]
+    fn spiffe_id_defaults_and_refusals() {
+        let mut o = opts();
+        assert_eq!(hub_spiffe_id(&o).unwrap(), "spiffe://example.org/kleym/hub");
+        o.hub_spiffe_id = Some("spiffe://other.org/kleym/hub".into());
+        let err = hub_spiffe_id(&o).unwrap_err().to_string();
+        assert!(err.contains("outside the trust domain"), "{err}");
+        for bad in [
+            "https://example.org/x",
+            "spiffe://example.org",
+            "spiffe://Ex.org/x",
+            "spiffe://example.org/a//b",
+        ] {
+            o.hub_spiffe_id = Some(bad.into());
+            assert!(hub_spiffe_id(&o).is_err(), "{bad}");
+        }
+        o.trust_domain = None;
+        o.hub_spiffe_id = None;
+        assert!(hub_spiffe_id(&o).is_err());
+    }
+
+    #[test]
+    fn audience_from_extension_or_server() {
+        assert_eq!(audience(&info(None)).unwrap(), "https://spoke-a:6443");
+        let i = info(Some(json!({"audience": "spoke-a"})));
+        assert_eq!(audience(&i).unwrap(), "spoke-a");
+        let bare = ExecInfo {
+            server: None,
+            ..info(None)
+        };
+        assert!(audience(&bare).is_err());
+    }
+
+    #[test]
+    fn credential_is_a_short_lived_jwt_svid() {
+        let (key, _) = SigningKey::generate_es256().unwrap();
+        let now = DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let out = sign_credential(&key, &info(None), &opts(), now).unwrap();
+        let cred: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(
+            cred["status"]["expirationTimestamp"],
+            "2030-01-01T00:09:00Z"
+        );
+        let token = cred["status"]["token"].as_str().unwrap();
+        let parts: Vec<&str> = token.split('.').collect();
+        let header: Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[0]).unwrap()).unwrap();
+        let claims: Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+        assert_eq!(header["kid"], key.kid());
+        assert_eq!(claims["sub"], "spiffe://example.org/kleym/hub");
+        assert_eq!(claims["aud"], json!(["https://spoke-a:6443"]));
+        assert_eq!(claims["iss"], "https://hub.example.org");
+        assert_eq!(
+            claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),
+            600
+        );
+        assert_eq!(claims["jti"].as_str().unwrap().len(), 32);
+        // Two credentials never share a jti.
+        let other: Value =
+            serde_json::from_str(&sign_credential(&key, &info(None), &opts(), now).unwrap())
+                .unwrap();
+        assert_ne!(other["status"]["token"], cred["status"]["token"]);
+
+        let mut long = opts();
+        long.lifetime_seconds = 901;
+        assert!(sign_credential(&key, &info(None), &long, now).is_err());
+        let mut http = opts();
+        http.issuer_url = "http://hub.example.org".into();
+        assert!(sign_credential(&key, &info(None), &http, now).is_err());
+    }
+}

@@ -1,0 +1,214 @@
+//! What a spoke's operator applies so that the spoke trusts the hub's JWT-SVIDs (`kleym
+//! trust-config`): the `AuthenticationConfiguration` `jwt` entry for the spoke's API server
+//! and the RBAC that binds the mapped user to the spoke ClusterRole of `deploy/spoke/`.
+//! Pure: no I/O.
+
+use serde_json::{Value, json};
+
+use crate::access::AccessProfile;
+
+/// The spoke ClusterRole (`deploy/spoke/clusterrole.yaml`), embedded.
+pub const SPOKE_CLUSTER_ROLE_YAML: &str = include_str!("../../../deploy/spoke/clusterrole.yaml");
+/// Name of the ClusterRoleBinding printed for the hub's user.
+pub const BINDING_NAME: &str = "kleym-hub";
+/// The kubeconfig extension the exec plugin reads as `spec.cluster.config`.
+pub const EXEC_EXTENSION: &str = "client.authentication.k8s.io/exec";
+
+/// The hub-wide inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrustInputs {
+    /// The issuer URL (`iss`).
+    pub issuer_url: String,
+    /// PEM CA bundle that verifies the issuer listener's certificate.
+    pub issuer_ca_pem: String,
+    /// The `sub` the spokes pin: the hub's SPIFFE ID (`spiffe-jwt`) or its ServiceAccount's
+    /// username (`token-request`).
+    pub subject: String,
+    /// Prefix of the mapped username (e.g. `kleym:`).
+    pub username_prefix: String,
+}
+
+impl TrustInputs {
+    /// The username each spoke maps the hub's token to.
+    pub fn username(&self) -> String {
+        format!("{}{}", self.username_prefix, self.subject)
+    }
+}
+
+/// One spoke as the profile describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpokeTarget {
+    /// `<namespace>/<name>` of the ClusterProfile.
+    pub spoke: String,
+    /// The server URL as the profile gives it.
+    pub server: String,
+    /// The audience the plugin will put in `aud`: the exec extension's `audience`, else the
+    /// server URL.
+    pub audience: String,
+}
+
+/// The spoke a profile describes, from its provider `provider` (else its first provider with a
+/// server). Errors name the profile and what is missing.
+pub fn spoke_target(
+    profile: &AccessProfile,
+    provider: Option<&str>,
+) -> Result<SpokeTarget, String> {
+    let spoke = profile.spoke_name();
+    let all = profile
+        .access_providers
+        .iter()
+        .chain(profile.credential_providers.iter());
+    let chosen = match provider {
+        Some(name) => all.clone().find(|p| p.name == name).ok_or_else(|| {
+            format!("ClusterProfile {spoke}: no access provider named {name:?} in status.accessProviders")
+        })?,
+        None => all
+            .clone()
+            .find(|p| p.cluster.get("server").and_then(Value::as_str).is_some_and(|s| !s.is_empty()))
+            .ok_or_else(|| format!("ClusterProfile {spoke}: no status.accessProviders[].cluster.server"))?,
+    };
+    let server = chosen
+        .cluster
+        .get("server")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            format!(
+                "ClusterProfile {spoke}: status.accessProviders[{:?}].cluster.server is empty",
+                chosen.name
+            )
+        })?
+        .to_string();
+    let audience = chosen
+        .cluster
+        .get("extensions")
+        .and_then(Value::as_array)
+        .and_then(|exts| {
+            exts.iter()
+                .find(|e| e.get("name").and_then(Value::as_str) == Some(EXEC_EXTENSION))
+        })
+        .and_then(|e| e.get("extension"))
+        .and_then(|e| e.get("audience"))
+        .and_then(Value::as_str)
+        .filter(|a| !a.is_empty())
+        .map_or_else(|| server.clone(), str::to_string);
+    Ok(SpokeTarget {
+        spoke,
+        server,
+        audience,
+    })
+}
+
+/// The `AuthenticationConfiguration` for one spoke: one `jwt` entry trusting the hub issuer
+/// for that spoke's audience only, `sub` pinned to the hub's SPIFFE ID, the username mapped
+/// with the prefix, and `system:` usernames refused.
+pub fn authentication_configuration(inputs: &TrustInputs, target: &SpokeTarget) -> Value {
+    json!({
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AuthenticationConfiguration",
+        "jwt": [{
+            "issuer": {
+                "url": inputs.issuer_url,
+                "audiences": [target.audience],
+                "certificateAuthority": inputs.issuer_ca_pem,
+            },
+            "claimValidationRules": [{
+                "expression": format!("claims.sub == {}", cel_string(&inputs.subject)),
+                "message": format!("only the kleym hub ({}) is accepted", inputs.subject),
+            }],
+            "claimMappings": {
+                "username": {"claim": "sub", "prefix": inputs.username_prefix},
+            },
+            "userValidationRules": [{
+                "expression": "!user.username.startsWith('system:')",
+                "message": "system: usernames are reserved",
+            }],
+        }],
+    })
+}
+
+/// The ClusterRoleBinding of the hub's user to the spoke ClusterRole.
+pub fn cluster_role_binding(inputs: &TrustInputs) -> Value {
+    json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {
+            "name": BINDING_NAME,
+            "labels": {"app.kubernetes.io/name": "kleym", "app.kubernetes.io/component": "hub-access"},
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kleym-spoke"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": inputs.username()}],
+    })
+}
+
+/// A CEL string literal (single-quoted, escaped).
+fn cel_string(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::ProfileProvider;
+
+    fn inputs() -> TrustInputs {
+        TrustInputs {
+            issuer_url: "https://issuer.example.org".into(),
+            issuer_ca_pem: "-----BEGIN CERTIFICATE-----\n...\n".into(),
+            subject: "spiffe://example.org/kleym/hub".into(),
+            username_prefix: "kleym:".into(),
+        }
+    }
+
+    fn profile(cluster: Value) -> AccessProfile {
+        AccessProfile {
+            namespace: "fleet".into(),
+            name: "a".into(),
+            access_providers: vec![ProfileProvider {
+                name: "kleym-spiffe-jwt".into(),
+                cluster,
+            }],
+            credential_providers: vec![],
+        }
+    }
+
+    #[test]
+    fn audience_is_the_server_or_the_exec_extension_audience() {
+        let t = spoke_target(&profile(json!({"server": "https://a:6443"})), None).unwrap();
+        assert_eq!(
+            (t.server.as_str(), t.audience.as_str()),
+            ("https://a:6443", "https://a:6443")
+        );
+        let ext = json!({"server": "https://a:6443", "extensions": [{"name": EXEC_EXTENSION, "extension": {"audience": "spoke-a"}}]});
+        assert_eq!(
+            spoke_target(&profile(ext), None).unwrap().audience,
+            "spoke-a"
+        );
+        let err = spoke_target(&profile(json!({})), None).unwrap_err();
+        assert!(err.contains("fleet/a"), "{err}");
+        let err =
+            spoke_target(&profile(json!({"server": "https://a"})), Some("other")).unwrap_err();
+        assert!(err.contains("\"other\""), "{err}");
+    }
+
+    #[test]
+    fn documents_pin_the_hub_and_one_audience() {
+        let t = spoke_target(&profile(json!({"server": "https://a:6443"})), None).unwrap();
+        let c = authentication_configuration(&inputs(), &t);
+        let jwt = &c["jwt"][0];
+        assert_eq!(jwt["issuer"]["audiences"], json!(["https://a:6443"]));
+        assert_eq!(
+            jwt["claimValidationRules"][0]["expression"],
+            "claims.sub == 'spiffe://example.org/kleym/hub'"
+        );
+        assert_eq!(jwt["claimMappings"]["username"]["prefix"], "kleym:");
+        let b = cluster_role_binding(&inputs());
+        assert_eq!(
+            b["subjects"][0]["name"],
+            "kleym:spiffe://example.org/kleym/hub"
+        );
+        assert_eq!(b["roleRef"]["name"], "kleym-spoke");
+        assert!(SPOKE_CLUSTER_ROLE_YAML.contains("name: kleym-spoke"));
+        assert_eq!(cel_string("a'b\\c"), r"'a\'b\\c'");
+    }
+}
