@@ -427,3 +427,52 @@ async fn every_write_asks_the_leadership_fence() {
     assert!(!stats.fenced);
     assert_eq!(written_statuses(&hub), 3);
 }
+
+/// Found by the chaos soak (`fleet-bench --scenario chaos --seed 1 --spokes 3 --bindings 5
+/// --duration-seconds 20`): a profile deleted and recreated under the same name while a
+/// replica took over left the writer believing its ClusterIdentityStatus existed after the
+/// garbage collector had removed it, and every status write answered 404 until the
+/// 10-minute resync. A status write that finds the object gone must make the next flush
+/// recreate it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_gone_behind_the_writers_back_is_recreated_by_the_next_flush() {
+    let (_sim, _hub, client) = start().await;
+    let profile = create_profile(&client, "east").await;
+    let options = WriterOptions {
+        min_interval: Duration::from_secs(3600),
+        sync_refresh: Duration::from_secs(300),
+    };
+    let mut writer = StatusWriter::new(client.clone(), options);
+    let t0 = Instant::now();
+    writer.submit_cluster(profile.clone(), status_at(1_000, true, 3));
+    assert_eq!(writer.flush(t0).await.written, 1);
+    let first = cis(&client, "east").await.expect("created");
+    Api::<ClusterIdentityStatus>::namespaced(client.clone(), NS)
+        .delete("east", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // New content: the write finds the object gone (404) ...
+    let later = t0 + Duration::from_secs(10_000);
+    writer.submit_cluster(profile.clone(), status_at(2_000, false, 3));
+    let stats = writer.flush(later).await;
+    assert_eq!((stats.written, stats.failed), (0, 1), "{stats:?}");
+    assert!(
+        writer.next_due().is_some_and(|t| t <= Instant::now()),
+        "due at once"
+    );
+    // ... and the next flush, without a resync, recreates it with its owner and status.
+    let stats = writer.flush(later).await;
+    assert_eq!((stats.written, stats.failed), (1, 0), "{stats:?}");
+    let again = cis(&client, "east").await.expect("recreated");
+    assert_ne!(again.metadata.uid, first.metadata.uid);
+    assert_eq!(again.metadata.owner_references.unwrap()[0].uid, profile.uid);
+    let st = again.status.expect("status written");
+    assert_eq!(st.bindings.total, 3);
+    let reachable = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Reachable")
+        .unwrap();
+    assert_eq!(reachable.status, "False");
+}

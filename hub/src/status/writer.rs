@@ -124,6 +124,17 @@ impl<T> Default for Slot<T> {
 }
 
 impl<T> Slot<T> {
+    /// The object is gone behind the writer's back (a status write answered 404: deleted,
+    /// or garbage-collected with a profile recreated under the same name): forget what
+    /// the server held, so the next flush reads and recreates it at once instead of
+    /// failing on every pass until the next resync.
+    fn forget(&mut self) {
+        self.known = false;
+        self.owner_uid = None;
+        self.written = None;
+        self.last_write = None;
+    }
+
     /// When the pending content may be written (`now` if never written).
     fn due_at(&self, min_interval: Duration, now: Instant) -> Option<Instant> {
         self.pending.as_ref()?;
@@ -365,6 +376,9 @@ impl StatusWriter {
             .patch_status(&key.name, &params, &Patch::Apply(body))
             .await
         {
+            if is_not_found(&e) {
+                slot.forget();
+            }
             slot.pending = Some(want);
             return Err(err("apply status", e));
         }
@@ -449,6 +463,9 @@ impl StatusWriter {
             .patch_status(FLEET_REPORT_NAME, &params, &Patch::Apply(body))
             .await
         {
+            if is_not_found(&e) {
+                slot.forget();
+            }
             slot.pending = Some(want);
             return Err(err("apply status", e));
         }
@@ -456,4 +473,9 @@ impl StatusWriter {
         slot.last_write = Some(now);
         Ok(true)
     }
+}
+
+/// Whether the API server answered 404 Not Found.
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
 }
