@@ -120,6 +120,9 @@ enum Scenario {
     ColdStart,
     /// Bindings are created once every spoke is engaged; measured from each creation.
     NewBindings,
+    /// Two hub replicas under seeded churn and faults, then invariants against an oracle
+    /// (see `kleym_e2e::chaos`).
+    Chaos,
 }
 
 impl Scenario {
@@ -127,6 +130,7 @@ impl Scenario {
         match self {
             Scenario::ColdStart => "cold-start",
             Scenario::NewBindings => "new-bindings",
+            Scenario::Chaos => "chaos",
         }
     }
 }
@@ -154,12 +158,12 @@ impl HubLogLevel {
 #[derive(Parser, Debug)]
 #[command(about, long_about = LONG_ABOUT)]
 struct Args {
-    /// Number of spokes.
-    #[arg(long, default_value_t = 100)]
-    spokes: usize,
-    /// Bindings per spoke.
-    #[arg(long, default_value_t = 100)]
-    bindings: usize,
+    /// Number of spokes (default 100; chaos: 50).
+    #[arg(long)]
+    spokes: Option<usize>,
+    /// Bindings per spoke (default 100; chaos: 40).
+    #[arg(long)]
+    bindings: Option<usize>,
     /// cold-start (default; the design target): every binding exists before the hub
     /// starts. new-bindings: bindings are created once every spoke is engaged.
     #[arg(long, value_enum, default_value_t = Scenario::ColdStart)]
@@ -186,6 +190,28 @@ struct Args {
     /// Keep the temp dir (kubeconfigs, scripts, hub.log) after a successful run.
     #[arg(long)]
     keep_dir: bool,
+    /// chaos: the seed of the schedule (default: from the clock; printed at start).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// chaos: the window of churn and faults, in seconds.
+    #[arg(long, default_value_t = 600)]
+    duration_seconds: u64,
+    /// chaos: churn operations per second over the fleet.
+    #[arg(long, default_value_t = 5.0)]
+    churn_per_second: f64,
+    /// chaos: mean seconds between two fault windows of one spoke.
+    #[arg(long, default_value_t = 20)]
+    fault_every_seconds: u64,
+    /// chaos: `kill -9` process faults in the window (default: one per 2 minutes, at
+    /// least 2; alternating the leader and both replicas).
+    #[arg(long)]
+    process_faults: Option<usize>,
+    /// chaos: how long to wait for the fleet to settle after the window, in seconds.
+    #[arg(long, default_value_t = 300)]
+    settle_seconds: u64,
+    /// chaos: the quiet window after settling, in seconds (no write may happen in it).
+    #[arg(long, default_value_t = 30)]
+    quiet_seconds: u64,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -548,6 +574,9 @@ async fn track_engagement(
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    if args.scenario == Scenario::Chaos {
+        return run_chaos(args).await;
+    }
     let limit = Duration::from_secs(args.timeout_seconds);
     let kleym = match args.hub {
         HubMode::Process => Some(find_kleym(args.kleym_bin.as_deref())?),
@@ -555,7 +584,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let dir = std::env::temp_dir().join(format!("fleet-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let (n, m) = (args.spokes, args.bindings);
+    let (n, m) = (args.spokes.unwrap_or(100), args.bindings.unwrap_or(100));
     println!(
         "fleet-bench: {n} spokes x {m} bindings, scenario {} (hub {:?}, concurrency {}, spoke concurrency {})",
         args.scenario.as_str(),
@@ -584,7 +613,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             );
             Some(watch_all(&fleet.stores, m, limit)?)
         }
-        Scenario::NewBindings => None,
+        Scenario::NewBindings | Scenario::Chaos => None,
     };
 
     let flags: Vec<String> = vec![
@@ -809,11 +838,11 @@ impl Measure<'_> {
 
         let origin_name = match self.scenario {
             Scenario::ColdStart => "hub start",
-            Scenario::NewBindings => "first binding created",
+            Scenario::NewBindings | Scenario::Chaos => "first binding created",
         };
         let lat_from = match self.scenario {
             Scenario::ColdStart => "from hub start",
-            Scenario::NewBindings => "from its creation",
+            Scenario::NewBindings | Scenario::Chaos => "from its creation",
         };
         println!("time to engage {n} spokes: {time_to_engage:.1?}");
         println!(
@@ -1012,4 +1041,50 @@ impl Measure<'_> {
             hub.phases().await
         )
     }
+}
+
+/// `--scenario chaos`: see `kleym_e2e::chaos`. Exits non-zero when any invariant is
+/// violated (after the report and its `summary:` line).
+async fn run_chaos(args: Args) -> anyhow::Result<()> {
+    let kleym = find_kleym(args.kleym_bin.as_deref())?;
+    let seed = args.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    println!("seed: {seed} (replay with --seed {seed})");
+    println!("hub binary: {} ({})", kleym.display(), age(&kleym));
+    let dir = std::env::temp_dir().join(format!("fleet-bench-chaos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut o = kleym_e2e::chaos::ChaosOptions::new(
+        seed,
+        args.spokes.unwrap_or(50),
+        args.bindings.unwrap_or(40),
+        Duration::from_secs(args.duration_seconds),
+        &kleym,
+        &dir,
+    );
+    o.churn_per_second = args.churn_per_second;
+    o.fault_every = Duration::from_secs(args.fault_every_seconds);
+    o.process_faults = args.process_faults;
+    o.settle_limit = Duration::from_secs(args.settle_seconds);
+    o.quiet = Duration::from_secs(args.quiet_seconds);
+    o.concurrency = args.concurrency;
+    o.spoke_concurrency = args.spoke_concurrency;
+    o.log_level = args.hub_log_level.as_str().to_string();
+    let report = kleym_e2e::chaos::run(&o, &|line| println!("{line}")).await?;
+    println!("{report}");
+    let violations = report.violations.total();
+    if violations > 0 {
+        anyhow::bail!(
+            "{violations} invariant violations (seed {seed}); hub logs kept in {}",
+            dir.display()
+        );
+    }
+    if args.keep_dir {
+        println!("kept {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
 }
