@@ -476,3 +476,76 @@ async fn a_status_gone_behind_the_writers_back_is_recreated_by_the_next_flush() 
         .unwrap();
     assert_eq!(reachable.status, "False");
 }
+
+/// Found by the chaos soak with the writer fix above: the status loop looks profile UIDs
+/// up again only when a name is missing or at the 10-minute resync, so a profile deleted
+/// and recreated under the same name kept being written with the deleted profile's UID as
+/// owner, which the garbage collector removed at once (404 on the status, every pass). A
+/// status object found gone must make the loop list the UIDs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_recreated_under_its_name_gets_its_status_back_before_the_resync() {
+    use kleym_hub::fleet::FleetState;
+    use kleym_hub::status::{StatusLoopOptions, run_status_loop};
+    use kleym_spoke::reconciler::CancellationToken;
+
+    let (_sim, _hub, client) = start().await;
+    let first = create_profile(&client, "east").await;
+    let state = FleetState::new();
+    state.set_leader(true);
+    state.update(&format!("{NS}/east"), |s| s.version = Some("v1".into()));
+    let stop = CancellationToken::new();
+    let status_loop = tokio::spawn(run_status_loop(
+        client.clone(),
+        state.clone(),
+        StatusLoopOptions {
+            writer: WriterOptions {
+                min_interval: Duration::from_millis(100),
+                sync_refresh: Duration::from_secs(300),
+            },
+            min_rebuild: Duration::from_millis(50),
+            tick: Duration::from_millis(200),
+            resync: Duration::from_secs(600),
+            ..StatusLoopOptions::default()
+        },
+        stop.clone(),
+    ));
+    let owned_by = |uid: String| {
+        let client = client.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let owner = cis(&client, "east")
+                    .await
+                    .and_then(|o| o.metadata.owner_references)
+                    .and_then(|r| r.first().map(|r| r.uid.clone()));
+                if owner.as_deref() == Some(uid.as_str()) {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no ClusterIdentityStatus owned by {uid} within 60 s (owner: {owner:?})"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    owned_by(first.uid.clone()).await;
+
+    // The profile is deleted (its status goes with it) and created again under its name.
+    Api::<ClusterProfile>::namespaced(client.clone(), NS)
+        .delete("east", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cis(&client, "east").await.is_some() {
+        assert!(Instant::now() < deadline, "status not collected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = create_profile(&client, "east").await;
+    assert_ne!(second.uid, first.uid);
+    // The spoke is engaged again: its content changes.
+    state.update(&format!("{NS}/east"), |s| s.version = Some("v2".into()));
+    owned_by(second.uid.clone()).await;
+    stop.cancel();
+    status_loop.await.unwrap();
+}

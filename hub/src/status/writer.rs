@@ -49,6 +49,13 @@ pub enum StatusError {
     },
 }
 
+impl StatusError {
+    /// Whether the API server answered 404 Not Found (the object is gone).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StatusError::Api { source, .. } if is_not_found(source))
+    }
+}
+
 /// Whether this process may write now; asked right before every write (the leader check).
 pub type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
 
@@ -92,6 +99,10 @@ pub struct WriteStats {
     pub deferred: usize,
     /// Writes that failed (kept for the next flush).
     pub failed: usize,
+    /// Of the failed writes, those that found their object gone (404): recreated by the
+    /// next flush, with the owner UID then submitted (a profile recreated under the same
+    /// name has a new one: the caller should look its profiles' UIDs up again).
+    pub gone: usize,
     /// Whether the flush stopped because the write fence said no (the rest stays pending).
     pub fenced: bool,
 }
@@ -257,6 +268,9 @@ impl StatusWriter {
                 }
                 Err(e) => {
                     stats.failed += 1;
+                    if e.is_not_found() {
+                        stats.gone += 1;
+                    }
                     tracing::warn!(error = %e, "writing ClusterIdentityStatus failed; will retry");
                 }
             }
