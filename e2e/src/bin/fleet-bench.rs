@@ -50,6 +50,11 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 bench creates the bindings (interleaved across spokes, on a blocking thread):
                 how fast an engaged fleet propagates new bindings. Latencies count from each
                 binding's creation. (The only scenario before cold-start existed.)
+  chaos         two hub replicas (leader election) under seeded churn and faults for
+                --duration-seconds, then invariants against an oracle (the pure compiler
+                over the final objects); defaults 50 spokes x 40 bindings; prints the seed
+                first and a `summary: scenario=chaos seed=... violations=...` line last;
+                exits non-zero on any violation. See docs/hub.md, section Chaos soak.
 
 Converged: a binding is converged when its status has Ready=True for its current generation
 (the condition's observedGeneration equals metadata.generation) AND its ClusterSPIFFEID exists
@@ -212,6 +217,11 @@ struct Args {
     /// chaos: the quiet window after settling, in seconds (no write may happen in it).
     #[arg(long, default_value_t = 30)]
     quiet_seconds: u64,
+    /// chaos: the replicas' `--removal-policy` (under `orphan`, bindings deleted while
+    /// their profile was deleted leave their ClusterSPIFFEIDs by design, counted as
+    /// orphans).
+    #[arg(long, default_value = "cleanup")]
+    removal_policy: String,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -1072,6 +1082,7 @@ async fn run_chaos(args: Args) -> anyhow::Result<()> {
     o.concurrency = args.concurrency;
     o.spoke_concurrency = args.spoke_concurrency;
     o.log_level = args.hub_log_level.as_str().to_string();
+    o.removal_policy = args.removal_policy.clone();
     let report = kleym_e2e::chaos::run(&o, &|line| println!("{line}")).await?;
     println!("{report}");
     let violations = report.violations.total();

@@ -360,3 +360,74 @@ pub fn writes_between(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::churn::{Applied, Change, apply_store};
+    use crate::fixtures::env;
+    use serde_json::json;
+
+    /// A spoke no kleym ever reconciled, and a foreign object recorded at another
+    /// resourceVersion: every binding and the foreign object are violations (the checks
+    /// can fail).
+    #[test]
+    fn an_unreconciled_spoke_and_a_changed_foreign_object_are_violations() {
+        let store = Cluster::new("spoke");
+        for crd in crate::fixtures::all_crds().unwrap() {
+            kubesim::install_crd(&store, crd).unwrap();
+        }
+        env::seed_environment(&store, 2).unwrap();
+        env::create_bindings(&store, 0..2).unwrap();
+        let created = apply_store(
+            &store,
+            &Change::Create {
+                gvp: crate::chaos::churn::CSIDS,
+                namespace: None,
+                object: json!({
+                    "apiVersion": "spire.spiffe.io/v1alpha1",
+                    "kind": "ClusterSPIFFEID",
+                    "metadata": {"name": "foreign-1"},
+                    "spec": {"spiffeIDTemplate": "spiffe://other.example/x"}
+                }),
+                manager: FOREIGN_MANAGER,
+            },
+        )
+        .unwrap();
+        let Applied::Done(Some((name, rv))) = created else {
+            panic!("foreign object not created: {created:?}");
+        };
+        let mut v = Violations::default();
+        let mut recorded = BTreeMap::from([(name.clone(), rv.clone())]);
+        let o = check_spoke(
+            &mut v,
+            &SpokeView {
+                name: "spoke",
+                store: &store,
+                foreign: &recorded,
+            },
+            "chaos.example",
+        );
+        assert_eq!(o.expected.len(), 2);
+        assert!(o.expected.values().all(|e| e.ready), "{o:?}");
+        assert_eq!(v.count("binding_conditions"), 2, "{v}");
+        assert_eq!(v.count("binding_status_current"), 2, "{v}");
+        assert_eq!(v.count("binding_finalizer"), 2, "{v}");
+        assert_eq!(v.count("csid_missing_or_wrong"), 2, "{v}");
+        assert_eq!(v.count("foreign_untouched"), 0, "{v}");
+
+        recorded.insert(name, format!("{rv}0"));
+        let mut v = Violations::default();
+        check_spoke(
+            &mut v,
+            &SpokeView {
+                name: "spoke",
+                store: &store,
+                foreign: &recorded,
+            },
+            "chaos.example",
+        );
+        assert_eq!(v.count("foreign_untouched"), 1, "{v}");
+        assert_eq!(v.total(), 9, "{v}");
+    }
+}

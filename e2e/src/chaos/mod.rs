@@ -80,6 +80,10 @@ pub struct ChaosOptions {
     pub lease_seconds: u64,
     /// Hub `--log-level`.
     pub log_level: String,
+    /// Hub `--removal-policy` (default `cleanup`). Under `orphan`, a binding deleted while
+    /// its profile was deleted (its spoke released) leaves its ClusterSPIFFEID by design,
+    /// and re-engaging the spoke does not collect it: `csid_orphan` then counts those too.
+    pub removal_policy: String,
     /// Work directory (kubeconfigs, plugin, the replicas' logs).
     pub dir: PathBuf,
 }
@@ -109,6 +113,7 @@ impl ChaosOptions {
             spoke_concurrency: 4,
             lease_seconds: 4,
             log_level: "info".into(),
+            removal_policy: "cleanup".into(),
             dir: dir.to_path_buf(),
         }
     }
@@ -325,7 +330,7 @@ impl World {
     }
 
     /// Checks every invariant but the quiet window.
-    fn check(&self) -> Violations {
+    fn check(&self) -> (Violations, report::Coverage) {
         let mut v = Violations::default();
         let mut oracles = Vec::with_capacity(self.names.len());
         for (i, name) in self.names.iter().enumerate() {
@@ -343,7 +348,26 @@ impl World {
             .zip(oracles.iter())
             .collect();
         invariants::check_hub(&mut v, &self.f.hub.store(), &pairs);
-        v
+        let mut c = report::Coverage {
+            foreign: self.foreign.iter().map(BTreeMap::len).sum(),
+            ..report::Coverage::default()
+        };
+        for o in &oracles {
+            c.bindings += o.expected.len();
+            c.csids += o.csids.len();
+            for e in o.expected.values() {
+                if e.ready {
+                    c.ready += 1;
+                } else if let Some((_, _, reason)) = e
+                    .conditions
+                    .iter()
+                    .find(|(t, _, _)| t == kleym_api::conditions::READY)
+                {
+                    *c.refused.entry(reason.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+        (v, c)
     }
 
     /// Stored writes of every cluster (the hub's Lease renewals and Events left out).
@@ -395,6 +419,8 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         o.spoke_concurrency.to_string(),
         "--log-level".into(),
         o.log_level.clone(),
+        "--removal-policy".into(),
+        o.removal_policy.clone(),
     ];
     let mut hubs = Replicas::start(
         &o.kleym,
@@ -514,7 +540,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
     while cleared.elapsed() < o.settle_limit {
         hubs.observe_leader();
         hubs.check_running()?;
-        last = w.check();
+        last = w.check().0;
         if last.total() == 0 {
             settle = Some(cleared.elapsed());
             break;
@@ -548,7 +574,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
             quiet_writes.insert(format!("{cluster}/{kind}"), n);
         }
     }
-    let mut violations = w.check();
+    let (mut violations, coverage) = w.check();
     for (what, n) in &quiet_writes {
         violations.add_n("quiet_writes", *n as usize, format!("{n} writes of {what}"));
     }
@@ -564,6 +590,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         settle,
         quiet_writes,
         violations,
+        coverage,
         hub: hubs.usage(),
     };
     hubs.stop().await;

@@ -8,6 +8,36 @@ use std::time::Duration;
 use super::invariants::{NAMES, Violations};
 use super::replicas::HubUsage;
 
+/// What the final check covered (so that 0 violations is seen to mean something).
+#[derive(Debug, Clone, Default)]
+pub struct Coverage {
+    /// Live bindings checked.
+    pub bindings: usize,
+    /// Of them, Ready by the oracle.
+    pub ready: usize,
+    /// Of them, refused by the oracle, by reason.
+    pub refused: BTreeMap<String, usize>,
+    /// ClusterSPIFFEIDs in the spokes (kleym's and foreign).
+    pub csids: usize,
+    /// Foreign ClusterSPIFFEIDs the churn created and checked untouched.
+    pub foreign: usize,
+}
+
+impl fmt::Display for Coverage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "checked: {} bindings ({} Ready, {} refused: {:?}), {} ClusterSPIFFEIDs, {} foreign objects",
+            self.bindings,
+            self.ready,
+            self.refused.values().sum::<usize>(),
+            self.refused,
+            self.csids,
+            self.foreign
+        )
+    }
+}
+
 /// The outcome of one chaos run.
 #[derive(Debug, Clone)]
 pub struct ChaosReport {
@@ -32,6 +62,8 @@ pub struct ChaosReport {
     pub quiet_writes: BTreeMap<String, u64>,
     /// The final check.
     pub violations: Violations,
+    /// What it covered.
+    pub coverage: Coverage,
     /// The hub replicas' figures.
     pub hub: HubUsage,
 }
@@ -59,12 +91,14 @@ impl ChaosReport {
             .map(|n| format!("v_{n}={}", self.violations.count(n)))
             .collect();
         format!(
-            "summary: scenario=chaos seed={} spokes={} bindings_per_spoke={} duration_s={} violations={} faults={} churn_ops={} churn_rejected={} leader_changes={} settle_s={} hub_peak_rss_mib={} hub_cpu_s={:.2} hub_starts={} {}",
+            "summary: scenario=chaos seed={} spokes={} bindings_per_spoke={} duration_s={} violations={} checked_bindings={} checked_ready={} faults={} churn_ops={} churn_rejected={} leader_changes={} settle_s={} hub_peak_rss_mib={} hub_cpu_s={:.2} hub_starts={} {}",
             self.seed,
             self.spokes,
             self.bindings,
             self.duration.as_secs(),
             self.violations.total(),
+            self.coverage.bindings,
+            self.coverage.ready,
             self.faults_total(),
             self.churn_applied(),
             self.churn_rejected(),
@@ -114,6 +148,7 @@ impl fmt::Display for ChaosReport {
             "hub replicas: peak RSS {} MiB, RSS now {} MiB, CPU {:.2} s user+sys over {} processes",
             self.hub.peak_rss_mib, self.hub.rss_mib, self.hub.cpu_seconds, self.hub.starts
         )?;
+        writeln!(f, "{}", self.coverage)?;
         writeln!(f, "{}", self.violations)?;
         write!(f, "{}", self.summary())
     }
