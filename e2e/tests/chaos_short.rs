@@ -60,6 +60,9 @@ async fn a_fleet_under_churn_and_faults_settles_to_the_oracle() {
         "leader changes: {}",
         report.leader_changes
     );
+    // The oracle had both Ready and refused bindings, and foreign objects, to check.
+    let c = &report.coverage;
+    assert!(c.ready > 0 && !c.refused.is_empty() && c.foreign > 0, "{c}");
     if report.violations.total() > 0 {
         let kept = dir.keep();
         panic!(
