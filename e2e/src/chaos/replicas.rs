@@ -28,6 +28,10 @@ struct Replica {
     peak_rss_kib: u64,
     /// RSS of the current process, last read (KiB).
     rss_kib: u64,
+    /// RSS readings of the current process: (seconds since it started, KiB).
+    samples: Vec<(f64, u64)>,
+    /// When the current process started.
+    started: Instant,
 }
 
 /// The hub replicas.
@@ -39,6 +43,8 @@ pub struct Replicas {
     replicas: Vec<Replica>,
     hub_store: Arc<Cluster>,
     leaders: Arc<Mutex<LeaderLog>>,
+    /// The RSS readings of the longest-lived process that ended.
+    longest_ended: Vec<(f64, u64)>,
 }
 
 /// The Lease holders seen, in order.
@@ -66,6 +72,22 @@ pub struct HubUsage {
     pub cpu_seconds: f64,
     /// Processes started.
     pub starts: usize,
+    /// RSS slope after warm-up of the longest-lived process, MiB per 10 minutes (a leak
+    /// shows as growth).
+    pub rss_slope_mib_per_10min: Option<f64>,
+}
+
+/// The least-squares slope of `(x, y)` points (y per x); `None` under 10 points.
+pub fn slope(points: &[(f64, u64)]) -> Option<f64> {
+    if points.len() < 10 {
+        return None;
+    }
+    let n = points.len() as f64;
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1 as f64).sum::<f64>() / n;
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 as f64 - my)).sum();
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
+    (sxx > 0.0).then(|| sxy / sxx)
 }
 
 /// The Lease holder identity in the hub cluster, if any.
@@ -102,10 +124,13 @@ impl Replicas {
                     cpu_now: 0.0,
                     peak_rss_kib: 0,
                     rss_kib: 0,
+                    samples: Vec::new(),
+                    started: Instant::now(),
                 })
                 .collect(),
             hub_store,
             leaders: Arc::default(),
+            longest_ended: Vec::new(),
         };
         for i in 0..r.replicas.len() {
             r.spawn(i)?;
@@ -134,6 +159,8 @@ impl Replicas {
         )?);
         rep.cpu_now = 0.0;
         rep.rss_kib = 0;
+        rep.samples.clear();
+        rep.started = Instant::now();
         Ok(())
     }
 
@@ -172,6 +199,8 @@ impl Replicas {
             {
                 r.cpu_now = u.cpu_seconds;
                 r.rss_kib = u.rss_kib;
+                r.samples
+                    .push((r.started.elapsed().as_secs_f64(), u.rss_kib));
                 r.peak_rss_kib = r.peak_rss_kib.max(u.peak_rss_kib).max(u.rss_kib);
             }
         }
@@ -185,6 +214,9 @@ impl Replicas {
             return Ok(false);
         };
         p.kill().await?;
+        if r.samples.len() > self.longest_ended.len() {
+            self.longest_ended = std::mem::take(&mut r.samples);
+        }
         r.cpu_done += r.cpu_now;
         r.cpu_now = 0.0;
         r.rss_kib = 0;
@@ -242,7 +274,21 @@ impl Replicas {
             rss_mib: self.replicas.iter().map(|r| r.rss_kib).sum::<u64>() / 1024,
             cpu_seconds: self.replicas.iter().map(|r| r.cpu_done + r.cpu_now).sum(),
             starts: self.replicas.iter().map(|r| r.starts).sum(),
+            rss_slope_mib_per_10min: self.rss_slope(),
         }
+    }
+
+    /// The RSS slope (MiB per 10 minutes, least squares) of the longest-lived hub process,
+    /// over the last two thirds of its readings (the first third is warm-up); `None` with
+    /// fewer than 10 readings after warm-up.
+    fn rss_slope(&self) -> Option<f64> {
+        let longest = self
+            .replicas
+            .iter()
+            .map(|r| &r.samples)
+            .chain(std::iter::once(&self.longest_ended))
+            .max_by_key(|s| s.len())?;
+        slope(&longest[longest.len() / 3..]).map(|kib_per_s| kib_per_s * 600.0 / 1024.0)
     }
 
     /// Stops every running replica (SIGTERM, bounded wait, then SIGKILL).
@@ -253,5 +299,19 @@ impl Replicas {
                 let _ = p.stop(Duration::from_secs(30)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slope;
+
+    #[test]
+    fn slope_is_the_least_squares_growth() {
+        let flat: Vec<(f64, u64)> = (0..20).map(|i| (i as f64, 1000)).collect();
+        assert_eq!(slope(&flat), Some(0.0));
+        let growing: Vec<(f64, u64)> = (0..20).map(|i| (i as f64, 1000 + 3 * i)).collect();
+        assert!((slope(&growing).unwrap() - 3.0).abs() < 1e-9);
+        assert_eq!(slope(&growing[..9]), None);
     }
 }

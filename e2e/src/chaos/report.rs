@@ -91,7 +91,7 @@ impl ChaosReport {
             .map(|n| format!("v_{n}={}", self.violations.count(n)))
             .collect();
         format!(
-            "summary: scenario=chaos seed={} spokes={} bindings_per_spoke={} duration_s={} violations={} checked_bindings={} checked_ready={} faults={} churn_ops={} churn_rejected={} leader_changes={} settle_s={} hub_peak_rss_mib={} hub_cpu_s={:.2} hub_starts={} {}",
+            "summary: scenario=chaos seed={} spokes={} bindings_per_spoke={} duration_s={} violations={} checked_bindings={} checked_ready={} faults={} churn_ops={} churn_rejected={} leader_changes={} settle_s={} hub_peak_rss_mib={} hub_cpu_s={:.2} hub_starts={} hub_rss_slope_mib_per_10min={} {}",
             self.seed,
             self.spokes,
             self.bindings,
@@ -108,6 +108,9 @@ impl ChaosReport {
             self.hub.peak_rss_mib,
             self.hub.cpu_seconds,
             self.hub.starts,
+            self.hub
+                .rss_slope_mib_per_10min
+                .map_or("?".to_string(), |s| format!("{s:.2}")),
             per.join(" ")
         )
     }
@@ -145,8 +148,16 @@ impl fmt::Display for ChaosReport {
         }
         writeln!(
             f,
-            "hub replicas: peak RSS {} MiB, RSS now {} MiB, CPU {:.2} s user+sys over {} processes",
-            self.hub.peak_rss_mib, self.hub.rss_mib, self.hub.cpu_seconds, self.hub.starts
+            "hub replicas: peak RSS {} MiB, RSS now {} MiB (both), CPU {:.2} s user+sys over {} processes; RSS slope after warm-up of the longest-lived process: {}",
+            self.hub.peak_rss_mib,
+            self.hub.rss_mib,
+            self.hub.cpu_seconds,
+            self.hub.starts,
+            self.hub
+                .rss_slope_mib_per_10min
+                .map_or("? (too few readings)".to_string(), |s| format!(
+                    "{s:.2} MiB per 10 min"
+                ))
         )?;
         writeln!(f, "{}", self.coverage)?;
         writeln!(f, "{}", self.violations)?;
