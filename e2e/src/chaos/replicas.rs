@@ -278,7 +278,8 @@ impl Replicas {
         }
     }
 
-    /// The RSS slope (MiB per 10 minutes, least squares) of the longest-lived hub process,
+    /// The RSS slope (MiB per 10 minutes, least squares) of the longest-lived hub process
+    /// (of two, the larger),
     /// over the last two thirds of its readings (the first third is warm-up); `None` with
     /// fewer than 10 readings after warm-up.
     fn rss_slope(&self) -> Option<f64> {
@@ -287,7 +288,8 @@ impl Replicas {
             .iter()
             .map(|r| &r.samples)
             .chain(std::iter::once(&self.longest_ended))
-            .max_by_key(|s| s.len())?;
+            // Of equally long-lived ones, the larger: the leader, which does the work.
+            .max_by_key(|s| (s.len(), s.last().map_or(0, |x| x.1)))?;
         slope(&longest[longest.len() / 3..]).map(|kib_per_s| kib_per_s * 600.0 / 1024.0)
     }
 
