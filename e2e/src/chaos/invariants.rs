@@ -73,9 +73,10 @@ impl Violations {
         self.counts.values().sum()
     }
 
-    /// Adds `n` violations of `invariant` described by `what`.
+    /// Adds `n` violations of `invariant` described by `what` (`n == 0`: only an example,
+    /// if `invariant` has violations).
     pub fn add_n(&mut self, invariant: &'static str, n: usize, what: String) {
-        if n == 0 {
+        if n == 0 && self.count(invariant) == 0 {
             return;
         }
         *self.counts.entry(invariant).or_insert(0) += n;
@@ -345,6 +346,61 @@ pub fn writes(store: &Cluster, except: &[&str]) -> BTreeMap<String, u64> {
         .into_iter()
         .filter(|(k, _)| !except.contains(&k.as_str()))
         .collect()
+}
+
+/// Each binding's resourceVersion, finalizers and status fields, by name.
+pub fn binding_snapshot(store: &Cluster) -> BTreeMap<String, Value> {
+    super::oracle::list_values(store, ("kleym.io", "v1alpha1", "inferenceidentitybindings"))
+        .into_iter()
+        .filter_map(|b| {
+            let name = b["metadata"]["name"].as_str()?.to_string();
+            Some((
+                name,
+                serde_json::json!({
+                    "rv": b["metadata"]["resourceVersion"],
+                    "finalizers": b["metadata"]["finalizers"],
+                    "status": b["status"],
+                }),
+            ))
+        })
+        .collect()
+}
+
+/// What changed between two [`binding_snapshot`]s: `binding <name>: <fields>`.
+pub fn binding_changes(
+    before: &BTreeMap<String, Value>,
+    after: &BTreeMap<String, Value>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, a) in after {
+        let Some(b) = before.get(name) else {
+            out.push(format!("binding {name} appeared"));
+            continue;
+        };
+        if a["rv"] == b["rv"] {
+            continue;
+        }
+        let mut fields: Vec<String> = Vec::new();
+        if a["finalizers"] != b["finalizers"] {
+            fields.push("finalizers".into());
+        }
+        let keys: BTreeSet<&String> = a["status"]
+            .as_object()
+            .into_iter()
+            .chain(b["status"].as_object())
+            .flat_map(|m| m.keys())
+            .collect();
+        for k in keys {
+            if a["status"][k] != b["status"][k] {
+                fields.push(format!("status.{k}"));
+            }
+        }
+        if fields.is_empty() {
+            fields.push("nothing it shows (written and written back)".into());
+        }
+        out.push(format!("binding {name} changed: {}", fields.join(", ")));
+    }
+    out
 }
 
 /// Writes between two [`writes`] readings, by type.

@@ -535,14 +535,25 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         start.elapsed()
     ));
 
+    // Settled: every invariant holds and nothing was written for STILL (then the time to
+    // settle is that of the last write; fields no invariant compares, such as messages and
+    // warnings, may still be converging while the invariants already hold).
+    const STILL: Duration = Duration::from_secs(5);
     let mut settle = None;
     let mut last = Violations::default();
+    let mut writes_then = w.writes();
+    let mut still_since = Instant::now();
     while cleared.elapsed() < o.settle_limit {
         hubs.observe_leader();
         hubs.check_running()?;
+        let writes_now = w.writes();
+        if writes_now != writes_then {
+            writes_then = writes_now;
+            still_since = Instant::now();
+        }
         last = w.check().0;
-        if last.total() == 0 {
-            settle = Some(cleared.elapsed());
+        if last.total() == 0 && still_since.elapsed() >= STILL {
+            settle = Some(still_since.saturating_duration_since(cleared));
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -559,6 +570,11 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
 
     // Settled means quiet: no write anywhere for the quiet window.
     let before = w.writes();
+    let bindings_before: Vec<_> = w
+        .stores
+        .iter()
+        .map(|s| invariants::binding_snapshot(s))
+        .collect();
     let quiet_from = Instant::now();
     while quiet_from.elapsed() < o.quiet {
         hubs.observe_leader();
@@ -577,6 +593,15 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
     let (mut violations, coverage) = w.check();
     for (what, n) in &quiet_writes {
         violations.add_n("quiet_writes", *n as usize, format!("{n} writes of {what}"));
+    }
+    // What changed on the bindings (the first few), to tell a flap from a late field.
+    for ((name, store), before) in w.names.iter().zip(&w.stores).zip(&bindings_before) {
+        for what in invariants::binding_changes(before, &invariants::binding_snapshot(store))
+            .into_iter()
+            .take(3)
+        {
+            violations.add_n("quiet_writes", 0, format!("{name}: {what}"));
+        }
     }
     hubs.sample();
     let report = ChaosReport {
