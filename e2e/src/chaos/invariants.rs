@@ -19,8 +19,9 @@ use super::oracle::{SpokeOracle, spoke_oracle, summarize};
 use crate::fixtures::profiles::PROFILE_NS;
 
 /// The invariants, in report order.
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "binding_conditions",
+    "binding_status_fields",
     "binding_status_current",
     "binding_finalizer",
     "csid_missing_or_wrong",
@@ -137,6 +138,15 @@ pub fn check_spoke(v: &mut Violations, spoke: &SpokeView<'_>, trust_domain: &str
                 format!(
                     "{name}: binding {bname}: conditions {got:?}, the oracle wants {:?}",
                     e.conditions
+                )
+            });
+        }
+        let shown = status.map(super::oracle::Shown::of);
+        if shown.as_ref() != Some(&e.shown) {
+            v.add("binding_status_fields", || {
+                format!(
+                    "{name}: binding {bname}: status shows {shown:?}, the oracle wants {:?}",
+                    e.shown
                 )
             });
         }
@@ -468,6 +478,7 @@ mod tests {
         assert!(o.expected.values().all(|e| e.ready), "{o:?}");
         assert_eq!(v.count("binding_conditions"), 2, "{v}");
         assert_eq!(v.count("binding_status_current"), 2, "{v}");
+        assert_eq!(v.count("binding_status_fields"), 2, "{v}");
         assert_eq!(v.count("binding_finalizer"), 2, "{v}");
         assert_eq!(v.count("csid_missing_or_wrong"), 2, "{v}");
         assert_eq!(v.count("foreign_untouched"), 0, "{v}");
@@ -484,6 +495,6 @@ mod tests {
             "chaos.example",
         );
         assert_eq!(v.count("foreign_untouched"), 1, "{v}");
-        assert_eq!(v.total(), 9, "{v}");
+        assert_eq!(v.total(), 11, "{v}");
     }
 }

@@ -40,6 +40,53 @@ pub struct ExpectedBinding {
     pub conditions: Vec<(String, String, String)>,
     /// Whether it is Ready.
     pub ready: bool,
+    /// What its status shows besides conditions: computed SPIFFE IDs, rendered selectors,
+    /// conflict peers and warnings (peers and warnings sorted and de-duplicated, as the
+    /// reconciler writes them).
+    pub shown: Shown,
+}
+
+/// The status fields the compiler decides besides conditions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shown {
+    /// `status.computedSpiffeIDs`.
+    pub computed_spiffe_ids: Vec<kleym_api::ComputedSpiffeId>,
+    /// `status.renderedSelectors`.
+    pub rendered_selectors: Vec<String>,
+    /// `status.conflictPeers`.
+    pub conflict_peers: Vec<kleym_api::ConflictPeer>,
+    /// `status.warnings`.
+    pub warnings: Vec<kleym_api::IdentityWarning>,
+}
+
+impl Shown {
+    /// What `status` shows.
+    pub fn of(status: &kleym_api::InferenceIdentityBindingStatus) -> Self {
+        Self::new(
+            status.computed_spiffe_ids.clone(),
+            status.rendered_selectors.clone(),
+            status.conflict_peers.clone(),
+            status.warnings.clone(),
+        )
+    }
+
+    fn new(
+        computed_spiffe_ids: Vec<kleym_api::ComputedSpiffeId>,
+        rendered_selectors: Vec<String>,
+        mut conflict_peers: Vec<kleym_api::ConflictPeer>,
+        mut warnings: Vec<kleym_api::IdentityWarning>,
+    ) -> Self {
+        conflict_peers.sort();
+        conflict_peers.dedup();
+        warnings.sort();
+        warnings.dedup();
+        Self {
+            computed_spiffe_ids,
+            rendered_selectors,
+            conflict_peers,
+            warnings,
+        }
+    }
 }
 
 /// The final objects of one spoke and what the oracle expects of them.
@@ -209,6 +256,12 @@ pub fn spoke_oracle(store: &Cluster, trust_domain: &str) -> SpokeOracle {
             name: name.clone(),
             uid: b.uid().unwrap_or_default(),
         };
+        let shown = Shown::new(
+            d.computed_spiffe_ids.clone(),
+            d.rendered_selectors.clone(),
+            d.conflict_peers.clone(),
+            d.warnings.clone(),
+        );
         let (refusal, output) = match (d.refusal, d.output) {
             (Some(r), _) => (Some(r), None),
             (None, Some(o)) => match out.csids.get(&o.name) {
@@ -240,6 +293,7 @@ pub fn spoke_oracle(store: &Cluster, trust_domain: &str) -> SpokeOracle {
                 output,
                 conditions,
                 ready,
+                shown,
             },
         );
     }
