@@ -1,6 +1,7 @@
 //! kleym end-to-end support: the fleet fixtures, end-to-end tests, benchmarks and demo, built
 //! on `kubesim` (the Kubernetes API simulator in `e2e/kubesim`).
 
+pub mod chaos;
 pub mod demo;
 pub mod fixtures;
 

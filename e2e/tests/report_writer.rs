@@ -427,3 +427,125 @@ async fn every_write_asks_the_leadership_fence() {
     assert!(!stats.fenced);
     assert_eq!(written_statuses(&hub), 3);
 }
+
+/// Found by the chaos soak (`fleet-bench --scenario chaos --seed 1 --spokes 3 --bindings 5
+/// --duration-seconds 20`): a profile deleted and recreated under the same name while a
+/// replica took over left the writer believing its ClusterIdentityStatus existed after the
+/// garbage collector had removed it, and every status write answered 404 until the
+/// 10-minute resync. A status write that finds the object gone must make the next flush
+/// recreate it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_gone_behind_the_writers_back_is_recreated_by_the_next_flush() {
+    let (_sim, _hub, client) = start().await;
+    let profile = create_profile(&client, "east").await;
+    let options = WriterOptions {
+        min_interval: Duration::from_secs(3600),
+        sync_refresh: Duration::from_secs(300),
+    };
+    let mut writer = StatusWriter::new(client.clone(), options);
+    let t0 = Instant::now();
+    writer.submit_cluster(profile.clone(), status_at(1_000, true, 3));
+    assert_eq!(writer.flush(t0).await.written, 1);
+    let first = cis(&client, "east").await.expect("created");
+    Api::<ClusterIdentityStatus>::namespaced(client.clone(), NS)
+        .delete("east", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // New content: the write finds the object gone (404) ...
+    let later = t0 + Duration::from_secs(10_000);
+    writer.submit_cluster(profile.clone(), status_at(2_000, false, 3));
+    let stats = writer.flush(later).await;
+    assert_eq!((stats.written, stats.failed), (0, 1), "{stats:?}");
+    assert!(
+        writer.next_due().is_some_and(|t| t <= Instant::now()),
+        "due at once"
+    );
+    // ... and the next flush, without a resync, recreates it with its owner and status.
+    let stats = writer.flush(later).await;
+    assert_eq!((stats.written, stats.failed), (1, 0), "{stats:?}");
+    let again = cis(&client, "east").await.expect("recreated");
+    assert_ne!(again.metadata.uid, first.metadata.uid);
+    assert_eq!(again.metadata.owner_references.unwrap()[0].uid, profile.uid);
+    let st = again.status.expect("status written");
+    assert_eq!(st.bindings.total, 3);
+    let reachable = st
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Reachable")
+        .unwrap();
+    assert_eq!(reachable.status, "False");
+}
+
+/// Found by the chaos soak with the writer fix above: the status loop looks profile UIDs
+/// up again only when a name is missing or at the 10-minute resync, so a profile deleted
+/// and recreated under the same name kept being written with the deleted profile's UID as
+/// owner, which the garbage collector removed at once (404 on the status, every pass). A
+/// status object found gone must make the loop list the UIDs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_recreated_under_its_name_gets_its_status_back_before_the_resync() {
+    use kleym_hub::fleet::FleetState;
+    use kleym_hub::status::{StatusLoopOptions, run_status_loop};
+    use kleym_spoke::reconciler::CancellationToken;
+
+    let (_sim, _hub, client) = start().await;
+    let first = create_profile(&client, "east").await;
+    let state = FleetState::new();
+    state.set_leader(true);
+    state.update(&format!("{NS}/east"), |s| s.version = Some("v1".into()));
+    let stop = CancellationToken::new();
+    let status_loop = tokio::spawn(run_status_loop(
+        client.clone(),
+        state.clone(),
+        StatusLoopOptions {
+            writer: WriterOptions {
+                min_interval: Duration::from_millis(100),
+                sync_refresh: Duration::from_secs(300),
+            },
+            min_rebuild: Duration::from_millis(50),
+            tick: Duration::from_millis(200),
+            resync: Duration::from_secs(600),
+            ..StatusLoopOptions::default()
+        },
+        stop.clone(),
+    ));
+    let owned_by = |uid: String| {
+        let client = client.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let owner = cis(&client, "east")
+                    .await
+                    .and_then(|o| o.metadata.owner_references)
+                    .and_then(|r| r.first().map(|r| r.uid.clone()));
+                if owner.as_deref() == Some(uid.as_str()) {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no ClusterIdentityStatus owned by {uid} within 60 s (owner: {owner:?})"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    owned_by(first.uid.clone()).await;
+
+    // The profile is deleted (its status goes with it) and created again under its name.
+    Api::<ClusterProfile>::namespaced(client.clone(), NS)
+        .delete("east", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cis(&client, "east").await.is_some() {
+        assert!(Instant::now() < deadline, "status not collected");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = create_profile(&client, "east").await;
+    assert_ne!(second.uid, first.uid);
+    // The spoke is engaged again: its content changes.
+    state.update(&format!("{NS}/east"), |s| s.version = Some("v2".into()));
+    owned_by(second.uid.clone()).await;
+    stop.cancel();
+    status_loop.await.unwrap();
+}

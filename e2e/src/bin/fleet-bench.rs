@@ -55,6 +55,11 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 random spoke for --duration-seconds: p50/p99/max from each binding's creation
                 to its ClusterSPIFFEID (the latency an operator feels) and the hub's writes per
                 new binding (its kleym_spoke_api_writes_total before and after).
+  chaos         two hub replicas (leader election) under seeded churn and faults for
+                --duration-seconds, then invariants against an oracle (the pure compiler
+                over the final objects); defaults 50 spokes x 40 bindings; prints the seed
+                first and a `summary: scenario=chaos seed=... violations=...` line last;
+                exits non-zero on any violation. See docs/hub.md, section Chaos soak.
 
 Converged: a binding is converged when its status has Ready=True for its current generation
 (the condition's observedGeneration equals metadata.generation) AND its ClusterSPIFFEID exists
@@ -127,6 +132,9 @@ enum Scenario {
     NewBindings,
     /// Cold start, then one new binding per second on a random spoke.
     Trickle,
+    /// Two hub replicas under seeded churn and faults, then invariants against an oracle
+    /// (see `kleym_e2e::chaos`).
+    Chaos,
 }
 
 impl Scenario {
@@ -135,6 +143,7 @@ impl Scenario {
             Scenario::ColdStart => "cold-start",
             Scenario::NewBindings => "new-bindings",
             Scenario::Trickle => "trickle",
+            Scenario::Chaos => "chaos",
         }
     }
 }
@@ -162,12 +171,12 @@ impl HubLogLevel {
 #[derive(Parser, Debug)]
 #[command(about, long_about = LONG_ABOUT)]
 struct Args {
-    /// Number of spokes.
-    #[arg(long, default_value_t = 100)]
-    spokes: usize,
-    /// Bindings per spoke.
-    #[arg(long, default_value_t = 100)]
-    bindings: usize,
+    /// Number of spokes (default 100; chaos: 50).
+    #[arg(long)]
+    spokes: Option<usize>,
+    /// Bindings per spoke (default 100; chaos: 40).
+    #[arg(long)]
+    bindings: Option<usize>,
     /// cold-start (default; the design target): every binding exists before the hub
     /// starts. new-bindings: bindings are created once every spoke is engaged.
     #[arg(long, value_enum, default_value_t = Scenario::ColdStart)]
@@ -191,12 +200,37 @@ struct Args {
     /// lines).
     #[arg(long, value_enum, default_value_t = HubLogLevel::Info)]
     hub_log_level: HubLogLevel,
-    /// trickle: how long new bindings keep coming (one per second).
-    #[arg(long, default_value_t = 60)]
-    duration_seconds: u64,
+    /// trickle: how long new bindings keep coming, one per second (default 60); chaos: the
+    /// window of churn and faults (default 600).
+    #[arg(long, value_name = "SECONDS")]
+    duration_seconds: Option<u64>,
     /// Keep the temp dir (kubeconfigs, scripts, hub.log) after a successful run.
     #[arg(long)]
     keep_dir: bool,
+    /// chaos: the seed of the schedule (default: from the clock; printed at start).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// chaos: churn operations per second over the fleet.
+    #[arg(long, default_value_t = 5.0)]
+    churn_per_second: f64,
+    /// chaos: mean seconds between two fault windows of one spoke.
+    #[arg(long, default_value_t = 20)]
+    fault_every_seconds: u64,
+    /// chaos: `kill -9` process faults in the window (default: one per 2 minutes, at
+    /// least 2; alternating the leader and both replicas).
+    #[arg(long)]
+    process_faults: Option<usize>,
+    /// chaos: how long to wait for the fleet to settle after the window, in seconds.
+    #[arg(long, default_value_t = 300)]
+    settle_seconds: u64,
+    /// chaos: the quiet window after settling, in seconds (no write may happen in it).
+    #[arg(long, default_value_t = 30)]
+    quiet_seconds: u64,
+    /// chaos: the replicas' `--removal-policy` (under `orphan`, bindings deleted while
+    /// their profile was deleted leave their ClusterSPIFFEIDs by design, counted as
+    /// orphans).
+    #[arg(long, default_value = "cleanup")]
+    removal_policy: String,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -559,6 +593,9 @@ async fn track_engagement(
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    if args.scenario == Scenario::Chaos {
+        return run_chaos(args).await;
+    }
     let limit = Duration::from_secs(args.timeout_seconds);
     let kleym = match args.hub {
         HubMode::Process => Some(find_kleym(args.kleym_bin.as_deref())?),
@@ -566,7 +603,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     let dir = std::env::temp_dir().join(format!("fleet-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let (n, m) = (args.spokes, args.bindings);
+    let (n, m) = (args.spokes.unwrap_or(100), args.bindings.unwrap_or(100));
     println!(
         "fleet-bench: {n} spokes x {m} bindings, scenario {} (hub {:?}, concurrency {}, spoke concurrency {})",
         args.scenario.as_str(),
@@ -588,11 +625,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Cold start: every binding exists, and is watched, before the hub starts.
     let trickle_plan = match args.scenario {
         Scenario::Trickle => {
-            let plan = trickle::plan(n, m, usize::try_from(args.duration_seconds)?);
+            let plan = trickle::plan(n, m, usize::try_from(args.duration_seconds.unwrap_or(60))?);
             trickle::seed_objectives(&fleet.stores, &plan).map_err(anyhow::Error::msg)?;
             plan
         }
-        Scenario::ColdStart | Scenario::NewBindings => Vec::new(),
+        Scenario::ColdStart | Scenario::NewBindings | Scenario::Chaos => Vec::new(),
     };
     let cold_watchers = match args.scenario {
         Scenario::ColdStart | Scenario::Trickle => {
@@ -603,7 +640,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             );
             Some(watch_all(&fleet.stores, m, limit)?)
         }
-        Scenario::NewBindings => None,
+        Scenario::NewBindings | Scenario::Chaos => None,
     };
 
     let flags: Vec<String> = vec![
@@ -901,11 +938,11 @@ impl Measure<'_> {
 
         let origin_name = match self.scenario {
             Scenario::ColdStart | Scenario::Trickle => "hub start",
-            Scenario::NewBindings => "first binding created",
+            Scenario::NewBindings | Scenario::Chaos => "first binding created",
         };
         let lat_from = match self.scenario {
             Scenario::ColdStart | Scenario::Trickle => "from hub start",
-            Scenario::NewBindings => "from its creation",
+            Scenario::NewBindings | Scenario::Chaos => "from its creation",
         };
         println!("time to engage {n} spokes: {time_to_engage:.1?}");
         println!(
@@ -1104,4 +1141,51 @@ impl Measure<'_> {
             hub.phases().await
         )
     }
+}
+
+/// `--scenario chaos`: see `kleym_e2e::chaos`. Exits non-zero when any invariant is
+/// violated (after the report and its `summary:` line).
+async fn run_chaos(args: Args) -> anyhow::Result<()> {
+    let kleym = find_kleym(args.kleym_bin.as_deref())?;
+    let seed = args.seed.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    println!("seed: {seed} (replay with --seed {seed})");
+    println!("hub binary: {} ({})", kleym.display(), age(&kleym));
+    let dir = std::env::temp_dir().join(format!("fleet-bench-chaos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut o = kleym_e2e::chaos::ChaosOptions::new(
+        seed,
+        args.spokes.unwrap_or(50),
+        args.bindings.unwrap_or(40),
+        Duration::from_secs(args.duration_seconds.unwrap_or(600)),
+        &kleym,
+        &dir,
+    );
+    o.churn_per_second = args.churn_per_second;
+    o.fault_every = Duration::from_secs(args.fault_every_seconds);
+    o.process_faults = args.process_faults;
+    o.settle_limit = Duration::from_secs(args.settle_seconds);
+    o.quiet = Duration::from_secs(args.quiet_seconds);
+    o.concurrency = args.concurrency;
+    o.spoke_concurrency = args.spoke_concurrency;
+    o.log_level = args.hub_log_level.as_str().to_string();
+    o.removal_policy = args.removal_policy.clone();
+    let report = kleym_e2e::chaos::run(&o, &|line| println!("{line}")).await?;
+    println!("{report}");
+    let violations = report.violations.total();
+    if violations > 0 {
+        anyhow::bail!(
+            "{violations} invariant violations (seed {seed}); hub logs kept in {}",
+            dir.display()
+        );
+    }
+    if args.keep_dir {
+        println!("kept {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
 }

@@ -199,6 +199,12 @@ async fn sync_once(
     let full = FullReport::build(&spokes, now);
     writer.submit_report(bound_report(&full.summary, &options.caps));
     let stats = writer.flush(Instant::now()).await;
+    if stats.gone > 0 {
+        // A status object vanished: its profile may have been recreated under the same
+        // name (the garbage collector then removed the status with the old profile), so
+        // the UIDs are listed again on the next pass instead of at the next resync.
+        uids.clear();
+    }
     if stats.written > 0 || stats.failed > 0 {
         tracing::debug!(?stats, "status flush");
     }

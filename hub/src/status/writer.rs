@@ -49,6 +49,13 @@ pub enum StatusError {
     },
 }
 
+impl StatusError {
+    /// Whether the API server answered 404 Not Found (the object is gone).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StatusError::Api { source, .. } if is_not_found(source))
+    }
+}
+
 /// Whether this process may write now; asked right before every write (the leader check).
 pub type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
 
@@ -92,6 +99,10 @@ pub struct WriteStats {
     pub deferred: usize,
     /// Writes that failed (kept for the next flush).
     pub failed: usize,
+    /// Of the failed writes, those that found their object gone (404): recreated by the
+    /// next flush, with the owner UID then submitted (a profile recreated under the same
+    /// name has a new one: the caller should look its profiles' UIDs up again).
+    pub gone: usize,
     /// Whether the flush stopped because the write fence said no (the rest stays pending).
     pub fenced: bool,
 }
@@ -124,6 +135,17 @@ impl<T> Default for Slot<T> {
 }
 
 impl<T> Slot<T> {
+    /// The object is gone behind the writer's back (a status write answered 404: deleted,
+    /// or garbage-collected with a profile recreated under the same name): forget what
+    /// the server held, so the next flush reads and recreates it at once instead of
+    /// failing on every pass until the next resync.
+    fn forget(&mut self) {
+        self.known = false;
+        self.owner_uid = None;
+        self.written = None;
+        self.last_write = None;
+    }
+
     /// When the pending content may be written (`now` if never written).
     fn due_at(&self, min_interval: Duration, now: Instant) -> Option<Instant> {
         self.pending.as_ref()?;
@@ -246,6 +268,9 @@ impl StatusWriter {
                 }
                 Err(e) => {
                     stats.failed += 1;
+                    if e.is_not_found() {
+                        stats.gone += 1;
+                    }
                     tracing::warn!(error = %e, "writing ClusterIdentityStatus failed; will retry");
                 }
             }
@@ -365,6 +390,9 @@ impl StatusWriter {
             .patch_status(&key.name, &params, &Patch::Apply(body))
             .await
         {
+            if is_not_found(&e) {
+                slot.forget();
+            }
             slot.pending = Some(want);
             return Err(err("apply status", e));
         }
@@ -449,6 +477,9 @@ impl StatusWriter {
             .patch_status(FLEET_REPORT_NAME, &params, &Patch::Apply(body))
             .await
         {
+            if is_not_found(&e) {
+                slot.forget();
+            }
             slot.pending = Some(want);
             return Err(err("apply status", e));
         }
@@ -456,4 +487,9 @@ impl StatusWriter {
         slot.last_write = Some(now);
         Ok(true)
     }
+}
+
+/// Whether the API server answered 404 Not Found.
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
 }

@@ -1,0 +1,139 @@
+//! Faults: per-spoke windows of kubesim faults (through its fault API) and hub process
+//! faults (`kill -9` of the leader, of both replicas).
+
+use std::time::Duration;
+
+use kubesim::faults::{ErrorRule, FaultHandle, FaultRequest};
+use rand::Rng;
+use rand::rngs::StdRng;
+
+/// One kind of spoke fault, with its parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SpokeFault {
+    /// Every request waits this long.
+    Latency(Duration),
+    /// This fraction of requests fail with 500/503/504.
+    ServerErrors {
+        /// Fraction in `[0, 1]`.
+        rate: f64,
+        /// The code.
+        code: u16,
+    },
+    /// This fraction of requests get 429 (with `Retry-After`).
+    Throttled(f64),
+    /// Every open watch ends (once at the start of the window).
+    DropWatches,
+    /// The next watches get 410 Expired.
+    ForceGone(u32),
+    /// Connections accepted and never answered.
+    Blackhole,
+    /// Connections refused, open ones dropped.
+    Refused,
+    /// The hub's bearer token is revoked (401) for the window.
+    RevokeToken,
+    /// Token verification clock skew (seconds).
+    ClockSkew(i64),
+}
+
+impl SpokeFault {
+    /// Its name in the report.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SpokeFault::Latency(_) => "latency",
+            SpokeFault::ServerErrors { .. } => "5xx",
+            SpokeFault::Throttled(_) => "429",
+            SpokeFault::DropWatches => "drop_watches",
+            SpokeFault::ForceGone(_) => "410",
+            SpokeFault::Blackhole => "blackhole",
+            SpokeFault::Refused => "refused",
+            SpokeFault::RevokeToken => "token_revoked",
+            SpokeFault::ClockSkew(_) => "clock_skew",
+        }
+    }
+
+    /// A random fault.
+    pub fn random(rng: &mut StdRng) -> Self {
+        match rng.gen_range(0..9) {
+            0 => SpokeFault::Latency(Duration::from_millis(rng.gen_range(50..600))),
+            1 => SpokeFault::ServerErrors {
+                rate: rng.gen_range(0.1..0.6),
+                code: [500, 503, 504][rng.gen_range(0..3)],
+            },
+            2 => SpokeFault::Throttled(rng.gen_range(0.1..0.6)),
+            3 => SpokeFault::DropWatches,
+            4 => SpokeFault::ForceGone(rng.gen_range(1..6)),
+            5 => SpokeFault::Blackhole,
+            6 => SpokeFault::Refused,
+            7 => SpokeFault::RevokeToken,
+            _ => SpokeFault::ClockSkew(rng.gen_range(60..7200)),
+        }
+    }
+
+    /// Switches the fault on through kubesim's fault API; `token` is the hub's bearer
+    /// token on the spoke (only for [`SpokeFault::RevokeToken`]).
+    pub fn start(&self, faults: &FaultHandle, token: &str) -> Result<(), String> {
+        let mut req = FaultRequest::default();
+        match self {
+            SpokeFault::Latency(d) => req.latency_ms = Some(d.as_millis() as u64),
+            SpokeFault::ServerErrors { rate, code } => {
+                req.errors = Some(vec![ErrorRule {
+                    verb: None,
+                    resource: None,
+                    rate: *rate,
+                    code: *code,
+                }]);
+            }
+            SpokeFault::Throttled(rate) => {
+                req.errors = Some(vec![ErrorRule {
+                    verb: None,
+                    resource: None,
+                    rate: *rate,
+                    code: 429,
+                }]);
+            }
+            SpokeFault::DropWatches => req.drop_watches = true,
+            SpokeFault::ForceGone(n) => req.force_gone_watches = Some(*n),
+            SpokeFault::Blackhole => req.blackhole = Some(true),
+            SpokeFault::Refused => req.refuse_connections = Some(true),
+            SpokeFault::RevokeToken => req.revoke_tokens = vec![token.to_string()],
+            SpokeFault::ClockSkew(s) => req.token_clock_skew_seconds = Some(*s),
+        }
+        faults.apply(req).map_err(|e| e.to_string())
+    }
+}
+
+/// A fault on one spoke for a time window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FaultWindow {
+    /// The spoke (index).
+    pub spoke: usize,
+    /// What.
+    pub fault: SpokeFault,
+    /// How long (the schedule clears every fault of the spoke at the end).
+    pub lasts: Duration,
+}
+
+/// A process fault on the hub replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessFault {
+    /// `kill -9` of the leader; it restarts after `restart_after`.
+    KillLeader {
+        /// Down time.
+        restart_after: Duration,
+    },
+    /// `kill -9` of both replicas; both restart after `restart_after`.
+    KillBoth {
+        /// Down time.
+        restart_after: Duration,
+    },
+}
+
+impl ProcessFault {
+    /// Its name in the report.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProcessFault::KillLeader { .. } => "kill_leader",
+            ProcessFault::KillBoth { .. } => "kill_both",
+        }
+    }
+}

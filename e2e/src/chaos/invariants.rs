@@ -1,0 +1,500 @@
+//! The invariants a settled fleet must hold, each counted in violations against the
+//! [`super::oracle`] (never against what kleym says of itself).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use kleym_api::conditions::READY;
+use kleym_api::external::spiffeid::ClusterSPIFFEIDSpec;
+use kleym_api::hub_status::FLEET_REPORT_NAME;
+use kleym_spoke::ownership::{self, Owner};
+use kleym_spoke::reconciler::context::DEFAULT_FIELD_MANAGER;
+use kleym_spoke::reconciler::finalizer::FINALIZER;
+use kube::ResourceExt;
+use kubesim_store::Cluster;
+use serde_json::Value;
+
+use super::churn::FOREIGN_MANAGER;
+use super::oracle::{SpokeOracle, spoke_oracle, summarize};
+use crate::fixtures::profiles::PROFILE_NS;
+
+/// The invariants, in report order.
+pub const NAMES: [&str; 11] = [
+    "binding_conditions",
+    "binding_status_fields",
+    "binding_status_current",
+    "binding_finalizer",
+    "csid_missing_or_wrong",
+    "csid_orphan",
+    "csid_of_refused_binding",
+    "foreign_untouched",
+    "cluster_identity_status",
+    "fleet_identity_report",
+    "quiet_writes",
+];
+
+/// One spoke as the check sees it.
+pub struct SpokeView<'a> {
+    /// The spoke's profile name.
+    pub name: &'a str,
+    /// Its store.
+    pub store: &'a Cluster,
+    /// The foreign ClusterSPIFFEIDs the churn created and did not delete, with the
+    /// resourceVersion the create returned.
+    pub foreign: &'a BTreeMap<String, String>,
+}
+
+/// Violations per invariant, with the first few described.
+#[derive(Debug, Default, Clone)]
+pub struct Violations {
+    counts: BTreeMap<&'static str, usize>,
+    examples: BTreeMap<&'static str, Vec<String>>,
+}
+
+const EXAMPLES: usize = 5;
+
+impl Violations {
+    /// Records one violation of `invariant`.
+    pub fn add(&mut self, invariant: &'static str, what: impl FnOnce() -> String) {
+        let n = self.counts.entry(invariant).or_insert(0);
+        *n += 1;
+        let ex = self.examples.entry(invariant).or_default();
+        if ex.len() < EXAMPLES {
+            ex.push(what());
+        }
+    }
+
+    /// Violations of one invariant.
+    pub fn count(&self, invariant: &str) -> usize {
+        self.counts.get(invariant).copied().unwrap_or(0)
+    }
+
+    /// Violations in total.
+    pub fn total(&self) -> usize {
+        self.counts.values().sum()
+    }
+
+    /// Adds `n` violations of `invariant` described by `what` (`n == 0`: only an example,
+    /// if `invariant` has violations).
+    pub fn add_n(&mut self, invariant: &'static str, n: usize, what: String) {
+        if n == 0 && self.count(invariant) == 0 {
+            return;
+        }
+        *self.counts.entry(invariant).or_insert(0) += n;
+        let ex = self.examples.entry(invariant).or_default();
+        if ex.len() < EXAMPLES {
+            ex.push(what);
+        }
+    }
+}
+
+impl fmt::Display for Violations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "invariant                      violations")?;
+        for name in NAMES {
+            writeln!(f, "  {name:<28} {}", self.count(name))?;
+            for e in self.examples.get(name).into_iter().flatten() {
+                writeln!(f, "      {e}")?;
+            }
+        }
+        write!(f, "  {:<28} {}", "total", self.total())
+    }
+}
+
+fn csid_spec(obj: &kleym_api::external::spiffeid::ClusterSPIFFEID) -> &ClusterSPIFFEIDSpec {
+    &obj.spec
+}
+
+fn managers(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> BTreeSet<String> {
+    meta.managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect()
+}
+
+/// Checks one spoke against its oracle; returns it (for the hub-side counts).
+pub fn check_spoke(v: &mut Violations, spoke: &SpokeView<'_>, trust_domain: &str) -> SpokeOracle {
+    let o = spoke_oracle(spoke.store, trust_domain);
+    let name = spoke.name;
+    for u in &o.unreadable {
+        v.add("binding_conditions", || {
+            format!("{name}: unreadable binding {u}")
+        });
+    }
+    for d in &o.deleting {
+        v.add("binding_finalizer", || {
+            format!("{name}: binding {d} is still being deleted (finalizer left)")
+        });
+    }
+    // Which CSIDs a live, non-refused binding should own.
+    let mut wanted: BTreeMap<&str, &str> = BTreeMap::new();
+    for (bname, e) in &o.expected {
+        let b = &e.binding;
+        let status = b.status.as_ref();
+        let got = status.map(|s| summarize(&s.conditions)).unwrap_or_default();
+        if got != e.conditions {
+            v.add("binding_conditions", || {
+                format!(
+                    "{name}: binding {bname}: conditions {got:?}, the oracle wants {:?}",
+                    e.conditions
+                )
+            });
+        }
+        let shown = status.map(super::oracle::Shown::of);
+        if shown.as_ref() != Some(&e.shown) {
+            v.add("binding_status_fields", || {
+                format!(
+                    "{name}: binding {bname}: status shows {shown:?}, the oracle wants {:?}",
+                    e.shown
+                )
+            });
+        }
+        let gen_ = b.metadata.generation;
+        let stale = status.is_none_or(|s| {
+            s.observed_generation != gen_
+                || s.conditions.iter().any(|c| c.observed_generation != gen_)
+        });
+        if stale {
+            v.add("binding_status_current", || {
+                format!(
+                    "{name}: binding {bname}: status observedGeneration {:?} for generation {gen_:?}",
+                    status.map(|s| s.observed_generation)
+                )
+            });
+        }
+        // The finalizer is there exactly while the binding owns output.
+        let has = b.finalizers().iter().any(|f| f == FINALIZER);
+        if has != e.output.is_some() {
+            v.add("binding_finalizer", || {
+                format!(
+                    "{name}: binding {bname} {} {FINALIZER} (it {} own a ClusterSPIFFEID)",
+                    if has { "carries" } else { "lacks" },
+                    if e.output.is_some() {
+                        "should"
+                    } else {
+                        "should not"
+                    }
+                )
+            });
+        }
+        let owner = Owner {
+            namespace: b.namespace().unwrap_or_default(),
+            name: bname.clone(),
+            uid: b.uid().unwrap_or_default(),
+        };
+        match &e.output {
+            Some((csid, spec, labels)) => {
+                wanted.insert(csid.as_str(), bname.as_str());
+                let ok = match o.csids.get(csid) {
+                    None => Err("missing".to_string()),
+                    Some(obj) => {
+                        if ownership::verify(obj, DEFAULT_FIELD_MANAGER, &owner).is_err() {
+                            Err("not proven to be the binding's".into())
+                        } else if csid_spec(obj) != spec {
+                            Err(format!(
+                                "spec {:?}, the oracle wants {:?}",
+                                serde_json::to_string(csid_spec(obj)).unwrap_or_default(),
+                                serde_json::to_string(spec).unwrap_or_default()
+                            ))
+                        } else if labels
+                            .iter()
+                            .any(|(k, val)| obj.labels().get(k) != Some(val))
+                        {
+                            Err(format!("labels {:?}", obj.labels()))
+                        } else {
+                            Ok(())
+                        }
+                    }
+                };
+                if let Err(why) = ok {
+                    v.add("csid_missing_or_wrong", || {
+                        format!("{name}: binding {bname}: ClusterSPIFFEID {csid} {why}")
+                    });
+                }
+            }
+            None => {
+                for (cname, obj) in &o.csids {
+                    if ownership::verify(obj, DEFAULT_FIELD_MANAGER, &owner).is_ok() {
+                        v.add("csid_of_refused_binding", || {
+                            format!(
+                                "{name}: refused binding {bname} still owns ClusterSPIFFEID {cname}"
+                            )
+                        });
+                    }
+                }
+            }
+        }
+    }
+    // Orphans: proven kleym's (by the object alone), and no live binding wants it.
+    for (cname, obj) in &o.csids {
+        if let Ok(owner) = ownership::proven_owner(obj, DEFAULT_FIELD_MANAGER) {
+            let live = o
+                .expected
+                .get(&owner.name)
+                .is_some_and(|e| e.binding.uid().unwrap_or_default() == owner.uid);
+            if !live || wanted.get(cname.as_str()) != Some(&owner.name.as_str()) {
+                v.add("csid_orphan", || {
+                    format!(
+                        "{name}: ClusterSPIFFEID {cname} of {}/{} (live: {live})",
+                        owner.namespace, owner.name
+                    )
+                });
+            }
+        } else if managers(&obj.metadata).contains(DEFAULT_FIELD_MANAGER) {
+            v.add("foreign_untouched", || {
+                format!("{name}: kleym wrote fields of the foreign ClusterSPIFFEID {cname}")
+            });
+        }
+    }
+    // Foreign objects: still there, same resourceVersion, only their manager.
+    for (fname, rv) in spoke.foreign {
+        match o.csids.get(fname) {
+            None => v.add("foreign_untouched", || {
+                format!("{name}: foreign ClusterSPIFFEID {fname} was deleted")
+            }),
+            Some(obj) => {
+                let now = obj.resource_version().unwrap_or_default();
+                let by = managers(&obj.metadata);
+                if &now != rv || by.iter().any(|m| m != FOREIGN_MANAGER) {
+                    v.add("foreign_untouched", || {
+                        format!(
+                            "{name}: foreign ClusterSPIFFEID {fname}: resourceVersion {rv} -> {now}, managers {by:?}"
+                        )
+                    });
+                }
+            }
+        }
+    }
+    o
+}
+
+fn hub_get(hub: &Cluster, plural: &str, ns: Option<&str>, name: &str) -> Option<Value> {
+    let res = hub.resolve("kleym.io", "v1alpha1", plural)?;
+    hub.get(&res, ns, name).ok()
+}
+
+/// Checks the hub's `ClusterIdentityStatus` of each spoke and the `FleetIdentityReport`
+/// against the oracles' counts.
+pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracle)]) {
+    let mut total = 0i64;
+    for (name, o) in spokes {
+        let want_total = o.expected.len() as i64;
+        let want_ready = o.expected.values().filter(|e| e.ready).count() as i64;
+        total += want_total;
+        let Some(cis) = hub_get(hub, "clusteridentitystatuses", Some(PROFILE_NS), name) else {
+            v.add("cluster_identity_status", || {
+                format!("{PROFILE_NS}/{name}: no ClusterIdentityStatus")
+            });
+            continue;
+        };
+        let s = &cis["status"];
+        let got = (
+            s["bindings"]["total"].as_i64().unwrap_or(-1),
+            s["bindings"]["ready"].as_i64().unwrap_or(-1),
+        );
+        if got != (want_total, want_ready) {
+            v.add("cluster_identity_status", || {
+                format!(
+                    "{PROFILE_NS}/{name}: bindings total/ready {}/{}, the oracle wants {want_total}/{want_ready}",
+                    got.0, got.1
+                )
+            });
+        }
+        let cond = |t: &str| {
+            s["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == t)
+                .and_then(|c| c["status"].as_str())
+                .unwrap_or("absent")
+                .to_string()
+        };
+        for t in ["Reachable", "CredentialsAvailable", "Synced"] {
+            let st = cond(t);
+            if st != "True" {
+                v.add("cluster_identity_status", || {
+                    format!("{PROFILE_NS}/{name}: {t}={st} on a healthy spoke")
+                });
+            }
+        }
+        let ready = cond(READY);
+        let want = if want_ready == want_total {
+            "True"
+        } else {
+            "False"
+        };
+        if ready != want {
+            v.add("cluster_identity_status", || {
+                format!("{PROFILE_NS}/{name}: Ready={ready}, the oracle wants {want}")
+            });
+        }
+    }
+    match hub_get(hub, "fleetidentityreports", None, FLEET_REPORT_NAME) {
+        None => v.add("fleet_identity_report", || "no FleetIdentityReport".into()),
+        Some(r) => {
+            let s = &r["status"];
+            let clusters = s["clusters"]["total"].as_i64().unwrap_or(-1);
+            let bindings = s["bindings"].as_i64().unwrap_or(-1);
+            if clusters != spokes.len() as i64 || bindings != total {
+                v.add("fleet_identity_report", || {
+                    format!(
+                        "clusters {clusters}, bindings {bindings}; the oracle wants {} and {total}",
+                        spokes.len()
+                    )
+                });
+            }
+        }
+    }
+}
+
+/// Stored writes per resource type of `store`, without the types in `except`.
+pub fn writes(store: &Cluster, except: &[&str]) -> BTreeMap<String, u64> {
+    store
+        .write_counts()
+        .into_iter()
+        .filter(|(k, _)| !except.contains(&k.as_str()))
+        .collect()
+}
+
+/// Each binding's resourceVersion, finalizers and status fields, by name.
+pub fn binding_snapshot(store: &Cluster) -> BTreeMap<String, Value> {
+    super::oracle::list_values(store, ("kleym.io", "v1alpha1", "inferenceidentitybindings"))
+        .into_iter()
+        .filter_map(|b| {
+            let name = b["metadata"]["name"].as_str()?.to_string();
+            Some((
+                name,
+                serde_json::json!({
+                    "rv": b["metadata"]["resourceVersion"],
+                    "finalizers": b["metadata"]["finalizers"],
+                    "status": b["status"],
+                }),
+            ))
+        })
+        .collect()
+}
+
+/// What changed between two [`binding_snapshot`]s: `binding <name>: <fields>`.
+pub fn binding_changes(
+    before: &BTreeMap<String, Value>,
+    after: &BTreeMap<String, Value>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, a) in after {
+        let Some(b) = before.get(name) else {
+            out.push(format!("binding {name} appeared"));
+            continue;
+        };
+        if a["rv"] == b["rv"] {
+            continue;
+        }
+        let mut fields: Vec<String> = Vec::new();
+        if a["finalizers"] != b["finalizers"] {
+            fields.push("finalizers".into());
+        }
+        let keys: BTreeSet<&String> = a["status"]
+            .as_object()
+            .into_iter()
+            .chain(b["status"].as_object())
+            .flat_map(|m| m.keys())
+            .collect();
+        for k in keys {
+            if a["status"][k] != b["status"][k] {
+                fields.push(format!("status.{k}"));
+            }
+        }
+        if fields.is_empty() {
+            fields.push("nothing it shows (written and written back)".into());
+        }
+        out.push(format!("binding {name} changed: {}", fields.join(", ")));
+    }
+    out
+}
+
+/// Writes between two [`writes`] readings, by type.
+pub fn writes_between(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter_map(|(k, a)| {
+            let d = a.saturating_sub(before.get(k).copied().unwrap_or(0));
+            (d > 0).then(|| (k.clone(), d))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::churn::{Applied, Change, apply_store};
+    use crate::fixtures::env;
+    use serde_json::json;
+
+    /// A spoke no kleym ever reconciled, and a foreign object recorded at another
+    /// resourceVersion: every binding and the foreign object are violations (the checks
+    /// can fail).
+    #[test]
+    fn an_unreconciled_spoke_and_a_changed_foreign_object_are_violations() {
+        let store = Cluster::new("spoke");
+        for crd in crate::fixtures::all_crds().unwrap() {
+            kubesim::install_crd(&store, crd).unwrap();
+        }
+        env::seed_environment(&store, 2).unwrap();
+        env::create_bindings(&store, 0..2).unwrap();
+        let created = apply_store(
+            &store,
+            &Change::Create {
+                gvp: crate::chaos::churn::CSIDS,
+                namespace: None,
+                object: json!({
+                    "apiVersion": "spire.spiffe.io/v1alpha1",
+                    "kind": "ClusterSPIFFEID",
+                    "metadata": {"name": "foreign-1"},
+                    "spec": {"spiffeIDTemplate": "spiffe://other.example/x"}
+                }),
+                manager: FOREIGN_MANAGER,
+            },
+        )
+        .unwrap();
+        let Applied::Done(Some((name, rv))) = created else {
+            panic!("foreign object not created: {created:?}");
+        };
+        let mut v = Violations::default();
+        let mut recorded = BTreeMap::from([(name.clone(), rv.clone())]);
+        let o = check_spoke(
+            &mut v,
+            &SpokeView {
+                name: "spoke",
+                store: &store,
+                foreign: &recorded,
+            },
+            "chaos.example",
+        );
+        assert_eq!(o.expected.len(), 2);
+        assert!(o.expected.values().all(|e| e.ready), "{o:?}");
+        assert_eq!(v.count("binding_conditions"), 2, "{v}");
+        assert_eq!(v.count("binding_status_current"), 2, "{v}");
+        assert_eq!(v.count("binding_status_fields"), 2, "{v}");
+        assert_eq!(v.count("binding_finalizer"), 2, "{v}");
+        assert_eq!(v.count("csid_missing_or_wrong"), 2, "{v}");
+        assert_eq!(v.count("foreign_untouched"), 0, "{v}");
+
+        recorded.insert(name, format!("{rv}0"));
+        let mut v = Violations::default();
+        check_spoke(
+            &mut v,
+            &SpokeView {
+                name: "spoke",
+                store: &store,
+                foreign: &recorded,
+            },
+            "chaos.example",
+        );
+        assert_eq!(v.count("foreign_untouched"), 1, "{v}");
+        assert_eq!(v.total(), 11, "{v}");
+    }
+}

@@ -1,0 +1,623 @@
+//! The chaos soak: a fleet on kubesim, two real `kleym hub` replicas with leader election,
+//! seeded churn and faults for a window, then a settled fleet checked against an oracle.
+//!
+//! - [`schedule`]: one RNG seeded with the seed draws every event before the run.
+//! - [`churn`]: what users do (bindings, objectives, pools, foreign ClusterSPIFFEIDs,
+//!   ClusterProfiles, invalid and hostile objects), applied straight to the stores.
+//! - [`faults`]: kubesim fault windows per spoke and process faults on the replicas.
+//! - [`replicas`]: the two hub processes, `kill -9` and restart, the Lease holder.
+//! - [`oracle`]: what the final objects imply, with the pure compiler.
+//! - [`invariants`]: the checks, in violations.
+//! - [`report`]: the figures and the `summary:` line.
+//!
+//! `fleet-bench --scenario chaos` and `e2e/tests/chaos_short.rs` run it.
+
+pub mod churn;
+pub mod faults;
+pub mod invariants;
+pub mod oracle;
+pub mod replicas;
+pub mod report;
+pub mod schedule;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kleym_api::external::clusterprofile::ClusterProfile;
+use kube::api::{Api, Patch, PatchParams};
+use kubesim_store::Cluster;
+use serde_json::json;
+
+use crate::fixtures::counting::{CountingAuthenticator, counting_token};
+use crate::fixtures::env;
+use crate::fixtures::harness::FleetHarness;
+use crate::fixtures::hub_process::HubProcessError;
+use crate::fixtures::plugins::static_token_plugin;
+use crate::fixtures::profiles::{
+    PROFILE_NS, access_provider, apply_profile, delete_profile, status,
+};
+use churn::{Applied, Change, ChurnOp};
+use faults::ProcessFault;
+use invariants::{SpokeView, Violations};
+use replicas::Replicas;
+use report::ChaosReport;
+use schedule::{Action, Schedule, ScheduleOptions};
+
+/// The trust domain the replicas compile with.
+pub const TRUST_DOMAIN: &str = "chaos.example";
+
+/// How a chaos run is shaped.
+#[derive(Clone, Debug)]
+pub struct ChaosOptions {
+    /// The seed of the schedule.
+    pub seed: u64,
+    /// Spokes.
+    pub spokes: usize,
+    /// Bindings per spoke at the start.
+    pub bindings: usize,
+    /// The window of churn and faults.
+    pub duration: Duration,
+    /// Churn operations per second over the fleet.
+    pub churn_per_second: f64,
+    /// Mean time between two fault windows of one spoke.
+    pub fault_every: Duration,
+    /// Process faults in the window (`None`: one per 2 minutes, at least 2).
+    pub process_faults: Option<usize>,
+    /// How long to wait for the fleet to settle after the window.
+    pub settle_limit: Duration,
+    /// The quiet window after settling (no write may happen in it).
+    pub quiet: Duration,
+    /// The `kleym` binary.
+    pub kleym: PathBuf,
+    /// Hub `--concurrency`.
+    pub concurrency: u16,
+    /// Hub `--spoke-concurrency`.
+    pub spoke_concurrency: u16,
+    /// Hub `--lease-duration-seconds`.
+    pub lease_seconds: u64,
+    /// Hub `--log-level`.
+    pub log_level: String,
+    /// Hub `--removal-policy` (default `cleanup`). Under `orphan`, a binding deleted while
+    /// its profile was deleted (its spoke released) leaves its ClusterSPIFFEID by design,
+    /// and re-engaging the spoke does not collect it: `csid_orphan` then counts those too.
+    pub removal_policy: String,
+    /// Work directory (kubeconfigs, plugin, the replicas' logs).
+    pub dir: PathBuf,
+}
+
+impl ChaosOptions {
+    /// Defaults for `n` spokes × `m` bindings over `duration`, with `kleym` and `dir`.
+    pub fn new(
+        seed: u64,
+        n: usize,
+        m: usize,
+        duration: Duration,
+        kleym: &Path,
+        dir: &Path,
+    ) -> Self {
+        Self {
+            seed,
+            spokes: n,
+            bindings: m,
+            duration,
+            churn_per_second: 5.0,
+            fault_every: Duration::from_secs(20),
+            process_faults: None,
+            settle_limit: Duration::from_secs(300),
+            quiet: Duration::from_secs(30),
+            kleym: kleym.to_path_buf(),
+            concurrency: 32,
+            spoke_concurrency: 4,
+            lease_seconds: 4,
+            log_level: "info".into(),
+            removal_policy: "cleanup".into(),
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn schedule_options(&self) -> ScheduleOptions {
+        ScheduleOptions {
+            seed: self.seed,
+            spokes: self.spokes,
+            bindings: self.bindings,
+            duration: self.duration,
+            churn_per_second: self.churn_per_second,
+            fault_every: self.fault_every,
+            process_faults: self
+                .process_faults
+                .unwrap_or_else(|| ((self.duration.as_secs() / 120) as usize).max(2)),
+        }
+    }
+}
+
+/// Why a chaos run could not be carried out (violations are not errors: they are the
+/// report).
+#[derive(Debug, thiserror::Error)]
+pub enum ChaosError {
+    /// Setting the fleet up failed.
+    #[error("chaos setup: {0}")]
+    Setup(String),
+    /// A hub replica could not be started or killed, or died by itself.
+    #[error("chaos hub replica: {0}")]
+    Hub(#[from] HubProcessError),
+    /// A profile change on the hub cluster failed.
+    #[error("chaos: ClusterProfile {name}: {source}")]
+    Profile {
+        /// The profile.
+        name: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// No replica took the Lease.
+    #[error("no hub replica took the Lease {lease} within {limit:?}; logs: {logs:?}")]
+    NoLeader {
+        /// The Lease.
+        lease: &'static str,
+        /// The wait.
+        limit: Duration,
+        /// The replicas' logs.
+        logs: Vec<PathBuf>,
+    },
+}
+
+/// The fleet under test.
+struct World {
+    f: FleetHarness,
+    names: Vec<String>,
+    stores: Vec<Arc<Cluster>>,
+    provider_file: PathBuf,
+    /// Foreign ClusterSPIFFEIDs the churn created, per spoke: name → resourceVersion.
+    foreign: Vec<BTreeMap<String, String>>,
+    /// Profiles to add back once their deleted predecessor is gone (the hub's removal
+    /// finalizer holds a deleted profile until the spoke is released).
+    pending_add: BTreeSet<usize>,
+}
+
+impl World {
+    async fn setup(o: &ChaosOptions) -> Result<Self, ChaosError> {
+        let setup = |e: String| ChaosError::Setup(e);
+        let names: Vec<String> = (0..o.spokes).map(|i| format!("spoke-{i:03}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let f = FleetHarness::start(&refs, &o.dir).await.map_err(setup)?;
+        let plugin = static_token_plugin(&o.dir, "chaos.sh", &counting_token(), None)
+            .map_err(|e| setup(e.to_string()))?;
+        let provider_file = o.dir.join("providers.json");
+        std::fs::write(
+            &provider_file,
+            json!({"providers": [{"name": "chaos", "execConfig": {
+                "apiVersion": "client.authentication.k8s.io/v1", "command": plugin}}]})
+            .to_string(),
+        )
+        .map_err(|e| setup(e.to_string()))?;
+        let mut stores = Vec::with_capacity(o.spokes);
+        for name in &names {
+            let s = f.spoke(name);
+            CountingAuthenticator::install(&s);
+            let store = s.store();
+            env::seed_environment(&store, o.bindings).map_err(setup)?;
+            env::create_bindings(&store, 0..o.bindings).map_err(setup)?;
+            stores.push(store);
+        }
+        let w = Self {
+            f,
+            names,
+            stores,
+            provider_file,
+            foreign: vec![BTreeMap::new(); o.spokes],
+            pending_add: BTreeSet::new(),
+        };
+        let results = futures::stream::iter((0..o.spokes).map(|i| w.add_profile(i)))
+            .buffer_unordered(16)
+            .collect::<Vec<_>>()
+            .await;
+        for r in results {
+            r?;
+        }
+        Ok(w)
+    }
+
+    /// Adds profile `i` unless its deleted predecessor is still there (then `false`).
+    async fn add_profile_if_gone(&self, i: usize) -> Result<bool, ChaosError> {
+        let name = &self.names[i];
+        let api: Api<ClusterProfile> = Api::namespaced(self.f.hub_client.clone(), PROFILE_NS);
+        match api.get_opt(name).await {
+            Ok(Some(p)) if p.metadata.deletion_timestamp.is_some() => Ok(false),
+            Ok(_) => self.add_profile(i).await.map(|()| true),
+            Err(source) => Err(ChaosError::Profile {
+                name: name.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Adds the pending profiles whose predecessor is gone.
+    async fn add_pending_profiles(&mut self) -> Result<(), ChaosError> {
+        for i in std::mem::take(&mut self.pending_add) {
+            if !self.add_profile_if_gone(i).await? {
+                self.pending_add.insert(i);
+            }
+        }
+        Ok(())
+    }
+
+    async fn add_profile(&self, i: usize) -> Result<(), ChaosError> {
+        let name = &self.names[i];
+        let s = self.f.spoke(name);
+        apply_profile(
+            &self.f.hub_client,
+            name,
+            status(
+                vec![access_provider("chaos", &s, None)],
+                true,
+                "2026-01-01T00:00:00Z",
+                &[],
+            ),
+        )
+        .await
+        .map_err(|source| ChaosError::Profile {
+            name: name.clone(),
+            source,
+        })
+    }
+
+    /// Applies one churn op; returns whether the API took it.
+    async fn apply(&mut self, op: &ChurnOp) -> Result<bool, ChaosError> {
+        let name = self.names[op.spoke].clone();
+        let profile_err = |source| ChaosError::Profile {
+            name: name.clone(),
+            source,
+        };
+        match &op.change {
+            Change::ProfileLabels(labels) => {
+                let api: Api<ClusterProfile> =
+                    Api::namespaced(self.f.hub_client.clone(), PROFILE_NS);
+                // Replace the labels (null removes the keys not in the new set).
+                let mut patch = serde_json::Map::new();
+                for k in ["region", "tier"] {
+                    patch.insert(k.into(), labels.get(k).map_or(json!(null), |v| json!(v)));
+                }
+                match api
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"metadata": {"labels": patch}})),
+                    )
+                    .await
+                {
+                    Ok(_) => Ok(true),
+                    // Deleted meanwhile by the churn: nothing to relabel.
+                    Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+                    Err(e) => Err(profile_err(e)),
+                }
+            }
+            Change::ProfileDelete => match delete_profile(&self.f.hub_client, &name).await {
+                Ok(()) => {
+                    self.pending_add.remove(&op.spoke);
+                    Ok(true)
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+                Err(e) => Err(profile_err(e)),
+            },
+            Change::ProfileAdd => {
+                if !self.add_profile_if_gone(op.spoke).await? {
+                    self.pending_add.insert(op.spoke);
+                }
+                Ok(true)
+            }
+            change => {
+                let r = churn::apply_store(&self.stores[op.spoke], change)
+                    .map_err(ChaosError::Setup)?;
+                Ok(match r {
+                    Applied::Done(Some((fname, rv))) => {
+                        self.foreign[op.spoke].insert(fname, rv);
+                        true
+                    }
+                    Applied::Done(None) => {
+                        if let Change::Delete { gvp, name, .. } = change
+                            && *gvp == churn::CSIDS
+                        {
+                            self.foreign[op.spoke].remove(name);
+                        }
+                        true
+                    }
+                    Applied::Rejected(_) => false,
+                })
+            }
+        }
+    }
+
+    /// Checks every invariant but the quiet window.
+    fn check(&self) -> (Violations, report::Coverage) {
+        let mut v = Violations::default();
+        let mut oracles = Vec::with_capacity(self.names.len());
+        for (i, name) in self.names.iter().enumerate() {
+            let view = SpokeView {
+                name,
+                store: &self.stores[i],
+                foreign: &self.foreign[i],
+            };
+            oracles.push(invariants::check_spoke(&mut v, &view, TRUST_DOMAIN));
+        }
+        let pairs: Vec<(&str, &oracle::SpokeOracle)> = self
+            .names
+            .iter()
+            .map(String::as_str)
+            .zip(oracles.iter())
+            .collect();
+        invariants::check_hub(&mut v, &self.f.hub.store(), &pairs);
+        let mut c = report::Coverage {
+            foreign: self.foreign.iter().map(BTreeMap::len).sum(),
+            ..report::Coverage::default()
+        };
+        for o in &oracles {
+            c.bindings += o.expected.len();
+            c.csids += o.csids.len();
+            for e in o.expected.values() {
+                if e.ready {
+                    c.ready += 1;
+                } else if let Some((_, _, reason)) = e
+                    .conditions
+                    .iter()
+                    .find(|(t, _, _)| t == kleym_api::conditions::READY)
+                {
+                    *c.refused.entry(reason.clone()).or_insert(0) += 1;
+                }
+            }
+        }
+        (v, c)
+    }
+
+    /// Stored writes of every cluster (the hub's Lease renewals and Events left out).
+    fn writes(&self) -> BTreeMap<String, BTreeMap<String, u64>> {
+        let mut out = BTreeMap::new();
+        out.insert(
+            "hub".to_string(),
+            invariants::writes(
+                &self.f.hub.store(),
+                &[
+                    "leases.coordination.k8s.io",
+                    "events",
+                    "events.events.k8s.io",
+                ],
+            ),
+        );
+        for (name, store) in self.names.iter().zip(&self.stores) {
+            out.insert(name.clone(), invariants::writes(store, &[]));
+        }
+        out
+    }
+}
+
+/// Runs the chaos scenario and returns its report (violations included). `progress`
+/// receives a line per phase.
+pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosReport, ChaosError> {
+    let schedule = Schedule::draw(&o.schedule_options());
+    progress(&format!(
+        "chaos: seed {} ({} spokes x {} bindings, {:?} window, {} scheduled events)",
+        o.seed,
+        o.spokes,
+        o.bindings,
+        o.duration,
+        schedule.events.len()
+    ));
+    let t = Instant::now();
+    let mut w = World::setup(o).await?;
+    progress(&format!("setup: {:.1?}", t.elapsed()));
+    let flags: Vec<String> = vec![
+        "--clusterprofile-provider-file".into(),
+        w.provider_file.display().to_string(),
+        "--trust-domain".into(),
+        TRUST_DOMAIN.into(),
+        "--lease-duration-seconds".into(),
+        o.lease_seconds.to_string(),
+        "--concurrency".into(),
+        o.concurrency.to_string(),
+        "--spoke-concurrency".into(),
+        o.spoke_concurrency.to_string(),
+        "--log-level".into(),
+        o.log_level.clone(),
+        "--removal-policy".into(),
+        o.removal_policy.clone(),
+    ];
+    let mut hubs = Replicas::start(
+        &o.kleym,
+        &w.f.hub_kubeconfig(),
+        flags,
+        &o.dir,
+        w.f.hub.store(),
+    )?;
+    let limit = Duration::from_secs(60);
+    let waited = Instant::now();
+    while hubs.leader().is_none() {
+        hubs.check_running()?;
+        if waited.elapsed() > limit {
+            return Err(ChaosError::NoLeader {
+                lease: replicas::LEASE,
+                limit,
+                logs: hubs.logs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    hubs.observe_leader();
+    progress(&format!("leader elected after {:.1?}", waited.elapsed()));
+
+    let mut faults: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut churn: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
+    let mut restarts: Vec<(Instant, usize)> = Vec::new();
+    let token = counting_token();
+    let start = Instant::now();
+    let mut next = 0;
+    let mut ticks = 0u64;
+    let tick = Duration::from_millis(100);
+    loop {
+        let elapsed = start.elapsed();
+        while next < schedule.events.len() && schedule.events[next].at <= elapsed {
+            match &schedule.events[next].action {
+                Action::Churn(op) => {
+                    let took = w.apply(op).await?;
+                    let e = churn.entry(op.kind.as_str()).or_insert((0, 0));
+                    if took { e.0 += 1 } else { e.1 += 1 }
+                }
+                Action::FaultStart(win) => {
+                    let fh = w.f.spoke(&w.names[win.spoke]).faults();
+                    win.fault.start(&fh, &token).map_err(ChaosError::Setup)?;
+                    *faults.entry(win.fault.kind()).or_insert(0) += 1;
+                }
+                Action::FaultEnd(spoke) => w.f.spoke(&w.names[*spoke]).faults().clear(),
+                Action::Process(pf) => {
+                    let (victims, after) = match pf {
+                        ProcessFault::KillLeader { restart_after } => {
+                            (vec![hubs.leader().unwrap_or(0)], *restart_after)
+                        }
+                        ProcessFault::KillBoth { restart_after } => {
+                            ((0..hubs.len()).collect(), *restart_after)
+                        }
+                    };
+                    for i in victims {
+                        if hubs.kill(i).await? {
+                            restarts.push((Instant::now() + after, i));
+                        }
+                    }
+                    *faults.entry(pf.kind()).or_insert(0) += 1;
+                }
+            }
+            next += 1;
+        }
+        w.add_pending_profiles().await?;
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = restarts.into_iter().partition(|(at, _)| *at <= now);
+        restarts = later;
+        for (_, i) in due {
+            hubs.restart(i)?;
+        }
+        hubs.observe_leader();
+        hubs.check_running()?;
+        ticks += 1;
+        if ticks.is_multiple_of(10) {
+            hubs.sample();
+        }
+        if next >= schedule.events.len() && elapsed >= o.duration {
+            break;
+        }
+        tokio::time::sleep(tick).await;
+    }
+
+    // Window over: faults clear, churn stops, deleted profiles come back, replicas run.
+    for name in &w.names {
+        w.f.spoke(name).faults().clear();
+    }
+    for op in &schedule.restore {
+        let took = w.apply(op).await?;
+        let e = churn.entry(op.kind.as_str()).or_insert((0, 0));
+        if took { e.0 += 1 } else { e.1 += 1 }
+    }
+    for (_, i) in restarts {
+        hubs.restart(i)?;
+    }
+    let waited = Instant::now();
+    while !w.pending_add.is_empty() {
+        w.add_pending_profiles().await?;
+        if waited.elapsed() > o.settle_limit {
+            return Err(ChaosError::Setup(format!(
+                "deleted ClusterProfiles of spokes {:?} were not released within {:?}",
+                w.pending_add, o.settle_limit
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let cleared = Instant::now();
+    progress(&format!(
+        "window over after {:.1?}: faults cleared, churn stopped; waiting for the fleet to settle",
+        start.elapsed()
+    ));
+
+    // Settled: every invariant holds and nothing was written for STILL (then the time to
+    // settle is that of the last write; fields no invariant compares, such as messages and
+    // warnings, may still be converging while the invariants already hold).
+    const STILL: Duration = Duration::from_secs(5);
+    let mut settle = None;
+    let mut last = Violations::default();
+    let mut writes_then = w.writes();
+    let mut still_since = Instant::now();
+    while cleared.elapsed() < o.settle_limit {
+        hubs.observe_leader();
+        hubs.check_running()?;
+        let writes_now = w.writes();
+        if writes_now != writes_then {
+            writes_then = writes_now;
+            still_since = Instant::now();
+        }
+        last = w.check().0;
+        if last.total() == 0 && still_since.elapsed() >= STILL {
+            settle = Some(still_since.saturating_duration_since(cleared));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        hubs.sample();
+    }
+    match settle {
+        Some(d) => progress(&format!("settled {d:.1?} after the last fault")),
+        None => progress(&format!(
+            "not settled within {:?}: {} violations at the last check",
+            o.settle_limit,
+            last.total()
+        )),
+    }
+
+    // Settled means quiet: no write anywhere for the quiet window.
+    let before = w.writes();
+    let bindings_before: Vec<_> = w
+        .stores
+        .iter()
+        .map(|s| invariants::binding_snapshot(s))
+        .collect();
+    let quiet_from = Instant::now();
+    while quiet_from.elapsed() < o.quiet {
+        hubs.observe_leader();
+        hubs.check_running()?;
+        hubs.sample();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let after = w.writes();
+    let mut quiet_writes = BTreeMap::new();
+    for (cluster, a) in &after {
+        let empty = BTreeMap::new();
+        for (kind, n) in invariants::writes_between(before.get(cluster).unwrap_or(&empty), a) {
+            quiet_writes.insert(format!("{cluster}/{kind}"), n);
+        }
+    }
+    let (mut violations, coverage) = w.check();
+    for (what, n) in &quiet_writes {
+        violations.add_n("quiet_writes", *n as usize, format!("{n} writes of {what}"));
+    }
+    // What changed on the bindings (the first few), to tell a flap from a late field.
+    for ((name, store), before) in w.names.iter().zip(&w.stores).zip(&bindings_before) {
+        for what in invariants::binding_changes(before, &invariants::binding_snapshot(store))
+            .into_iter()
+            .take(3)
+        {
+            violations.add_n("quiet_writes", 0, format!("{name}: {what}"));
+        }
+    }
+    hubs.sample();
+    let report = ChaosReport {
+        seed: o.seed,
+        spokes: o.spokes,
+        bindings: o.bindings,
+        duration: o.duration,
+        faults,
+        churn,
+        leader_changes: hubs.leaders().changes(),
+        settle,
+        quiet_writes,
+        violations,
+        coverage,
+        hub: hubs.usage(),
+    };
+    hubs.stop().await;
+    Ok(report)
+}
