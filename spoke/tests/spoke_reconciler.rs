@@ -518,6 +518,81 @@ async fn a_removed_finalizer_is_restored_on_an_up_to_date_binding() {
     op.stop().await;
 }
 
+/// A binding deleted while nothing reconciled the cluster and without kleym's finalizer (the
+/// hub's Orphan removal took it off; the cluster left the fleet and came back) left its
+/// ClusterSPIFFEID behind: the next reconciler deletes it, and only it (a live binding's
+/// output and a foreign object labelled as the gone binding's stay untouched).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphaned_output_of_a_binding_deleted_meanwhile_is_swept() {
+    let (_sim, _cluster, client) = start_cluster(true).await;
+    environment(&client).await;
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(client.clone(), NS);
+    let csids: Api<ClusterSPIFFEID> = Api::all(client.clone());
+    create(&bindings, per_objective("gone", "chat", "chat")).await;
+    create(&bindings, per_objective("kept", "code", "code")).await;
+    let op = Operator::start(client.clone());
+    wait_ready(&bindings, "gone", "True").await;
+    wait_ready(&bindings, "kept", "True").await;
+    op.stop().await;
+
+    // Not managed meanwhile: the finalizer goes, then the binding.
+    bindings
+        .patch(
+            "gone",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"finalizers": []}})),
+        )
+        .await
+        .unwrap();
+    bindings
+        .delete("gone", &DeleteParams::default())
+        .await
+        .unwrap();
+    let orphan = cluster_spiffe_id_name(NS, "gone");
+    let kept = csids
+        .get(&cluster_spiffe_id_name(NS, "kept"))
+        .await
+        .unwrap();
+    assert!(
+        csids.get_opt(&orphan).await.unwrap().is_some(),
+        "left behind"
+    );
+    // A foreign object carrying kleym's labels for another gone binding: labels prove nothing.
+    let decoy = create(
+        &csids,
+        json!({
+            "apiVersion": "spire.spiffe.io/v1alpha1",
+            "kind": "ClusterSPIFFEID",
+            "metadata": {"name": "decoy", "labels": {
+                "kleym.io/managed-by": "kleym",
+                "kleym.io/binding-namespace": NS,
+                "kleym.io/binding-name": "also-gone"
+            }},
+            "spec": {
+                "spiffeIDTemplate": "spiffe://prod.example.org/somebody-else",
+                "podSelector": {"matchLabels": {"app": "other"}}
+            }
+        }),
+    )
+    .await;
+
+    let op = Operator::start(client.clone());
+    eventually("the orphan swept", || async {
+        csids.get_opt(&orphan).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    op.settle().await;
+    let after = csids.get(&kept.name_any()).await.unwrap();
+    assert_eq!(
+        after.resource_version(),
+        kept.resource_version(),
+        "live output untouched"
+    );
+    let after = csids.get("decoy").await.expect("foreign object kept");
+    assert_eq!(after.resource_version(), decoy.resource_version());
+    op.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterspiffeid_crd_installed_while_running_is_picked_up() {
     let (_sim, _cluster, client) = start_cluster(false).await;

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use kleym_api::InferenceIdentityBinding;
 
 use kube::ResourceExt;
+use kube::api::Api;
 
+use super::api_availability::ApiKind;
 use super::apply::{self, Applied};
 use super::effects::Effects;
 use super::error::Error;
@@ -158,6 +160,68 @@ pub async fn delete_output(
         }
         Err(foreign) => Ok(OutputRelease::Foreign(foreign)),
     }
+}
+
+/// Deletes the ClusterSPIFFEIDs proven to be `key`'s output when the binding `key` no
+/// longer exists: a binding deleted while nothing reconciled this cluster and its finalizer
+/// was off (the hub's Orphan removal takes it off; the cluster left the fleet and came back)
+/// leaves its output behind, and nothing else would ever delete it. The CSID watch enqueues
+/// the proven owner of every ClusterSPIFFEID, so the initial listing of a new engagement
+/// sweeps them all.
+///
+/// Proof, not labels: only objects whose ownership proof (field manager and annotations a
+/// tenant cannot write) names `key` are deleted, with the object's UID as precondition; and
+/// only after a live read says the binding is gone (a cache that lags behind the
+/// ClusterSPIFFEID watch must not cost a live binding its identity).
+pub async fn sweep_orphans(
+    state: &SpokeState,
+    fx: &Effects,
+    field_manager: &str,
+    key: &ObjectKey,
+) -> Result<(), Error> {
+    if !state.served().serves(ApiKind::ClusterSpiffeIds)
+        || !state.caches.cluster_spiffe_ids.is_ready()
+        || !state.caches.bindings.is_ready()
+    {
+        return Ok(());
+    }
+    let orphans: Vec<(String, String)> = state
+        .caches
+        .cluster_spiffe_ids
+        .list()
+        .into_iter()
+        .filter(|obj| {
+            ownership::proven_owner(obj, field_manager)
+                .is_ok_and(|o| o.namespace == key.namespace && o.name == key.name)
+        })
+        .filter_map(|obj| Some((obj.name_any(), obj.uid()?)))
+        .collect();
+    if orphans.is_empty() {
+        return Ok(());
+    }
+    let bindings: Api<InferenceIdentityBinding> =
+        Api::namespaced(fx.client.clone(), &key.namespace);
+    match bindings.get_opt(&key.name).await {
+        Ok(None) => {}
+        // Live after all: its own reconcile (its watch event is on the way) owns the output.
+        Ok(Some(_)) => return Ok(()),
+        Err(e) => {
+            return Err(Error::kube(
+                format!("get InferenceIdentityBinding {key}"),
+                e,
+            ));
+        }
+    }
+    for (name, uid) in orphans {
+        tracing::info!(
+            binding = %key,
+            clusterspiffeid = %name,
+            "deleting an orphaned ClusterSPIFFEID: its binding no longer exists"
+        );
+        apply::delete_cluster_spiffe_id(fx, &name, &uid).await?;
+        state.record_cluster_spiffe_id_deleted(&name, &uid);
+    }
+    Ok(())
 }
 
 /// Second half of a binding's deletion: removes our finalizer, letting the deletion

@@ -38,7 +38,7 @@ pub async fn reconcile(ctx: &Context, key: &ObjectKey) -> Result<(), Error> {
     let field_manager = ctx.config.field_manager.as_str();
     let Some(binding) = state.current_binding(key) else {
         state.release_claims(key);
-        return Ok(());
+        return finalizer::sweep_orphans(state, fx, field_manager, key).await;
     };
     if finalizer::is_deleting(&binding) {
         return cleanup(ctx, key, &binding).await;
