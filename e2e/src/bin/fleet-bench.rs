@@ -226,10 +226,8 @@ struct Args {
     /// chaos: the quiet window after settling, in seconds (no write may happen in it).
     #[arg(long, default_value_t = 30)]
     quiet_seconds: u64,
-    /// chaos: the replicas' `--removal-policy` (under `orphan`, bindings deleted while
-    /// their profile was deleted leave their ClusterSPIFFEIDs by design, counted as
-    /// orphans).
-    #[arg(long, default_value = "cleanup")]
+    /// chaos: the replicas' `--removal-policy` (default `orphan`, the hub's own default).
+    #[arg(long, default_value = "orphan")]
     removal_policy: String,
 }
 

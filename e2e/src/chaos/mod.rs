@@ -80,9 +80,9 @@ pub struct ChaosOptions {
     pub lease_seconds: u64,
     /// Hub `--log-level`.
     pub log_level: String,
-    /// Hub `--removal-policy` (default `cleanup`). Under `orphan`, a binding deleted while
-    /// its profile was deleted (its spoke released) leaves its ClusterSPIFFEID by design,
-    /// and re-engaging the spoke does not collect it: `csid_orphan` then counts those too.
+    /// Hub `--removal-policy` (default `orphan`, the hub's own default). Under `orphan`, a
+    /// binding deleted while its profile was deleted (its spoke released) leaves its
+    /// ClusterSPIFFEID until the spoke is engaged again, which sweeps it.
     pub removal_policy: String,
     /// Work directory (kubeconfigs, plugin, the replicas' logs).
     pub dir: PathBuf,
@@ -113,7 +113,7 @@ impl ChaosOptions {
             spoke_concurrency: 4,
             lease_seconds: 4,
             log_level: "info".into(),
-            removal_policy: "cleanup".into(),
+            removal_policy: "orphan".into(),
             dir: dir.to_path_buf(),
         }
     }
