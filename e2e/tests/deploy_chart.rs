@@ -127,6 +127,11 @@ fn schema_enums_are_the_values_the_binary_accepts() {
             &props["api"]["properties"]["authMode"]["enum"],
             clap_values::<kleym_hub::http::auth::AuthMode>(),
         ),
+        (
+            "issuer.keyAlgorithm",
+            &props["issuer"]["properties"]["keyAlgorithm"]["enum"],
+            clap_values::<kleym_hub::issuer::keys::Algorithm>(),
+        ),
     ] {
         let mut enumerated: Vec<String> = enumerated
             .as_array()

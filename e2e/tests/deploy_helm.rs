@@ -131,6 +131,16 @@ fn cases() -> Vec<Case> {
             }),
         ),
         case(
+            "hub as an issuer: TLS listener, ConfigMap publishing",
+            json!({"issuer": {"enabled": true, "url": "https://issuer.example.org/fleet",
+                              "publishConfigMap": "kleym-issuer-docs", "port": 9443}}),
+        ),
+        case(
+            "hub as an issuer behind a TLS-terminating ingress",
+            json!({"issuer": {"enabled": true, "url": "http://kleym.kleym-system:8444",
+                              "insecureHttp": true, "keyRotation": "off"}}),
+        ),
+        case(
             "one replica, no leader election, cleanup, no PDB",
             json!({"hub": {"replicas": 1, "leaderElection": false, "removalPolicy": "cleanup",
                            "podDisruptionBudget": {"enabled": false}},
@@ -371,6 +381,26 @@ fn invalid_values_are_rejected_by_helm() {
             json!({"serviceMonitor": {"interval": "30 seconds"}}),
             "serviceMonitor.interval",
             true,
+        ),
+        (
+            json!({"issuer": {"enabled": true, "url": "https://issuer.example.org/"}}),
+            "issuer.url",
+            true,
+        ),
+        (
+            json!({"issuer": {"keyAlgorithm": "EdDSA"}}),
+            "issuer.keyAlgorithm",
+            true,
+        ),
+        (
+            json!({"issuer": {"keyRotation": "7 days"}}),
+            "issuer.keyRotation",
+            true,
+        ),
+        (
+            json!({"issuer": {"enabled": true}}),
+            "issuer.url is required when issuer.enabled is true",
+            false,
         ),
         (
             json!({"hub": {"healthPort": 8080}}),
@@ -1060,4 +1090,130 @@ async fn helm_template_passes_server_side_dry_run() {
         .await
         .unwrap();
     assert!(!left.contains("kleym") && !left.contains("acme"), "{left}");
+}
+
+/// `issuer.*` values become `--issuer-*` flags that the real `kleym hub` parser accepts and
+/// turns into the issuer settings the values describe; the TLS files it names are in the
+/// mounted Secret; the Service exposes the listener; the Role grants the key Secret and the
+/// publishing ConfigMap by name (only `create`, which Kubernetes cannot limit by name, is
+/// unscoped). Off by default: no flag, port or rule.
+#[test]
+fn issuer_values_become_flags_the_hub_parses_a_service_port_and_scoped_rbac() {
+    use kleym_e2e::fixtures::harness::parse_hub_args;
+    let docs = render(
+        json!({"issuer": {"enabled": true, "url": "https://issuer.example.org/fleet",
+        "keyRotation": "12h", "keyPublishAhead": "30m", "publishConfigMap": "kleym-issuer-docs",
+        "port": 9443, "tlsSecret": "issuer-serving"}}),
+    );
+    let dep = find(&docs, "Deployment", "kleym-hub").expect("hub Deployment");
+    let args = container_args(dep);
+    let parsed = parse_hub_args(&args[1..]).unwrap();
+    let settings = parsed
+        .issuer
+        .settings()
+        .unwrap()
+        .expect("the hub is an issuer");
+    assert_eq!(settings.url, "https://issuer.example.org/fleet");
+    assert_eq!(
+        (
+            settings.secret.namespace.as_str(),
+            settings.secret.name.as_str()
+        ),
+        ("kleym-system", "kleym-issuer")
+    );
+    assert_eq!(settings.listen_addr, "0.0.0.0:9443".parse().unwrap());
+    let policy = settings.rotation.expect("rotation");
+    assert_eq!(
+        (policy.period_seconds, policy.publish_ahead_seconds),
+        (12 * 3600, 1800)
+    );
+    let cm = settings.publish_configmap.expect("ConfigMap publishing");
+    assert_eq!(
+        (cm.namespace.as_str(), cm.name.as_str()),
+        ("kleym-system", "kleym-issuer-docs")
+    );
+    let (cert, key) = settings.tls.expect("TLS listener");
+    let pod = &dep["spec"]["template"]["spec"];
+    let mount = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "issuer-tls")
+        .expect("issuer TLS mount");
+    let dir = mount["mountPath"].as_str().unwrap();
+    assert!(
+        cert.starts_with(dir) && key.starts_with(dir),
+        "{cert:?} {key:?} under {dir}"
+    );
+    assert_eq!(mount["readOnly"], true);
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "issuer-tls")
+        .expect("issuer TLS volume");
+    assert_eq!(volume["secret"]["secretName"], "issuer-serving");
+    let port = pod["containers"][0]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "issuer")
+        .expect("issuer container port");
+    assert_eq!(port["containerPort"], 9443);
+    let svc = find(&docs, "Service", "kleym").expect("Service");
+    let svc_port = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "issuer")
+        .expect("Service port issuer");
+    assert_eq!(
+        (&svc_port["port"], &svc_port["targetPort"]),
+        (&json!(9443), &json!("issuer"))
+    );
+    assert_eq!(
+        rules_mention(&docs, "secrets"),
+        vec![
+            json!({"apiGroups": [""], "resources": ["secrets"],
+                   "resourceNames": ["kleym-issuer"], "verbs": ["get", "update"]}),
+            json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}),
+        ]
+    );
+    assert_eq!(
+        rules_mention(&docs, "configmaps"),
+        vec![
+            json!({"apiGroups": [""], "resources": ["configmaps"],
+                   "resourceNames": ["kleym-issuer-docs"], "verbs": ["get", "patch"]}),
+            json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}),
+        ]
+    );
+    let role = find(&docs, "Role", "kleym-hub").expect("hub Role");
+    assert_eq!(role["metadata"]["namespace"], "kleym-system");
+
+    // Behind a TLS-terminating ingress: plain HTTP, no TLS volume, no ConfigMap rule.
+    let docs = render(json!({"issuer": {"enabled": true,
+        "url": "http://kleym.kleym-system:8444", "insecureHttp": true, "keyRotation": "off"}}));
+    let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
+    let parsed = parse_hub_args(&container_args(dep)[1..]).unwrap();
+    let settings = parsed
+        .issuer
+        .settings()
+        .unwrap()
+        .expect("the hub is an issuer");
+    assert!(settings.tls.is_none() && settings.rotation.is_none());
+    assert!(settings.publish_configmap.is_none());
+    assert!(!dep.to_string().contains("issuer-tls"));
+    assert!(rules_mention(&docs, "configmaps").is_empty());
+
+    // Off by default.
+    let docs = render(json!({}));
+    let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
+    assert!(
+        !container_args(dep)
+            .iter()
+            .any(|a| a.starts_with("--issuer"))
+    );
+    assert!(rules_mention(&docs, "secrets").is_empty());
+    let svc = find(&docs, "Service", "kleym").unwrap();
+    assert!(!svc.to_string().contains("issuer"));
 }

@@ -1,4 +1,4 @@
-//! `kleym issuer`: operations on the hub's issuer keys (`rotate`).
+//! `kleym issuer`: operations on the hub's issuer keys (`rotate`) and X.509 CA (`rotate-ca`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,6 +30,40 @@ pub enum IssuerCommand {
         Needs get and update on the Secret in the hub cluster."
     )]
     Rotate(RotateArgs),
+    /// Rotate the X.509-SVID CA with an overlap: begin (a next CA joins the trusted bundle),
+    /// then, once every spoke trusts the new bundle, `--finish` (the next CA signs).
+    #[command(
+        name = "rotate-ca",
+        long_about = "Rotate the hub's X.509-SVID CA (kleym credential spiffe-x509) with an \
+        overlap, in two steps. Without --finish: a next CA is added to the issuer Secret; the \
+        current CA keeps signing, and data[x509-ca-bundle.crt] (what kleym trust-config \
+        --credential spiffe-x509 prints) holds both. Give every spoke's API server the new \
+        bundle (--client-ca-file), then run again with --finish: the next CA signs from now on \
+        and the replaced one stays in the bundle for 24 h + 5 min (the longest X.509-SVID \
+        lifetime plus skew), after which the hub's leader removes it.\n\n\
+        Needs get and update on the Secret in the hub cluster."
+    )]
+    RotateCa(RotateCaArgs),
+}
+
+/// Arguments of `kleym issuer rotate-ca`.
+#[derive(Debug, clap::Args)]
+pub struct RotateCaArgs {
+    /// Kubeconfig of the hub cluster [default: KUBECONFIG, ~/.kube/config, in-cluster].
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context of the hub cluster.
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// The issuer Secret, `namespace/name`, as `kleym hub --issuer-key-secret`.
+    #[arg(long, value_parser = parse_issuer_key_secret, env = "KLEYM_ISSUER_KEY_SECRET")]
+    pub issuer_key_secret: SecretRef,
+    /// The current signing key's algorithm, as `kleym hub --issuer-key-algorithm`.
+    #[arg(long, value_enum, default_value = "ES256", value_name = "ES256|RS256")]
+    pub issuer_key_algorithm: Algorithm,
+    /// Second step: the next CA signs from now on.
+    #[arg(long)]
+    pub finish: bool,
 }
 
 /// Arguments of `kleym issuer rotate`.
@@ -64,7 +98,38 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             writeln!(std::io::stdout().lock(), "{line}").context("writing to stdout")?;
             Ok(())
         }
+        IssuerCommand::RotateCa(a) => {
+            let line = runtime.block_on(rotate_ca(a))?;
+            writeln!(std::io::stdout().lock(), "{line}").context("writing to stdout")?;
+            Ok(())
+        }
     }
+}
+
+async fn rotate_ca(a: &RotateCaArgs) -> anyhow::Result<String> {
+    let client =
+        kleym_hub::kubeconfig::client_from_flags(a.kubeconfig.as_deref(), a.context.as_deref())
+            .await?;
+    let at = &a.issuer_key_secret;
+    let (secret, mut ring) = read(client.clone(), at, a.issuer_key_algorithm).await?;
+    let now = chrono::Utc::now().timestamp();
+    let line = if a.finish {
+        ring.finish_ca_rotation(now, kleym_hub::issuer::x509::CA_OVERLAP_SECONDS)
+            .with_context(|| format!("issuer Secret {at}"))?;
+        format!(
+            "issuer Secret {at}: the new X.509 CA signs from now; the replaced one stays in data[{}] for 24 h 5 min",
+            kleym_hub::issuer::x509::CA_BUNDLE_KEY
+        )
+    } else {
+        ring.begin_ca_rotation(now)
+            .with_context(|| format!("issuer Secret {at}"))?;
+        format!(
+            "issuer Secret {at}: a next X.509 CA is in data[{}]; give every spoke that bundle (kleym trust-config --credential spiffe-x509), then run with --finish",
+            kleym_hub::issuer::x509::CA_BUNDLE_KEY
+        )
+    };
+    write(client, at, secret, &ring).await?;
+    Ok(line)
 }
 
 async fn rotate(a: &RotateArgs) -> anyhow::Result<String> {

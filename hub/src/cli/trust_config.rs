@@ -245,10 +245,12 @@ async fn client_ca(args: &Args) -> anyhow::Result<String> {
         .get(&at.name)
         .await
         .with_context(|| format!("reading issuer Secret {at}"))?;
-    let cert = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(kleym_hub::issuer::x509::CA_CERT_KEY))
+    // The bundle (current, next and replaced CAs during a CA rotation) when the hub wrote
+    // one; else the CA certificate alone (a Secret from before CA rotation).
+    let data = secret.data.as_ref();
+    let cert = data
+        .and_then(|d| d.get(kleym_hub::issuer::x509::CA_BUNDLE_KEY))
+        .or_else(|| data.and_then(|d| d.get(kleym_hub::issuer::x509::CA_CERT_KEY)))
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
         .filter(|c| c.contains("-----BEGIN CERTIFICATE-----"))
         .ok_or_else(|| {

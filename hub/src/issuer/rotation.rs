@@ -13,6 +13,11 @@
 //!   `retires` of the signing key's activation + `retire_after` (max token lifetime + skew).
 //! - [`KeyRing::rotate_now`] (`kleym issuer rotate`): a new key that signs at once; the others
 //!   retire after `retire_after`, or are removed at once with `revoke_old`.
+//! - The X.509 CA rotates with an overlap in two steps (`kleym issuer rotate-ca`):
+//!   [`KeyRing::begin_ca_rotation`] adds a next CA to the bundle spokes trust
+//!   (`x509-ca-bundle.crt`) while the current one keeps signing; once every spoke trusts the
+//!   new bundle, [`KeyRing::finish_ca_rotation`] makes it sign and keeps the replaced CA in the
+//!   bundle for [`super::x509::CA_OVERLAP_SECONDS`]; [`KeyRing::rotate_step`] then drops it.
 
 use std::collections::BTreeMap;
 
@@ -20,7 +25,9 @@ use k8s_openapi::ByteString;
 use serde::{Deserialize, Serialize};
 
 use super::keys::{Algorithm, SigningKey};
-use super::x509::{CA_CERT_KEY, CA_KEY_KEY, HubCa};
+use super::x509::{
+    CA_BUNDLE_KEY, CA_CERT_KEY, CA_KEY_KEY, HubCa, NEXT_CA_CERT_KEY, NEXT_CA_KEY_KEY,
+};
 use super::{IssuerError, MAX_TOKEN_LIFETIME_SECONDS, SECRET_KEY};
 
 /// Data key of the Secret holding the key state.
@@ -43,6 +50,18 @@ pub struct KeyTimes {
 struct StateDoc {
     #[serde(default)]
     keys: BTreeMap<String, KeyTimes>,
+    /// Replaced X.509 CAs still trusted (certificates only: their keys are gone).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    previous_cas: Vec<PreviousCa>,
+}
+
+/// A replaced X.509 CA kept in the bundle until the SVIDs it signed have expired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreviousCa {
+    /// Its certificate (PEM).
+    pub cert: String,
+    /// From when it leaves the bundle (unix seconds).
+    pub retires: i64,
 }
 
 /// One key of the ring.
@@ -82,6 +101,8 @@ impl Default for RotationPolicy {
 pub struct KeyRing {
     entries: Vec<KeyEntry>,
     ca: Option<HubCa>,
+    next_ca: Option<HubCa>,
+    previous_cas: Vec<PreviousCa>,
 }
 
 impl KeyRing {
@@ -120,16 +141,33 @@ impl KeyRing {
             data.get(k)
                 .map(|b| String::from_utf8_lossy(&b.0).into_owned())
         };
-        let ca = match (text(CA_CERT_KEY), text(CA_KEY_KEY)) {
-            (None, None) => None,
-            (Some(c), Some(k)) => Some(HubCa::from_pem(&c, &k, origin)?),
-            _ => {
+        let pair = |cert_key: &str, key_key: &str| match (text(cert_key), text(key_key)) {
+            (None, None) => Ok(None),
+            (Some(c), Some(k)) => HubCa::from_pem(&c, &k, origin).map(Some),
+            _ => Err(IssuerError::Key(format!(
+                "{origin}: data[{cert_key}] and data[{key_key}] go together"
+            ))),
+        };
+        let ca = pair(CA_CERT_KEY, CA_KEY_KEY)?;
+        let next_ca = pair(NEXT_CA_CERT_KEY, NEXT_CA_KEY_KEY)?;
+        if next_ca.is_some() && ca.is_none() {
+            return Err(IssuerError::Key(format!(
+                "{origin}: data[{NEXT_CA_CERT_KEY}] without data[{CA_CERT_KEY}]"
+            )));
+        }
+        for (i, p) in state.previous_cas.iter().enumerate() {
+            if !p.cert.contains("-----BEGIN CERTIFICATE-----") {
                 return Err(IssuerError::Key(format!(
-                    "{origin}: data[{CA_CERT_KEY}] and data[{CA_KEY_KEY}] go together"
+                    "{origin} data[{STATE_KEY}]: previous_cas[{i}].cert is not a PEM certificate"
                 )));
             }
-        };
-        Ok(KeyRing { entries, ca })
+        }
+        Ok(KeyRing {
+            entries,
+            ca,
+            next_ca,
+            previous_cas: state.previous_cas,
+        })
     }
 
     /// The X.509-SVID CA, when the Secret has one.
@@ -137,10 +175,76 @@ impl KeyRing {
         self.ca.as_ref()
     }
 
+    /// The CA that will sign once the CA rotation under way finishes.
+    pub fn next_ca(&self) -> Option<&HubCa> {
+        self.next_ca.as_ref()
+    }
+
+    /// Replaced CAs still in the bundle.
+    pub fn previous_cas(&self) -> &[PreviousCa] {
+        &self.previous_cas
+    }
+
+    /// The PEM bundle spokes trust for client certificates: the current CA, the next one,
+    /// then replaced ones (empty without a CA).
+    pub fn ca_bundle(&self) -> String {
+        let mut out = String::new();
+        let certs = self
+            .ca
+            .iter()
+            .chain(self.next_ca.iter())
+            .map(|c| c.cert_pem.as_str())
+            .chain(self.previous_cas.iter().map(|p| p.cert.as_str()));
+        for c in certs {
+            out.push_str(c.trim_end());
+            out.push('\n');
+        }
+        out
+    }
+
+    /// First step of a CA rotation: a next CA joins the bundle; the current CA keeps signing.
+    /// Refused while one is under way or without a current CA.
+    pub fn begin_ca_rotation(&mut self, now: i64) -> Result<(), IssuerError> {
+        if self.ca.is_none() {
+            return Err(IssuerError::Key(
+                "no X.509 CA to rotate yet (the hub's leader adds one)".into(),
+            ));
+        }
+        if self.next_ca.is_some() {
+            return Err(IssuerError::Key(
+                "a CA rotation is already under way: finish it first".into(),
+            ));
+        }
+        self.next_ca = Some(new_ca(now)?);
+        Ok(())
+    }
+
+    /// Second step: the next CA signs from now; the replaced one stays in the bundle for
+    /// `overlap_seconds`. Refused without a next CA.
+    pub fn finish_ca_rotation(
+        &mut self,
+        now: i64,
+        overlap_seconds: i64,
+    ) -> Result<(), IssuerError> {
+        let next = self
+            .next_ca
+            .take()
+            .ok_or_else(|| IssuerError::Key("no CA rotation under way: begin one first".into()))?;
+        if let Some(old) = self.ca.replace(next) {
+            self.previous_cas.push(PreviousCa {
+                cert: old.cert_pem,
+                retires: now + overlap_seconds,
+            });
+        }
+        Ok(())
+    }
+
     /// A ring of one new ES256 key, signing from `now`.
     pub fn generate(now: i64) -> Result<Self, IssuerError> {
         let (key, pem) = SigningKey::generate_es256()?;
         Ok(KeyRing {
+            next_ca: None,
+            previous_cas: Vec::new(),
             ca: Some(new_ca(now)?),
             entries: vec![KeyEntry {
                 key,
@@ -162,6 +266,7 @@ impl KeyRing {
                 .iter()
                 .map(|e| (e.key.kid().to_string(), e.times))
                 .collect(),
+            previous_cas: self.previous_cas.clone(),
         };
         let mut data = BTreeMap::from([
             (SECRET_KEY.to_string(), ByteString(pem.into_bytes())),
@@ -178,6 +283,20 @@ impl KeyRing {
             data.insert(
                 CA_KEY_KEY.into(),
                 ByteString(ca.key_pem().as_bytes().to_vec()),
+            );
+            data.insert(
+                CA_BUNDLE_KEY.into(),
+                ByteString(self.ca_bundle().into_bytes()),
+            );
+        }
+        if let Some(next) = &self.next_ca {
+            data.insert(
+                NEXT_CA_CERT_KEY.into(),
+                ByteString(next.cert_pem.clone().into_bytes()),
+            );
+            data.insert(
+                NEXT_CA_KEY_KEY.into(),
+                ByteString(next.key_pem().as_bytes().to_vec()),
             );
         }
         data
@@ -273,6 +392,9 @@ impl KeyRing {
     /// nothing new is generated.
     pub fn rotate_step(&mut self, now: i64, policy: &RotationPolicy) -> Result<bool, IssuerError> {
         let mut changed = self.drop_retired(now);
+        let cas = self.previous_cas.len();
+        self.previous_cas.retain(|p| p.retires > now);
+        changed |= self.previous_cas.len() != cas;
         if self.ca.is_none() {
             // A Secret from before the X.509 CA existed (or made by hand): add one.
             self.ca = Some(new_ca(now)?);
@@ -405,6 +527,83 @@ mod tests {
         assert!(ring.rotate_step(t1 + 1200, &policy()).unwrap());
         assert_eq!(kids(ring.published(t1 + 1200)), vec![second.clone()]);
         assert_eq!(ring.entries().len(), 1);
+    }
+
+    fn certs(bundle: &str) -> Vec<String> {
+        bundle
+            .split_inclusive("-----END CERTIFICATE-----")
+            .map(str::trim)
+            .filter(|c| c.contains("BEGIN CERTIFICATE"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn ca_rotation_trusts_the_next_ca_first_then_keeps_the_old_one_for_the_overlap() {
+        let t0 = 1_000_000;
+        let mut ring = KeyRing::generate(t0).unwrap();
+        let old = ring.ca().unwrap().cert_pem.trim().to_string();
+        assert_eq!(certs(&ring.ca_bundle()), vec![old.clone()]);
+        assert!(ring.finish_ca_rotation(t0, 60).is_err(), "nothing begun");
+
+        // Begin: both CAs trusted, the old one still signs; a second begin is refused.
+        ring.begin_ca_rotation(t0 + 10).unwrap();
+        let next = ring.next_ca().unwrap().cert_pem.trim().to_string();
+        assert_ne!(next, old);
+        assert_eq!(ring.ca().unwrap().cert_pem.trim(), old);
+        assert_eq!(certs(&ring.ca_bundle()), vec![old.clone(), next.clone()]);
+        assert!(ring.begin_ca_rotation(t0 + 11).is_err());
+
+        // The state survives the Secret, bundle included.
+        let data = ring.to_data();
+        assert_eq!(
+            certs(&String::from_utf8(data[CA_BUNDLE_KEY].0.clone()).unwrap()),
+            vec![old.clone(), next.clone()]
+        );
+        let mut ring = KeyRing::from_data(&data, "secret kleym/issuer").unwrap();
+        assert_eq!(ring.next_ca().unwrap().cert_pem.trim(), next);
+
+        // Finish: the new CA signs, the old one stays trusted until the overlap ends.
+        let t1 = t0 + 100;
+        ring.finish_ca_rotation(t1, 3600).unwrap();
+        assert_eq!(ring.ca().unwrap().cert_pem.trim(), next);
+        assert!(ring.next_ca().is_none());
+        assert_eq!(certs(&ring.ca_bundle()), vec![next.clone(), old.clone()]);
+        let mut ring = KeyRing::from_data(&ring.to_data(), "secret kleym/issuer").unwrap();
+        assert_eq!(ring.previous_cas()[0].retires, t1 + 3600);
+        let policy = RotationPolicy {
+            period_seconds: 1000 * H,
+            ..policy()
+        };
+        assert!(!ring.rotate_step(t1 + 3599, &policy).unwrap());
+        assert_eq!(certs(&ring.ca_bundle()).len(), 2);
+        // Then the leader's step drops it.
+        assert!(ring.rotate_step(t1 + 3600, &policy).unwrap());
+        assert_eq!(certs(&ring.ca_bundle()), vec![next]);
+    }
+
+    #[test]
+    fn a_half_written_next_ca_or_a_junk_previous_ca_is_refused_and_named() {
+        let mut ring = KeyRing::generate(1_000_000).unwrap();
+        ring.begin_ca_rotation(1_000_000).unwrap();
+        let mut data = ring.to_data();
+        data.remove(NEXT_CA_KEY_KEY);
+        let e = KeyRing::from_data(&data, "secret kleym/issuer")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(NEXT_CA_CERT_KEY) && e.contains("secret kleym/issuer"),
+            "{e}"
+        );
+        let mut data = ring.to_data();
+        data.insert(
+            STATE_KEY.into(),
+            ByteString(br#"{"keys":{},"previous_cas":[{"cert":"junk","retires":1}]}"#.to_vec()),
+        );
+        let e = KeyRing::from_data(&data, "secret kleym/issuer")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("previous_cas[0]"), "{e}");
     }
 
     #[test]

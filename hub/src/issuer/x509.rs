@@ -13,6 +13,16 @@ use super::IssuerError;
 pub const CA_CERT_KEY: &str = "x509-ca.crt";
 /// Data key of the CA private key (PKCS#8 PEM).
 pub const CA_KEY_KEY: &str = "x509-ca.key";
+/// Data key of the next CA's certificate during a CA rotation (trusted ahead, not signing).
+pub const NEXT_CA_CERT_KEY: &str = "x509-ca-next.crt";
+/// Data key of the next CA's private key (PKCS#8 PEM).
+pub const NEXT_CA_KEY_KEY: &str = "x509-ca-next.key";
+/// Data key of the bundle spokes trust for client certificates: the current CA, the next one
+/// during a rotation, and replaced ones until every SVID they signed has expired.
+pub const CA_BUNDLE_KEY: &str = "x509-ca-bundle.crt";
+/// How long a replaced CA stays in the bundle: the longest X.509-SVID lifetime (24 h) plus
+/// the verifiers' clock skew.
+pub const CA_OVERLAP_SECONDS: i64 = 86_400 + super::rotation::SKEW_SECONDS;
 /// Validity of a generated CA (days).
 pub const CA_VALIDITY_DAYS: i64 = 365;
 
