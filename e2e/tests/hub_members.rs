@@ -202,6 +202,12 @@ async fn a_cluster_listed_twice_is_engaged_once_and_handed_over_without_cleanup(
     })
     .await
     .unwrap();
+    assert_eq!(state.removals_ended("handed_over"), 1);
+    assert_eq!(
+        state.removals_ended("done"),
+        0,
+        "the removal policy never ran"
+    );
     assert_eq!(env::csid_names(&store), csids, "identities kept");
     assert_eq!(
         csid_writes(),

@@ -667,7 +667,14 @@ async fn a_profile_deleted_and_recreated_at_once_ends_engaged() {
     })
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The old profile's removal job ran to its end (its last steps publish its outcome and
+    // are what could overwrite the new engagement's state); a signal, not a pause.
+    wait_for("the old removal ended", LIMIT, || {
+        let state = state.clone();
+        async move { (state.removals_ended("done") == 1).then_some(()) }
+    })
+    .await
+    .unwrap();
     let st = state.get("fleet/spoke").expect("state kept");
     assert_eq!(st.phase, Phase::Engaged);
     assert!(env::bindings(&store).iter().all(has_our_finalizer));

@@ -42,13 +42,19 @@ impl FleetMetrics {
     }
 
     /// Registers `state`'s engage-latency histogram as
-    /// `kleym_hub_spoke_engage_duration_seconds`: from the start of an engagement attempt
-    /// (connect, preflight, initial cache sync) to the spoke being `Engaged`.
+    /// `kleym_hub_spoke_engage_duration_seconds` (from the start of an engagement attempt
+    /// (connect, preflight, initial cache sync) to the spoke being `Engaged`) and its removal
+    /// counter as `kleym_hub_spoke_removals_total{outcome}`.
     pub fn register_engage(registry: &mut Registry, state: &FleetState) {
         registry.sub_registry_with_prefix("kleym_hub").register(
             "spoke_engage_duration_seconds",
             "Seconds from the start of an engagement attempt to the spoke being Engaged",
             state.engage_duration().clone(),
+        );
+        registry.sub_registry_with_prefix("kleym_hub").register(
+            "spoke_removals",
+            "Removal jobs (profile deleted or deselected) that ran to their end, by outcome",
+            state.removals().clone(),
         );
     }
 

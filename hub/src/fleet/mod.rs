@@ -34,5 +34,5 @@ pub use options::FleetOptions;
 pub use profile_finalizer::{PROFILE_FINALIZER, has_profile_finalizer};
 pub use removal::{LeftBinding, RemovalError, RemovalPolicy, RemovalReport, apply_removal};
 pub use spoke_metrics::{SpokeMetricsCollector, SpokeMetricsMap};
-pub use state::{ErrorCategory, FleetState, Phase, SpokeError, SpokeState};
+pub use state::{ErrorCategory, FleetState, Phase, RemovalLabels, SpokeError, SpokeState};
 pub use supervisor::Supervisor;

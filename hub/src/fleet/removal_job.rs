@@ -284,6 +284,12 @@ pub(crate) async fn run_removal(shared: TaskShared, hub: kube::Client, job: Remo
         }
         (None, Ok(spec)) => apply_until_deadline(&j, spec, &plan, started).await,
     };
+    let label = match (&applied, &job.hand_over) {
+        (_, Some(_)) => "handed_over",
+        (Applied::Done(_), None) => "done",
+        (Applied::GaveUp { .. }, None) => "gave_up",
+        (Applied::Skipped { .. } | Applied::Stopped, None) => "skipped",
+    };
     let outcome = match &applied {
         Applied::Stopped => return,
         Applied::Done(report) => {
@@ -321,6 +327,13 @@ pub(crate) async fn run_removal(shared: TaskShared, hub: kube::Client, job: Remo
     }
     j.removing(outcome.clone(), None);
     let _ = job.outcome.set(outcome);
+    shared
+        .state
+        .removals()
+        .get_or_create(&super::state::RemovalLabels {
+            outcome: label.to_string(),
+        })
+        .inc();
 }
 
 /// Passes until one leaves nothing, or the deadline passed (at least one full attempt, even

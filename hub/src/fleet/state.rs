@@ -12,6 +12,9 @@ use chrono::{DateTime, Utc};
 use dashmap::DashMap;
 use kleym_api::hub_status::DuplicateOf;
 use kleym_spoke::reconciler::snapshot::BindingSnapshot;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio::sync::watch;
 
 /// The fleet's one error taxonomy (also the report's), re-exported where the fleet's
@@ -167,6 +170,16 @@ struct Inner {
     /// initial cache sync): the `kleym_hub_spoke_engage_duration_seconds` histogram. Kept
     /// here because every spoke task holds the state, not the registry.
     engage_duration: prometheus_client::metrics::histogram::Histogram,
+    /// Removal jobs that ran to their end, by outcome: `kleym_hub_spoke_removals_total`.
+    removals: Family<RemovalLabels, Counter>,
+}
+
+/// `outcome` label of `kleym_hub_spoke_removals_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RemovalLabels {
+    /// `done`, `gave_up`, `skipped` (access unusable) or `handed_over` (another profile of
+    /// the same member cluster engages it).
+    pub outcome: String,
 }
 
 /// Shared, cheaply clonable fleet state.
@@ -194,6 +207,7 @@ impl FleetState {
                 engage_duration: prometheus_client::metrics::histogram::Histogram::new(
                     prometheus_client::metrics::histogram::exponential_buckets(0.05, 2.0, 14),
                 ),
+                removals: Family::default(),
             }),
         }
     }
@@ -251,6 +265,22 @@ impl FleetState {
     /// `Engaged`; registered by [`FleetMetrics::register_engage`](super::FleetMetrics)).
     pub fn engage_duration(&self) -> &prometheus_client::metrics::histogram::Histogram {
         &self.inner.engage_duration
+    }
+
+    /// Removal jobs ended, by outcome (counted by the jobs; registered by
+    /// [`FleetMetrics::register_engage`](super::FleetMetrics)).
+    pub fn removals(&self) -> &Family<RemovalLabels, Counter> {
+        &self.inner.removals
+    }
+
+    /// Removal jobs that ended with `outcome` so far.
+    pub fn removals_ended(&self, outcome: &str) -> u64 {
+        self.inner
+            .removals
+            .get_or_create(&RemovalLabels {
+                outcome: outcome.to_string(),
+            })
+            .get()
     }
 
     /// Records leadership (supervisor only).
