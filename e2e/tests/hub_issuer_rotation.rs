@@ -13,21 +13,20 @@
 //! JWKS (on C's new `kid`), a fresh, unexpired JWT-SVID signed with A is refused while the same
 //! claims signed with B (retired later) are accepted.
 
+use kleym_test_support::authn::{apply_rbac, whoami};
 use std::collections::BTreeSet;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
 use kleym_e2e::fixtures::plugins::kleym_binary;
 use kleym_e2e::fixtures::profiles::{access_provider, apply_profile, status};
 use kleym_hub::issuer::keys::SigningKey;
 use kleym_spoke::reconciler::CancellationToken;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::Api;
 use kubesim::ClusterHandle;
 use serde_json::{Value, json};
 
@@ -44,47 +43,6 @@ const RETIRE_AFTER: i64 = LIFETIME + 10;
 /// Bindings seeded per spoke (created two at start, then one every two seconds).
 const TOTAL: usize = 120;
 const LIMIT: Duration = Duration::from_secs(120);
-
-/// Applies `doc` (a ClusterRole or ClusterRoleBinding) to `cluster` with server-side apply.
-async fn apply(cluster: &ClusterHandle, doc: &Value) {
-    let client = cluster.kube_client().await.unwrap();
-    let gvk = GroupVersionKind::gvk(
-        "rbac.authorization.k8s.io",
-        "v1",
-        doc["kind"].as_str().unwrap(),
-    );
-    let (ar, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
-    let name = doc["metadata"]["name"].as_str().unwrap();
-    Api::<DynamicObject>::all_with(client, &ar)
-        .patch(
-            name,
-            &PatchParams::apply("kleym-e2e").force(),
-            &Patch::Apply(doc.clone()),
-        )
-        .await
-        .unwrap();
-}
-
-/// The user `cluster` authenticates `token` as, or `None` when it refuses it.
-async fn whoami(cluster: &ClusterHandle, token: &str) -> Option<String> {
-    let review = Api::<TokenReview>::all(cluster.kube_client().await.unwrap())
-        .create(
-            &PostParams::default(),
-            &TokenReview {
-                spec: TokenReviewSpec {
-                    token: Some(token.into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let s = review.status.unwrap_or_default();
-    s.authenticated
-        .unwrap_or(false)
-        .then(|| s.user.and_then(|u| u.username).unwrap_or_default())
-}
 
 /// A fresh JWT-SVID for `audience`, signed by `key`, exactly as the plugin builds it.
 fn sign(key: &SigningKey, issuer_url: &str, audience: &str) -> String {
@@ -231,7 +189,7 @@ async fn jwt_key_rotates_twice_under_load_without_a_401() {
         s.set_authentication_config(&std::fs::read_to_string(file).unwrap())
             .unwrap();
         for doc in entry["rbac"].as_array().unwrap() {
-            apply(s, doc).await;
+            apply_rbac(s, doc).await;
         }
     }
 

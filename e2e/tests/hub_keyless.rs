@@ -7,10 +7,10 @@
 //! for one spoke is refused by the others. Everything the hub, the issuer and kubesim log at
 //! trace level meanwhile contains no token and no private key.
 
+use kleym_test_support::authn::{apply_rbac, whoami};
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
 use kleym_e2e::fixtures::plugins::kleym_binary;
@@ -18,8 +18,7 @@ use kleym_e2e::fixtures::profiles::{access_provider, apply_profile, status};
 use kleym_hub::access::{ClusterAccess, EffectiveAccess, ExecApiVersion, ExecConfig};
 use kleym_hub::credentials::{ExecOptions, run_plugin};
 use kleym_spoke::reconciler::CancellationToken;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, PostParams};
 use kubesim::ClusterHandle;
 use serde_json::{Value, json};
 
@@ -67,46 +66,6 @@ fn spiffe_jwt_args(issuer_url: &str, hub_kc: &str) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect()
-}
-
-/// Applies `doc` (a ClusterRole or ClusterRoleBinding) to `cluster` with server-side apply.
-async fn apply(cluster: &ClusterHandle, doc: &Value) {
-    let client = cluster.kube_client().await.unwrap();
-    let gvk = GroupVersionKind::gvk(
-        "rbac.authorization.k8s.io",
-        "v1",
-        doc["kind"].as_str().unwrap(),
-    );
-    let (ar, _) = kube::discovery::pinned_kind(&client, &gvk).await.unwrap();
-    let name = doc["metadata"]["name"].as_str().unwrap();
-    Api::<DynamicObject>::all_with(client, &ar)
-        .patch(
-            name,
-            &PatchParams::apply("kleym-e2e").force(),
-            &Patch::Apply(doc.clone()),
-        )
-        .await
-        .unwrap();
-}
-
-async fn whoami(cluster: &ClusterHandle, token: &str) -> Option<String> {
-    let review = Api::<TokenReview>::all(cluster.kube_client().await.unwrap())
-        .create(
-            &PostParams::default(),
-            &TokenReview {
-                spec: TokenReviewSpec {
-                    token: Some(token.into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let s = review.status.unwrap_or_default();
-    s.authenticated
-        .unwrap_or(false)
-        .then(|| s.user.and_then(|u| u.username).unwrap_or_default())
 }
 
 async fn mint(kleym: &str, server: &str, args: Vec<String>) -> String {
@@ -268,7 +227,7 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
         s.set_authentication_config(&std::fs::read_to_string(file).unwrap())
             .unwrap();
         for doc in entry["rbac"].as_array().unwrap() {
-            apply(s, doc).await;
+            apply_rbac(s, doc).await;
         }
     }
 
@@ -692,7 +651,7 @@ async fn hub_engages_three_spokes_with_spiffe_x509() {
             .unwrap();
         assert_eq!(entry["clientCA"], ca.as_str());
         for doc in entry["rbac"].as_array().unwrap() {
-            apply(s, doc).await;
+            apply_rbac(s, doc).await;
         }
     }
     let pf = dir.path().join("providers.json");

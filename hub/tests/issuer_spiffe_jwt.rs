@@ -7,9 +7,9 @@
 #[path = "fixtures/hub_sim.rs"]
 mod hub_sim;
 
+use kleym_test_support::authn::whoami;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::Secret;
 use kleym_hub::access::{ClusterAccess, EffectiveAccess, ExecApiVersion, ExecConfig};
 use kleym_hub::credentials::{ExecOptions, run_plugin};
@@ -111,26 +111,6 @@ async fn whoami_eventually(cluster: &ClusterHandle, token: &str) -> Option<Strin
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     None
-}
-
-async fn whoami(cluster: &ClusterHandle, token: &str) -> Option<String> {
-    let review = Api::<TokenReview>::all(cluster.kube_client().await.unwrap())
-        .create(
-            &PostParams::default(),
-            &TokenReview {
-                spec: TokenReviewSpec {
-                    token: Some(token.into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let s = review.status.unwrap_or_default();
-    s.authenticated
-        .unwrap_or(false)
-        .then(|| s.user.and_then(|u| u.username).unwrap_or_default())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
