@@ -13,9 +13,11 @@
 //! JWKS (on C's new `kid`), a fresh, unexpired JWT-SVID signed with A is refused while the same
 //! claims signed with B (retired later) are accepted.
 
+use kleym_e2e::fixtures::keyless::{register_credentialless, trust_config};
 use kleym_test_support::authn::{apply_rbac, whoami};
 use std::collections::BTreeSet;
-use std::process::Command;
+use std::ffi::OsStr;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -23,12 +25,11 @@ use std::time::{Duration, Instant};
 use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
 use kleym_e2e::fixtures::plugins::kleym_binary;
-use kleym_e2e::fixtures::profiles::{access_provider, apply_profile, status};
 use kleym_hub::issuer::keys::SigningKey;
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;
 use kubesim::ClusterHandle;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const SPOKES: [&str; 2] = ["spoke-a", "spoke-b"];
 const HUB_ID: &str = "spiffe://example.org/kleym/hub";
@@ -137,45 +138,27 @@ async fn jwt_key_rotates_twice_under_load_without_a_401() {
     assert_eq!(kid_a.len(), 1, "one key at start");
     let kid_a = kid_a[0].clone();
 
-    for s in &spokes {
-        env::seed_environment(&s.store(), TOTAL).unwrap();
-        env::create_bindings(&s.store(), 0..2).unwrap();
-        apply_profile(
-            &f.hub_client,
-            s.name(),
-            status(
-                vec![access_provider(PROVIDER, s, None)],
-                true,
-                "2026-01-01T00:00:00Z",
-                &[],
-            ),
-        )
+    register_credentialless(&f.hub_client, &spokes, PROVIDER, TOTAL, 2)
         .await
         .unwrap();
-    }
 
     // The spoke side, exactly as `kleym trust-config` prints it.
-    let out = Command::new(&kleym)
-        .args([
-            "trust-config",
-            "--kubeconfig",
-            &hub_kc,
-            "--all",
-            "-o",
-            "json",
-        ])
-        .args(["--issuer-url", &issuer_url, "--issuer-ca-file"])
-        .arg(&ca)
-        .args(["--trust-domain", "example.org", "--output-dir"])
-        .arg(dir.path().join("trust"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let trust = dir.path().join("trust");
+    let printed = trust_config(
+        Path::new(&kleym),
+        &hub_kc,
+        [
+            OsStr::new("--issuer-url"),
+            OsStr::new(&issuer_url),
+            OsStr::new("--issuer-ca-file"),
+            ca.as_os_str(),
+            OsStr::new("--trust-domain"),
+            OsStr::new("example.org"),
+            OsStr::new("--output-dir"),
+            trust.as_os_str(),
+        ],
+    )
+    .unwrap();
     for s in &spokes {
         let entry = printed
             .iter()

@@ -7,20 +7,22 @@
 //! for one spoke is refused by the others. Everything the hub, the issuer and kubesim log at
 //! trace level meanwhile contains no token and no private key.
 
+use kleym_e2e::fixtures::keyless::{register_credentialless, trust_config};
 use kleym_test_support::authn::{apply_rbac, whoami};
+use std::ffi::OsStr;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
 use kleym_e2e::fixtures::plugins::kleym_binary;
-use kleym_e2e::fixtures::profiles::{access_provider, apply_profile, status};
 use kleym_hub::access::{ClusterAccess, EffectiveAccess, ExecApiVersion, ExecConfig};
 use kleym_hub::credentials::{ExecOptions, run_plugin};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::{Api, PostParams};
 use kubesim::ClusterHandle;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// Everything logged in this test process, at trace level.
 #[derive(Clone, Default)]
@@ -166,50 +168,27 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
     .unwrap();
 
     // Profiles: server URL and CA only.
-    for s in &spokes {
-        env::seed_environment(&s.store(), BINDINGS + 2).unwrap();
-        env::create_bindings(&s.store(), 0..BINDINGS).unwrap();
-        apply_profile(
-            &f.hub_client,
-            s.name(),
-            status(
-                vec![access_provider(PROVIDER, s, None)],
-                true,
-                "2026-01-01T00:00:00Z",
-                &[],
-            ),
-        )
+    register_credentialless(&f.hub_client, &spokes, PROVIDER, BINDINGS + 2, BINDINGS)
         .await
         .unwrap();
-    }
 
     // The spoke side, exactly as `kleym trust-config` prints it.
-    let out = Command::new(&kleym)
-        .args([
-            "trust-config",
-            "--kubeconfig",
-            &hub_kc,
-            "--all",
-            "-o",
-            "json",
-        ])
-        .args([
-            "--issuer-url",
-            &issuer_url,
-            "--issuer-ca-file",
-            ca.to_str().unwrap(),
-        ])
-        .args(["--trust-domain", "example.org"])
-        .arg("--output-dir")
-        .arg(dir.path().join("trust"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let trust = dir.path().join("trust");
+    let printed = trust_config(
+        Path::new(&kleym),
+        &hub_kc,
+        [
+            OsStr::new("--issuer-url"),
+            OsStr::new(&issuer_url),
+            OsStr::new("--issuer-ca-file"),
+            ca.as_os_str(),
+            OsStr::new("--trust-domain"),
+            OsStr::new("example.org"),
+            OsStr::new("--output-dir"),
+            trust.as_os_str(),
+        ],
+    )
+    .unwrap();
     assert_eq!(printed.len(), 3);
     for s in &spokes {
         let entry = printed
@@ -232,30 +211,19 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
     }
 
     // The X.509 variant prints the hub CA of the issuer Secret and the same binding.
-    let out = Command::new(&kleym)
-        .args([
-            "trust-config",
-            "--kubeconfig",
-            &hub_kc,
-            "--all",
-            "-o",
-            "json",
-        ])
-        .args([
+    let x509 = trust_config(
+        Path::new(&kleym),
+        &hub_kc,
+        [
             "--credential",
             "spiffe-x509",
             "--issuer-key-secret",
             "kleym/kleym-issuer",
-        ])
-        .args(["--trust-domain", "example.org"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let x509: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+            "--trust-domain",
+            "example.org",
+        ],
+    )
+    .unwrap();
     let issuer_secret =
         Api::<k8s_openapi::api::core::v1::Secret>::namespaced(f.hub_client.clone(), HUB_NS)
             .get("kleym-issuer")
@@ -604,46 +572,28 @@ async fn hub_engages_three_spokes_with_spiffe_x509() {
     }
     let sim = kubesim::Kubesim::start(&names, options).await.unwrap();
     let spokes: Vec<ClusterHandle> = names.iter().map(|n| sim.cluster(n).unwrap()).collect();
-    for s in &spokes {
-        env::seed_environment(&s.store(), BINDINGS).unwrap();
-        env::create_bindings(&s.store(), 0..BINDINGS).unwrap();
-        apply_profile(
-            &f.hub_client,
-            s.name(),
-            status(
-                vec![access_provider("kleym-spiffe-x509", s, None)],
-                true,
-                "2026-01-01T00:00:00Z",
-                &[],
-            ),
-        )
-        .await
-        .unwrap();
-    }
-    let out = Command::new(&kleym)
-        .args([
-            "trust-config",
-            "--kubeconfig",
-            &hub_kc,
-            "--all",
-            "-o",
-            "json",
-        ])
-        .args([
+    register_credentialless(
+        &f.hub_client,
+        &spokes,
+        "kleym-spiffe-x509",
+        BINDINGS,
+        BINDINGS,
+    )
+    .await
+    .unwrap();
+    let printed = trust_config(
+        Path::new(&kleym),
+        &hub_kc,
+        [
             "--credential",
             "spiffe-x509",
             "--issuer-key-secret",
             "kleym/kleym-issuer",
-        ])
-        .args(["--trust-domain", "example.org"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let printed: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+            "--trust-domain",
+            "example.org",
+        ],
+    )
+    .unwrap();
     for s in &spokes {
         let entry = printed
             .iter()

@@ -4,8 +4,11 @@
 //! rotation before its period) nor drop one (no key leaves the Secret before its retirement
 //! time).
 
+#[path = "fixtures/https_get.rs"]
+mod https_get;
 #[path = "fixtures/hub_sim.rs"]
 mod hub_sim;
+use https_get::https_get;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -44,49 +47,6 @@ fn tls_files(dir: &std::path::Path) -> (String, std::path::PathBuf, std::path::P
     std::fs::write(&c, cert.pem()).unwrap();
     std::fs::write(&k, key.serialize_pem()).unwrap();
     (ca.pem(), c, k)
-}
-
-/// GET `path` below `base` over HTTPS trusting `ca_pem`: (Cache-Control, body).
-async fn reqwest_like_get(base: &str, path: &str, ca_pem: &str) -> (Option<String>, String) {
-    use http_body_util::BodyExt;
-    use rustls_pki_types::CertificateDer;
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let addr = base.trim_start_matches("https://");
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect(
-            rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap(),
-            tcp,
-        )
-        .await
-        .unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = http::Request::get(path)
-        .header("host", addr)
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-    let resp = send.send_request(req).await.unwrap();
-    let cc = resp
-        .headers()
-        .get("cache-control")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (cc, String::from_utf8(body.to_vec()).unwrap())
 }
 
 /// The keys of the issuer Secret with their times, and its resourceVersion.
@@ -157,7 +117,7 @@ async fn two_replicas_serve_identical_jwks_across_leader_changes() {
     let (_r0, _r1) = tokio::join!(first, second);
     let jwks = |i: usize| {
         let (url, ca) = (urls[i].clone(), ca_pem.clone());
-        async move { reqwest_like_get(&url, JWKS_PATH, &ca).await.1 }
+        async move { https_get(&url, JWKS_PATH, &ca).await.1 }
     };
     let (_, keys) = secret_state(&client, &at).await;
     assert_eq!(

@@ -4,8 +4,11 @@
 //! through the hub's exec runtime, mints a JWT-SVID that the spoke it names accepts as the
 //! mapped user and that another spoke refuses.
 
+#[path = "fixtures/https_get.rs"]
+mod https_get;
 #[path = "fixtures/hub_sim.rs"]
 mod hub_sim;
+use https_get::https_get;
 
 use kleym_test_support::authn::whoami;
 use std::time::Duration;
@@ -147,7 +150,7 @@ async fn spiffe_jwt_reaches_the_spoke_it_names_and_no_other() {
     serve_issuer(docs.clone(), listener, &cert, &key, stop.clone()).await;
 
     // The discovery document as verifiers read it, with Cache-Control.
-    let https = reqwest_like_get(&issuer_url, "/.well-known/openid-configuration", &ca_pem).await;
+    let https = https_get(&issuer_url, "/.well-known/openid-configuration", &ca_pem).await;
     assert_eq!(https.0.as_deref(), Some(CACHE_CONTROL));
     let discovery: serde_json::Value = serde_json::from_str(&https.1).unwrap();
     assert_eq!(discovery["issuer"], issuer_url.as_str());
@@ -310,49 +313,6 @@ async fn a_malformed_or_foreign_secret_is_refused_and_left_alone() {
     .to_string();
     assert!(err.contains("RS256"), "{err}");
     assert!(secrets.get_opt("absent").await.unwrap().is_none());
-}
-
-/// GET `path` below `base` over HTTPS trusting `ca_pem`: (Cache-Control, body).
-async fn reqwest_like_get(base: &str, path: &str, ca_pem: &str) -> (Option<String>, String) {
-    use http_body_util::BodyExt;
-    use rustls_pki_types::CertificateDer;
-    use rustls_pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let addr = base.trim_start_matches("https://");
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect(
-            rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap(),
-            tcp,
-        )
-        .await
-        .unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let req = http::Request::get(path)
-        .header("host", addr)
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-    let resp = send.send_request(req).await.unwrap();
-    let cc = resp
-        .headers()
-        .get("cache-control")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (cc, String::from_utf8(body.to_vec()).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -600,14 +560,13 @@ async fn publish_cluster_issuer_mirrors_the_hub_clusters_documents() {
     start_mirror(&settings, listener, client.clone(), stop.clone())
         .await
         .unwrap();
-    let (cc, body) =
-        reqwest_like_get(&mirror_url, "/.well-known/openid-configuration", &mirror_ca).await;
+    let (cc, body) = https_get(&mirror_url, "/.well-known/openid-configuration", &mirror_ca).await;
     assert_eq!(cc.as_deref(), Some(CACHE_CONTROL));
     let (discovery, jwks) = fetch_cluster_issuer(&client, &hub.cluster.url())
         .await
         .unwrap();
     assert_eq!(body, discovery, "served verbatim");
-    let (_, served_jwks) = reqwest_like_get(&mirror_url, "/openid/v1/jwks", &mirror_ca).await;
+    let (_, served_jwks) = https_get(&mirror_url, "/openid/v1/jwks", &mirror_ca).await;
     assert_eq!(served_jwks, jwks);
 
     // A spoke verifying the hub cluster's ServiceAccount tokens through the mirror's discovery.
