@@ -167,17 +167,22 @@ fn claim(obj: &ClusterSPIFFEID, field_manager: &str) -> Result<Claim, Foreign> {
     Ok(claim)
 }
 
-/// Did `field_manager` server-side apply the annotation `key` (`managedFields`)?
+/// Did `field_manager` server-side apply the annotation `key` (`managedFields`)? Reads
+/// both the entry as the API server returns it and the compact record the caches keep
+/// ([`prune_managed_fields`]).
 fn applied_by(obj: &ClusterSPIFFEID, field_manager: &str, key: &str) -> bool {
     let field = format!("f:{key}");
     obj.metadata.managed_fields.iter().flatten().any(|e| {
         e.manager.as_deref() == Some(field_manager)
             && e.operation.as_deref() == Some(APPLY)
             && e.subresource.as_deref().is_none_or(str::is_empty)
-            && e.fields_v1
-                .as_ref()
-                .and_then(|f| f.0.get("f:metadata")?.get("f:annotations")?.get(&field))
-                .is_some()
+            && e.fields_v1.as_ref().is_some_and(|f| match &f.0 {
+                serde_json::Value::String(pruned) => *pruned == field,
+                tree => tree
+                    .get("f:metadata")
+                    .and_then(|m| m.get("f:annotations")?.get(&field))
+                    .is_some(),
+            })
     })
 }
 
@@ -256,43 +261,43 @@ pub fn proven_owner(obj: &ClusterSPIFFEID, field_manager: &str) -> Result<Owner,
     Ok(owner)
 }
 
-/// Reduces `managedFields` to what [`verify`] reads: the entries that own one of kleym's
-/// proof annotations, each reduced to its manager, operation, subresource and those
-/// annotation fields. The caches drop everything else of `managedFields` (the largest part
-/// of most objects); `None` when nothing is left.
+/// Reduces `managedFields` to what [`verify`] reads, for the caches: one compact record per
+/// proof annotation that a manager server-side applied (manager, operation, and the field
+/// `f:<annotation>` as a JSON string in place of the `FieldsV1` tree). Everything else of
+/// `managedFields` (the largest part of most objects) is dropped; `None` when nothing is
+/// left.
+///
+/// Why a string: a `FieldsV1` tree is three nested JSON maps, about 3 KB of B-tree nodes per
+/// cached ClusterSPIFFEID, the largest single cost of a hub's caches at 100 bindings per
+/// spoke. The string cannot be mistaken for something an API server returns: kube-apiserver
+/// only stores `fieldsV1` it can decode as a field set (a JSON object) and resets
+/// `managedFields` it cannot decode, so the compact form only ever comes from this function.
 pub fn prune_managed_fields(
     entries: Option<Vec<ManagedFieldsEntry>>,
 ) -> Option<Vec<ManagedFieldsEntry>> {
     let kept: Vec<ManagedFieldsEntry> = entries
         .into_iter()
         .flatten()
-        .filter_map(|e| {
+        .filter(|e| {
+            e.operation.as_deref() == Some(APPLY)
+                && e.subresource.as_deref().is_none_or(str::is_empty)
+        })
+        .flat_map(|e| {
             let annotations = e
                 .fields_v1
-                .as_ref()?
-                .0
-                .get("f:metadata")?
-                .get("f:annotations")?
-                .as_object()?;
-            let proof: serde_json::Map<String, serde_json::Value> = PROOF_ANNOTATIONS
+                .as_ref()
+                .and_then(|f| f.0.get("f:metadata")?.get("f:annotations")?.as_object());
+            PROOF_ANNOTATIONS
                 .iter()
                 .map(|k| format!("f:{k}"))
-                .filter_map(|k| annotations.get(&k).map(|v| (k, v.clone())))
-                .collect();
-            if proof.is_empty() {
-                return None;
-            }
-            Some(ManagedFieldsEntry {
-                manager: e.manager,
-                operation: e.operation,
-                subresource: e.subresource,
-                fields_type: e.fields_type,
-                fields_v1: Some(FieldsV1(serde_json::json!({
-                    "f:metadata": {"f:annotations": proof}
-                }))),
-                api_version: None,
-                time: None,
-            })
+                .filter(|k| annotations.is_some_and(|a| a.contains_key(k)))
+                .map(|k| ManagedFieldsEntry {
+                    manager: e.manager.clone(),
+                    operation: Some(APPLY.to_string()),
+                    fields_v1: Some(FieldsV1(serde_json::Value::String(k))),
+                    ..Default::default()
+                })
+                .collect::<Vec<_>>()
         })
         .collect();
     (!kept.is_empty()).then_some(kept)
@@ -503,9 +508,10 @@ mod tests {
         let pruned =
             prune_managed_fields(Some(vec![spire, entry(FM, "Apply", OWNER_ANNOTATION)])).unwrap();
         assert_eq!(pruned.len(), 1);
+        assert_eq!(pruned[0].manager.as_deref(), Some(FM));
         assert_eq!(
             pruned[0].fields_v1.as_ref().unwrap().0,
-            serde_json::json!({"f:metadata": {"f:annotations": {"f:kleym.io/owner": {}}}})
+            serde_json::json!("f:kleym.io/owner")
         );
         let mut cached = obj.clone();
         cached.metadata.managed_fields = Some(pruned);
@@ -515,5 +521,49 @@ mod tests {
             prune_managed_fields(Some(vec![entry(FM, "Apply", "kleym.io/other")])),
             None
         );
+        // Only server-side applies of the main resource are proof; the rest is dropped.
+        assert_eq!(
+            prune_managed_fields(Some(vec![entry(FM, "Update", OWNER_ANNOTATION)])),
+            None
+        );
+        let mut status_apply = entry(FM, "Apply", OWNER_ANNOTATION);
+        status_apply.subresource = Some("status".into());
+        assert_eq!(prune_managed_fields(Some(vec![status_apply])), None);
+    }
+
+    #[test]
+    fn the_compact_record_proves_only_for_its_manager_and_annotation() {
+        let o = owner("t5", "chat", "u1");
+        let mut cached = applied(&o);
+        cached.metadata.managed_fields =
+            prune_managed_fields(Some(vec![entry("kubectl", "Apply", OWNER_ANNOTATION)]));
+        assert_eq!(
+            cached.metadata.managed_fields.as_ref().map(Vec::len),
+            Some(1)
+        );
+        assert!(verify(&cached, FM, &o).is_err(), "another manager's record");
+
+        let mut legacy_only = applied(&o);
+        legacy_only.metadata.managed_fields = prune_managed_fields(Some(vec![entry(
+            FM,
+            "Apply",
+            LEGACY_BINDING_UID_ANNOTATION,
+        )]));
+        assert!(
+            verify(&legacy_only, FM, &o).is_err(),
+            "a record of the legacy annotation does not prove the owner annotation"
+        );
+
+        // Both proof annotations in one entry give two records, each proving its own.
+        let mut both = entry(FM, "Apply", OWNER_ANNOTATION);
+        if let Some(FieldsV1(tree)) = both.fields_v1.as_mut() {
+            tree["f:metadata"]["f:annotations"][format!("f:{LEGACY_BINDING_UID_ANNOTATION}")] =
+                serde_json::json!({});
+        }
+        let records = prune_managed_fields(Some(vec![both])).unwrap();
+        assert_eq!(records.len(), 2);
+        let mut cached = applied(&o);
+        cached.metadata.managed_fields = Some(records);
+        assert_eq!(verify(&cached, FM, &o), Ok(Proof::Annotated));
     }
 }
