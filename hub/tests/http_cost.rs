@@ -5,7 +5,6 @@
 //!
 //! `cargo test -p kleym-hub --release --test http_cost -- --ignored --nocapture`
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -79,7 +78,7 @@ fn binding(c: usize, i: usize) -> BindingSnapshot {
             type_: DiscriminatorType::ContainerName,
             value: "vllm".into(),
         }),
-        pool_selector: BTreeMap::from([("app".to_string(), format!("pool-{i}"))]),
+        pool_selector: vec![("app".to_string(), format!("pool-{i}"))],
         ready: !colliding,
         reason: Some(if colliding {
             "IdentityCollision".into()

@@ -1,7 +1,6 @@
 //! `kleym report` as a user runs it: the real binary, table and JSON/YAML output, the
 //! `--fail-on` exit codes, the hub API form (`--server`, bearer token), and errors (exit 2).
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Command, Output};
@@ -34,7 +33,7 @@ fn binding(ns: &str, name: &str, id: &str, sa: &str) -> BindingObservation {
         spiffe_ids: vec![id.into()],
         service_account: Some(sa.into()),
         container_discriminator: Some("k8s:container-name:vllm".into()),
-        pool_selector: BTreeMap::from([("app".into(), "vllm".into())]),
+        pool_selector: vec![("app".into(), "vllm".into())],
         ready: true,
         ..Default::default()
     }

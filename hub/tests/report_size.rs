@@ -3,7 +3,6 @@
 //! `ClusterIdentityStatus`es far below etcd's 1.5 MiB object limit (measured by
 //! serialising them).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{TimeZone, Utc};
@@ -17,7 +16,7 @@ const BINDINGS: usize = 1000;
 /// etcd's default request limit is 1.5 MiB; "far below" means under a third of it.
 const BUDGET: usize = 512 * 1024;
 
-fn spoke(i: usize, pool: &Arc<BTreeMap<String, String>>) -> SpokeObservation {
+fn spoke(i: usize, pool: &Arc<Vec<(String, String)>>) -> SpokeObservation {
     let cluster = format!("fleet-system/cluster-{i:04}");
     let bindings = (0..BINDINGS)
         .map(|j| {
@@ -79,13 +78,13 @@ fn spoke(i: usize, pool: &Arc<BTreeMap<String, String>>) -> SpokeObservation {
 
 #[test]
 fn written_objects_stay_far_below_etcd_limit_at_1000_spokes_by_1000_bindings() {
-    let pool = Arc::new(BTreeMap::from([
+    let pool = Arc::new(vec![
         ("app".to_string(), "vllm".to_string()),
         (
             "inference.networking.k8s.io/pool".to_string(),
             "llama".to_string(),
         ),
-    ]));
+    ]);
     let fleet: Vec<SpokeObservation> = (0..SPOKES).map(|i| spoke(i, &pool)).collect();
     let now = Utc.timestamp_opt(1_700_000_100, 0).unwrap();
     let full = FullReport::build(&fleet, now);

@@ -156,7 +156,6 @@ impl From<&BindingSnapshot> for BindingObservation {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::sync::Arc;
 
     use chrono::Utc;
@@ -178,10 +177,10 @@ mod tests {
                 type_: DiscriminatorType::ContainerName,
                 value: "vllm".into(),
             }),
-            pool_selector: BTreeMap::from([
+            pool_selector: vec![
                 ("app".into(), "vllm".into()),
                 ("example.com/tier".into(), "gpu".into()),
-            ]),
+            ],
             ready: false,
             reason: Some("IdentityCollision".into()),
             message: Some("collides".into()),
@@ -205,7 +204,10 @@ mod tests {
             Some("k8s:container-name:vllm")
         );
         assert_eq!(
-            o.pool_selector.get("example.com/tier").map(String::as_str),
+            o.pool_selector
+                .iter()
+                .find(|(k, _)| k == "example.com/tier")
+                .map(|(_, v)| v.as_str()),
             Some("gpu")
         );
         assert_eq!(o.pool_selector.len(), 2);

@@ -3,8 +3,6 @@
 //! The fleet supervisor produces these (one [`SpokeObservation`] per ClusterProfile);
 //! tests build them by hand.
 
-use std::collections::BTreeMap;
-
 use chrono::{DateTime, Utc};
 use kleym_api::hub_status::DuplicateOf;
 use kleym_api::{ConflictPeer, ErrorCategory, IdentityMode, IdentityWarning};
@@ -86,8 +84,8 @@ pub struct BindingObservation {
     pub service_account: Option<String>,
     /// `k8s:container-name:<v>` / `k8s:container-image:<v>` (PerObjective only).
     pub container_discriminator: Option<String>,
-    /// The pool's `matchLabels`.
-    pub pool_selector: BTreeMap<String, String>,
+    /// The pool's `matchLabels`, sorted by key, one entry per key.
+    pub pool_selector: Vec<(String, String)>,
     /// `Ready` is True.
     pub ready: bool,
     /// Reason of the `Ready` condition (`Conflict`, `InvalidRef`, … when not ready).
@@ -119,7 +117,7 @@ pub struct WorkloadSignature<'a> {
     /// Container discriminator selector.
     pub container_discriminator: Option<&'a str>,
     /// Pool selector.
-    pub pool_selector: &'a BTreeMap<String, String>,
+    pub pool_selector: &'a [(String, String)],
 }
 
 impl std::fmt::Display for WorkloadSignature<'_> {

@@ -1,7 +1,5 @@
 //! Analysis over planted observations.
 
-use std::collections::BTreeMap;
-
 use chrono::{TimeZone, Utc};
 use kleym_api::hub_status::{FindingKind, FindingMember, Severity, condition_types, reasons};
 use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
@@ -26,7 +24,7 @@ fn binding(
         spiffe_ids: vec![id.into()],
         service_account: Some(sa.into()),
         container_discriminator: container.map(|c| format!("k8s:container-name:{c}")),
-        pool_selector: BTreeMap::from([("app".to_string(), "vllm".to_string())]),
+        pool_selector: vec![("app".to_string(), "vllm".to_string())],
         ready: true,
         reason: Some("Ready".into()),
         ..Default::default()

@@ -38,8 +38,10 @@ pub struct BindingSnapshot {
     pub service_account: Option<String>,
     /// `spec.containerDiscriminator`, if any.
     pub container_discriminator: Option<ContainerDiscriminator>,
-    /// The pool labels of the rendered `k8s:pod-label:<key>:<value>` selectors.
-    pub pool_selector: BTreeMap<String, String>,
+    /// The pool labels of the rendered `k8s:pod-label:<key>:<value>` selectors, sorted by
+    /// key, one entry per key. A sorted list rather than a map: a B-tree node is about half a
+    /// kilobyte, and the hub keeps one of these per binding of every spoke.
+    pub pool_selector: Vec<(String, String)>,
     /// `Ready` condition is `True` for the current generation.
     pub ready: bool,
     /// Reason of the `Ready` condition (`None` when not reported yet).
@@ -87,6 +89,8 @@ impl BindingSnapshot {
                 .iter()
                 .filter_map(|s| parse_pool_label_selector(s))
                 .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+                .into_iter()
                 .collect(),
             ready: observed_current && ready.is_some_and(|c| c.status == "True"),
             reason: ready.and_then(|c| non_empty(&c.reason)),
@@ -212,7 +216,7 @@ mod tests {
         );
         assert_eq!(
             s.pool_selector,
-            BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())])
+            [("a".into(), "1".into()), ("b".into(), "2".into())]
         );
         assert!(s.ready);
         assert_eq!(
