@@ -1,6 +1,6 @@
 //! The chaos soak, short and with a fixed seed (6 spokes × 10 bindings, a 60 s window): two
-//! real `kleym hub` replicas with leader election under churn, kubesim faults and `kill -9`
-//! of the leader and of both replicas must settle to exactly what the oracle (the pure
+//! real `kleym hub` replicas with leader election under churn, kubesim faults, credential
+//! plugin faults and `kill -9` of the leader and of both replicas must settle to exactly what the oracle (the pure
 //! compiler over the final objects) implies, touch no foreign object and then stay quiet.
 //! The per-invariant table is printed; any violation fails the test. Needs the `kleym`
 //! binary: `cargo build -p kleym-hub --bin kleym`.
@@ -37,6 +37,12 @@ async fn a_fleet_under_churn_and_faults_settles_to_the_oracle() {
             .count()
             >= 4,
         "faults: {:?}",
+        report.faults
+    );
+    // The plugin faults reached the hub's credential path (a 401 made it re-exec).
+    assert!(
+        report.plugin_faults_fired.values().sum::<usize>() >= 1,
+        "plugin faults injected {:?}, none changed a plugin run",
         report.faults
     );
     assert_eq!(

@@ -1,6 +1,9 @@
-//! Faults: per-spoke windows of kubesim faults (through its fault API) and hub process
-//! faults (`kill -9` of the leader, of both replicas).
+//! Faults: per-spoke windows of kubesim faults (through its fault API), of the credential
+//! plugin (through a fault file the chaos plugin reads, see
+//! [`crate::fixtures::plugins::chaos_plugin`]) and hub process faults (`kill -9` of the
+//! leader, of both replicas).
 
+use std::path::Path;
 use std::time::Duration;
 
 use kubesim::faults::{ErrorRule, FaultHandle, FaultRequest};
@@ -33,7 +36,24 @@ pub enum SpokeFault {
     RevokeToken,
     /// Token verification clock skew (seconds).
     ClockSkew(i64),
+    /// The hub's token is revoked and the plugin fails (exit 1) for the window: a
+    /// credential source that is down while the spoke rejects what the hub holds.
+    PluginFails,
+    /// The hub's token is revoked and the plugin never answers for the window (the hub's
+    /// exec timeout kills it).
+    PluginHangs,
+    /// The hub's token is revoked and the plugin's clock is this many seconds behind: the
+    /// expiry it prints is early by as much (in the past beyond the token's lifetime).
+    PluginClockSkew(u64),
+    /// The spoke's API server restarts with its state: connections refused (open ones
+    /// dropped) for the window, then the first watches after it get 410 Expired, as from a
+    /// fresh watch cache.
+    ApiServerRestart,
 }
+
+/// Watches answered 410 after an [`SpokeFault::ApiServerRestart`]: at least every watch the
+/// hub keeps on a spoke.
+const WATCHES_GONE_AFTER_RESTART: u32 = 12;
 
 impl SpokeFault {
     /// Its name in the report.
@@ -48,12 +68,16 @@ impl SpokeFault {
             SpokeFault::Refused => "refused",
             SpokeFault::RevokeToken => "token_revoked",
             SpokeFault::ClockSkew(_) => "clock_skew",
+            SpokeFault::PluginFails => "plugin_fails",
+            SpokeFault::PluginHangs => "plugin_hangs",
+            SpokeFault::PluginClockSkew(_) => "plugin_clock_skew",
+            SpokeFault::ApiServerRestart => "apiserver_restart",
         }
     }
 
     /// A random fault.
     pub fn random(rng: &mut StdRng) -> Self {
-        match rng.gen_range(0..9) {
+        match rng.gen_range(0..13) {
             0 => SpokeFault::Latency(Duration::from_millis(rng.gen_range(50..600))),
             1 => SpokeFault::ServerErrors {
                 rate: rng.gen_range(0.1..0.6),
@@ -65,13 +89,33 @@ impl SpokeFault {
             5 => SpokeFault::Blackhole,
             6 => SpokeFault::Refused,
             7 => SpokeFault::RevokeToken,
-            _ => SpokeFault::ClockSkew(rng.gen_range(60..7200)),
+            8 => SpokeFault::ClockSkew(rng.gen_range(60..7200)),
+            9 => SpokeFault::PluginFails,
+            10 => SpokeFault::PluginHangs,
+            11 => SpokeFault::PluginClockSkew(rng.gen_range(30..600)),
+            _ => SpokeFault::ApiServerRestart,
         }
     }
 
-    /// Switches the fault on through kubesim's fault API; `token` is the hub's bearer
-    /// token on the spoke (only for [`SpokeFault::RevokeToken`]).
-    pub fn start(&self, faults: &FaultHandle, token: &str) -> Result<(), String> {
+    /// Switches the fault on through kubesim's fault API and the spoke's plugin fault file
+    /// `plugin_fault`; `token` is the hub's bearer token on the spoke (revoked by the token
+    /// and plugin faults).
+    pub fn start(
+        &self,
+        faults: &FaultHandle,
+        token: &str,
+        plugin_fault: &Path,
+    ) -> Result<(), String> {
+        let plugin = match self {
+            SpokeFault::PluginFails => Some("fail".to_string()),
+            SpokeFault::PluginHangs => Some("hang".to_string()),
+            SpokeFault::PluginClockSkew(s) => Some(format!("skew {s}")),
+            _ => None,
+        };
+        if let Some(line) = plugin {
+            std::fs::write(plugin_fault, format!("{line}\n"))
+                .map_err(|e| format!("writing {}: {e}", plugin_fault.display()))?;
+        }
         let mut req = FaultRequest::default();
         match self {
             SpokeFault::Latency(d) => req.latency_ms = Some(d.as_millis() as u64),
@@ -97,8 +141,23 @@ impl SpokeFault {
             SpokeFault::Refused => req.refuse_connections = Some(true),
             SpokeFault::RevokeToken => req.revoke_tokens = vec![token.to_string()],
             SpokeFault::ClockSkew(s) => req.token_clock_skew_seconds = Some(*s),
+            SpokeFault::PluginFails | SpokeFault::PluginHangs | SpokeFault::PluginClockSkew(_) => {
+                req.revoke_tokens = vec![token.to_string()]
+            }
+            SpokeFault::ApiServerRestart => req.refuse_connections = Some(true),
         }
         faults.apply(req).map_err(|e| e.to_string())
+    }
+
+    /// Ends the window of this fault: clears every kubesim fault of the spoke and its plugin
+    /// fault file; after [`SpokeFault::ApiServerRestart`] the first watches get 410.
+    pub fn end(faults: &FaultHandle, plugin_fault: &Path, was: Option<&SpokeFault>) {
+        faults.clear();
+        // Absent unless a plugin fault wrote it.
+        let _ = std::fs::remove_file(plugin_fault);
+        if was == Some(&SpokeFault::ApiServerRestart) {
+            faults.force_gone_on_next_watches(WATCHES_GONE_AFTER_RESTART);
+        }
     }
 }
 

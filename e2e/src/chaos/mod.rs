@@ -4,7 +4,8 @@
 //! - [`schedule`]: one RNG seeded with the seed draws every event before the run.
 //! - [`churn`]: what users do (bindings, objectives, pools, foreign ClusterSPIFFEIDs,
 //!   ClusterProfiles, invalid and hostile objects), applied straight to the stores.
-//! - [`faults`]: kubesim fault windows per spoke and process faults on the replicas.
+//! - [`faults`]: kubesim and credential-plugin fault windows per spoke, process faults on
+//!   the replicas.
 //! - [`replicas`]: the two hub processes, `kill -9` and restart, the Lease holder.
 //! - [`oracle`]: what the final objects imply, with the pure compiler.
 //! - [`invariants`]: the checks, in violations.
@@ -35,12 +36,12 @@ use crate::fixtures::counting::{CountingAuthenticator, counting_token};
 use crate::fixtures::env;
 use crate::fixtures::harness::FleetHarness;
 use crate::fixtures::hub_process::HubProcessError;
-use crate::fixtures::plugins::static_token_plugin;
+use crate::fixtures::plugins::{chaos_plugin, plugin_fault_key, plugin_faults_fired};
 use crate::fixtures::profiles::{
     PROFILE_NS, access_provider, apply_profile, delete_profile, status,
 };
 use churn::{Applied, Change, ChurnOp};
-use faults::ProcessFault;
+use faults::{ProcessFault, SpokeFault};
 use invariants::{SpokeView, Violations};
 use replicas::Replicas;
 use report::ChaosReport;
@@ -169,6 +170,8 @@ struct World {
     names: Vec<String>,
     stores: Vec<Arc<Cluster>>,
     provider_file: PathBuf,
+    /// Where the plugin fault files are (see [`chaos_plugin`]).
+    plugin_faults: PathBuf,
     /// Foreign ClusterSPIFFEIDs the churn created, per spoke: name → resourceVersion.
     foreign: Vec<BTreeMap<String, String>>,
     /// Profiles to add back once their deleted predecessor is gone (the hub's removal
@@ -176,19 +179,40 @@ struct World {
     pending_add: BTreeSet<usize>,
 }
 
+/// Lifetime of the chaos plugin's tokens: short enough that every spoke's credential is
+/// refreshed (the plugin exec'ed) several times in a 10-minute window.
+const PLUGIN_TOKEN_LIFETIME_S: u64 = 300;
+/// The replicas' `--exec-timeout-seconds`: a hung plugin is killed after this long.
+const PLUGIN_EXEC_TIMEOUT_S: u64 = 10;
+
 impl World {
+    /// The plugin fault file of spoke `i`.
+    fn plugin_fault(&self, i: usize) -> PathBuf {
+        self.plugin_faults
+            .join(plugin_fault_key(&self.f.spoke(&self.names[i]).url()))
+    }
+
     async fn setup(o: &ChaosOptions) -> Result<Self, ChaosError> {
         let setup = |e: String| ChaosError::Setup(e);
         let names: Vec<String> = (0..o.spokes).map(|i| format!("spoke-{i:03}")).collect();
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let f = FleetHarness::start(&refs, &o.dir).await.map_err(setup)?;
-        let plugin = static_token_plugin(&o.dir, "chaos.sh", &counting_token(), None)
-            .map_err(|e| setup(e.to_string()))?;
+        let plugin_faults = o.dir.join("plugin-faults");
+        std::fs::create_dir_all(&plugin_faults).map_err(|e| setup(e.to_string()))?;
+        let plugin = chaos_plugin(
+            &o.dir,
+            "chaos.sh",
+            &counting_token(),
+            &plugin_faults,
+            PLUGIN_TOKEN_LIFETIME_S,
+        )
+        .map_err(|e| setup(e.to_string()))?;
         let provider_file = o.dir.join("providers.json");
         std::fs::write(
             &provider_file,
             json!({"providers": [{"name": "chaos", "execConfig": {
-                "apiVersion": "client.authentication.k8s.io/v1", "command": plugin}}]})
+                "apiVersion": "client.authentication.k8s.io/v1", "command": plugin,
+                "provideClusterInfo": true}}]})
             .to_string(),
         )
         .map_err(|e| setup(e.to_string()))?;
@@ -206,6 +230,7 @@ impl World {
             names,
             stores,
             provider_file,
+            plugin_faults,
             foreign: vec![BTreeMap::new(); o.spokes],
             pending_add: BTreeSet::new(),
         };
@@ -421,6 +446,8 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         o.log_level.clone(),
         "--removal-policy".into(),
         o.removal_policy.clone(),
+        "--exec-timeout-seconds".into(),
+        PLUGIN_EXEC_TIMEOUT_S.to_string(),
     ];
     let mut hubs = Replicas::start(
         &o.kleym,
@@ -449,6 +476,8 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
     let mut churn: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
     let mut restarts: Vec<(Instant, usize)> = Vec::new();
     let token = counting_token();
+    // The fault window open on each spoke (the schedule never overlaps two on one spoke).
+    let mut open: BTreeMap<usize, SpokeFault> = BTreeMap::new();
     let start = Instant::now();
     let mut next = 0;
     let mut ticks = 0u64;
@@ -464,10 +493,17 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
                 }
                 Action::FaultStart(win) => {
                     let fh = w.f.spoke(&w.names[win.spoke]).faults();
-                    win.fault.start(&fh, &token).map_err(ChaosError::Setup)?;
+                    win.fault
+                        .start(&fh, &token, &w.plugin_fault(win.spoke))
+                        .map_err(ChaosError::Setup)?;
                     *faults.entry(win.fault.kind()).or_insert(0) += 1;
+                    open.insert(win.spoke, win.fault.clone());
                 }
-                Action::FaultEnd(spoke) => w.f.spoke(&w.names[*spoke]).faults().clear(),
+                Action::FaultEnd(spoke) => SpokeFault::end(
+                    &w.f.spoke(&w.names[*spoke]).faults(),
+                    &w.plugin_fault(*spoke),
+                    open.remove(spoke).as_ref(),
+                ),
                 Action::Process(pf) => {
                     let (victims, after) = match pf {
                         ProcessFault::KillLeader { restart_after } => {
@@ -507,8 +543,12 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
     }
 
     // Window over: faults clear, churn stops, deleted profiles come back, replicas run.
-    for name in &w.names {
-        w.f.spoke(name).faults().clear();
+    for (i, name) in w.names.iter().enumerate() {
+        SpokeFault::end(
+            &w.f.spoke(name).faults(),
+            &w.plugin_fault(i),
+            open.remove(&i).as_ref(),
+        );
     }
     for op in &schedule.restore {
         let took = w.apply(op).await?;
@@ -610,6 +650,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         bindings: o.bindings,
         duration: o.duration,
         faults,
+        plugin_faults_fired: plugin_faults_fired(&w.plugin_faults),
         churn,
         leader_changes: hubs.leaders().changes(),
         settle,

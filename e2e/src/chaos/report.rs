@@ -51,6 +51,9 @@ pub struct ChaosReport {
     pub duration: Duration,
     /// Faults injected, by kind (spoke faults and process faults).
     pub faults: BTreeMap<&'static str, usize>,
+    /// Plugin runs a plugin fault changed, by kind (`fail`, `hang`, `skew`): proof that
+    /// the plugin faults reached the hub's credential path (a 401 made it re-exec).
+    pub plugin_faults_fired: BTreeMap<String, usize>,
     /// Churn operations by kind: (applied, rejected by the API).
     pub churn: BTreeMap<&'static str, (usize, usize)>,
     /// Lease holder changes seen.
@@ -91,7 +94,7 @@ impl ChaosReport {
             .map(|n| format!("v_{n}={}", self.violations.count(n)))
             .collect();
         format!(
-            "summary: scenario=chaos seed={} spokes={} bindings_per_spoke={} duration_s={} violations={} checked_bindings={} checked_ready={} faults={} churn_ops={} churn_rejected={} leader_changes={} settle_s={} hub_peak_rss_mib={} hub_cpu_s={:.2} hub_starts={} hub_rss_slope_mib_per_10min={} {}",
+            "summary: scenario=chaos seed={} spokes={} bindings_per_spoke={} duration_s={} violations={} checked_bindings={} checked_ready={} faults={} plugin_faults_fired={} churn_ops={} churn_rejected={} leader_changes={} settle_s={} hub_peak_rss_mib={} hub_cpu_s={:.2} hub_starts={} hub_rss_slope_mib_per_10min={} {}",
             self.seed,
             self.spokes,
             self.bindings,
@@ -100,6 +103,7 @@ impl ChaosReport {
             self.coverage.bindings,
             self.coverage.ready,
             self.faults_total(),
+            self.plugin_faults_fired.values().sum::<usize>(),
             self.churn_applied(),
             self.churn_rejected(),
             self.leader_changes,
@@ -126,6 +130,19 @@ impl fmt::Display for ChaosReport {
         for (k, n) in &self.faults {
             writeln!(f, "  {k:<28} {n}")?;
         }
+        writeln!(
+            f,
+            "plugin runs a plugin fault changed: {}",
+            if self.plugin_faults_fired.is_empty() {
+                "none".to_string()
+            } else {
+                self.plugin_faults_fired
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        )?;
         writeln!(
             f,
             "churn operations ({} applied, {} rejected by the API):",
