@@ -1,7 +1,8 @@
 //! The chaos soak, short and with a fixed seed (6 spokes × 10 bindings, a 60 s window): two
 //! real `kleym hub` replicas with leader election under churn, kubesim faults, credential
-//! plugin faults and `kill -9` of the leader and of both replicas must settle to exactly what the oracle (the pure
-//! compiler over the final objects) implies, touch no foreign object and then stay quiet.
+//! plugin faults and `kill -9` of the leader and of both replicas must settle to exactly
+//! what the oracle (the pure compiler over the final objects) implies, touch no foreign
+//! object and then stay quiet.
 //! The per-invariant table is printed; any violation fails the test. Needs the `kleym`
 //! binary: `cargo build -p kleym-hub --bin kleym`.
 
