@@ -155,9 +155,16 @@ async fn connection(
     if h1_only {
         builder = builder.http1_only();
     }
+    // No cap on streams the server's HTTP/2 library resets itself (h2's default closes the
+    // connection with ENHANCE_YOUR_CALM after 1024, logging "locally-reset streams reached
+    // limit"). Such resets answer frames that arrive for a stream the server is done with,
+    // e.g. request DATA still in flight after a fault's early 5xx or 429. Go's HTTP/2
+    // server (kube-apiserver's) answers those with RST_STREAM and has no such count, so it
+    // keeps connections that kubesim used to close under the chaos soak's faults.
     builder
         .http2()
-        .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+        .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+        .max_local_error_reset_streams(None);
     let conn = builder.serve_connection(TokioIo::new(tls), service);
     tokio::pin!(conn);
     // When this connection must go away: a pending `goaway` taken now or on a later change.
