@@ -7,12 +7,13 @@ use std::fmt;
 use kleym_api::conditions::READY;
 use kleym_api::external::spiffeid::ClusterSPIFFEIDSpec;
 use kleym_api::hub_status::FLEET_REPORT_NAME;
+use kleym_hub::report::{Caps, FullReport, Health, SpokeObservation, bound_report, cluster_status};
 use kleym_spoke::ownership::{self, Owner};
 use kleym_spoke::reconciler::context::DEFAULT_FIELD_MANAGER;
 use kleym_spoke::reconciler::finalizer::FINALIZER;
 use kube::ResourceExt;
 use kubesim_store::Cluster;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::churn::FOREIGN_MANAGER;
 use super::oracle::{SpokeOracle, spoke_oracle, summarize};
@@ -274,11 +275,27 @@ fn hub_get(hub: &Cluster, plural: &str, ns: Option<&str>, name: &str) -> Option<
     hub.get(&res, ns, name).ok()
 }
 
-/// Checks the hub's `ClusterIdentityStatus` of each spoke and the `FleetIdentityReport`
-/// against the oracles' counts.
+/// Checks the hub's `ClusterIdentityStatus` of each spoke and the `FleetIdentityReport`:
+/// counts against the oracles', and every list against what the hub's pure report gives
+/// for the spokes' final bindings (the report objects are kleym's output of that state, so
+/// after settling they must equal it; a stale or lost report write shows here). Times and
+/// condition messages are left out; condition statuses are checked separately.
 pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracle)]) {
+    let caps = Caps::default();
+    let now = chrono::Utc::now();
+    let observations: Vec<SpokeObservation> = spokes
+        .iter()
+        .map(|(name, o)| SpokeObservation {
+            cluster: format!("{PROFILE_NS}/{name}"),
+            credentials: Health::Ok,
+            reachable: Health::Ok,
+            synced: Health::Ok,
+            bindings: o.observed.clone(),
+            ..SpokeObservation::default()
+        })
+        .collect();
     let mut total = 0i64;
-    for (name, o) in spokes {
+    for ((name, o), observed) in spokes.iter().zip(&observations) {
         let want_total = o.expected.len() as i64;
         let want_ready = o.expected.values().filter(|e| e.ready).count() as i64;
         total += want_total;
@@ -298,6 +315,26 @@ pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracl
                 format!(
                     "{PROFILE_NS}/{name}: bindings total/ready {}/{}, the oracle wants {want_total}/{want_ready}",
                     got.0, got.1
+                )
+            });
+        }
+        // Every count by category and the non-ready list, as the report gives them.
+        let want = cluster_status(observed, now, Some(&caps));
+        let want_lists = json!({
+            "bindings": want.bindings,
+            "nonReadyBindings": want.non_ready_bindings,
+            "nonReadyBindingsTruncated": want.non_ready_bindings_truncated,
+        });
+        let got_lists = json!({
+            "bindings": s["bindings"],
+            "nonReadyBindings": s.get("nonReadyBindings").cloned().unwrap_or_else(|| json!([])),
+            "nonReadyBindingsTruncated": s.get("nonReadyBindingsTruncated").cloned().unwrap_or(json!(false)),
+        });
+        if got_lists != want_lists {
+            v.add("cluster_identity_status", || {
+                format!(
+                    "{PROFILE_NS}/{name}: counts or non-ready list differ from the final bindings': {}",
+                    first_difference(&got_lists, &want_lists)
                 )
             });
         }
@@ -345,8 +382,64 @@ pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracl
                     )
                 });
             }
+            // Findings (collisions, duplicates, drift, warnings) and their counts, as the
+            // hub's pure analysis gives them for the final bindings.
+            let want = bound_report(&FullReport::build(&observations, now).summary, &caps);
+            let want_findings = json!({
+                "findingCounts": want.finding_counts,
+                "findings": want.findings,
+                "findingsTruncated": want.findings_truncated,
+            });
+            let got_findings = json!({
+                "findingCounts": s["findingCounts"],
+                "findings": s.get("findings").cloned().unwrap_or_else(|| json!([])),
+                "findingsTruncated": s.get("findingsTruncated").cloned().unwrap_or(json!(false)),
+            });
+            if got_findings != want_findings {
+                v.add("fleet_identity_report", || {
+                    format!(
+                        "findings differ from the final bindings': {}",
+                        first_difference(&got_findings, &want_findings)
+                    )
+                });
+            }
         }
     }
+}
+
+/// Where `got` and `want` first differ, as `path: got … want …` (values cut short).
+fn first_difference(got: &Value, want: &Value) -> String {
+    fn walk(path: String, g: &Value, w: &Value) -> Option<String> {
+        match (g, w) {
+            (Value::Object(a), Value::Object(b)) => {
+                let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+                keys.into_iter().find_map(|k| {
+                    walk(
+                        format!("{path}.{k}"),
+                        a.get(k).unwrap_or(&Value::Null),
+                        b.get(k).unwrap_or(&Value::Null),
+                    )
+                })
+            }
+            (Value::Array(a), Value::Array(b)) if a.len() == b.len() => a
+                .iter()
+                .zip(b)
+                .enumerate()
+                .find_map(|(i, (x, y))| walk(format!("{path}[{i}]"), x, y)),
+            _ if g == w => None,
+            _ => {
+                let cut = |v: &Value| {
+                    let s = v.to_string();
+                    match s.char_indices().nth(300) {
+                        Some((i, _)) => format!("{}…", &s[..i]),
+                        None => s,
+                    }
+                };
+                Some(format!("{path}: got {} want {}", cut(g), cut(w)))
+            }
+        }
+    }
+    walk(String::new(), got, want).unwrap_or_else(|| "(equal)".into())
 }
 
 /// Stored writes per resource type of `store`, without the types in `except`.
@@ -496,5 +589,150 @@ mod tests {
         );
         assert_eq!(v.count("foreign_untouched"), 1, "{v}");
         assert_eq!(v.total(), 11, "{v}");
+    }
+
+    /// Writes `status` to the hub object `name` of `plural` (created first when absent).
+    fn put_status(
+        hub: &Cluster,
+        plural: &str,
+        ns: Option<&str>,
+        name: &str,
+        kind: &str,
+        spec: Value,
+        status: Value,
+    ) {
+        let res = hub.resolve("kleym.io", "v1alpha1", plural).unwrap();
+        let opts = kubesim_store::WriteOptions {
+            field_manager: "kleym".into(),
+            ..Default::default()
+        };
+        let mut meta = json!({"name": name});
+        if let Some(ns) = ns {
+            meta["namespace"] = json!(ns);
+        }
+        let obj = json!({"apiVersion": "kleym.io/v1alpha1", "kind": kind, "metadata": meta, "spec": spec});
+        if hub.get(&res, ns, name).is_err() {
+            hub.create(&res, ns, obj.clone(), &opts).unwrap();
+        }
+        let mut obj = obj;
+        obj["status"] = status;
+        hub.update(
+            &res,
+            ns,
+            name,
+            obj,
+            kubesim_store::Subresource::Status,
+            &opts,
+        )
+        .unwrap();
+    }
+
+    /// The report objects are compared with the hub's pure report of the final bindings:
+    /// equal ones pass, and one changed entry of a list is one violation.
+    #[test]
+    fn report_objects_must_equal_the_report_of_the_final_bindings() {
+        let spoke = Cluster::new("spoke");
+        let hub = Cluster::new("hub");
+        for store in [&spoke, &hub] {
+            for crd in crate::fixtures::all_crds().unwrap() {
+                kubesim::install_crd(store, crd).unwrap();
+            }
+        }
+        env::seed_environment(&spoke, 2).unwrap();
+        env::create_bindings(&spoke, 0..2).unwrap();
+        hub.create(
+            &hub.resolve("", "v1", "namespaces").unwrap(),
+            None,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PROFILE_NS}}),
+            &kubesim_store::WriteOptions::default(),
+        )
+        .unwrap();
+        let o = spoke_oracle(&spoke, "chaos.example");
+        let observed = SpokeObservation {
+            cluster: format!("{PROFILE_NS}/spoke"),
+            credentials: Health::Ok,
+            reachable: Health::Ok,
+            synced: Health::Ok,
+            bindings: o.observed.clone(),
+            ..SpokeObservation::default()
+        };
+        let caps = Caps::default();
+        let now = chrono::Utc::now();
+        let mut cis = cluster_status(&observed, now, Some(&caps));
+        let fir = bound_report(
+            &FullReport::build(std::slice::from_ref(&observed), now).summary,
+            &caps,
+        );
+        let cis_spec = json!({"clusterProfile": "spoke"});
+        put_status(
+            &hub,
+            "clusteridentitystatuses",
+            Some(PROFILE_NS),
+            "spoke",
+            "ClusterIdentityStatus",
+            cis_spec.clone(),
+            serde_json::to_value(&cis).unwrap(),
+        );
+        put_status(
+            &hub,
+            "fleetidentityreports",
+            None,
+            FLEET_REPORT_NAME,
+            "FleetIdentityReport",
+            json!({}),
+            serde_json::to_value(&fir).unwrap(),
+        );
+        let check = || {
+            let mut v = Violations::default();
+            check_hub(&mut v, &hub, &[("spoke", &o)]);
+            v
+        };
+        // Never reconciled: the oracle wants both Ready, the final bindings are not (count
+        // and Ready condition), but the lists are the report of those bindings.
+        let v = check();
+        assert_eq!(v.count("cluster_identity_status"), 2, "{v}");
+        assert_eq!(v.count("fleet_identity_report"), 0, "{v}");
+        assert_eq!(cis.non_ready_bindings.len(), 2);
+
+        cis.non_ready_bindings[1].reason = "Compiled".into();
+        put_status(
+            &hub,
+            "clusteridentitystatuses",
+            Some(PROFILE_NS),
+            "spoke",
+            "ClusterIdentityStatus",
+            cis_spec,
+            serde_json::to_value(&cis).unwrap(),
+        );
+        let mut fir = fir;
+        fir.finding_counts.total += 1;
+        put_status(
+            &hub,
+            "fleetidentityreports",
+            None,
+            FLEET_REPORT_NAME,
+            "FleetIdentityReport",
+            json!({}),
+            serde_json::to_value(&fir).unwrap(),
+        );
+        let v = check();
+        assert_eq!(v.count("cluster_identity_status"), 3, "{v}");
+        assert_eq!(v.count("fleet_identity_report"), 1, "{v}");
+        assert!(v.to_string().contains("nonReadyBindings[1].reason"), "{v}");
+    }
+
+    #[test]
+    fn first_difference_names_the_path() {
+        let got = json!({"a": [1, {"b": "x"}], "c": 1});
+        let want = json!({"a": [1, {"b": "y"}], "c": 1});
+        assert_eq!(
+            first_difference(&got, &want),
+            ".a[1].b: got \"x\" want \"y\""
+        );
+        assert_eq!(first_difference(&got, &got), "(equal)");
+        assert_eq!(
+            first_difference(&json!({"a": [1]}), &json!({"a": [1, 2]})),
+            ".a: got [1] want [1,2]"
+        );
     }
 }

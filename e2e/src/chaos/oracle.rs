@@ -100,6 +100,9 @@ pub struct SpokeOracle {
     pub csids: BTreeMap<String, ClusterSPIFFEID>,
     /// Bindings whose object did not parse (name, error): should never happen.
     pub unreadable: Vec<String>,
+    /// The live bindings as the hub reads them from a spoke (the spoke's snapshot of each
+    /// binding's final status): what the hub's report objects must show of this spoke.
+    pub observed: Vec<kleym_hub::report::BindingObservation>,
 }
 
 /// Every object of `(group, version, plural)` in `store` (empty when not served).
@@ -144,7 +147,12 @@ pub fn spoke_oracle(store: &Cluster, trust_domain: &str) -> SpokeOracle {
         let name = v["metadata"]["name"].as_str().unwrap_or("?").to_string();
         match serde_json::from_value::<InferenceIdentityBinding>(v) {
             Ok(b) if b.metadata.deletion_timestamp.is_some() => out.deleting.push(name),
-            Ok(b) => bindings.push(b),
+            Ok(b) => {
+                out.observed.push(
+                    (&kleym_spoke::reconciler::binding_snapshot::BindingSnapshot::of(&b)).into(),
+                );
+                bindings.push(b)
+            }
             Err(e) => out.unreadable.push(format!("{name}: {e}")),
         }
     }
