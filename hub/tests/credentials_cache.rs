@@ -595,7 +595,10 @@ async fn the_401_backoff_expires_and_a_success_resets_it() {
         "p.sh",
         &format!("{COUNT}\n{}", print_token(V1, "tok-$n", None)),
     );
-    let backoff = Duration::from_millis(300);
+    // Long enough that the two requests below, one right after the other, fall inside the
+    // shortest jittered backoff (half of it) however slow the machine; the test waits it out
+    // once.
+    let backoff = Duration::from_secs(2);
     let creds = Arc::new(SpokeCredentials::new(
         access_for(&s, ExecApiVersion::V1, &format!("http://{addr}")),
         persistent_401_opts(backoff),
@@ -608,7 +611,7 @@ async fn the_401_backoff_expires_and_a_success_resets_it() {
     assert!(client.client.apiserver_version().await.is_err());
     assert!(client.client.apiserver_version().await.is_err());
     assert_eq!(count(dir.path()), 2);
-    // After the backoff (at most 300 ms with jitter) the next 401 re-execs: tok-3 is accepted.
+    // After the backoff (at most 2 s with jitter) the next 401 re-execs: tok-3 is accepted.
     tokio::time::sleep(backoff + Duration::from_millis(100)).await;
     assert_eq!(
         client.client.apiserver_version().await.unwrap().git_version,
