@@ -1217,3 +1217,119 @@ fn issuer_values_become_flags_the_hub_parses_a_service_port_and_scoped_rbac() {
     let svc = find(&docs, "Service", "kleym").unwrap();
     assert!(!svc.to_string().contains("issuer"));
 }
+
+/// The `kleym` command line of a provider entry's `execConfig`.
+fn provider_argv(provider: &Value) -> Vec<String> {
+    let exec = &provider["execConfig"];
+    std::iter::once(exec["command"].as_str().unwrap().to_string())
+        .chain(
+            exec["args"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string()),
+        )
+        .collect()
+}
+
+/// With the issuer on, the default provider file gains the bundled SPIFFE plugins with the
+/// issuer the values describe (URL, key Secret, trust domain, hub SPIFFE ID), and the real
+/// `kleym` binary accepts each command line (it gets as far as loading the hub kubeconfig).
+/// Mirror mode (`publishClusterIssuer`) serves the hub cluster's own ServiceAccount issuer
+/// instead: `--publish-cluster-issuer`, no key Secret flag or rule, no SPIFFE providers.
+#[test]
+fn issuer_values_add_spiffe_providers_or_mirror_the_cluster_issuer() {
+    use kleym_e2e::fixtures::harness::parse_hub_args;
+
+    let providers = |docs: &[Value]| -> Vec<Value> {
+        let cm = find(docs, "ConfigMap", "kleym-hub-providers").expect("provider ConfigMap");
+        let file: Value =
+            kleym_api::yaml::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
+        file["providers"].as_array().unwrap().clone()
+    };
+    let docs = render(
+        json!({"trustDomain": "prod.example.org", "issuer": {"enabled": true,
+        "url": "https://issuer.example.org/fleet", "hubSpiffeId": "spiffe://prod.example.org/hubs/eu"}}),
+    );
+    let list = providers(&docs);
+    let names: Vec<&str> = list.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "kleym-token-request",
+            "kleym-spiffe-jwt",
+            "kleym-spiffe-x509"
+        ]
+    );
+    let common = [
+        "--issuer-key-secret=kleym-system/kleym-issuer",
+        "--issuer-key-algorithm=ES256",
+        "--trust-domain=prod.example.org",
+        "--hub-spiffe-id=spiffe://prod.example.org/hubs/eu",
+    ];
+    for (provider, plugin, extra) in [
+        (
+            &list[1],
+            "spiffe-jwt",
+            Some("--issuer-url=https://issuer.example.org/fleet"),
+        ),
+        (&list[2], "spiffe-x509", None),
+    ] {
+        let argv = provider_argv(provider);
+        assert_eq!(argv[..3], ["/usr/local/bin/kleym", "credential", plugin]);
+        let mut want: Vec<&str> = extra.into_iter().chain(common).collect();
+        let mut got: Vec<&str> = argv[3..].iter().map(String::as_str).collect();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "{plugin}");
+        // Parsed by the real binary, run as the hub runs a plugin.
+        let kleym = kleym_e2e::fixtures::plugins::kleym_binary().expect("kleym binary");
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(kleym)
+            .args(&argv[1..])
+            .arg("--kubeconfig")
+            .arg(dir.path().join("missing"))
+            .env_remove("KUBECONFIG")
+            .env(
+                "KUBERNETES_EXEC_INFO",
+                json!({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                       "spec": {"interactive": false, "cluster": {"server": "https://spoke-a:6443"}}})
+                .to_string(),
+            )
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{plugin}: {stderr}");
+        assert!(stderr.contains("kubeconfig"), "{plugin}: {stderr}");
+    }
+    // The JWT's audience is the spoke's server URL, which the plugin gets from the hub.
+    assert_eq!(list[1]["execConfig"]["provideClusterInfo"], true);
+
+    // Mirror mode.
+    let docs = render(json!({"issuer": {"enabled": true,
+        "url": "https://issuer.example.org/fleet", "publishClusterIssuer": true,
+        "publishConfigMap": "ignored-in-mirror-mode"}}));
+    let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
+    let args = container_args(dep);
+    assert!(
+        !args
+            .iter()
+            .any(|a| a.starts_with("--issuer-key") || a.starts_with("--issuer-publish")),
+        "{args:?}"
+    );
+    let parsed = parse_hub_args(&args[1..]).unwrap();
+    let mirror = parsed
+        .issuer
+        .mirror_settings()
+        .unwrap()
+        .expect("the hub mirrors the cluster's issuer");
+    assert_eq!(mirror.url, "https://issuer.example.org/fleet");
+    assert!(parsed.issuer.settings().unwrap().is_none());
+    assert!(rules_mention(&docs, "secrets").is_empty());
+    assert!(rules_mention(&docs, "configmaps").is_empty());
+    let names: Vec<String> = providers(&docs)
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["kleym-token-request"]);
+}
