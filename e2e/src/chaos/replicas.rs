@@ -62,7 +62,7 @@ impl LeaderLog {
 }
 
 /// The resource figures of the replicas.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct HubUsage {
     /// Highest RSS of any hub process (MiB).
     pub peak_rss_mib: u64,
@@ -75,6 +75,9 @@ pub struct HubUsage {
     /// RSS slope after warm-up of the longest-lived process, MiB per 10 minutes (a leak
     /// shows as growth).
     pub rss_slope_mib_per_10min: Option<f64>,
+    /// RSS of that process about once a minute, `(seconds since its start, MiB)`: the shape
+    /// behind the slope (steady growth, or a spike that went away).
+    pub rss_per_minute: Vec<(u64, u64)>,
 }
 
 /// The least-squares slope of `(x, y)` points (y per x); `None` under 10 points.
@@ -88,6 +91,19 @@ pub fn slope(points: &[(f64, u64)]) -> Option<f64> {
     let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 as f64 - my)).sum();
     let sxx: f64 = points.iter().map(|p| (p.0 - mx).powi(2)).sum();
     (sxx > 0.0).then(|| sxy / sxx)
+}
+
+/// The first reading of each minute of `samples` (`(seconds, KiB)`), as `(seconds, MiB)`.
+pub fn per_minute(samples: &[(f64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut next = 0.0;
+    for &(t, kib) in samples {
+        if t >= next {
+            out.push((t as u64, kib / 1024));
+            next = (t / 60.0).floor() * 60.0 + 60.0;
+        }
+    }
+    out
 }
 
 /// The Lease holder identity in the hub cluster, if any.
@@ -275,7 +291,19 @@ impl Replicas {
             cpu_seconds: self.replicas.iter().map(|r| r.cpu_done + r.cpu_now).sum(),
             starts: self.replicas.iter().map(|r| r.starts).sum(),
             rss_slope_mib_per_10min: self.rss_slope(),
+            rss_per_minute: per_minute(self.longest_samples()),
         }
+    }
+
+    /// The readings of the longest-lived hub process (of equally long-lived ones, the
+    /// larger: the leader, which does the work).
+    fn longest_samples(&self) -> &[(f64, u64)] {
+        self.replicas
+            .iter()
+            .map(|r| &r.samples)
+            .chain(std::iter::once(&self.longest_ended))
+            .max_by_key(|s| (s.len(), s.last().map_or(0, |x| x.1)))
+            .map_or(&[], Vec::as_slice)
     }
 
     /// The RSS slope (MiB per 10 minutes, least squares) of the longest-lived hub process
@@ -283,13 +311,7 @@ impl Replicas {
     /// over the last two thirds of its readings (the first third is warm-up); `None` with
     /// fewer than 10 readings after warm-up.
     fn rss_slope(&self) -> Option<f64> {
-        let longest = self
-            .replicas
-            .iter()
-            .map(|r| &r.samples)
-            .chain(std::iter::once(&self.longest_ended))
-            // Of equally long-lived ones, the larger: the leader, which does the work.
-            .max_by_key(|s| (s.len(), s.last().map_or(0, |x| x.1)))?;
+        let longest = self.longest_samples();
         slope(&longest[longest.len() / 3..]).map(|kib_per_s| kib_per_s * 600.0 / 1024.0)
     }
 
@@ -307,6 +329,16 @@ impl Replicas {
 #[cfg(test)]
 mod tests {
     use super::slope;
+
+    #[test]
+    fn per_minute_keeps_the_first_reading_of_each_minute() {
+        let samples: Vec<(f64, u64)> = (0..250).map(|i| (i as f64, 1024 * (i as u64))).collect();
+        assert_eq!(
+            super::per_minute(&samples),
+            [(0, 0), (60, 60), (120, 120), (180, 180), (240, 240)]
+        );
+        assert!(super::per_minute(&[]).is_empty());
+    }
 
     #[test]
     fn slope_is_the_least_squares_growth() {

@@ -176,6 +176,18 @@ impl fmt::Display for ChaosReport {
                     "{s:.2} MiB per 10 min"
                 ))
         )?;
+        if !self.hub.rss_per_minute.is_empty() {
+            writeln!(
+                f,
+                "RSS of that process at each minute (minute: MiB): {}",
+                self.hub
+                    .rss_per_minute
+                    .iter()
+                    .map(|(t, mib)| format!("{}:{mib}", t / 60))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )?;
+        }
         writeln!(f, "{}", self.coverage)?;
         writeln!(f, "{}", self.violations)?;
         write!(f, "{}", self.summary())
