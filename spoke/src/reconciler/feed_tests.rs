@@ -166,3 +166,69 @@ fn snapshot_is_rebuilt_only_when_the_binding_cache_changed() {
     let names: Vec<_> = third.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["b"]);
 }
+
+/// A peer whose write failed waits out its backoff: another binding's reconcile does not
+/// enqueue it at once (two failing peers would otherwise enqueue each other as fast as the
+/// failures come back), and does again once it succeeded.
+#[test]
+fn a_peer_in_its_error_backoff_is_left_to_its_retry() {
+    use super::evaluation::BindingDecision;
+    use super::queue::ObjectKey;
+    use super::reconcile::enqueue_changed_peers;
+    use crate::compiler::{Reason, Refusal};
+    use kleym_api::ConflictPeer;
+    use std::time::Duration;
+
+    let rt = runtime();
+    let _guard = rt.enter();
+    let ctx = context();
+    ctx.state.caches.bindings.activate();
+    deliver(&ctx, Event::Init);
+    for (name, rv) in [("a", 1), ("b", 2)] {
+        deliver(
+            &ctx,
+            Event::InitApply(binding(served_binding(name, rv, "Compiled"))),
+        );
+    }
+    deliver(&ctx, Event::InitDone);
+    // b now collides with a; its status does not say so yet.
+    let b_name = "b".to_string();
+    let b_verdict = BindingDecision {
+        output: None,
+        refusal: Some(Refusal::new(Reason::IdentityCollision, "m")),
+        computed_spiffe_ids: Vec::new(),
+        rendered_selectors: Vec::new(),
+        conflict_peers: vec![ConflictPeer {
+            name: "a".into(),
+            reason: "IdentityCollision".into(),
+        }],
+        warnings: Vec::new(),
+    };
+    let (a, b) = (ObjectKey::new("llm", "a"), ObjectKey::new("llm", "b"));
+    let nudge = || enqueue_changed_peers(&ctx.state, &ctx.queue, &a, [(&b_name, &b_verdict)]);
+    let drain = || {
+        let mut keys = Vec::new();
+        while !ctx.queue.is_empty() {
+            let key = rt.block_on(ctx.queue.next()).unwrap();
+            ctx.queue.done(&key);
+            keys.push(key);
+        }
+        keys
+    };
+
+    // The initial list enqueued both.
+    assert_eq!(drain().len(), 2);
+    nudge();
+    assert_eq!(drain(), [b.clone()]);
+
+    // b's status write failed: while its retry is not due, a's reconcile leaves it alone.
+    ctx.state.next_backoff(&b, Duration::from_secs(60));
+    assert!(ctx.state.backing_off(&b));
+    nudge();
+    assert!(drain().is_empty());
+
+    // Succeeded since: nudged again.
+    ctx.state.reset_backoff(&b);
+    nudge();
+    assert_eq!(drain(), [b]);
+}

@@ -209,7 +209,8 @@ pub fn cluster_config(config: &SpokeConfig) -> ClusterConfig {
 
 /// Enqueues the namespace peers whose namespace-wide findings (conflict, peers, warnings)
 /// in `verdicts` differ from what their status records: collisions appear on, and resolve
-/// for, every member, and warnings that name peers stay current.
+/// for, every member, and warnings that name peers stay current. A peer waiting out its
+/// error backoff is left to its retry ([`SpokeState::backing_off`]).
 pub fn enqueue_changed_peers<'a>(
     state: &SpokeState,
     queue: &WorkQueue,
@@ -236,7 +237,10 @@ pub fn enqueue_changed_peers<'a>(
                 .collect()
         });
     for name in changed {
-        queue.enqueue(ObjectKey::new(key.namespace.clone(), name.clone()));
+        let peer = ObjectKey::new(key.namespace.clone(), name.clone());
+        if !state.backing_off(&peer) {
+            queue.enqueue(peer);
+        }
     }
 }
 

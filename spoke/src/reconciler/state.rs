@@ -6,6 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use kleym_api::InferenceIdentityBinding;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 
@@ -36,8 +38,8 @@ pub struct SpokeState {
     /// ClusterSPIFFEID name → binding that wants it (to re-enqueue a binding refused
     /// because a foreign object holds its name when that object goes away).
     pub name_claims: Mutex<HashMap<String, ObjectKey>>,
-    /// Consecutive failures per binding (for the error backoff).
-    pub failures: Mutex<HashMap<ObjectKey, u32>>,
+    /// Consecutive failures per binding and when its retry is due (the error backoff).
+    pub failures: Mutex<HashMap<ObjectKey, Failures>>,
     /// Bindings as our own writes returned them (read-your-writes).
     pub binding_overlay: Overlay<InferenceIdentityBinding>,
     /// ClusterSPIFFEIDs as our own writes returned them (read-your-writes).
@@ -53,6 +55,15 @@ pub struct SpokeState {
     pub binding_snapshot: SnapshotMemo,
     /// Failures of watches whose cache has not synced yet (why an initial sync is stuck).
     pub watch_failures: WatchFailures,
+}
+
+/// A binding's consecutive failures and when its retry is due.
+#[derive(Debug, Clone, Copy)]
+pub struct Failures {
+    /// Consecutive failures.
+    pub count: u32,
+    /// When the retry [`SpokeState::next_backoff`] scheduled is due.
+    pub retry_at: Instant,
 }
 
 impl SpokeState {
@@ -83,10 +94,29 @@ impl SpokeState {
     /// failure, capped at five minutes.
     pub fn next_backoff(&self, key: &ObjectKey, base: Duration) -> Duration {
         let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = f.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        let factor = 1u32 << (*n - 1).min(10);
-        (base * factor).min(MAX_BACKOFF)
+        let entry = f.entry(key.clone()).or_insert(Failures {
+            count: 0,
+            retry_at: Instant::now(),
+        });
+        entry.count = entry.count.saturating_add(1);
+        let factor = 1u32 << (entry.count - 1).min(10);
+        let delay = (base * factor).min(MAX_BACKOFF);
+        entry.retry_at = Instant::now() + delay;
+        delay
+    }
+
+    /// Whether `key` failed and its retry is not due yet. A peer's reconcile does not
+    /// enqueue such a binding ([`super::reconcile::enqueue_changed_peers`]): its retry
+    /// derives everything again anyway, and bindings whose writes keep failing would
+    /// otherwise enqueue each other at once, around their backoff, as fast as the failures
+    /// come back (a collision group on a spoke with a broken connection spun at thousands of
+    /// reconciles a second in the chaos soak).
+    pub fn backing_off(&self, key: &ObjectKey) -> bool {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .is_some_and(|f| f.retry_at > Instant::now())
     }
 
     /// Clears the failure count of `key` after a success.
