@@ -219,7 +219,7 @@ fn a_peer_in_its_error_backoff_is_left_to_its_retry() {
     // The initial list enqueued both.
     assert_eq!(drain().len(), 2);
     nudge();
-    assert_eq!(drain(), [b.clone()]);
+    assert_eq!(drain(), std::slice::from_ref(&b));
 
     // b's status write failed: while its retry is not due, a's reconcile leaves it alone.
     ctx.state.next_backoff(&b, Duration::from_secs(60));
