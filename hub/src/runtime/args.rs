@@ -10,7 +10,7 @@ use anyhow::Context as _;
 
 use crate::access::{AccessFlags, SelectOptions};
 use crate::backoff::BackoffOptions;
-use crate::credentials::{CacheOptions, ClientOptions, ExecOptions};
+use crate::credentials::{CacheOptions, ClientOptions, ExecOptions, Keepalive};
 use crate::flags::{
     non_blank, parse_engage_condition, parse_instance, parse_label_selector, parse_lease_name,
     parse_log_filter, parse_namespace, parse_spire_class_name, parse_trust_domain,
@@ -165,6 +165,17 @@ pub struct HubArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
     pub connect_timeout_seconds: u64,
 
+    /// Send an HTTP/2 PING on a spoke's connection after this many seconds without a frame
+    /// from it (client-go's ReadIdleTimeout): how soon a spoke that went silent (a
+    /// blackholed route, a dead load balancer) is suspected, for every watch at once.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub spoke_ping_interval_seconds: u64,
+
+    /// Close a spoke's connection when a PING is not answered within this many seconds
+    /// (client-go's PingTimeout); its watches resume on a new connection.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub spoke_ping_timeout_seconds: u64,
+
     /// Bound of the hub's own requests to a spoke (probes, removal) and of building a spoke
     /// client, in seconds.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
@@ -212,6 +223,10 @@ impl HubArgs {
             request_timeout: Duration::from_secs(self.request_timeout_seconds),
             client: ClientOptions {
                 connect_timeout: Some(Duration::from_secs(self.connect_timeout_seconds)),
+                keepalive: Keepalive {
+                    interval: Duration::from_secs(self.spoke_ping_interval_seconds),
+                    timeout: Duration::from_secs(self.spoke_ping_timeout_seconds),
+                },
                 ..ClientOptions::default()
             },
             backoff: BackoffOptions {
@@ -302,9 +317,20 @@ mod tests {
             "3",
             "--clusterprofile-access-provider",
             "tok=/bin/true",
+            "--spoke-ping-interval-seconds",
+            "12",
+            "--spoke-ping-timeout-seconds",
+            "4",
         ])
         .unwrap();
         let o = w.args.fleet_options();
+        assert_eq!(
+            o.client.keepalive,
+            Keepalive {
+                interval: Duration::from_secs(12),
+                timeout: Duration::from_secs(4),
+            }
+        );
         assert_eq!(o.inventory.engage_condition, None);
         assert_eq!(o.inventory.trust_domain.as_deref(), Some("td.example"));
         assert_eq!(o.removal_policy, RemovalPolicy::Cleanup);
