@@ -382,23 +382,30 @@ pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracl
                     )
                 });
             }
-            // Findings (collisions, duplicates, drift, warnings) and their counts, as the
-            // hub's pure analysis gives them for the final bindings.
+            // Everything but the time: cluster counts, findings (collisions, duplicates,
+            // drift, warnings) and their counts, as the hub's pure analysis gives them for
+            // the final bindings.
             let want = bound_report(&FullReport::build(&observations, now).summary, &caps);
-            let want_findings = json!({
-                "findingCounts": want.finding_counts,
-                "findings": want.findings,
-                "findingsTruncated": want.findings_truncated,
-            });
-            let got_findings = json!({
-                "findingCounts": s["findingCounts"],
-                "findings": s.get("findings").cloned().unwrap_or_else(|| json!([])),
-                "findingsTruncated": s.get("findingsTruncated").cloned().unwrap_or(json!(false)),
-            });
+            let without_time = |mut v: Value| {
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("generatedAt");
+                }
+                v
+            };
+            let want_findings = without_time(serde_json::to_value(&want).unwrap_or_default());
+            // Parsed and written back, so that defaults and omitted fields compare equal.
+            let got_findings = without_time(
+                serde_json::from_value::<kleym_api::hub_status::FleetIdentityReportStatus>(
+                    s.clone(),
+                )
+                .ok()
+                .and_then(|st| serde_json::to_value(st).ok())
+                .unwrap_or_else(|| s.clone()),
+            );
             if got_findings != want_findings {
                 v.add("fleet_identity_report", || {
                     format!(
-                        "findings differ from the final bindings': {}",
+                        "the report differs from the report of the final bindings: {}",
                         first_difference(&got_findings, &want_findings)
                     )
                 });
