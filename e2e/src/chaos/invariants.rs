@@ -532,6 +532,7 @@ mod tests {
     use super::*;
     use crate::chaos::churn::{Applied, Change, apply_store};
     use crate::fixtures::env;
+    use kleym_api::hub_status::{ClusterIdentityStatusStatus, FleetIdentityReportStatus};
     use serde_json::json;
 
     /// A spoke no kleym ever reconciled, and a foreign object recorded at another
@@ -670,25 +671,30 @@ mod tests {
             &FullReport::build(std::slice::from_ref(&observed), now).summary,
             &caps,
         );
-        let cis_spec = json!({"clusterProfile": "spoke"});
-        put_status(
-            &hub,
-            "clusteridentitystatuses",
-            Some(PROFILE_NS),
-            "spoke",
-            "ClusterIdentityStatus",
-            cis_spec.clone(),
-            serde_json::to_value(&cis).unwrap(),
-        );
-        put_status(
-            &hub,
-            "fleetidentityreports",
-            None,
-            FLEET_REPORT_NAME,
-            "FleetIdentityReport",
-            json!({}),
-            serde_json::to_value(&fir).unwrap(),
-        );
+        let put_cis = |cis: &ClusterIdentityStatusStatus| {
+            put_status(
+                &hub,
+                "clusteridentitystatuses",
+                Some(PROFILE_NS),
+                "spoke",
+                "ClusterIdentityStatus",
+                json!({"clusterProfile": "spoke"}),
+                serde_json::to_value(cis).unwrap(),
+            )
+        };
+        let put_fir = |fir: &FleetIdentityReportStatus| {
+            put_status(
+                &hub,
+                "fleetidentityreports",
+                None,
+                FLEET_REPORT_NAME,
+                "FleetIdentityReport",
+                json!({}),
+                serde_json::to_value(fir).unwrap(),
+            )
+        };
+        put_cis(&cis);
+        put_fir(&fir);
         let check = || {
             let mut v = Violations::default();
             check_hub(&mut v, &hub, &[("spoke", &o)]);
@@ -702,26 +708,10 @@ mod tests {
         assert_eq!(cis.non_ready_bindings.len(), 2);
 
         cis.non_ready_bindings[1].reason = "Compiled".into();
-        put_status(
-            &hub,
-            "clusteridentitystatuses",
-            Some(PROFILE_NS),
-            "spoke",
-            "ClusterIdentityStatus",
-            cis_spec,
-            serde_json::to_value(&cis).unwrap(),
-        );
+        put_cis(&cis);
         let mut fir = fir;
         fir.finding_counts.total += 1;
-        put_status(
-            &hub,
-            "fleetidentityreports",
-            None,
-            FLEET_REPORT_NAME,
-            "FleetIdentityReport",
-            json!({}),
-            serde_json::to_value(&fir).unwrap(),
-        );
+        put_fir(&fir);
         let v = check();
         assert_eq!(v.count("cluster_identity_status"), 3, "{v}");
         assert_eq!(v.count("fleet_identity_report"), 1, "{v}");
