@@ -543,6 +543,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
     }
 
     // Window over: faults clear, churn stops, deleted profiles come back, replicas run.
+    hubs.stop_recording();
     for (i, name) in w.names.iter().enumerate() {
         SpokeFault::end(
             &w.f.spoke(name).faults(),

@@ -45,6 +45,9 @@ pub struct Replicas {
     leaders: Arc<Mutex<LeaderLog>>,
     /// The RSS readings of the longest-lived process that ended.
     longest_ended: Vec<(f64, u64)>,
+    /// Whether readings still go into the RSS slope and timeline (only within the window:
+    /// settling re-engages the profiles churn deleted, which is not growth of a long run).
+    recording: bool,
 }
 
 /// The Lease holders seen, in order.
@@ -147,6 +150,7 @@ impl Replicas {
             hub_store,
             leaders: Arc::default(),
             longest_ended: Vec::new(),
+            recording: true,
         };
         for i in 0..r.replicas.len() {
             r.spawn(i)?;
@@ -215,11 +219,20 @@ impl Replicas {
             {
                 r.cpu_now = u.cpu_seconds;
                 r.rss_kib = u.rss_kib;
-                r.samples
-                    .push((r.started.elapsed().as_secs_f64(), u.rss_kib));
+                if self.recording {
+                    r.samples
+                        .push((r.started.elapsed().as_secs_f64(), u.rss_kib));
+                }
                 r.peak_rss_kib = r.peak_rss_kib.max(u.peak_rss_kib).max(u.rss_kib);
             }
         }
+    }
+
+    /// Ends the readings of the RSS slope and timeline (at the end of the window); peak
+    /// RSS and CPU keep being read.
+    pub fn stop_recording(&mut self) {
+        self.sample();
+        self.recording = false;
     }
 
     /// `kill -9` of replica `i` (nothing when it is down).
