@@ -168,6 +168,14 @@ async fn reflector_consistent_across_dropped_watches_and_forced_410() {
         .await
         .unwrap();
     converge(reader.clone(), api.clone()).await;
+    // The reflector may have converged from its relist before its next watch took the
+    // second 410: wait (bounded) for the watches to consume both.
+    for _ in 0..100 {
+        if c.faults().snapshot().force_gone_watches == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(
         c.faults().snapshot().force_gone_watches,
         0,
