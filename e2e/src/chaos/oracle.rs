@@ -23,7 +23,7 @@ use kleym_spoke::reconciler::api_availability::ApiKind;
 use kleym_spoke::reconciler::context::DEFAULT_FIELD_MANAGER;
 use kleym_spoke::reconciler::evaluation::compile_namespace;
 use kube::ResourceExt;
-use kubesim_store::{Cluster, ListOptions};
+use kubesim_store::Cluster;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -107,14 +107,7 @@ pub struct SpokeOracle {
 
 /// Every object of `(group, version, plural)` in `store` (empty when not served).
 pub fn list_values(store: &Cluster, (g, v, p): (&str, &str, &str)) -> Vec<Value> {
-    let Some(res) = store.resolve(g, v, p) else {
-        return Vec::new();
-    };
-    store
-        .list(&res, None, &ListOptions::default())
-        .ok()
-        .and_then(|l| l.get("items").and_then(Value::as_array).cloned())
-        .unwrap_or_default()
+    kleym_test_support::env::list(store, g, v, p)
 }
 
 fn typed<T: DeserializeOwned>(store: &Cluster, gvp: (&str, &str, &str)) -> Vec<T> {

@@ -139,7 +139,8 @@ pub fn csid_name_with(naming: CsidNaming, i: usize) -> String {
     naming(NS, &binding_name(i))
 }
 
-fn list(store: &Cluster, group: &str, version: &str, plural: &str) -> Vec<Value> {
+/// Every object of `group/version` `plural` in `store` (empty when not served).
+pub fn list(store: &Cluster, group: &str, version: &str, plural: &str) -> Vec<Value> {
     let Some(res) = store.resolve(group, version, plural) else {
         return Vec::new();
     };
