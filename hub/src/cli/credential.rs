@@ -4,18 +4,24 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use kleym_hub::credentials::plugins::exec_info::exec_info_from_env;
 use kleym_hub::credentials::plugins::hub_client::hub_client;
 use kleym_hub::credentials::plugins::secret_reader::{SecretReaderOptions, secret_reader};
 use kleym_hub::credentials::plugins::spiffe_jwt::{
-    DEFAULT_LIFETIME_SECONDS, SpiffeJwtOptions, spiffe_jwt,
+    DEFAULT_LIFETIME_SECONDS, SpiffeJwtOptions, WorkloadApiJwtOptions, spiffe_jwt,
+    spiffe_jwt_from_workload_api,
 };
 use kleym_hub::credentials::plugins::spiffe_x509::{
-    DEFAULT_TTL_SECONDS, SpiffeX509Options, spiffe_x509,
+    DEFAULT_TTL_SECONDS, SpiffeX509Options, WorkloadApiX509Options, spiffe_x509,
+    spiffe_x509_from_workload_api,
 };
 use kleym_hub::credentials::plugins::token_request::{TokenRequestOptions, token_request};
+use kleym_hub::credentials::plugins::workload_api::{
+    DEFAULT_TIMEOUT_SECONDS, WorkloadApiSocket, parse_socket,
+};
 use kleym_hub::issuer::keys::Algorithm;
 use kleym_hub::issuer::secret::{SecretRef, parse_issuer_key_secret};
 
@@ -95,6 +101,26 @@ Provider file entry:
         args: [credential, spiffe-jwt, --issuer-url, https://kleym-issuer.example.org,
                --issuer-key-secret, kleym-system/kleym-issuer, --trust-domain, example.org]
         provideClusterInfo: true
+        interactiveMode: Never
+
+From a SPIRE agent instead (--workload-api-socket unix:///PATH): the plugin asks the agent's \
+SPIFFE Workload API for a JWT-SVID (FetchJWTSVID, audience = the spoke's server URL or the \
+profile's `audience`, the SPIFFE ID of --hub-spiffe-id if given, else the agent's default \
+SVID), checks that its SPIFFE ID is inside --trust-domain and that its sub, aud and exp are \
+what was asked for, and prints it. No hub key, kubeconfig or hub RBAC is used: the hub pod \
+needs the agent's socket mounted and a registration entry. The spokes trust SPIRE's issuer \
+(its OIDC discovery provider): kleym trust-config --issuer-url <that URL> --issuer-ca-file \
+<its CA> --hub-spiffe-id <the entry's SPIFFE ID>. The agent must answer within \
+--workload-api-timeout-seconds.
+
+  providers:
+    - name: kleym-spiffe-jwt
+      execConfig:
+        apiVersion: client.authentication.k8s.io/v1
+        command: /usr/local/bin/kleym
+        args: [credential, spiffe-jwt, --workload-api-socket,
+               unix:///run/spire/agent-sockets/spire-agent.sock, --trust-domain, example.org]
+        provideClusterInfo: true
         interactiveMode: Never";
 
 const SPIFFE_X509_LONG_ABOUT: &str = "\
@@ -121,6 +147,23 @@ Provider file entry:
         command: /usr/local/bin/kleym
         args: [credential, spiffe-x509, --issuer-key-secret, kleym-system/kleym-issuer,
                --trust-domain, example.org]
+        interactiveMode: Never
+
+From a SPIRE agent instead (--workload-api-socket unix:///PATH): the plugin takes the first \
+answer of the agent's FetchX509SVID (the SVID of --hub-spiffe-id if given, else the default \
+one), checks that the leaf's URI SAN is that SPIFFE ID, inside --trust-domain, valid now, and \
+that it has a subject CN, and prints the chain and key. kube-apiserver takes the user from the \
+CN, which SPIRE sets to the registration entry's first DNS name (spire-server entry create \
+-dns ...). The spokes add SPIRE's bundle to their client CAs: kleym trust-config --credential \
+spiffe-x509 --client-ca-file <bundle> --x509-username <that DNS name>.
+
+  providers:
+    - name: kleym-spiffe-x509
+      execConfig:
+        apiVersion: client.authentication.k8s.io/v1
+        command: /usr/local/bin/kleym
+        args: [credential, spiffe-x509, --workload-api-socket,
+               unix:///run/spire/agent-sockets/spire-agent.sock, --trust-domain, example.org]
         interactiveMode: Never";
 
 /// Arguments of `kleym credential`.
@@ -152,8 +195,23 @@ pub enum Plugin {
 #[derive(Debug, clap::Args)]
 pub struct SpiffeX509Args {
     /// The issuer Secret in the hub, `namespace/name`, as `kleym hub --issuer-key-secret`.
-    #[arg(long, value_parser = parse_issuer_key_secret, env = "KLEYM_ISSUER_KEY_SECRET")]
-    pub issuer_key_secret: SecretRef,
+    /// Required unless `--workload-api-socket`.
+    #[arg(
+        long,
+        value_parser = parse_issuer_key_secret,
+        env = "KLEYM_ISSUER_KEY_SECRET",
+        required_unless_present = "workload_api_socket",
+        conflicts_with = "workload_api_socket"
+    )]
+    pub issuer_key_secret: Option<SecretRef>,
+    /// Take the X.509-SVID from a SPIRE agent instead of issuing it: the SPIFFE Workload API
+    /// socket, `unix:///path` (the first answer of FetchX509SVID). The spoke's user is the
+    /// certificate's CN (SPIRE sets it to the entry's first DNS name).
+    #[arg(long, value_name = "unix:///PATH", value_parser = parse_socket)]
+    pub workload_api_socket: Option<WorkloadApiSocket>,
+    /// With `--workload-api-socket`: how long the agent may take before the plugin fails.
+    #[arg(long, default_value_t = DEFAULT_TIMEOUT_SECONDS, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub workload_api_timeout_seconds: u64,
     /// The signing key's algorithm, as `kleym hub --issuer-key-algorithm`.
     #[arg(long, value_enum, default_value = "ES256", value_name = "ES256|RS256")]
     pub issuer_key_algorithm: Algorithm,
@@ -177,15 +235,36 @@ pub struct SpiffeX509Args {
 /// Arguments of `kleym credential spiffe-jwt`.
 #[derive(Debug, clap::Args)]
 pub struct SpiffeJwtArgs {
-    /// The hub's issuer URL (`iss`), as `kleym hub --issuer-url`.
-    #[arg(long, env = "KLEYM_ISSUER_URL")]
-    pub issuer_url: String,
+    /// The hub's issuer URL (`iss`), as `kleym hub --issuer-url`. Required unless
+    /// `--workload-api-socket`.
+    #[arg(
+        long,
+        env = "KLEYM_ISSUER_URL",
+        required_unless_present = "workload_api_socket",
+        conflicts_with = "workload_api_socket"
+    )]
+    pub issuer_url: Option<String>,
     /// Accept an `http://` issuer URL (as `kleym hub --issuer-insecure-http`).
     #[arg(long)]
     pub issuer_insecure_http: bool,
     /// The issuer Secret in the hub, `namespace/name`, as `kleym hub --issuer-key-secret`.
-    #[arg(long, value_parser = parse_issuer_key_secret, env = "KLEYM_ISSUER_KEY_SECRET")]
-    pub issuer_key_secret: SecretRef,
+    /// Required unless `--workload-api-socket`.
+    #[arg(
+        long,
+        value_parser = parse_issuer_key_secret,
+        env = "KLEYM_ISSUER_KEY_SECRET",
+        required_unless_present = "workload_api_socket",
+        conflicts_with = "workload_api_socket"
+    )]
+    pub issuer_key_secret: Option<SecretRef>,
+    /// Take the JWT-SVID from a SPIRE agent instead of signing it: the SPIFFE Workload API
+    /// socket, `unix:///path` (FetchJWTSVID with the spoke's audience). No hub key or
+    /// kubeconfig is used; the spokes trust SPIRE's issuer (its OIDC discovery provider).
+    #[arg(long, value_name = "unix:///PATH", value_parser = parse_socket)]
+    pub workload_api_socket: Option<WorkloadApiSocket>,
+    /// With `--workload-api-socket`: how long the agent may take before the plugin fails.
+    #[arg(long, default_value_t = DEFAULT_TIMEOUT_SECONDS, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub workload_api_timeout_seconds: u64,
     /// The signing key's algorithm, as `kleym hub --issuer-key-algorithm`.
     #[arg(long, value_enum, default_value = "ES256", value_name = "ES256|RS256")]
     pub issuer_key_algorithm: Algorithm,
@@ -285,11 +364,26 @@ async fn run_token_request(a: &TokenRequestArgs) -> anyhow::Result<String> {
 
 async fn run_spiffe_jwt(a: &SpiffeJwtArgs) -> anyhow::Result<String> {
     let info = exec_info_from_env()?;
+    if let Some(socket) = &a.workload_api_socket {
+        let opts = WorkloadApiJwtOptions {
+            socket: socket.clone(),
+            hub_spiffe_id: a.hub_spiffe_id.clone(),
+            trust_domain: a.trust_domain.clone(),
+            timeout: Duration::from_secs(a.workload_api_timeout_seconds),
+        };
+        return Ok(spiffe_jwt_from_workload_api(&info, &opts).await?);
+    }
+    // clap requires both when there is no socket; this is the message if that ever changes.
+    let (Some(issuer_url), Some(secret)) = (&a.issuer_url, &a.issuer_key_secret) else {
+        anyhow::bail!(
+            "--issuer-url and --issuer-key-secret are required without --workload-api-socket"
+        );
+    };
     let hub = hub_client(a.kubeconfig.as_deref()).await?;
     let opts = SpiffeJwtOptions {
-        issuer_url: a.issuer_url.clone(),
+        issuer_url: issuer_url.clone(),
         allow_http_issuer: a.issuer_insecure_http,
-        secret: a.issuer_key_secret.clone(),
+        secret: secret.clone(),
         algorithm: a.issuer_key_algorithm,
         hub_spiffe_id: a.hub_spiffe_id.clone(),
         trust_domain: a.trust_domain.clone(),
@@ -300,9 +394,21 @@ async fn run_spiffe_jwt(a: &SpiffeJwtArgs) -> anyhow::Result<String> {
 
 async fn run_spiffe_x509(a: &SpiffeX509Args) -> anyhow::Result<String> {
     let info = exec_info_from_env()?;
+    if let Some(socket) = &a.workload_api_socket {
+        let opts = WorkloadApiX509Options {
+            socket: socket.clone(),
+            hub_spiffe_id: a.hub_spiffe_id.clone(),
+            trust_domain: a.trust_domain.clone(),
+            timeout: Duration::from_secs(a.workload_api_timeout_seconds),
+        };
+        return Ok(spiffe_x509_from_workload_api(&info, &opts).await?);
+    }
+    let Some(secret) = &a.issuer_key_secret else {
+        anyhow::bail!("--issuer-key-secret is required without --workload-api-socket");
+    };
     let hub = hub_client(a.kubeconfig.as_deref()).await?;
     let opts = SpiffeX509Options {
-        secret: a.issuer_key_secret.clone(),
+        secret: secret.clone(),
         algorithm: a.issuer_key_algorithm,
         hub_spiffe_id: a.hub_spiffe_id.clone(),
         trust_domain: a.trust_domain.clone(),

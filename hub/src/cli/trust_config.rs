@@ -89,6 +89,18 @@ pub struct Args {
     /// `kleym hub --issuer-key-secret`.
     #[arg(long, value_name = "NS/NAME", value_parser = kleym_hub::issuer::secret::parse_issuer_key_secret)]
     pub issuer_key_secret: Option<kleym_hub::issuer::secret::SecretRef>,
+    /// With `--credential spiffe-x509` and SVIDs from a SPIRE agent (`kleym credential
+    /// spiffe-x509 --workload-api-socket`): the PEM bundle the spokes add to their client CAs,
+    /// SPIRE's X.509 bundle of the trust domain (`spire-server bundle show`), instead of the
+    /// hub CA of `--issuer-key-secret`.
+    #[arg(long, value_name = "PATH", conflicts_with = "issuer_key_secret")]
+    pub client_ca_file: Option<PathBuf>,
+    /// With `--credential spiffe-x509` and SVIDs from a SPIRE agent: the user the spokes map,
+    /// which is the SVID's subject CN (SPIRE sets it to the registration entry's first DNS
+    /// name) [default: --username-prefix followed by the hub's SPIFFE ID, the CN of the SVIDs
+    /// kleym issues itself].
+    #[arg(long, value_name = "NAME", requires = "client_ca_file")]
+    pub x509_username: Option<String>,
     /// The hub's SPIFFE ID [default: spiffe://<trust domain>/kleym/hub].
     #[arg(long)]
     pub hub_spiffe_id: Option<String>,
@@ -147,12 +159,24 @@ fn inputs(args: &Args) -> anyhow::Result<TrustInputs> {
             args.username_prefix
         );
     }
-    Ok(TrustInputs {
+    let mut inputs = TrustInputs {
         issuer_url,
         issuer_ca_pem: ca,
         subject: subject(args)?,
         username_prefix: args.username_prefix.clone(),
-    })
+    };
+    if let Some(name) = &args.x509_username {
+        if args.credential != Credential::SpiffeX509 {
+            bail!("--x509-username is only for --credential spiffe-x509");
+        }
+        if name.is_empty() || name.starts_with("system:") {
+            bail!("--x509-username {name:?}: must be a non-empty name outside system:");
+        }
+        // A client certificate's user is its CN verbatim: kube-apiserver adds no prefix.
+        inputs.username_prefix = String::new();
+        inputs.subject = name.clone();
+    }
+    Ok(inputs)
 }
 
 /// The `sub` the spokes pin.
@@ -230,8 +254,17 @@ fn yaml(v: &Value) -> anyhow::Result<String> {
     kleym_api::yaml::to_string(v).map_err(|e| anyhow!("rendering YAML: {e}"))
 }
 
-/// The hub CA certificate of the issuer Secret (spiffe-x509).
+/// The client CA bundle the spokes add (spiffe-x509): `--client-ca-file`, else the hub CA of
+/// the issuer Secret.
 async fn client_ca(args: &Args) -> anyhow::Result<String> {
+    if let Some(file) = &args.client_ca_file {
+        let pem =
+            std::fs::read(file).with_context(|| format!("--client-ca-file {}", file.display()))?;
+        // Certificates only (a key pasted by mistake is refused), at least one.
+        kleym_hub::access::select::pem_certificates(&pem)
+            .map_err(|e| anyhow!("--client-ca-file {}: {e}", file.display()))?;
+        return Ok(String::from_utf8_lossy(&pem).into_owned());
+    }
     let at = args
         .issuer_key_secret
         .as_ref()

@@ -235,7 +235,8 @@ pub fn discovery_document<K: std::borrow::Borrow<SigningKey>>(
     })
 }
 
-fn pem_encode(label: &str, der: &[u8]) -> String {
+/// PEM text of one DER object under `label`, 64 columns.
+pub(crate) fn pem_encode(label: &str, der: &[u8]) -> String {
     let body = STANDARD.encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");
     for chunk in body.as_bytes().chunks(64) {

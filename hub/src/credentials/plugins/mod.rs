@@ -11,6 +11,7 @@ pub mod secret_reader;
 pub mod spiffe_jwt;
 pub mod spiffe_x509;
 pub mod token_request;
+pub mod workload_api;
 
 use thiserror::Error;
 
@@ -26,6 +27,9 @@ pub enum PluginError {
     /// Connecting to the hub's API server failed.
     #[error("hub client: {0}")]
     HubClient(String),
+    /// The SPIFFE Workload API (a SPIRE agent) failed or sent an SVID that is refused.
+    #[error("Workload API: {0}")]
+    WorkloadApi(String),
     /// An API call failed.
     #[error("{what}: {source}")]
     Api {

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::PluginError;
 use super::exec_info::{ExecInfo, render_credential};
+use super::workload_api::{WorkloadApiSocket, choose, fetch_jwt_svids};
 use crate::issuer::keys::{Algorithm, SigningKey};
 use crate::issuer::secret::{SecretRef, load_or_create};
 use crate::issuer::{MAX_TOKEN_LIFETIME_SECONDS, validate_issuer_url};
@@ -194,6 +195,104 @@ pub async fn spiffe_jwt(
     sign_credential(key, info, opts, now)
 }
 
+/// Where `--workload-api-socket` takes the JWT-SVID from, and what it must be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadApiJwtOptions {
+    /// The agent's socket.
+    pub socket: WorkloadApiSocket,
+    /// `--hub-spiffe-id`: the SVID to ask for [default: the agent's default SVID].
+    pub hub_spiffe_id: Option<String>,
+    /// `--trust-domain`: the SVID's SPIFFE ID must be inside it.
+    pub trust_domain: Option<String>,
+    /// How long the agent may take.
+    pub timeout: std::time::Duration,
+}
+
+/// Runs the plugin against a SPIRE agent: `FetchJWTSVID` with the spoke's audience, checks
+/// the answer, and returns the ExecCredential JSON to print.
+pub async fn spiffe_jwt_from_workload_api(
+    info: &ExecInfo,
+    opts: &WorkloadApiJwtOptions,
+) -> Result<String, PluginError> {
+    let aud = audience(info)?;
+    let svids = fetch_jwt_svids(
+        &opts.socket,
+        &aud,
+        opts.hub_spiffe_id.as_deref(),
+        opts.timeout,
+    )
+    .await?;
+    let svid = choose(
+        &svids,
+        |s| s.spiffe_id.as_str(),
+        opts.hub_spiffe_id.as_deref(),
+        opts.trust_domain.as_deref(),
+    )?;
+    let refresh_at = check_jwt_svid(&svid.svid, &svid.spiffe_id, &aud, Utc::now())?;
+    Ok(render_credential(
+        info.api_version,
+        &svid.svid,
+        Some(refresh_at),
+    ))
+}
+
+/// Checks that a JWT-SVID from the agent is what was asked for (its `sub` is the SVID's
+/// SPIFFE ID, its `aud` holds `audience`, it has not expired) and returns when the caller
+/// should refresh it (a little before `exp`). The signature is the spoke's to verify; the
+/// claims are read only so that a wrong token fails here, named, rather than as a 401 later.
+/// Messages never contain the token.
+pub fn check_jwt_svid(
+    token: &str,
+    spiffe_id: &str,
+    audience: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, PluginError> {
+    let refuse = |why: String| PluginError::WorkloadApi(format!("JWT-SVID for {spiffe_id}: {why}"));
+    let mut parts = token.split('.');
+    let (Some(_), Some(payload), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(refuse("not a compact JWS".into()));
+    };
+    let claims: Value = base64::Engine::decode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        payload.trim_end_matches('='),
+    )
+    .ok()
+    .and_then(|raw| serde_json::from_slice(&raw).ok())
+    .ok_or_else(|| refuse("its claims are not base64url JSON".into()))?;
+    if claims.get("sub").and_then(Value::as_str) != Some(spiffe_id) {
+        return Err(refuse("its sub is not the SVID's SPIFFE ID".into()));
+    }
+    let aud_ok = match claims.get("aud") {
+        Some(Value::String(a)) => a == audience,
+        Some(Value::Array(a)) => a.iter().any(|v| v.as_str() == Some(audience)),
+        _ => false,
+    };
+    if !aud_ok {
+        return Err(refuse(format!("its aud does not hold {audience:?}")));
+    }
+    let exp = claims
+        .get("exp")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| refuse("no numeric exp".into()))?;
+    let now_s = now.timestamp();
+    if exp <= now_s {
+        return Err(refuse(format!(
+            "expired {} s ago (is this machine's clock right?)",
+            now_s - exp
+        )));
+    }
+    let iat = claims
+        .get("iat")
+        .and_then(Value::as_i64)
+        .filter(|iat| *iat <= exp)
+        .unwrap_or(now_s);
+    let margin = ((exp - iat) / 10).clamp(1, 60);
+    DateTime::from_timestamp(exp - margin.min(exp - now_s - 1).max(0), 0)
+        .ok_or_else(|| refuse("exp out of range".into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,5 +395,58 @@ mod tests {
         let mut http = opts();
         http.issuer_url = "http://hub.example.org".into();
         assert!(sign_credential(&key, &info(None), &http, now).is_err());
+    }
+
+    fn unsigned(claims: Value) -> String {
+        format!(
+            "{}.{}.sig",
+            URL_SAFE_NO_PAD.encode(br#"{"alg":"ES256"}"#),
+            URL_SAFE_NO_PAD.encode(claims.to_string())
+        )
+    }
+
+    #[test]
+    fn a_jwt_svid_from_the_agent_must_be_what_was_asked_for() {
+        let now = DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let id = "spiffe://example.org/kleym/hub";
+        let aud = "https://spoke-a:6443";
+        let t = now.timestamp();
+        let good = json!({"sub": id, "aud": [aud], "iat": t, "exp": t + 300});
+        // Refreshed a tenth of its lifetime before exp.
+        assert_eq!(
+            check_jwt_svid(&unsigned(good.clone()), id, aud, now).unwrap(),
+            now + Duration::seconds(270)
+        );
+        let mut single = good.clone();
+        single["aud"] = json!(aud);
+        assert!(check_jwt_svid(&unsigned(single), id, aud, now).is_ok());
+        // Nearly expired: refreshed at once, never before now.
+        let mut late = good.clone();
+        late["exp"] = json!(t + 5);
+        late["iat"] = json!(t - 3000);
+        assert!(check_jwt_svid(&unsigned(late), id, aud, now).unwrap() > now);
+        for (claims, why) in [
+            (
+                json!({"sub": "spiffe://example.org/x", "aud": [aud], "exp": t + 300}),
+                "sub",
+            ),
+            (
+                json!({"sub": id, "aud": ["https://spoke-b:6443"], "exp": t + 300}),
+                "aud",
+            ),
+            (json!({"sub": id, "aud": [aud]}), "exp"),
+            (json!({"sub": id, "aud": [aud], "exp": t - 1}), "expired"),
+        ] {
+            let token = unsigned(claims);
+            let err = check_jwt_svid(&token, id, aud, now)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(why), "{why}: {err}");
+            assert!(!err.contains(&token), "{err}");
+        }
+        assert!(check_jwt_svid("not-a-jwt", id, aud, now).is_err());
+        assert!(check_jwt_svid("a.b!.c", id, aud, now).is_err());
     }
 }
