@@ -266,6 +266,19 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
         .unwrap();
     }
 
+    // Every engaged spoke cost one JWT-SVID signed with the hub's key, and the hub counts it.
+    let signed = hub
+        .handle
+        .credentials
+        .metrics()
+        .tokens_signed
+        .get_or_create(&kleym_hub::credentials::metrics::SignedLabels {
+            credential_type: "spiffe-jwt".into(),
+            signer: "hub-key".into(),
+        })
+        .get();
+    assert!(signed >= spokes.len() as u64, "{signed}");
+
     // Each spoke sees the mapped user; a token minted for one spoke is refused by the others.
     let args = spiffe_jwt_args(&issuer_url, &hub_kc);
     let mut minted = Vec::new();

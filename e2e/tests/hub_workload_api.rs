@@ -544,6 +544,18 @@ async fn hub_engages_spokes_with_jwt_svids_from_a_spire_agent() {
             s.name()
         );
     }
+    // The hub counts the SVIDs it got, by type and signer.
+    let signed = hub
+        .handle
+        .credentials
+        .metrics()
+        .tokens_signed
+        .get_or_create(&kleym_hub::credentials::metrics::SignedLabels {
+            credential_type: "spiffe-jwt".into(),
+            signer: "workload-api".into(),
+        })
+        .get();
+    assert!(signed >= spokes.len() as u64, "{signed}");
     // Each spoke maps the SVID to the prefixed SPIFFE ID; a token for one is refused by the
     // other (audience confinement holds for SPIRE's tokens too).
     let args: Vec<String> = [

@@ -41,7 +41,7 @@ use tokio::task::AbortHandle;
 
 use super::credential::Credential;
 use super::exec::{ExecError, ExecOptions, run_plugin};
-use super::metrics::CredentialMetrics;
+use super::metrics::{CredentialMetrics, bundled_spiffe_plugin};
 use crate::access::EffectiveAccess;
 use crate::backoff::BackoffOptions;
 
@@ -294,6 +294,9 @@ impl Inner {
                 });
                 self.metrics
                     .observe(&self.access.provider, "success", elapsed);
+                if let Some(signed) = bundled_spiffe_plugin(&self.access.exec) {
+                    self.metrics.tokens_signed.get_or_create(&signed).inc();
+                }
                 st.last_generation += 1;
                 let generation = st.last_generation;
                 let obtained_at = Utc::now();
