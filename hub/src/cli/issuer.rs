@@ -41,6 +41,10 @@ pub enum IssuerCommand {
         bundle (--client-ca-file), then run again with --finish: the next CA signs from now on \
         and the replaced one stays in the bundle for 24 h + 5 min (the longest X.509-SVID \
         lifetime plus skew), after which the hub's leader removes it.\n\n\
+        The hub's leader also rotates on its own as the CA (valid one year) nears its end, \
+        unless --issuer-key-rotation off: 30 days before it expires a next CA joins the \
+        bundle (the leader logs a warning: distribute the bundle now), 7 days before it \
+        signs. This command rotates earlier, on your schedule.\n\n\
         Needs get and update on the Secret in the hub cluster."
     )]
     RotateCa(RotateCaArgs),

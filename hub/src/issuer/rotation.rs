@@ -18,6 +18,10 @@
 //!   (`x509-ca-bundle.crt`) while the current one keeps signing; once every spoke trusts the
 //!   new bundle, [`KeyRing::finish_ca_rotation`] makes it sign and keeps the replaced CA in the
 //!   bundle for [`super::x509::CA_OVERLAP_SECONDS`]; [`KeyRing::rotate_step`] then drops it.
+//!   The periodic step also takes both steps on its own as the CA nears its end: it begins
+//!   [`super::x509::CA_PUBLISH_AHEAD_SECONDS`] before the CA expires and finishes
+//!   [`super::x509::CA_SWITCH_AHEAD_SECONDS`] before, so a CA never expires under the fleet;
+//!   operators who rotate earlier by command are never overtaken.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use super::keys::{Algorithm, SigningKey};
 use super::x509::{
-    CA_BUNDLE_KEY, CA_CERT_KEY, CA_KEY_KEY, HubCa, NEXT_CA_CERT_KEY, NEXT_CA_KEY_KEY,
+    CA_BUNDLE_KEY, CA_CERT_KEY, CA_KEY_KEY, CA_OVERLAP_SECONDS, CA_PUBLISH_AHEAD_SECONDS,
+    CA_SWITCH_AHEAD_SECONDS, HubCa, NEXT_CA_CERT_KEY, NEXT_CA_KEY_KEY,
 };
 use super::{IssuerError, MAX_TOKEN_LIFETIME_SECONDS, SECRET_KEY};
 
@@ -400,6 +405,7 @@ impl KeyRing {
             self.ca = Some(new_ca(now)?);
             changed = true;
         }
+        changed |= self.rotate_ca_near_expiry(now)?;
         changed |= self.retire_older(now, policy);
         let pending = self.entries.iter().any(|e| e.times.activates > now);
         if let Some(s) = self.signing_index(now)
@@ -423,6 +429,32 @@ impl KeyRing {
             changed = true;
         }
         Ok(changed)
+    }
+
+    /// The CA part of the periodic step: a next CA joins the bundle once the current CA has
+    /// less than [`CA_PUBLISH_AHEAD_SECONDS`] left, and signs once it has less than
+    /// [`CA_SWITCH_AHEAD_SECONDS`] left. Returns whether the ring changed.
+    fn rotate_ca_near_expiry(&mut self, now: i64) -> Result<bool, IssuerError> {
+        let Some(ca) = &self.ca else {
+            return Ok(false);
+        };
+        let left = ca.not_after()? - now;
+        if self.next_ca.is_none() && left <= CA_PUBLISH_AHEAD_SECONDS {
+            self.begin_ca_rotation(now)?;
+            tracing::warn!(
+                expires_in_days = left / 86_400,
+                "issuer: the X.509 CA nears its end; a next CA joined the bundle (x509-ca-bundle.crt): give every spoke the new bundle (kleym trust-config --credential spiffe-x509)"
+            );
+            return Ok(true);
+        }
+        if self.next_ca.is_some() && left <= CA_SWITCH_AHEAD_SECONDS {
+            self.finish_ca_rotation(now, CA_OVERLAP_SECONDS)?;
+            tracing::warn!(
+                "issuer: the next X.509 CA signs from now on; spokes without the new bundle refuse the hub's certificates"
+            );
+            return Ok(true);
+        }
+        Ok(false)
     }
 
     /// An immediate rotation (`kleym issuer rotate`): a new ES256 key signs from `now`; every
@@ -487,6 +519,7 @@ pub fn parse_duration_seconds(s: &str) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::issuer::x509::CA_VALIDITY_DAYS;
 
     const H: i64 = 3600;
 
@@ -580,6 +613,48 @@ mod tests {
         // Then the leader's step drops it.
         assert!(ring.rotate_step(t1 + 3600, &policy).unwrap());
         assert_eq!(certs(&ring.ca_bundle()), vec![next]);
+    }
+
+    #[test]
+    fn the_periodic_step_rotates_a_ca_near_its_end_in_two_steps() {
+        let day = 24 * H;
+        let t0 = 1_000_000;
+        let policy = RotationPolicy {
+            period_seconds: 10_000 * day,
+            ..policy()
+        };
+        let mut ring = KeyRing::generate(t0).unwrap();
+        let old = ring.ca().unwrap().cert_pem.trim().to_string();
+        let end = ring.ca().unwrap().not_after().unwrap();
+        assert_eq!(end, t0 + CA_VALIDITY_DAYS * day);
+        // Months before the end: nothing.
+        assert!(!ring.rotate_step(t0 + 300 * day, &policy).unwrap());
+        assert!(ring.next_ca().is_none());
+        // 30 days before: a next CA joins the bundle; the old one still signs.
+        let begin = end - CA_PUBLISH_AHEAD_SECONDS;
+        assert!(!ring.rotate_step(begin - 1, &policy).unwrap());
+        assert!(ring.rotate_step(begin, &policy).unwrap());
+        let next = ring.next_ca().unwrap().cert_pem.trim().to_string();
+        assert_eq!(ring.ca().unwrap().cert_pem.trim(), old);
+        assert_eq!(certs(&ring.ca_bundle()), vec![old.clone(), next.clone()]);
+        // Through the Secret, as a restarted or new leader reads it: nothing more until 7 days
+        // before the end.
+        let mut ring = KeyRing::from_data(&ring.to_data(), "secret kleym/issuer").unwrap();
+        let switch = end - CA_SWITCH_AHEAD_SECONDS;
+        assert!(!ring.rotate_step(switch - 1, &policy).unwrap());
+        assert_eq!(ring.ca().unwrap().cert_pem.trim(), old);
+        // 7 days before: the next CA signs, the old one stays trusted for the overlap.
+        assert!(ring.rotate_step(switch, &policy).unwrap());
+        assert_eq!(ring.ca().unwrap().cert_pem.trim(), next);
+        assert!(ring.next_ca().is_none());
+        assert_eq!(certs(&ring.ca_bundle()), vec![next.clone(), old]);
+        assert!(
+            ring.rotate_step(switch + CA_OVERLAP_SECONDS, &policy)
+                .unwrap()
+        );
+        assert_eq!(certs(&ring.ca_bundle()), vec![next]);
+        // The new CA is a year from the switch away from its own rotation.
+        assert!(!ring.rotate_step(switch + 300 * day, &policy).unwrap());
     }
 
     #[test]

@@ -25,6 +25,12 @@ pub const CA_BUNDLE_KEY: &str = "x509-ca-bundle.crt";
 pub const CA_OVERLAP_SECONDS: i64 = 86_400 + super::rotation::SKEW_SECONDS;
 /// Validity of a generated CA (days).
 pub const CA_VALIDITY_DAYS: i64 = 365;
+/// The leader's periodic rotation adds a next CA to the bundle this long before the current
+/// one expires: the time operators have to give every spoke the new bundle.
+pub const CA_PUBLISH_AHEAD_SECONDS: i64 = 30 * 86_400;
+/// ... and makes it sign this long before the current one expires (after 23 days in the
+/// bundle), leaving room for the longest SVID and the replaced CA's overlap.
+pub const CA_SWITCH_AHEAD_SECONDS: i64 = 7 * 86_400;
 
 /// The CA: its certificate and key (PEM). The key is never logged (`Debug` omits it).
 #[derive(Clone)]
@@ -79,6 +85,17 @@ impl HubCa {
             cert_pem: cert_pem.to_string(),
             key_pem: key_pem.to_string(),
         })
+    }
+
+    /// When the CA certificate expires (unix seconds).
+    pub fn not_after(&self) -> Result<i64, IssuerError> {
+        use rustls_pki_types::CertificateDer;
+        use rustls_pki_types::pem::PemObject;
+        let der = CertificateDer::from_pem_slice(self.cert_pem.as_bytes())
+            .map_err(|e| err("CA certificate PEM", e))?;
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(&der).map_err(|e| err("CA certificate", e))?;
+        Ok(cert.validity().not_after.timestamp())
     }
 
     /// The private key PEM (to write into the Secret only).
