@@ -7,7 +7,7 @@
 //! for one spoke is refused by the others. Everything the hub, the issuer and kubesim log at
 //! trace level meanwhile contains no token and no private key.
 
-use kleym_e2e::fixtures::keyless::{register_credentialless, trust_config};
+use kleym_e2e::fixtures::keyless::{exec_access, register_credentialless, trust_config};
 use kleym_test_support::authn::{apply_rbac, whoami};
 use std::ffi::OsStr;
 use std::path::Path;
@@ -17,7 +17,6 @@ use std::time::Duration;
 use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
 use kleym_e2e::fixtures::plugins::kleym_binary;
-use kleym_hub::access::{ClusterAccess, EffectiveAccess, ExecApiVersion, ExecConfig};
 use kleym_hub::credentials::{ExecOptions, run_plugin};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::{Api, PostParams};
@@ -71,32 +70,13 @@ fn spiffe_jwt_args(issuer_url: &str, hub_kc: &str) -> Vec<String> {
 }
 
 async fn mint(kleym: &str, server: &str, args: Vec<String>) -> String {
-    let access = EffectiveAccess {
-        spoke: "fleet/probe".into(),
-        provider: PROVIDER.into(),
-        cluster: ClusterAccess {
-            server: server.into(),
-            certificate_authority_pem: None,
-            tls_server_name: None,
-            insecure_skip_tls_verify: false,
-            proxy_url: None,
-            disable_compression: false,
-            exec_extension: None,
-        },
-        exec: ExecConfig {
-            api_version: ExecApiVersion::V1,
-            command: kleym.into(),
-            args,
-            env: vec![],
-            provide_cluster_info: true,
-            install_hint: None,
-        },
-    };
     let opts = ExecOptions {
         timeout: Duration::from_secs(30),
         ..ExecOptions::default()
     };
-    let c = run_plugin(&access, &opts).await.unwrap();
+    let c = run_plugin(&exec_access(server, PROVIDER, kleym, args), &opts)
+        .await
+        .unwrap();
     c.token.unwrap().expose().to_string()
 }
 

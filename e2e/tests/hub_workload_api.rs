@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use kleym_e2e::fixtures::env;
-use kleym_e2e::fixtures::harness::{FleetHarness, wait_for};
-use kleym_e2e::fixtures::keyless::{register_credentialless, trust_config};
+use kleym_e2e::fixtures::harness::{FleetHarness, RunningHub, wait_for};
+use kleym_e2e::fixtures::keyless::{exec_access, register_credentialless, trust_config};
 use kleym_e2e::fixtures::plugins::kleym_binary;
 use kleym_e2e::fixtures::spire_agent::{AgentIdentity, JwtMinter, Mode, SpireAgent};
-use kleym_hub::access::{ClusterAccess, EffectiveAccess, ExecApiVersion, ExecConfig};
+use kleym_hub::access::EffectiveAccess;
 use kleym_hub::credentials::{ExecOptions, run_plugin};
 use kleym_hub::issuer::keys::SigningKey;
 use kleym_hub::issuer::x509::HubCa;
@@ -91,27 +91,7 @@ async fn plugin(kleym: &Path, args: &[&str], server: &str) -> std::process::Outp
 }
 
 fn access(kleym: &Path, server: &str, provider: &str, args: Vec<String>) -> EffectiveAccess {
-    EffectiveAccess {
-        spoke: "fleet/probe".into(),
-        provider: provider.into(),
-        cluster: ClusterAccess {
-            server: server.into(),
-            certificate_authority_pem: None,
-            tls_server_name: None,
-            insecure_skip_tls_verify: false,
-            proxy_url: None,
-            disable_compression: false,
-            exec_extension: None,
-        },
-        exec: ExecConfig {
-            api_version: ExecApiVersion::V1,
-            command: kleym.display().to_string(),
-            args,
-            env: vec![],
-            provide_cluster_info: true,
-            install_hint: None,
-        },
-    }
+    exec_access(server, provider, &kleym.display().to_string(), args)
 }
 
 fn stderr(out: &std::process::Output) -> String {
@@ -420,18 +400,44 @@ async fn oidc_provider(key: &SigningKey, dir: &Path) -> (String, std::path::Path
     (url, ca)
 }
 
-fn provider_file(dir: &Path, name: &str, kleym: &Path, args: &[&str]) -> std::path::PathBuf {
+/// Starts the hub with a provider file whose one entry runs `kleym credential <plugin>
+/// --workload-api-socket <agent>`: no key, no kubeconfig, nothing static. Returns once every
+/// spoke converged.
+async fn engage_from_agent(
+    f: &FleetHarness,
+    dir: &Path,
+    kleym: &Path,
+    plugin: &str,
+    agent: &SpireAgent,
+    spokes: &[ClusterHandle],
+) -> RunningHub {
+    let name = format!("kleym-{plugin}");
     let pf = dir.join(format!("{name}.json"));
-    let mut argv = vec!["credential"];
-    argv.extend_from_slice(args);
-    let mut entry = json!({"name": name, "execConfig": {
+    let argv = [
+        "credential",
+        plugin,
+        "--workload-api-socket",
+        &agent.socket_uri(),
+        "--trust-domain",
+        "example.org",
+    ];
+    let entry = json!({"name": name, "execConfig": {
         "apiVersion": "client.authentication.k8s.io/v1",
-        "command": kleym.display().to_string(), "args": argv, "interactiveMode": "Never"}});
-    if name.ends_with("jwt") {
-        entry["execConfig"]["provideClusterInfo"] = json!(true);
-    }
+        "command": kleym.display().to_string(), "args": argv, "interactiveMode": "Never",
+        "provideClusterInfo": plugin == "spiffe-jwt"}});
     std::fs::write(&pf, json!({"providers": [entry]}).to_string()).unwrap();
-    pf
+    let hub = f
+        .start_hub(&[
+            "--clusterprofile-provider-file".into(),
+            pf.display().to_string(),
+            "--trust-domain".into(),
+            "example.org".into(),
+            "--leader-elect=false".into(),
+        ])
+        .await
+        .unwrap();
+    wait_converged(spokes).await;
+    hub
 }
 
 async fn wait_converged(spokes: &[ClusterHandle]) {
@@ -509,29 +515,7 @@ async fn hub_engages_spokes_with_jwt_svids_from_a_spire_agent() {
     }
 
     // The provider entry names the agent's socket and nothing else: no key, no kubeconfig.
-    let pf = provider_file(
-        dir.path(),
-        "kleym-spiffe-jwt",
-        &kleym,
-        &[
-            "spiffe-jwt",
-            "--workload-api-socket",
-            &agent.socket_uri(),
-            "--trust-domain",
-            "example.org",
-        ],
-    );
-    let hub = f
-        .start_hub(&[
-            "--clusterprofile-provider-file".into(),
-            pf.display().to_string(),
-            "--trust-domain".into(),
-            "example.org".into(),
-            "--leader-elect=false".into(),
-        ])
-        .await
-        .unwrap();
-    wait_converged(&spokes).await;
+    let hub = engage_from_agent(&f, dir.path(), &kleym, "spiffe-jwt", &agent, &spokes).await;
 
     // The hub asked the agent once per spoke audience, always with the security header.
     let calls = agent.calls();
@@ -648,29 +632,7 @@ async fn hub_engages_spokes_with_x509_svids_from_a_spire_agent() {
             apply_rbac(s, doc).await;
         }
     }
-    let pf = provider_file(
-        dir.path(),
-        "kleym-spiffe-x509",
-        &kleym,
-        &[
-            "spiffe-x509",
-            "--workload-api-socket",
-            &agent.socket_uri(),
-            "--trust-domain",
-            "example.org",
-        ],
-    );
-    let hub = f
-        .start_hub(&[
-            "--clusterprofile-provider-file".into(),
-            pf.display().to_string(),
-            "--trust-domain".into(),
-            "example.org".into(),
-            "--leader-elect=false".into(),
-        ])
-        .await
-        .unwrap();
-    wait_converged(&spokes).await;
+    let hub = engage_from_agent(&f, dir.path(), &kleym, "spiffe-x509", &agent, &spokes).await;
     assert!(
         agent
             .calls()

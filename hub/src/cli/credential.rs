@@ -11,16 +11,14 @@ use kleym_hub::credentials::plugins::exec_info::exec_info_from_env;
 use kleym_hub::credentials::plugins::hub_client::hub_client;
 use kleym_hub::credentials::plugins::secret_reader::{SecretReaderOptions, secret_reader};
 use kleym_hub::credentials::plugins::spiffe_jwt::{
-    DEFAULT_LIFETIME_SECONDS, SpiffeJwtOptions, WorkloadApiJwtOptions, spiffe_jwt,
-    spiffe_jwt_from_workload_api,
+    DEFAULT_LIFETIME_SECONDS, SpiffeJwtOptions, spiffe_jwt, spiffe_jwt_from_workload_api,
 };
 use kleym_hub::credentials::plugins::spiffe_x509::{
-    DEFAULT_TTL_SECONDS, SpiffeX509Options, WorkloadApiX509Options, spiffe_x509,
-    spiffe_x509_from_workload_api,
+    DEFAULT_TTL_SECONDS, SpiffeX509Options, spiffe_x509, spiffe_x509_from_workload_api,
 };
 use kleym_hub::credentials::plugins::token_request::{TokenRequestOptions, token_request};
 use kleym_hub::credentials::plugins::workload_api::{
-    DEFAULT_TIMEOUT_SECONDS, WorkloadApiSocket, parse_socket,
+    DEFAULT_TIMEOUT_SECONDS, WorkloadApiOptions, WorkloadApiSocket, parse_socket,
 };
 use kleym_hub::issuer::keys::Algorithm;
 use kleym_hub::issuer::secret::{SecretRef, parse_issuer_key_secret};
@@ -191,6 +189,38 @@ pub enum Plugin {
     SpiffeX509(SpiffeX509Args),
 }
 
+/// `--workload-api-socket` and its timeout, shared by both SPIFFE plugins.
+#[derive(Debug, clap::Args)]
+pub struct WorkloadApiArgs {
+    /// Take the SVID from a SPIRE agent instead of the hub's keys: the SPIFFE Workload API
+    /// socket, `unix:///path` (FetchJWTSVID with the spoke's audience, or the first answer of
+    /// FetchX509SVID). No issuer Secret, hub kubeconfig or hub RBAC is used; the spokes trust
+    /// SPIRE (its OIDC discovery provider, or its X.509 bundle).
+    #[arg(long, value_name = "unix:///PATH", value_parser = parse_socket)]
+    pub workload_api_socket: Option<WorkloadApiSocket>,
+    /// With `--workload-api-socket`: how long the agent may take before the plugin fails.
+    #[arg(long, default_value_t = DEFAULT_TIMEOUT_SECONDS, value_parser = clap::value_parser!(u64).range(1..=300))]
+    pub workload_api_timeout_seconds: u64,
+}
+
+impl WorkloadApiArgs {
+    /// The plugin options when a socket was given.
+    fn options(
+        &self,
+        hub_spiffe_id: &Option<String>,
+        trust_domain: &Option<String>,
+    ) -> Option<WorkloadApiOptions> {
+        self.workload_api_socket
+            .as_ref()
+            .map(|socket| WorkloadApiOptions {
+                socket: socket.clone(),
+                hub_spiffe_id: hub_spiffe_id.clone(),
+                trust_domain: trust_domain.clone(),
+                timeout: Duration::from_secs(self.workload_api_timeout_seconds),
+            })
+    }
+}
+
 /// Arguments of `kleym credential spiffe-x509`.
 #[derive(Debug, clap::Args)]
 pub struct SpiffeX509Args {
@@ -204,14 +234,9 @@ pub struct SpiffeX509Args {
         conflicts_with = "workload_api_socket"
     )]
     pub issuer_key_secret: Option<SecretRef>,
-    /// Take the X.509-SVID from a SPIRE agent instead of issuing it: the SPIFFE Workload API
-    /// socket, `unix:///path` (the first answer of FetchX509SVID). The spoke's user is the
-    /// certificate's CN (SPIRE sets it to the entry's first DNS name).
-    #[arg(long, value_name = "unix:///PATH", value_parser = parse_socket)]
-    pub workload_api_socket: Option<WorkloadApiSocket>,
-    /// With `--workload-api-socket`: how long the agent may take before the plugin fails.
-    #[arg(long, default_value_t = DEFAULT_TIMEOUT_SECONDS, value_parser = clap::value_parser!(u64).range(1..=300))]
-    pub workload_api_timeout_seconds: u64,
+    /// The SPIRE agent source (`--workload-api-socket`).
+    #[command(flatten)]
+    pub workload_api: WorkloadApiArgs,
     /// The signing key's algorithm, as `kleym hub --issuer-key-algorithm`.
     #[arg(long, value_enum, default_value = "ES256", value_name = "ES256|RS256")]
     pub issuer_key_algorithm: Algorithm,
@@ -257,14 +282,9 @@ pub struct SpiffeJwtArgs {
         conflicts_with = "workload_api_socket"
     )]
     pub issuer_key_secret: Option<SecretRef>,
-    /// Take the JWT-SVID from a SPIRE agent instead of signing it: the SPIFFE Workload API
-    /// socket, `unix:///path` (FetchJWTSVID with the spoke's audience). No hub key or
-    /// kubeconfig is used; the spokes trust SPIRE's issuer (its OIDC discovery provider).
-    #[arg(long, value_name = "unix:///PATH", value_parser = parse_socket)]
-    pub workload_api_socket: Option<WorkloadApiSocket>,
-    /// With `--workload-api-socket`: how long the agent may take before the plugin fails.
-    #[arg(long, default_value_t = DEFAULT_TIMEOUT_SECONDS, value_parser = clap::value_parser!(u64).range(1..=300))]
-    pub workload_api_timeout_seconds: u64,
+    /// The SPIRE agent source (`--workload-api-socket`).
+    #[command(flatten)]
+    pub workload_api: WorkloadApiArgs,
     /// The signing key's algorithm, as `kleym hub --issuer-key-algorithm`.
     #[arg(long, value_enum, default_value = "ES256", value_name = "ES256|RS256")]
     pub issuer_key_algorithm: Algorithm,
@@ -364,13 +384,7 @@ async fn run_token_request(a: &TokenRequestArgs) -> anyhow::Result<String> {
 
 async fn run_spiffe_jwt(a: &SpiffeJwtArgs) -> anyhow::Result<String> {
     let info = exec_info_from_env()?;
-    if let Some(socket) = &a.workload_api_socket {
-        let opts = WorkloadApiJwtOptions {
-            socket: socket.clone(),
-            hub_spiffe_id: a.hub_spiffe_id.clone(),
-            trust_domain: a.trust_domain.clone(),
-            timeout: Duration::from_secs(a.workload_api_timeout_seconds),
-        };
+    if let Some(opts) = a.workload_api.options(&a.hub_spiffe_id, &a.trust_domain) {
         return Ok(spiffe_jwt_from_workload_api(&info, &opts).await?);
     }
     // clap requires both when there is no socket; this is the message if that ever changes.
@@ -394,13 +408,7 @@ async fn run_spiffe_jwt(a: &SpiffeJwtArgs) -> anyhow::Result<String> {
 
 async fn run_spiffe_x509(a: &SpiffeX509Args) -> anyhow::Result<String> {
     let info = exec_info_from_env()?;
-    if let Some(socket) = &a.workload_api_socket {
-        let opts = WorkloadApiX509Options {
-            socket: socket.clone(),
-            hub_spiffe_id: a.hub_spiffe_id.clone(),
-            trust_domain: a.trust_domain.clone(),
-            timeout: Duration::from_secs(a.workload_api_timeout_seconds),
-        };
+    if let Some(opts) = a.workload_api.options(&a.hub_spiffe_id, &a.trust_domain) {
         return Ok(spiffe_x509_from_workload_api(&info, &opts).await?);
     }
     let Some(secret) = &a.issuer_key_secret else {

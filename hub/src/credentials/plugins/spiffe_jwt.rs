@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::PluginError;
 use super::exec_info::{ExecInfo, render_credential};
-use super::workload_api::{WorkloadApiSocket, choose, fetch_jwt_svids};
+use super::workload_api::{WorkloadApiOptions, choose, fetch_jwt_svids};
 use crate::issuer::keys::{Algorithm, SigningKey};
 use crate::issuer::secret::{SecretRef, load_or_create};
 use crate::issuer::{MAX_TOKEN_LIFETIME_SECONDS, validate_issuer_url};
@@ -195,24 +195,11 @@ pub async fn spiffe_jwt(
     sign_credential(key, info, opts, now)
 }
 
-/// Where `--workload-api-socket` takes the JWT-SVID from, and what it must be.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkloadApiJwtOptions {
-    /// The agent's socket.
-    pub socket: WorkloadApiSocket,
-    /// `--hub-spiffe-id`: the SVID to ask for [default: the agent's default SVID].
-    pub hub_spiffe_id: Option<String>,
-    /// `--trust-domain`: the SVID's SPIFFE ID must be inside it.
-    pub trust_domain: Option<String>,
-    /// How long the agent may take.
-    pub timeout: std::time::Duration,
-}
-
 /// Runs the plugin against a SPIRE agent: `FetchJWTSVID` with the spoke's audience, checks
 /// the answer, and returns the ExecCredential JSON to print.
 pub async fn spiffe_jwt_from_workload_api(
     info: &ExecInfo,
-    opts: &WorkloadApiJwtOptions,
+    opts: &WorkloadApiOptions,
 ) -> Result<String, PluginError> {
     let aud = audience(info)?;
     let svids = fetch_jwt_svids(

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::PluginError;
 use super::exec_info::ExecInfo;
 use super::spiffe_jwt::resolve_hub_spiffe_id;
-use super::workload_api::{WorkloadApiSocket, choose, fetch_x509_svids, proto};
+use super::workload_api::{WorkloadApiOptions, choose, fetch_x509_svids, proto};
 use crate::issuer::keys::Algorithm;
 use crate::issuer::keys::pem_encode;
 use crate::issuer::secret::{SecretRef, load_or_create};
@@ -92,24 +92,11 @@ pub async fn spiffe_x509(
     issue_credential(ca, info, opts, Utc::now())
 }
 
-/// Where `--workload-api-socket` takes the X.509-SVID from, and what it must be.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkloadApiX509Options {
-    /// The agent's socket.
-    pub socket: WorkloadApiSocket,
-    /// `--hub-spiffe-id`: the SVID to use [default: the agent's default SVID].
-    pub hub_spiffe_id: Option<String>,
-    /// `--trust-domain`: the SVID's SPIFFE ID must be inside it.
-    pub trust_domain: Option<String>,
-    /// How long the agent may take.
-    pub timeout: std::time::Duration,
-}
-
 /// Runs the plugin against a SPIRE agent: the first message of `FetchX509SVID`, checked, as
 /// an ExecCredential with the certificate chain and key in PEM.
 pub async fn spiffe_x509_from_workload_api(
     info: &ExecInfo,
-    opts: &WorkloadApiX509Options,
+    opts: &WorkloadApiOptions,
 ) -> Result<String, PluginError> {
     let svids = fetch_x509_svids(&opts.socket, opts.timeout).await?;
     let svid = choose(

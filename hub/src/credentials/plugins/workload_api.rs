@@ -177,6 +177,19 @@ pub fn parse_socket(uri: &str) -> Result<WorkloadApiSocket, String> {
     })
 }
 
+/// Where `--workload-api-socket` takes an SVID from, and what it must be (both plugins).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadApiOptions {
+    /// The agent's socket.
+    pub socket: WorkloadApiSocket,
+    /// `--hub-spiffe-id`: the SVID to use [default: the agent's default SVID].
+    pub hub_spiffe_id: Option<String>,
+    /// `--trust-domain`: the SVID's SPIFFE ID must be inside it.
+    pub trust_domain: Option<String>,
+    /// How long the agent may take (`--workload-api-timeout-seconds`).
+    pub timeout: Duration,
+}
+
 /// Connects to the agent. The channel is lazy: the connection is made by the first call.
 fn channel(socket: &WorkloadApiSocket) -> Result<tonic::transport::Channel, PluginError> {
     let path = socket.path.clone();
