@@ -1333,3 +1333,104 @@ fn issuer_values_add_spiffe_providers_or_mirror_the_cluster_issuer() {
         .collect();
     assert_eq!(names, ["kleym-token-request"]);
 }
+
+/// `spireAgent.enabled`: the hub pod mounts the agent's socket (the SPIFFE CSI driver by
+/// default, or a hostPath) read-only where the two added providers point, and the rendered
+/// plugin command lines are valid for the real binary: it gets as far as dialling the socket.
+#[test]
+fn spire_agent_values_mount_the_socket_and_add_workload_api_providers() {
+    let providers = |docs: &[Value]| -> Vec<Value> {
+        let cm = find(docs, "ConfigMap", "kleym-hub-providers").expect("provider ConfigMap");
+        let file: Value =
+            kleym_api::yaml::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
+        file["providers"].as_array().unwrap().clone()
+    };
+    let socket_volume = |docs: &[Value]| -> (Value, Value) {
+        let pod = &find(docs, "Deployment", "kleym-hub").unwrap()["spec"]["template"]["spec"];
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "spire-agent-socket")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let mount = pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "spire-agent-socket")
+            .cloned()
+            .unwrap_or(Value::Null);
+        (volume, mount)
+    };
+
+    // Off by default: no volume, no provider.
+    let docs = render(json!({}));
+    assert_eq!(socket_volume(&docs), (Value::Null, Value::Null));
+    assert!(
+        providers(&docs)
+            .iter()
+            .all(|p| !p["name"].as_str().unwrap().starts_with("kleym-spire"))
+    );
+
+    let docs = render(
+        json!({"trustDomain": "prod.example.org", "spireAgent": {"enabled": true,
+        "hubSpiffeId": "spiffe://prod.example.org/ns/kleym-system/sa/kleym-hub",
+        "timeoutSeconds": 5}}),
+    );
+    let (volume, mount) = socket_volume(&docs);
+    assert_eq!(volume["csi"]["driver"], "csi.spiffe.io");
+    assert_eq!(mount["mountPath"], "/run/spire/agent-sockets");
+    assert_eq!(mount["readOnly"], true);
+    let list = providers(&docs);
+    let names: Vec<&str> = list.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["kleym-token-request", "kleym-spire-jwt", "kleym-spire-x509"]
+    );
+    let socket = "unix:///run/spire/agent-sockets/spire-agent.sock";
+    let kleym = kleym_e2e::fixtures::plugins::kleym_binary().expect("kleym binary");
+    for (provider, plugin) in [(&list[1], "spiffe-jwt"), (&list[2], "spiffe-x509")] {
+        let argv = provider_argv(provider);
+        assert_eq!(
+            argv,
+            [
+                "/usr/local/bin/kleym",
+                "credential",
+                plugin,
+                &format!("--workload-api-socket={socket}"),
+                "--workload-api-timeout-seconds=5",
+                "--trust-domain=prod.example.org",
+                "--hub-spiffe-id=spiffe://prod.example.org/ns/kleym-system/sa/kleym-hub",
+            ]
+        );
+        // The real binary accepts every flag (a usage error would exit 2) and fails only at
+        // the socket, which does not exist here, naming it.
+        let out = Command::new(&kleym)
+            .args(&argv[1..])
+            .env(
+                "KUBERNETES_EXEC_INFO",
+                json!({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                       "spec": {"interactive": false, "cluster": {"server": "https://spoke-a:6443"}}})
+                .to_string(),
+            )
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{plugin}: {stderr}");
+        assert!(stderr.contains(socket), "{plugin}: {stderr}");
+    }
+    assert_eq!(list[1]["execConfig"]["provideClusterInfo"], true);
+
+    // hostPath instead of the CSI driver.
+    let docs = render(
+        json!({"spireAgent": {"enabled": true, "socketVolume": "hostPath",
+        "hostPath": "/run/spire/sockets", "socketName": "agent.sock"}}),
+    );
+    let (volume, _) = socket_volume(&docs);
+    assert_eq!(volume["hostPath"]["path"], "/run/spire/sockets");
+    assert!(
+        provider_argv(&providers(&docs)[1])
+            .contains(&"--workload-api-socket=unix:///run/spire/agent-sockets/agent.sock".into())
+    );
+}
