@@ -162,6 +162,9 @@ impl SpokeState {
         let after = self.current_binding(key);
         if binding_compile_inputs_differ(before.as_deref(), after.as_deref()) {
             self.namespace_cache.invalidate(&key.namespace);
+        } else {
+            self.namespace_cache
+                .binding_changed(&key.namespace, &key.name);
         }
         recorded
     }

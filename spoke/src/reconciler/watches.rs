@@ -226,6 +226,11 @@ pub(crate) fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>
                 || written.is_some_and(|w| binding_compile_inputs_differ(Some(&w), Some(&new)))
             {
                 ctx.state.namespace_cache.invalidate(&key.namespace);
+            } else {
+                // Its status may have changed: compared with its findings again.
+                ctx.state
+                    .namespace_cache
+                    .binding_changed(&key.namespace, &key.name);
             }
             let relevant = binding_change_needs_reconcile(old.as_deref(), &new);
             let own_echo = ctx.state.binding_overlay.is_own_write(
