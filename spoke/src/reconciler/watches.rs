@@ -461,7 +461,7 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
         .name_claims
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&name)
+        .claimant(&name)
     {
         affected.push(k.clone());
     }
