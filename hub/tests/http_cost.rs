@@ -105,7 +105,8 @@ fn fleet() -> FleetState {
     state.set_leader(true);
     for c in 0..SPOKES {
         let name = format!("fleet/spoke-{c:04}");
-        let bindings: Vec<BindingSnapshot> = (0..BINDINGS).map(|i| binding(c, i)).collect();
+        let bindings: Vec<Arc<BindingSnapshot>> =
+            (0..BINDINGS).map(|i| Arc::new(binding(c, i))).collect();
         state.update(&name, |s| {
             s.phase = Phase::Engaged;
             s.trust_domain = Some("fleet.example".into());

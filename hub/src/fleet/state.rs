@@ -132,7 +132,7 @@ pub struct SpokeState {
     /// (retries after failures are not counted).
     pub engagements: u64,
     /// Per-binding results, as the spoke's reconciler last saw them.
-    pub bindings: Arc<Vec<BindingSnapshot>>,
+    pub bindings: Arc<Vec<Arc<BindingSnapshot>>>,
     /// The engaged profile of the same member cluster, while this one is
     /// [`Phase::Duplicate`].
     pub duplicate_of: Option<DuplicateOf>,

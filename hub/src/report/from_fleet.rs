@@ -27,7 +27,11 @@ impl From<&SpokeState> for SpokeObservation {
             next_retry: shown.next_retry,
             spoke_version: s.version.clone(),
             last_sync: s.last_sync,
-            bindings: s.bindings.iter().map(BindingObservation::from).collect(),
+            bindings: s
+                .bindings
+                .iter()
+                .map(|b| BindingObservation::from(b.as_ref()))
+                .collect(),
             duplicate_of: s.duplicate_of.clone(),
         }
     }
@@ -244,7 +248,10 @@ mod tests {
         ready.conflict_peers.clear();
         for phase in Phase::ALL {
             // A new spoke (nothing observed yet) and one re-syncing with earlier bindings.
-            for bindings in [vec![], vec![ready.clone(), ready.clone()]] {
+            for bindings in [
+                vec![],
+                vec![Arc::new(ready.clone()), Arc::new(ready.clone())],
+            ] {
                 let mut s = SpokeState::new("fleet/east");
                 s.phase = phase;
                 s.bindings = Arc::new(bindings);
@@ -317,7 +324,7 @@ mod tests {
     #[test]
     fn spoke_phases_map_to_health() {
         let mut s = SpokeState::new("fleet/east");
-        s.bindings = Arc::new(vec![snapshot()]);
+        s.bindings = Arc::new(vec![Arc::new(snapshot())]);
         s.phase = Phase::Engaged;
         let o = SpokeObservation::from(&s);
         assert!(o.healthy());

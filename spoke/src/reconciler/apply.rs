@@ -11,6 +11,7 @@ use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, InferenceIdentityBindingStatus, OwnedClusterSpiffeId};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Resource, ResourceExt};
+use serde::Serialize;
 use serde_json::json;
 
 use super::effects::Effects;
@@ -154,12 +155,17 @@ pub async fn apply_status(
     let ns = binding.namespace().unwrap_or_default();
     let name = binding.name_any();
     let api: Api<InferenceIdentityBinding> = Api::namespaced(fx.client.clone(), &ns);
-    let body = json!({
-        "apiVersion": InferenceIdentityBinding::api_version(&()),
-        "kind": InferenceIdentityBinding::kind(&()),
-        "metadata": { "name": name, "namespace": ns },
-        "status": status,
-    });
+    let api_version = InferenceIdentityBinding::api_version(&());
+    let kind = InferenceIdentityBinding::kind(&());
+    let body = StatusApply {
+        api_version: &api_version,
+        kind: &kind,
+        metadata: NameRef {
+            name: &name,
+            namespace: &ns,
+        },
+        status,
+    };
     let pp = PatchParams::apply(field_manager).force();
     fx.metrics.count_write("status_apply");
     api.patch_status(&name, &pp, &Patch::Apply(&body))
@@ -170,6 +176,25 @@ pub async fn apply_status(
                 e,
             )
         })
+}
+
+/// The applied configuration of a status write. Typed rather than `json!`: that copied the
+/// whole status into a `serde_json::Value` tree on every write only to serialize it again.
+/// The same JSON object (keys in the status type's order rather than sorted).
+#[derive(Debug, Serialize)]
+struct StatusApply<'a> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'a str,
+    kind: &'a str,
+    metadata: NameRef<'a>,
+    status: &'a InferenceIdentityBindingStatus,
+}
+
+/// `metadata` naming an object and nothing else.
+#[derive(Debug, Serialize)]
+struct NameRef<'a> {
+    name: &'a str,
+    namespace: &'a str,
 }
 
 /// Sets the binding's finalizers to `finalizers`, guarded by the cached resourceVersion
@@ -202,4 +227,42 @@ pub async fn set_finalizers(
                 e,
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kleym_api::{ConflictPeer, IdentityWarning};
+
+    #[test]
+    fn status_apply_body_is_the_json_it_replaced() {
+        let status = InferenceIdentityBindingStatus {
+            conflict_peers: vec![ConflictPeer {
+                name: "b".into(),
+                reason: "IdentityCollision".into(),
+            }],
+            warnings: vec![IdentityWarning {
+                reason: "Overlap".into(),
+                message: "m \"quoted\"".into(),
+            }],
+            observed_generation: Some(3),
+            ..Default::default()
+        };
+        let typed = StatusApply {
+            api_version: "kleym.io/v1alpha1",
+            kind: "InferenceIdentityBinding",
+            metadata: NameRef {
+                name: "a",
+                namespace: "llm",
+            },
+            status: &status,
+        };
+        let untyped = json!({
+            "apiVersion": "kleym.io/v1alpha1",
+            "kind": "InferenceIdentityBinding",
+            "metadata": { "name": "a", "namespace": "llm" },
+            "status": status,
+        });
+        assert_eq!(serde_json::to_value(&typed).unwrap(), untyped);
+    }
 }

@@ -8,7 +8,9 @@
 //!
 //! The hub asks every spoke for its snapshot periodically; it is rebuilt only when the
 //! binding cache changed since the last build (its version), otherwise the last one is
-//! shared.
+//! shared. Entries are shared too: a rebuild while bindings converge (every second, on
+//! every spoke) rebuilds the entries of changed bindings only, and keeps the others
+//! without copying them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -115,14 +117,17 @@ pub struct SnapshotMemo {
 struct Built {
     version: u64,
     sources: Vec<Arc<InferenceIdentityBinding>>,
-    snapshot: Arc<Vec<BindingSnapshot>>,
+    snapshot: Arc<Vec<Arc<BindingSnapshot>>>,
 }
 
 impl SnapshotMemo {
     /// Every binding of `cache`'s snapshot, sorted by namespace and name: the last one when
     /// the cache has not changed since it was built (same `Arc`). A rebuild reuses the entry
     /// of every binding whose cached object is the one it was built of.
-    pub fn latest(&self, cache: &Cache<InferenceIdentityBinding>) -> Arc<Vec<BindingSnapshot>> {
+    pub fn latest(
+        &self,
+        cache: &Cache<InferenceIdentityBinding>,
+    ) -> Arc<Vec<Arc<BindingSnapshot>>> {
         // Read before the objects: a change racing the build makes the next call rebuild.
         let version = cache.version();
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
@@ -143,7 +148,7 @@ impl SnapshotMemo {
 fn build(cache: &Cache<InferenceIdentityBinding>, version: u64, previous: Option<Built>) -> Built {
     let mut sources = cache.list();
     sources.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
-    let reusable: HashMap<*const InferenceIdentityBinding, &BindingSnapshot> = previous
+    let reusable: HashMap<*const InferenceIdentityBinding, &Arc<BindingSnapshot>> = previous
         .as_ref()
         .map(|p| {
             p.sources
@@ -156,8 +161,8 @@ fn build(cache: &Cache<InferenceIdentityBinding>, version: u64, previous: Option
     let snapshot = sources
         .iter()
         .map(|b| match reusable.get(&Arc::as_ptr(b)) {
-            Some(kept) => (*kept).clone(),
-            None => BindingSnapshot::of(b),
+            Some(kept) => Arc::clone(kept),
+            None => Arc::new(BindingSnapshot::of(b)),
         })
         .collect();
     Built {

@@ -3,7 +3,7 @@
 //! memo of per-binding compile results ([`CompileMemo`]). No caches and no I/O: the
 //! dereference that feeds it is [`super::compile`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use kleym_api::external::spiffeid::ClusterSPIFFEIDSpec;
@@ -86,6 +86,24 @@ pub struct InputFingerprint {
 #[derive(Debug, Default)]
 pub struct NamespaceEvaluation {
     bindings: BTreeMap<String, Evaluated>,
+    /// Which bindings' statuses must still be compared with these findings (see
+    /// [`Self::take_peers_to_check`]).
+    peer_checks: Mutex<PeerChecks>,
+}
+
+/// The bindings whose recorded findings may differ from an evaluation's without anyone
+/// having looked since. Whether a peer's status matches its findings only changes when
+/// the findings change (a new evaluation: every binding is unchecked) or its status does
+/// (a write, ours or not, marks it): comparing every peer on every reconcile made a burst
+/// of reconciles quadratic in the namespace.
+#[derive(Debug, Default)]
+enum PeerChecks {
+    /// Nothing compared yet.
+    #[default]
+    All,
+    /// Only these (statuses changed since the last comparison, or peers left to their
+    /// retry).
+    Only(HashSet<String>),
 }
 
 #[derive(Debug)]
@@ -138,6 +156,62 @@ impl NamespaceEvaluation {
     /// True when the namespace has no live binding.
     pub fn is_empty(&self) -> bool {
         self.bindings.is_empty()
+    }
+
+    /// The findings of the bindings whose status has not been compared with them since
+    /// it last changed (all of them on first use), and forgets them: the caller compares
+    /// and enqueues. Peers it could not act on go back with [`Self::check_again`].
+    pub fn take_peers_to_check(&self) -> Vec<(&String, &BindingDecision)> {
+        let taken = std::mem::replace(&mut *self.lock_checks(), PeerChecks::Only(HashSet::new()));
+        match taken {
+            PeerChecks::All => self.findings().collect(),
+            PeerChecks::Only(names) => names
+                .iter()
+                .filter_map(|n| self.bindings.get_key_value(n.as_str()))
+                .map(|(name, e)| (name, &e.findings))
+                .collect(),
+        }
+    }
+
+    /// Has the binding `name` compared again on the next [`Self::take_peers_to_check`]:
+    /// its status changed, or it was left to its retry. Names this evaluation does not
+    /// hold are ignored.
+    pub fn check_again(&self, name: &str) {
+        if !self.bindings.contains_key(name) {
+            return;
+        }
+        if let PeerChecks::Only(names) = &mut *self.lock_checks()
+            && !names.contains(name)
+        {
+            names.insert(name.to_string());
+        }
+    }
+
+    /// An evaluation holding `findings` as they are, for tests of what reads them.
+    #[cfg(test)]
+    pub(crate) fn from_findings(
+        findings: impl IntoIterator<Item = (String, BindingDecision)>,
+    ) -> Self {
+        let refused: Arc<CompileResult> = Arc::new(Err(Refusal::new(
+            compiler::Reason::IdentityCollision,
+            "test",
+        )));
+        let bindings = findings
+            .into_iter()
+            .map(|(name, findings)| {
+                let compiled = Arc::clone(&refused);
+                (name, Evaluated { findings, compiled })
+            })
+            .collect();
+        Self {
+            bindings,
+            peer_checks: Mutex::default(),
+        }
+    }
+
+    fn lock_checks(&self) -> std::sync::MutexGuard<'_, PeerChecks> {
+        // Poisoning only means a panic elsewhere; the set stays consistent.
+        self.peer_checks.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -248,5 +322,8 @@ pub(crate) fn merge(
             (input.name, Evaluated { findings, compiled })
         })
         .collect();
-    NamespaceEvaluation { bindings }
+    NamespaceEvaluation {
+        bindings,
+        peer_checks: Mutex::default(),
+    }
 }

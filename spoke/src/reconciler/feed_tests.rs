@@ -232,3 +232,103 @@ fn a_peer_in_its_error_backoff_is_left_to_its_retry() {
     nudge();
     assert_eq!(drain(), [b]);
 }
+
+/// A namespace's statuses are compared with its evaluation once, then only where a write
+/// changed one: a peer whose status did not change is not compared (nor enqueued) again,
+/// one whose status changed is, and a peer left to its retry is compared again next time.
+#[test]
+fn peers_are_compared_again_only_after_their_status_changed() {
+    use super::evaluation::{BindingDecision, NamespaceEvaluation};
+    use super::queue::ObjectKey;
+    use super::reconcile::nudge_peers;
+    use crate::compiler::{Reason, Refusal};
+    use kleym_api::ConflictPeer;
+    use std::time::Duration;
+
+    let rt = runtime();
+    let _guard = rt.enter();
+    let ctx = context();
+    ctx.state.caches.bindings.activate();
+    deliver(&ctx, Event::Init);
+    for (name, rv) in [("a", 1), ("b", 2), ("c", 3)] {
+        deliver(
+            &ctx,
+            Event::InitApply(binding(served_binding(name, rv, "Compiled"))),
+        );
+    }
+    deliver(&ctx, Event::InitDone);
+    // b collides with a (its status does not say so); c's findings match its status.
+    let clean = |_: &str| BindingDecision {
+        output: None,
+        refusal: None,
+        computed_spiffe_ids: Vec::new(),
+        rendered_selectors: Vec::new(),
+        conflict_peers: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let colliding = BindingDecision {
+        refusal: Some(Refusal::new(Reason::IdentityCollision, "m")),
+        conflict_peers: vec![ConflictPeer {
+            name: "a".into(),
+            reason: "IdentityCollision".into(),
+        }],
+        ..clean("b")
+    };
+    let evaluation = Arc::new(NamespaceEvaluation::from_findings([
+        ("a".to_string(), clean("a")),
+        ("b".to_string(), colliding),
+        ("c".to_string(), clean("c")),
+    ]));
+    let served = ctx.state.served();
+    let cache = &ctx.state.namespace_cache;
+    let (stamp, _) = cache.lookup("llm", &served);
+    assert!(cache.store("llm", stamp, &served, Arc::clone(&evaluation)));
+
+    let (a, b) = (ObjectKey::new("llm", "a"), ObjectKey::new("llm", "b"));
+    let nudge = || nudge_peers(&ctx.state, &ctx.queue, &a, &evaluation);
+    let drain = || {
+        let mut keys = Vec::new();
+        while !ctx.queue.is_empty() {
+            let key = rt.block_on(ctx.queue.next()).unwrap();
+            ctx.queue.done(&key);
+            keys.push(key);
+        }
+        keys
+    };
+    assert_eq!(drain().len(), 3, "the initial list enqueued every binding");
+
+    // First use: every peer compared, b enqueued.
+    nudge();
+    assert_eq!(drain(), std::slice::from_ref(&b));
+    // No status changed since: nothing compared, nothing enqueued (b's own reconcile is
+    // what comes next).
+    assert!(evaluation.take_peers_to_check().is_empty());
+    nudge();
+    assert!(drain().is_empty());
+
+    // b's status was rewritten, still without the collision: compared again, enqueued.
+    deliver(&ctx, Event::Apply(binding(served_binding("b", 4, "Other"))));
+    nudge();
+    assert_eq!(drain(), std::slice::from_ref(&b));
+    // c's status changed but still matches its findings: compared, not enqueued.
+    deliver(&ctx, Event::Apply(binding(served_binding("c", 5, "Other"))));
+    let to_check: Vec<_> = evaluation
+        .take_peers_to_check()
+        .into_iter()
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert_eq!(to_check, ["c"]);
+
+    // Our own status write of b marks it too.
+    ctx.state
+        .record_binding_write(&b, binding(served_binding("b", 6, "Written")));
+    ctx.state.next_backoff(&b, Duration::from_secs(60));
+    nudge();
+    assert!(drain().is_empty(), "left to its retry");
+    // Still waiting to be compared: enqueued once its backoff is over, with no new write.
+    ctx.state.reset_backoff(&b);
+    nudge();
+    assert_eq!(drain(), [b]);
+    nudge();
+    assert!(drain().is_empty());
+}

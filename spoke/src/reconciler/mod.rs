@@ -15,6 +15,7 @@ pub mod api_availability;
 pub mod apply;
 pub mod binding_snapshot;
 pub mod caches;
+pub mod claims;
 pub mod compile;
 pub mod config;
 pub mod context;

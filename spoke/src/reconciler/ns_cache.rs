@@ -125,6 +125,16 @@ impl NamespaceCache {
         }
     }
 
+    /// The binding `namespace/name` changed in a way its evaluation does not read (its
+    /// status, say): the current evaluation compares it with its findings again (see
+    /// [`NamespaceEvaluation::take_peers_to_check`]). Call it after the change is visible.
+    pub fn binding_changed(&self, namespace: &str, name: &str) {
+        let inner = self.lock();
+        if let Some(cached) = inner.slots.get(namespace).and_then(|s| s.cached.as_ref()) {
+            cached.evaluation.check_again(name);
+        }
+    }
+
     /// Something every namespace's evaluation reads changed.
     pub fn invalidate_all(&self) {
         let mut inner = self.lock();

@@ -18,7 +18,7 @@ use super::compile;
 use super::config::SpokeConfig;
 use super::context::Context;
 use super::error::Error;
-use super::evaluation::BindingDecision;
+use super::evaluation::{BindingDecision, NamespaceEvaluation};
 use super::events::Transition;
 use super::finalizer::{self, OutputRelease};
 use super::plan::{self, BindingPlan};
@@ -77,7 +77,7 @@ fn compile_binding(ctx: &Context, key: &ObjectKey) -> Result<Option<BindingDecis
     let Some(verdict) = evaluation.verdict(&key.name) else {
         return Ok(None);
     };
-    enqueue_changed_peers(&ctx.state, &ctx.queue, key, evaluation.findings());
+    nudge_peers(&ctx.state, &ctx.queue, key, &evaluation);
     Ok(Some(verdict))
 }
 
@@ -195,7 +195,7 @@ async fn cleanup(
         &key.namespace,
         &state.served(),
     )?;
-    enqueue_changed_peers(state, &ctx.queue, key, evaluation.findings());
+    nudge_peers(state, &ctx.queue, key, &evaluation);
     Ok(())
 }
 
@@ -207,16 +207,36 @@ pub fn cluster_config(config: &SpokeConfig) -> ClusterConfig {
     }
 }
 
+/// [`enqueue_changed_peers`] for the peers of `evaluation` not compared with it since their
+/// status last changed: all of them on the evaluation's first use, then only those a write
+/// touched since, or that were left to their retry (compared again next time, as before).
+/// A burst of reconciles in one namespace so compares each status once per change instead
+/// of every peer on every reconcile.
+pub fn nudge_peers(
+    state: &SpokeState,
+    queue: &WorkQueue,
+    key: &ObjectKey,
+    evaluation: &NamespaceEvaluation,
+) {
+    let to_check = evaluation.take_peers_to_check();
+    if to_check.is_empty() {
+        return;
+    }
+    for name in enqueue_changed_peers(state, queue, key, to_check) {
+        evaluation.check_again(name);
+    }
+}
+
 /// Enqueues the namespace peers whose namespace-wide findings (conflict, peers, warnings)
 /// in `verdicts` differ from what their status records: collisions appear on, and resolve
 /// for, every member, and warnings that name peers stay current. A peer waiting out its
-/// error backoff is left to its retry ([`SpokeState::backing_off`]).
+/// error backoff is left to its retry ([`SpokeState::backing_off`]); those are returned.
 pub fn enqueue_changed_peers<'a>(
     state: &SpokeState,
     queue: &WorkQueue,
     key: &ObjectKey,
     verdicts: impl IntoIterator<Item = (&'a String, &'a BindingDecision)>,
-) {
+) -> Vec<&'a String> {
     // Every peer of the namespace is read: one cache lock for all of them (the same
     // resolution as `SpokeState::current_binding_named`: cache, then our newer writes).
     let changed: Vec<&String> = state
@@ -236,12 +256,16 @@ pub fn enqueue_changed_peers<'a>(
                 .map(|(name, _)| name)
                 .collect()
         });
+    let mut left_to_retry = Vec::new();
     for name in changed {
         let peer = ObjectKey::new(key.namespace.clone(), name.clone());
-        if !state.backing_off(&peer) {
+        if state.backing_off(&peer) {
+            left_to_retry.push(name);
+        } else {
             queue.enqueue(peer);
         }
     }
+    left_to_retry
 }
 
 /// Do the peer's recorded namespace-wide findings differ from the verdict's? (Peers and

@@ -9,8 +9,8 @@ use super::context::Context;
 pub use super::watch_failures::WatchFailure;
 
 /// Every cached binding's snapshot, sorted by namespace and name; shared (same `Arc`)
-/// while the binding cache is unchanged.
-pub fn bindings(ctx: &Context) -> Arc<Vec<BindingSnapshot>> {
+/// while the binding cache is unchanged, and each entry while its binding is.
+pub fn bindings(ctx: &Context) -> Arc<Vec<Arc<BindingSnapshot>>> {
     ctx.state
         .binding_snapshot
         .latest(&ctx.state.caches.bindings)

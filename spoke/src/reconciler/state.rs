@@ -14,6 +14,7 @@ use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use super::api_availability::{ApiKind, ServedApis};
 use super::binding_snapshot::SnapshotMemo;
 use super::caches::Caches;
+use super::claims::NameClaims;
 use super::evaluation::CompileMemo;
 use super::index::Index;
 use super::ns_cache::{NamespaceCache, binding_compile_inputs_differ};
@@ -37,7 +38,7 @@ pub struct SpokeState {
     pub served: RwLock<ServedApis>,
     /// ClusterSPIFFEID name → binding that wants it (to re-enqueue a binding refused
     /// because a foreign object holds its name when that object goes away).
-    pub name_claims: Mutex<HashMap<String, ObjectKey>>,
+    pub name_claims: Mutex<NameClaims>,
     /// Consecutive failures per binding and when its retry is due (the error backoff).
     pub failures: Mutex<HashMap<ObjectKey, Failures>>,
     /// Bindings as our own writes returned them (read-your-writes).
@@ -162,6 +163,9 @@ impl SpokeState {
         let after = self.current_binding(key);
         if binding_compile_inputs_differ(before.as_deref(), after.as_deref()) {
             self.namespace_cache.invalidate(&key.namespace);
+        } else {
+            self.namespace_cache
+                .binding_changed(&key.namespace, &key.name);
         }
         recorded
     }
@@ -174,9 +178,10 @@ impl SpokeState {
 
     /// Records that `key` wants the ClusterSPIFFEID `name` (and no other).
     pub fn claim_name(&self, name: &str, key: &ObjectKey) {
-        let mut claims = self.name_claims.lock().unwrap_or_else(|p| p.into_inner());
-        claims.retain(|n, k| k != key || n == name);
-        claims.insert(name.to_string(), key.clone());
+        self.name_claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .claim(name, key);
     }
 
     /// Forgets every name `key` claimed.
@@ -184,6 +189,6 @@ impl SpokeState {
         self.name_claims
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retain(|_, k| k != key);
+            .release(key);
     }
 }

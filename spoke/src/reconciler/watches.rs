@@ -226,6 +226,11 @@ pub(crate) fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>
                 || written.is_some_and(|w| binding_compile_inputs_differ(Some(&w), Some(&new)))
             {
                 ctx.state.namespace_cache.invalidate(&key.namespace);
+            } else {
+                // Its status may have changed: compared with its findings again.
+                ctx.state
+                    .namespace_cache
+                    .binding_changed(&key.namespace, &key.name);
             }
             let relevant = binding_change_needs_reconcile(old.as_deref(), &new);
             let own_echo = ctx.state.binding_overlay.is_own_write(
@@ -456,7 +461,7 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
         .name_claims
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .get(&name)
+        .claimant(&name)
     {
         affected.push(k.clone());
     }
