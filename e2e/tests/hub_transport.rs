@@ -129,6 +129,23 @@ async fn an_engaged_spoke_holds_one_connection_and_survives_goaway_without_dupli
     assert_eq!(engaged.open, 1, "one open connection: {engaged:?}");
     assert_eq!(engaged.accepted_h2, engaged.accepted, "{engaged:?}");
 
+    // Converged (Ready and a ClusterSPIFFEID each) is not quiet: on a loaded machine a peer's
+    // status can still be catching up with its namespace's findings. Count from a quiet
+    // moment (2 s without a write), so that only what the GOAWAY and the new binding cause is
+    // counted.
+    wait_for("no write for 2 s after converging", LIMIT, || async {
+        spoke.requests().clear();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        spoke
+            .requests()
+            .entries()
+            .iter()
+            .all(|r| r.method == "GET")
+            .then_some(())
+    })
+    .await
+    .unwrap();
+
     // GOAWAY on the spoke's connection, mid-watch.
     spoke.requests().clear();
     spoke.faults().goaway_next_connections(1);
