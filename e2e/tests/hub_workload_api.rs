@@ -98,6 +98,18 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Asserts the plugin exited with `code` (1: refused, 2: usage error), printed nothing, and
+/// said every one of `needles` on stderr; returns stderr.
+fn assert_failed(out: &std::process::Output, code: i32, needles: &[&str]) -> String {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "{err}");
+    assert!(out.stdout.is_empty(), "stdout: {:?}", out.stdout);
+    for needle in needles {
+        assert!(err.contains(needle), "{needle:?} not in: {err}");
+    }
+    err
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plugins_take_svids_from_the_workload_api_and_refuse_wrong_ones() {
     let kleym = kleym_binary().expect("kleym binary");
@@ -213,15 +225,11 @@ async fn plugins_take_svids_from_the_workload_api_and_refuse_wrong_ones() {
             server,
         )
         .await;
-        assert_eq!(out.status.code(), Some(1), "{kind}");
-        let err = stderr(&out);
-        assert!(err.contains("outside the trust domain"), "{kind}: {err}");
-        assert!(err.contains(foreign), "{kind}: {err}");
+        let err = assert_failed(&out, 1, &["outside the trust domain", foreign]);
         assert!(
             !err.contains("eyJ"),
             "{kind}: a token reached stderr: {err}"
         );
-        assert!(out.stdout.is_empty());
     }
 
     // A SPIFFE ID the agent does not issue to this process: PermissionDenied, explained.
@@ -238,12 +246,7 @@ async fn plugins_take_svids_from_the_workload_api_and_refuse_wrong_ones() {
         server,
     )
     .await;
-    assert_eq!(out.status.code(), Some(1));
-    let err = stderr(&out);
-    assert!(
-        err.contains("PermissionDenied") && err.contains("registration entry"),
-        "{err}"
-    );
+    assert_failed(&out, 1, &["PermissionDenied", "registration entry"]);
 
     // A wedged agent: the plugin gives up after --workload-api-timeout-seconds, saying so.
     agent.set_mode(Mode::Hang);
@@ -260,12 +263,7 @@ async fn plugins_take_svids_from_the_workload_api_and_refuse_wrong_ones() {
         server,
     )
     .await;
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("no answer within 1 s"),
-        "{}",
-        stderr(&out)
-    );
+    assert_failed(&out, 1, &["no answer within 1 s"]);
     assert!(
         started.elapsed() < Duration::from_secs(8),
         "{:?}",
@@ -301,8 +299,7 @@ async fn plugins_take_svids_from_the_workload_api_and_refuse_wrong_ones() {
         server,
     )
     .await;
-    assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains(&missing), "{}", stderr(&out));
+    assert_failed(&out, 1, &[&missing]);
 
     // Usage errors (exit 2) name the flag: a TCP endpoint, and key flags with a socket.
     let out = plugin(
@@ -315,12 +312,7 @@ async fn plugins_take_svids_from_the_workload_api_and_refuse_wrong_ones() {
         server,
     )
     .await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("--workload-api-socket"),
-        "{}",
-        stderr(&out)
-    );
+    assert_failed(&out, 2, &["--workload-api-socket"]);
     let out = plugin(
         &kleym,
         &[
@@ -333,8 +325,7 @@ async fn plugins_take_svids_from_the_workload_api_and_refuse_wrong_ones() {
         server,
     )
     .await;
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("--issuer-url"), "{}", stderr(&out));
+    assert_failed(&out, 2, &["--issuer-url"]);
 }
 
 /// The stand-in agent refuses a call without the security header, as SPIRE's does: it is what

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::{Context, anyhow, bail};
 use kleym_api::external::clusterprofile::ClusterProfileVersion;
 use kleym_hub::access::AccessProfile;
-use kleym_hub::credentials::plugins::spiffe_jwt::resolve_hub_spiffe_id;
+use kleym_hub::credentials::plugins::spiffe_id::resolve_hub_spiffe_id;
 use kleym_hub::issuer::trust::{
     SPOKE_CLUSTER_ROLE_YAML, SpokeTarget, TrustInputs, authentication_configuration,
     cluster_role_binding, spoke_target,

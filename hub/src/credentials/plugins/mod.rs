@@ -8,6 +8,7 @@
 pub mod exec_info;
 pub mod hub_client;
 pub mod secret_reader;
+pub mod spiffe_id;
 pub mod spiffe_jwt;
 pub mod spiffe_x509;
 pub mod token_request;

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::PluginError;
 use super::exec_info::ExecInfo;
-use super::spiffe_jwt::resolve_hub_spiffe_id;
+use super::spiffe_id::resolve_hub_spiffe_id;
 use super::workload_api::{WorkloadApiOptions, choose, fetch_x509_svids, proto};
 use crate::issuer::keys::Algorithm;
 use crate::issuer::keys::pem_encode;

@@ -342,7 +342,7 @@ pub fn choose<'a, T>(
             .ok_or_else(|| PluginError::WorkloadApi("the agent returned no SVID".into()))?,
     };
     // The same rules as a configured --hub-spiffe-id: a valid ID, inside the trust domain.
-    super::spiffe_jwt::resolve_hub_spiffe_id(Some(id_of(chosen)), trust_domain).map_err(|e| {
+    super::spiffe_id::resolve_hub_spiffe_id(Some(id_of(chosen)), trust_domain).map_err(|e| {
         PluginError::WorkloadApi(format!("SVID from the Workload API refused: {e}"))
     })?;
     Ok(chosen)
