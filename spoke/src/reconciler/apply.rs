@@ -16,6 +16,7 @@ use serde_json::json;
 
 use super::effects::Effects;
 use super::error::Error;
+use super::lean::Lean;
 use super::plan::{BindingPlan, name_taken};
 use super::queue::ObjectKey;
 use super::state::SpokeState;
@@ -116,12 +117,14 @@ pub async fn apply_cluster_spiffe_id(
     force: bool,
 ) -> Result<ClusterSPIFFEID, Error> {
     let name = obj.name_any();
-    let api: Api<ClusterSPIFFEID> = Api::all(fx.client.clone());
+    // The written object is read back without its field sets (see `lean`).
+    let api: Api<Lean<ClusterSPIFFEID>> = Api::all(fx.client.clone());
     let mut pp = PatchParams::apply(field_manager);
     pp.force = force;
     fx.metrics.count_write("clusterspiffeid_apply");
     api.patch(&name, &pp, &Patch::Apply(obj))
         .await
+        .map(|Lean(written)| written)
         .map_err(|e| Error::kube(format!("apply ClusterSPIFFEID {name}"), e))
 }
 
@@ -154,7 +157,7 @@ pub async fn apply_status(
 ) -> Result<InferenceIdentityBinding, Error> {
     let ns = binding.namespace().unwrap_or_default();
     let name = binding.name_any();
-    let api: Api<InferenceIdentityBinding> = Api::namespaced(fx.client.clone(), &ns);
+    let api: Api<Lean<InferenceIdentityBinding>> = Api::namespaced(fx.client.clone(), &ns);
     let api_version = InferenceIdentityBinding::api_version(&());
     let kind = InferenceIdentityBinding::kind(&());
     let body = StatusApply {
@@ -170,6 +173,7 @@ pub async fn apply_status(
     fx.metrics.count_write("status_apply");
     api.patch_status(&name, &pp, &Patch::Apply(&body))
         .await
+        .map(|Lean(written)| written)
         .map_err(|e| {
             Error::kube(
                 format!("apply status of InferenceIdentityBinding {ns}/{name}"),
@@ -207,7 +211,7 @@ pub async fn set_finalizers(
 ) -> Result<InferenceIdentityBinding, Error> {
     let ns = binding.namespace().unwrap_or_default();
     let name = binding.name_any();
-    let api: Api<InferenceIdentityBinding> = Api::namespaced(fx.client.clone(), &ns);
+    let api: Api<Lean<InferenceIdentityBinding>> = Api::namespaced(fx.client.clone(), &ns);
     let body = json!({
         "metadata": {
             "finalizers": finalizers,
@@ -221,6 +225,7 @@ pub async fn set_finalizers(
     };
     api.patch(&name, &pp, &Patch::Merge(&body))
         .await
+        .map(|Lean(written)| written)
         .map_err(|e| {
             Error::kube(
                 format!("update finalizers of InferenceIdentityBinding {ns}/{name}"),

@@ -25,6 +25,7 @@ pub mod evaluation;
 pub mod events;
 pub mod finalizer;
 pub mod index;
+pub mod lean;
 pub mod metrics;
 pub mod ns_cache;
 pub mod overlay;

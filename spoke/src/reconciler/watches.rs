@@ -21,6 +21,7 @@ use super::api_availability::ApiKind;
 use super::caches::{Cache, Change};
 use super::context::Context;
 use super::index::{SourceKey, TargetKey};
+use super::lean::Lean;
 use super::ns_cache::binding_compile_inputs_differ;
 use super::queue::ObjectKey;
 use super::trim::strip_unread_metadata;
@@ -114,7 +115,7 @@ pub fn spawn_namespace_watch(
 fn spawn<K>(
     ctx: &Arc<Context>,
     tasks: &mut JoinSet<()>,
-    api: Api<K>,
+    api: Api<Lean<K>>,
     cache: fn(&Context) -> &Cache<K>,
     handler: fn(&Context, Change<K>),
     token: CancellationToken,
@@ -145,7 +146,7 @@ fn spawn<K>(
             match next {
                 None => break,
                 Some(Ok(event)) => {
-                    ingest(&ctx, cache(&ctx), handler, event);
+                    ingest(&ctx, cache(&ctx), handler, unwrap_lean(event));
                     if failed && cache(&ctx).is_ready() {
                         ctx.state.watch_failures.clear(&resource);
                         failed = false;
@@ -171,6 +172,17 @@ fn spawn<K>(
         }
         tracing::debug!(resource = %resource, "watch stopped");
     });
+}
+
+/// The watch event of a [`Lean`] decode, as the caches take it.
+fn unwrap_lean<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
+    match event {
+        watcher::Event::Apply(Lean(obj)) => watcher::Event::Apply(obj),
+        watcher::Event::Delete(Lean(obj)) => watcher::Event::Delete(obj),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(Lean(obj)) => watcher::Event::InitApply(obj),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
 }
 
 /// Applies one watch event to `cache` and hands each resulting change to `handler`: the
