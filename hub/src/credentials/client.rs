@@ -33,15 +33,16 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use http::{HeaderValue, Request, Response, StatusCode};
+use hyper::body::Incoming;
 use kube::client::Body;
 use thiserror::Error;
-use tower::{BoxError, Service};
+use tower::{BoxError, Service, ServiceExt as _};
 
 use super::cache::{CachedCredential, CredentialError, SpokeCredentials};
 use super::credential::Credential;
 use super::proxy::proxy_for;
 use super::secret::short_hash;
-use super::transport::{self, Keepalive};
+use super::transport::{self, Keepalive, TransportService};
 
 /// Transport timeouts for spoke clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -234,7 +235,7 @@ pub async fn build_spoke_client(
     config.write_timeout = opts.write_timeout;
     let default_ns = config.default_namespace.clone();
     let inner =
-        transport::client(&config, opts.keepalive).map_err(|e| config_err(e.to_string()))?;
+        transport::service(&config, opts.keepalive).map_err(|e| config_err(e.to_string()))?;
     let service = AuthRetry {
         inner,
         credentials: credentials.clone(),
@@ -248,9 +249,11 @@ pub async fn build_spoke_client(
 }
 
 /// Injects the cached bearer token and retries once after a 401 with a re-exec'ed credential.
+/// It wraps the bare transport, so the spoke's one `kube::Client` (built around this) is its
+/// only buffer.
 #[derive(Clone)]
 struct AuthRetry {
-    inner: kube::Client,
+    inner: TransportService,
     credentials: Arc<SpokeCredentials>,
     built: Arc<BuiltWith>,
 }
@@ -278,12 +281,12 @@ fn try_clone(req: &Request<Body>) -> Option<Request<Body>> {
 }
 
 impl Service<Request<Body>> for AuthRetry {
-    type Response = Response<Body>;
+    type Response = Response<Incoming>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Incoming>, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // `kube::Client::send` buffers internally.
+        // Each call drives a clone of the transport to readiness itself (`oneshot`).
         Poll::Ready(Ok(()))
     }
 
@@ -295,7 +298,7 @@ impl Service<Request<Body>> for AuthRetry {
             let cred = credentials.get().await.map_err(BoxError::from)?;
             let replay = try_clone(&req);
             let req = with_auth(req, cred.credential.token.as_ref().map(|t| t.expose()))?;
-            let resp = inner.send(req).await.map_err(BoxError::from)?;
+            let resp = inner.clone().oneshot(req).await?;
             let sent = built.reported_generation(&cred);
             if resp.status() != StatusCode::UNAUTHORIZED {
                 credentials.report_success(sent);
@@ -323,7 +326,7 @@ impl Service<Request<Body>> for AuthRetry {
                 "retrying request once after 401 with a fresh credential"
             );
             let replay = with_auth(replay, fresh.credential.token.as_ref().map(|t| t.expose()))?;
-            let resp = inner.send(replay).await.map_err(BoxError::from)?;
+            let resp = inner.oneshot(replay).await?;
             // The re-exec'ed credential's verdict drives the cache's 401 backoff: rejected too
             // means the next 401-driven re-exec waits; accepted ends any backoff.
             let sent = built.reported_generation(&fresh);

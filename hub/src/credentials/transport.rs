@@ -45,6 +45,7 @@ use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use kube::client::{Body, ConfigExt as _};
 use thiserror::Error;
+use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceBuilder};
 
 /// HTTP/2 keepalive: client-go's `ReadIdleTimeout` (30 s) and `PingTimeout` (15 s).
@@ -87,6 +88,22 @@ pub enum TransportError {
 
 /// A `kube::Client` for `config` over the HTTP/2-capable transport described above.
 pub fn client(config: &kube::Config, keepalive: Keepalive) -> Result<kube::Client, TransportError> {
+    Ok(kube::Client::new(
+        service(config, keepalive)?,
+        config.default_namespace.clone(),
+    ))
+}
+
+/// The transport described above as a bare service, for a layer of the caller's own to
+/// wrap before the one `kube::Client` (whose buffer task and channel are per client: a
+/// second client around this one would double them for every spoke).
+pub type TransportService = BoxCloneSyncService<Request<Body>, Response<Incoming>, BoxError>;
+
+/// The transport for `config` as a [`TransportService`].
+pub fn service(
+    config: &kube::Config,
+    keepalive: Keepalive,
+) -> Result<TransportService, TransportError> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
@@ -163,7 +180,7 @@ fn build<H>(
     connector: H,
     config: &kube::Config,
     keepalive: Keepalive,
-) -> Result<kube::Client, TransportError>
+) -> Result<TransportService, TransportError>
 where
     H: Service<Uri> + Clone + Send + Sync + 'static,
     H::Response: Read + Write + Connection + Send + Unpin + 'static,
@@ -218,7 +235,7 @@ where
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
         .service(hyper_client);
-    Ok(kube::Client::new(service, config.default_namespace.clone()))
+    Ok(BoxCloneSyncService::new(service))
 }
 
 type HyperClient<C> = hyper_util::client::legacy::Client<C, Body>;
