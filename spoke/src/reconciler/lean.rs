@@ -110,40 +110,24 @@ macro_rules! pass_through {
     };
 }
 
+/// Methods whose visitor is wrapped in an [`InterceptingVisitor`] (a map may come).
+macro_rules! intercepted {
+    ($($method:ident($($arg:ident: $ty:ty),*);)*) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, $($arg: $ty,)* visitor: V) -> Result<V::Value, D::Error> {
+                let Intercepting { inner, level } = self;
+                inner.$method($($arg,)* InterceptingVisitor { inner: visitor, level })
+            }
+        )*
+    };
+}
+
 impl<'de, D: Deserializer<'de>> Deserializer<'de> for Intercepting<D> {
     type Error = D::Error;
 
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        let level = self.level;
-        self.inner.deserialize_any(InterceptingVisitor {
-            inner: visitor,
-            level,
-        })
-    }
-
-    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        let level = self.level;
-        self.inner.deserialize_map(InterceptingVisitor {
-            inner: visitor,
-            level,
-        })
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        let level = self.level;
-        self.inner.deserialize_struct(
-            name,
-            fields,
-            InterceptingVisitor {
-                inner: visitor,
-                level,
-            },
-        )
+    intercepted! {
+        deserialize_any(); deserialize_map();
+        deserialize_struct(name: &'static str, fields: &'static [&'static str]);
     }
 
     pass_through! {
@@ -313,52 +297,23 @@ struct Key<'a, D> {
     matched: &'a mut bool,
 }
 
+/// Methods whose visitor is wrapped in a [`KeyVisitor`] (a string key may come).
+macro_rules! key_watched {
+    ($($method:ident();)*) => {
+        $(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+                let Key { inner, target, matched } = self;
+                inner.$method(KeyVisitor { inner: visitor, target, matched })
+            }
+        )*
+    };
+}
+
 impl<'de, D: Deserializer<'de>> Deserializer<'de> for Key<'_, D> {
     type Error = D::Error;
 
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_any(KeyVisitor {
-            inner: visitor,
-            target: self.target,
-            matched: self.matched,
-        })
-    }
-
-    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_identifier(KeyVisitor {
-            inner: visitor,
-            target: self.target,
-            matched: self.matched,
-        })
-    }
-
-    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_str(KeyVisitor {
-            inner: visitor,
-            target: self.target,
-            matched: self.matched,
-        })
-    }
-
-    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_string(KeyVisitor {
-            inner: visitor,
-            target: self.target,
-            matched: self.matched,
-        })
-    }
-
-    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_map(visitor)
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_struct(name, fields, visitor)
+    key_watched! {
+        deserialize_any(); deserialize_identifier(); deserialize_str(); deserialize_string();
     }
 
     pass_through! {
@@ -366,7 +321,8 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Key<'_, D> {
         deserialize_i64(); deserialize_i128(); deserialize_u8(); deserialize_u16();
         deserialize_u32(); deserialize_u64(); deserialize_u128(); deserialize_f32();
         deserialize_f64(); deserialize_char(); deserialize_bytes(); deserialize_byte_buf();
-        deserialize_option(); deserialize_unit();
+        deserialize_option(); deserialize_unit(); deserialize_map();
+        deserialize_struct(name: &'static str, fields: &'static [&'static str]);
         deserialize_unit_struct(name: &'static str);
         deserialize_newtype_struct(name: &'static str);
         deserialize_seq(); deserialize_tuple(len: usize);
