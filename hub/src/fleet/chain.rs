@@ -89,7 +89,9 @@ pub(crate) async fn engagement(shared: TaskShared, hub: kube::Client, e: Engagem
         name: &name,
         stop: &stop,
     };
-    match f.ensure(seen, false).await {
+    // Boxed (as the keeper's below): this task lives as long as the spoke is engaged, and
+    // the hub requests of `ensure` would otherwise keep their room in it all that time.
+    match Box::pin(f.ensure(seen, false)).await {
         Some(Ensured::Present) => {}
         // The supervisor sees the deletion (or the new object) next and stops this task.
         Some(Ensured::Deleting | Ensured::Gone) => {
@@ -104,7 +106,7 @@ pub(crate) async fn engagement(shared: TaskShared, hub: kube::Client, e: Engagem
             e.recheck.notified().await;
             // Deleting or gone: the supervisor stops this task next. Stopped: the spoke's
             // run ends the task (its stop may be graceful).
-            if f.ensure(None, true).await.is_none() {
+            if Box::pin(f.ensure(None, true)).await.is_none() {
                 std::future::pending::<()>().await;
             }
         }

@@ -200,22 +200,26 @@ async fn engage_once(
     let name = spec.name.as_str();
     let attempt_started = Instant::now();
     publish(shared, stop, name, |s| s.phase = Phase::Connecting);
+    // The one-time steps (connect, preflight, start) are boxed: an engagement task lives as
+    // long as its spoke is engaged, and an async fn keeps room for its largest await
+    // inline, so those few kilobytes stayed allocated per spoke for nothing.
     let sc = match client.take() {
         Some(c) => c,
-        None => match connect(shared, spec).await {
+        None => match Box::pin(connect(shared, spec)).await {
             Ok(c) => c,
             Err(e) => return AttemptEnd::Failed(e),
         },
     };
     *client = Some(sc.clone());
 
-    let version = match preflight(&shared.opts, &sc.client).await {
+    let version = match Box::pin(preflight(&shared.opts, &sc.client)).await {
         Ok(v) => v,
         Err(e) => return AttemptEnd::Failed(e),
     };
     publish(shared, stop, name, |s| s.version = Some(version.clone()));
 
-    let (reconciler, ctx) = match start_and_sync(shared, spec, signal, &sc, metrics).await {
+    let (reconciler, ctx) = match Box::pin(start_and_sync(shared, spec, signal, &sc, metrics)).await
+    {
         Ok(started) => started,
         Err(end) => return end,
     };
@@ -240,16 +244,12 @@ async fn engage_once(
     let end = health_loop(shared, name, signal, &sc, &reconciler, &ctx).await;
     match end {
         HealthEnd::Stopped => {
-            reconciler
-                .stop(true, &signal.halt, shared.opts.request_timeout)
-                .await;
+            Box::pin(reconciler.stop(true, &signal.halt, shared.opts.request_timeout)).await;
             AttemptEnd::Stopped
         }
         HealthEnd::Rotated => {
             tracing::info!(spoke = %name, "client certificate rotated; rebuilding the client");
-            reconciler
-                .stop(true, &signal.halt, shared.opts.request_timeout)
-                .await;
+            Box::pin(reconciler.stop(true, &signal.halt, shared.opts.request_timeout)).await;
             *client = None;
             AttemptEnd::Restart
         }
@@ -428,10 +428,12 @@ async fn health_loop(
             continue;
         }
         next_probe = Instant::now() + opts.probe_interval;
-        if sc.needs_rebuild().await {
+        // Boxed, as the engagement's one-time steps: this loop runs for the spoke's whole
+        // engagement, and the probe's request would keep its room in it between probes.
+        if Box::pin(sc.needs_rebuild()).await {
             return HealthEnd::Rotated;
         }
-        match probe_version(opts, &sc.client).await {
+        match Box::pin(probe_version(opts, &sc.client)).await {
             Ok(version) => publish(shared, stop, name, |s| {
                 s.version = Some(version);
                 if s.phase == Phase::Degraded {
