@@ -96,7 +96,7 @@ impl Spoke {
             tokio::select! {
                 biased;
                 _ = abort.cancelled() => {
-                    stop_now(&ctx, tasks).await;
+                    Box::pin(stop_now(&ctx, tasks)).await;
                     return Ok(());
                 }
                 _ = shutdown.cancelled() => break,
@@ -116,7 +116,7 @@ impl Spoke {
             tokio::select! {
                 biased;
                 _ = abort.cancelled() => {
-                    stop_now(&ctx, tasks).await;
+                    Box::pin(stop_now(&ctx, tasks)).await;
                     return Ok(());
                 }
                 ended = tasks.join_next() => match ended {
@@ -161,7 +161,13 @@ pub async fn run(
 /// Discovery at `at` (now, if past).
 async fn discover_at(ctx: &Context, at: tokio::time::Instant) -> ServedApis {
     tokio::time::sleep_until(at).await;
-    api_availability::discover(&ctx.effects.client, &ctx.state.served()).await
+    // Boxed: this future waits in the run loop's `select!` for the whole run, and the
+    // discovery requests would keep their room in it between polls (see `worker`).
+    Box::pin(api_availability::discover(
+        &ctx.effects.client,
+        &ctx.state.served(),
+    ))
+    .await
 }
 
 /// What discovery started: the watch of every served API, by kind.
