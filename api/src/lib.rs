@@ -6,6 +6,7 @@
 //! - [`conditions`]: the condition types every binding status carries.
 //! - [`external`]: upstream kinds, modelled field-for-field from their CRDs.
 //! - [`hub_status`]: `ClusterIdentityStatus` and `FleetIdentityReport`, written by the hub.
+//! - [`label_map`]: the compact label map kleym holds per binding.
 //! - [`crds`]: the CustomResourceDefinitions kleym installs (`kleym crds`).
 //! - [`yaml`]: how kleym reads and writes YAML.
 #![warn(missing_docs)]
@@ -16,6 +17,7 @@ pub mod crds;
 pub mod external;
 mod go_duration;
 pub mod hub_status;
+pub mod label_map;
 mod schema;
 pub mod yaml;
 

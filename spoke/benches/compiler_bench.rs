@@ -3,7 +3,6 @@
 //! Run in release: `cargo bench -p kleym-spoke --bench compiler_bench`.
 //! Set `KLEYM_BENCH_BINDINGS` to change the binding count.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -71,7 +70,7 @@ fn input(i: usize) -> BindingInput {
             group: "inference.networking.k8s.io".into(),
             namespace: ns,
             name: pool.clone(),
-            match_labels: BTreeMap::from([
+            match_labels: kleym_api::label_map::LabelMap::from([
                 ("app.kubernetes.io/name".to_string(), pool.clone()),
                 ("app.kubernetes.io/part-of".to_string(), pool),
             ]),

@@ -220,15 +220,16 @@ pub fn verify(obj: &ClusterSPIFFEID, field_manager: &str, owner: &Owner) -> Resu
         ));
     }
     let have = obj.labels();
-    if let Some((k, v)) = output_labels(&owner.namespace, &owner.name)
-        .into_iter()
-        .find(|(k, v)| have.get(k) != Some(v))
+    let want = output_labels(&owner.namespace, &owner.name);
+    if let Some((k, v)) = want
+        .iter()
+        .find(|(k, v)| have.get(*k).map(String::as_str) != Some(*v))
     {
         return Err(Foreign::new(
             obj,
             format!(
                 "its label {k} is {:?}, not {v:?}",
-                have.get(&k).map(String::as_str).unwrap_or_default()
+                have.get(k).map(String::as_str).unwrap_or_default()
             ),
         ));
     }
@@ -339,7 +340,7 @@ mod tests {
     fn applied(o: &Owner) -> ClusterSPIFFEID {
         let mut obj = ClusterSPIFFEID::new(&o.object_name(), ClusterSPIFFEIDSpec::default());
         obj.metadata.uid = Some("csid-uid".into());
-        obj.metadata.labels = Some(output_labels(&o.namespace, &o.name));
+        obj.metadata.labels = Some(output_labels(&o.namespace, &o.name).to_btree_map());
         obj.metadata.annotations = Some(BTreeMap::from([(
             OWNER_ANNOTATION.to_string(),
             o.annotation_value(),

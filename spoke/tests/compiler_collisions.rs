@@ -6,9 +6,11 @@ use std::collections::BTreeMap;
 
 use compiler_common::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    FieldsV1, LabelSelector, LabelSelectorRequirement, ManagedFieldsEntry, Time,
+    FieldsV1, LabelSelectorRequirement, ManagedFieldsEntry, Time,
 };
 use kleym_api::conditions as types;
+use kleym_api::external::spiffeid::LabelSelector;
+use kleym_api::label_map::LabelMap;
 use kleym_spoke::compiler::collisions::{WarningReason, selector_provably_matches};
 use kleym_spoke::compiler::conditions::{ConditionOutcome, build_conditions};
 use kleym_spoke::compiler::{
@@ -276,7 +278,7 @@ fn overlapping_default_identity_warning() {
     assert!(!overlap(f, &[]));
     // Pod selectors: provable only from the pool's labels.
     let sel = |pairs: &[(&str, &str)]| LabelSelector {
-        match_labels: Some(labels(pairs)),
+        match_labels: Some(labels(pairs).into()),
         match_expressions: None,
     };
     assert!(overlap(
@@ -338,7 +340,7 @@ fn foreign_view_skips_kleym_objects() {
         &ours.output.name,
         ours.output.spec.clone(),
     );
-    obj.metadata.labels = Some(ours.output.labels.clone());
+    obj.metadata.labels = Some(ours.output.labels.to_btree_map());
     // kleym's labels alone (anyone who writes ClusterSPIFFEIDs can copy them) do not hide
     // an object from the overlap analysis.
     let f = ForeignSpiffeId::from_object(&obj, "kleym").expect("labels are not proof");
@@ -385,8 +387,8 @@ fn selector_evaluation_is_three_valued() {
             values: Some(values.iter().map(|s| s.to_string()).collect()),
         }]),
     };
-    let with_k = labels(&[("k", "v")]);
-    let empty = BTreeMap::new();
+    let with_k = LabelMap::from(labels(&[("k", "v")]));
+    let empty = LabelMap::new();
     assert!(selector_provably_matches(
         &req("In", &["v"]),
         &with_k,

@@ -49,7 +49,10 @@ fn views_apply_each_kinds_pool_group_default() {
         "spec": {"selector": {"matchLabels": {"app": "m"}}, "targetPorts": [{"number": 8000}]}}));
     let p = PoolView::from_v1(&v1);
     assert_eq!(
-        (p.group.as_str(), p.match_labels["app"].as_str()),
+        (
+            p.group.as_str(),
+            p.match_labels.get("app").unwrap_or_default()
+        ),
         ("inference.networking.k8s.io", "m")
     );
     let legacy: pool::v1alpha2::InferencePool = from_json(json!({
@@ -58,7 +61,10 @@ fn views_apply_each_kinds_pool_group_default() {
         "spec": {"selector": {"app": "m"}, "targetPortNumber": 8000, "extensionRef": {"name": "epp"}}}));
     let p = PoolView::from_v1alpha2(&legacy);
     assert_eq!(
-        (p.group.as_str(), p.match_labels["app"].as_str()),
+        (
+            p.group.as_str(),
+            p.match_labels.get("app").unwrap_or_default()
+        ),
         ("inference.networking.x-k8s.io", "m")
     );
 

@@ -31,16 +31,34 @@ fn per_objective_default_output() {
     assert_eq!(spec.class_name, None);
     assert_eq!(
         spec.namespace_selector.as_ref().unwrap().match_labels,
-        Some(labels(&[("kubernetes.io/metadata.name", "team-a")]))
+        Some(labels(&[("kubernetes.io/metadata.name", "team-a")]).into())
     );
     assert_eq!(
         spec.pod_selector.as_ref().unwrap().match_labels,
-        Some(labels(&[("app", "model")]))
+        Some(labels(&[("app", "model")]).into())
     );
     assert!(c.output.name.starts_with("kleym-team-a-chat-id-"));
-    assert_eq!(c.output.labels["kleym.io/managed-by"], "kleym");
-    assert_eq!(c.output.labels["kleym.io/binding-namespace"], "team-a");
-    assert_eq!(c.output.labels["kleym.io/binding-name"], "chat-id");
+    assert_eq!(
+        c.output
+            .labels
+            .get("kleym.io/managed-by")
+            .unwrap_or_default(),
+        "kleym"
+    );
+    assert_eq!(
+        c.output
+            .labels
+            .get("kleym.io/binding-namespace")
+            .unwrap_or_default(),
+        "team-a"
+    );
+    assert_eq!(
+        c.output
+            .labels
+            .get("kleym.io/binding-name")
+            .unwrap_or_default(),
+        "chat-id"
+    );
 }
 
 #[test]

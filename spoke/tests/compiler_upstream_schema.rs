@@ -30,7 +30,7 @@ fn generated_objects_pass_the_upstream_schema_unchanged() {
     ] {
         let c = ok(&input);
         let mut obj = ClusterSPIFFEID::new(&c.output.name, c.output.spec.clone());
-        obj.metadata.labels = Some(c.output.labels.clone());
+        obj.metadata.labels = Some(c.output.labels.to_btree_map());
         let value = serde_json::to_value(&obj).unwrap();
         assert_eq!(
             schema.unknown_fields(&value),

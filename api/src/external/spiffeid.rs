@@ -1,14 +1,30 @@
 //! SPIRE Controller Manager `ClusterSPIFFEID` (`spire.spiffe.io/v1alpha1`, cluster-scoped):
 //! what kleym writes.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
+
+use crate::label_map::LabelMap;
 
 /// Kind name.
 pub const KIND: &str = "ClusterSPIFFEID";
 /// Group.
 pub const GROUP: &str = "spire.spiffe.io";
+
+/// `metav1.LabelSelector` as a ClusterSPIFFEID's `namespaceSelector` and `podSelector`
+/// carry it: the same JSON, with `matchLabels` held as a [`LabelMap`] (kleym keeps two
+/// selectors per binding twice: in its compiled output and in its cache).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    /// `key = value` requirements, ANDed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_labels: Option<LabelMap>,
+    /// Set-based requirements, ANDed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_expressions: Option<Vec<LabelSelectorRequirement>>,
+}
 
 /// Spec of a ClusterSPIFFEID.
 ///

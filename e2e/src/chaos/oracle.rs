@@ -270,7 +270,7 @@ pub fn spoke_oracle(store: &Cluster, trust_domain: &str) -> SpokeOracle {
                     Some(Refusal::new(Reason::ForeignObjectHoldsName, String::new())),
                     None,
                 ),
-                _ => (None, Some((o.name, o.spec, o.labels))),
+                _ => (None, Some((o.name, o.spec, o.labels.to_btree_map()))),
             },
             (None, None) => (None, None),
         };

@@ -23,8 +23,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kleym_api::external::spiffeid::LabelSelector;
+use kleym_api::label_map::LabelMap;
 use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
 
 use super::CompiledIdentity;
@@ -219,11 +220,11 @@ impl Analysis {
 }
 
 /// Pod labels of a pool, borrowed.
-type Labels<'a> = &'a BTreeMap<String, String>;
+type Labels<'a> = &'a LabelMap;
 /// Binding indices grouped by a key.
 type Groups<K> = HashMap<K, Vec<usize>>;
 
-fn labels_desc(labels: &BTreeMap<String, String>) -> String {
+fn labels_desc(labels: &LabelMap) -> String {
     labels
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -555,7 +556,7 @@ fn namespace_provably_selected(
     match &f.namespace_selector {
         None => true,
         Some(sel) => {
-            let mut known = namespace_labels.cloned().unwrap_or_default();
+            let mut known = namespace_labels.map(LabelMap::from).unwrap_or_default();
             known.insert(NAMESPACE_NAME_LABEL.to_string(), namespace.to_string());
             selector_provably_matches(sel, &known, namespace_labels.is_some())
         }
@@ -564,11 +565,7 @@ fn namespace_provably_selected(
 
 /// Evaluate a label selector against `labels`. With `complete == false`, a requirement on
 /// a key missing from `labels` cannot be proven and fails.
-pub fn selector_provably_matches(
-    sel: &LabelSelector,
-    labels: &BTreeMap<String, String>,
-    complete: bool,
-) -> bool {
+pub fn selector_provably_matches(sel: &LabelSelector, labels: &LabelMap, complete: bool) -> bool {
     let match_labels_ok = sel
         .match_labels
         .iter()
@@ -578,8 +575,8 @@ pub fn selector_provably_matches(
         let value = labels.get(&req.key);
         let values = req.values.as_deref().unwrap_or_default();
         match (req.operator.as_str(), value) {
-            ("In", Some(v)) => values.contains(v),
-            ("NotIn", Some(v)) => !values.contains(v),
+            ("In", Some(v)) => values.iter().any(|x| x == v),
+            ("NotIn", Some(v)) => !values.iter().any(|x| x == v),
             ("NotIn", None) => complete,
             ("Exists", Some(_)) => true,
             ("DoesNotExist", Some(_)) => false,

@@ -1,9 +1,8 @@
 //! What the compiler reads: the binding plus resolved views of its target and pool that
 //! the reconciler fills from its caches, and the per-cluster configuration.
 
-use std::collections::BTreeMap;
-
 use kleym_api::external::{model, objective, pool};
+use kleym_api::label_map::LabelMap;
 use kleym_api::{InferenceIdentityBindingSpec, TargetKind};
 use kube::ResourceExt;
 
@@ -153,7 +152,7 @@ pub struct PoolView {
     /// Name of the pool.
     pub name: String,
     /// The pool's pod selector (v1 `selector.matchLabels`, legacy flat `selector`).
-    pub match_labels: BTreeMap<String, String>,
+    pub match_labels: LabelMap,
 }
 
 impl PoolView {
@@ -163,7 +162,7 @@ impl PoolView {
             group: pool::GROUP_V1.to_string(),
             namespace: p.namespace().unwrap_or_default(),
             name: p.name_any(),
-            match_labels: p.spec.selector.match_labels.clone(),
+            match_labels: LabelMap::from(&p.spec.selector.match_labels),
         }
     }
 
@@ -173,7 +172,7 @@ impl PoolView {
             group: pool::GROUP_LEGACY.to_string(),
             namespace: p.namespace().unwrap_or_default(),
             name: p.name_any(),
-            match_labels: p.spec.selector.clone(),
+            match_labels: LabelMap::from(&p.spec.selector),
         }
     }
 }

@@ -21,8 +21,9 @@ pub mod selectors;
 pub mod spiffe_id;
 pub mod template;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
+use kleym_api::label_map::LabelMap;
 use kleym_api::{DiscriminatorType, IdentityMode, TargetKind};
 
 pub use collisions::{
@@ -51,7 +52,7 @@ pub struct CompiledIdentity {
     /// The resolved pool.
     pub pool: PoolKey,
     /// The pool's `matchLabels` (the pod set, within the namespace).
-    pub pool_labels: BTreeMap<String, String>,
+    pub pool_labels: LabelMap,
     /// The one service account the identity is confined to.
     pub service_account: String,
     /// `k8s:container-name:…` / `k8s:container-image:…` (PerObjective only).

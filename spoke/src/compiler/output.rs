@@ -8,10 +8,8 @@
 //! truncation applies. The name depends only on the binding's identity, so editing the
 //! binding's spec updates the object in place instead of replacing it.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kleym_api::external::spiffeid::ClusterSPIFFEIDSpec;
+use kleym_api::external::spiffeid::{ClusterSPIFFEIDSpec, LabelSelector};
+use kleym_api::label_map::LabelMap;
 use kleym_api::labels;
 use sha2::{Digest, Sha256};
 
@@ -30,7 +28,7 @@ pub struct ClusterSpiffeIdOutput {
     /// Object name ([`cluster_spiffe_id_name`]).
     pub name: String,
     /// Labels ([`output_labels`]).
-    pub labels: BTreeMap<String, String>,
+    pub labels: LabelMap,
     /// The spec.
     pub spec: ClusterSPIFFEIDSpec,
 }
@@ -100,8 +98,8 @@ pub fn label_value(value: &str) -> String {
 
 /// The labels kleym puts on a binding's ClusterSPIFFEID. They are for finding objects,
 /// not for ownership (ownership is the UID recorded in the binding's status).
-pub fn output_labels(namespace: &str, binding: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
+pub fn output_labels(namespace: &str, binding: &str) -> LabelMap {
+    LabelMap::from([
         (
             labels::MANAGED_BY.to_string(),
             labels::MANAGED_BY_VALUE.to_string(),
@@ -122,7 +120,7 @@ pub struct SpecParts {
     /// The binding's namespace.
     pub namespace: String,
     /// The pool's `matchLabels`.
-    pub pool_labels: BTreeMap<String, String>,
+    pub pool_labels: LabelMap,
     /// Sorted, de-duplicated workload selectors.
     pub selectors: Vec<String>,
     /// Rendered DNS names (sorted, de-duplicated).
@@ -146,7 +144,7 @@ pub fn cluster_spiffe_id_spec(parts: SpecParts) -> ClusterSPIFFEIDSpec {
     ClusterSPIFFEIDSpec {
         spiffe_id_template: parts.spiffe_id,
         namespace_selector: Some(LabelSelector {
-            match_labels: Some(BTreeMap::from([(
+            match_labels: Some(LabelMap::from([(
                 NAMESPACE_NAME_LABEL.to_string(),
                 parts.namespace,
             )])),

@@ -6,8 +6,9 @@
 //! contradicting the pool labels or the container discriminator (which would make the
 //! registered selection something other than "the referenced pool's pods").
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
+use kleym_api::label_map::LabelMap;
 use kleym_api::{ContainerDiscriminator, DiscriminatorType, IdentityMode};
 
 use super::refusal::{Reason, Refusal};
@@ -85,10 +86,7 @@ pub fn is_label_value(value: &str) -> bool {
 }
 
 /// `k8s:pod-label:<k>:<v>` for each pool label, refusing an empty or invalid selector.
-pub fn pool_label_selectors(
-    pool_desc: &str,
-    labels: &BTreeMap<String, String>,
-) -> Result<Vec<String>, Refusal> {
+pub fn pool_label_selectors(pool_desc: &str, labels: &LabelMap) -> Result<Vec<String>, Refusal> {
     if labels.is_empty() {
         return Err(Refusal::new(
             Reason::EmptyPoolSelector,
@@ -199,7 +197,7 @@ pub fn prove_confinement(
     binding_desc: &str,
     namespace: &str,
     rendered: &[(usize, String)],
-    pool_labels: &BTreeMap<String, String>,
+    pool_labels: &LabelMap,
     container_selector: Option<&str>,
 ) -> Result<Confinement, Refusal> {
     let field = |i: usize| format!("spec.workloadSelectorTemplates[{i}]");
@@ -327,12 +325,12 @@ mod tests {
     /// renders the discriminator as the compiler does: both must be exact inverses.
     #[test]
     fn pool_labels_and_container_selectors_round_trip() {
-        let labels = BTreeMap::from([
+        let labels = LabelMap::from([
             ("app".to_string(), "vllm".to_string()),
             ("example.com/tier".to_string(), "gpu".to_string()),
         ]);
         let rendered = pool_label_selectors("pool", &labels).unwrap();
-        let back: BTreeMap<String, String> = rendered
+        let back: LabelMap = rendered
             .iter()
             .filter_map(|s| parse_pool_label_selector(s))
             .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use kleym_api::external::spiffeid::ClusterSPIFFEIDSpec;
+use kleym_api::label_map::LabelMap;
 use kleym_api::{ComputedSpiffeId, ConflictPeer, IdentityWarning};
 
 use super::queue::ObjectKey;
@@ -22,7 +23,7 @@ pub struct DesiredOutput {
     /// The spec.
     pub spec: ClusterSPIFFEIDSpec,
     /// Labels kleym sets (`kleym.io/managed-by`, binding namespace and name).
-    pub labels: BTreeMap<String, String>,
+    pub labels: LabelMap,
 }
 
 /// What the reconciler decided for one binding: the output to apply (or the refusal)

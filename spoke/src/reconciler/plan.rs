@@ -52,7 +52,10 @@ pub struct OutputPlan {
 /// annotation, the spec)?
 pub fn is_up_to_date(obj: &ClusterSPIFFEID, desired: &DesiredOutput, owner: &Owner) -> bool {
     let labels = obj.labels();
-    let labels_ok = desired.labels.iter().all(|(k, v)| labels.get(k) == Some(v));
+    let labels_ok = desired
+        .labels
+        .iter()
+        .all(|(k, v)| labels.get(k).map(String::as_str) == Some(v));
     let annotation_ok = obj.annotations().get(OWNER_ANNOTATION) == Some(&owner.annotation_value());
     labels_ok && annotation_ok && obj.spec == desired.spec
 }
@@ -122,7 +125,7 @@ pub fn apply_object(
     uid_precondition: Option<&str>,
 ) -> ClusterSPIFFEID {
     let mut obj = ClusterSPIFFEID::new(&desired.name, desired.spec.clone());
-    obj.metadata.labels = Some(desired.labels.clone());
+    obj.metadata.labels = Some(desired.labels.to_btree_map());
     // The legacy UID annotation is not in the applied configuration any more: applying
     // without it removes it from objects that still carry it (kleym was its only manager).
     obj.metadata.annotations = Some(BTreeMap::from([(

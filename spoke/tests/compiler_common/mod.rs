@@ -49,7 +49,7 @@ pub fn pool(ns: &str, name: &str, l: &[(&str, &str)]) -> PoolView {
         group: "inference.networking.k8s.io".into(),
         namespace: ns.into(),
         name: name.into(),
-        match_labels: labels(l),
+        match_labels: labels(l).into(),
     }
 }
 
