@@ -22,6 +22,7 @@ use super::caches::{Cache, Change};
 use super::context::Context;
 use super::index::{SourceKey, TargetKey};
 use super::lean::Lean;
+use super::list_watch::list_watch;
 use super::ns_cache::binding_compile_inputs_differ;
 use super::queue::ObjectKey;
 use super::trim::strip_unread_metadata;
@@ -134,7 +135,7 @@ fn spawn<K>(
         format!("{plural}.{group}")
     };
     tasks.spawn(async move {
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let stream = list_watch(api).default_backoff();
         let mut stream = std::pin::pin!(stream);
         // Whether a failure of this watch is on record (cleared once its cache synced).
         let mut failed = false;

@@ -1,0 +1,116 @@
+//! The spoke's own list-then-watch loop (`kleym_spoke::reconciler::list_watch`) against
+//! kubesim, side by side with kube-runtime's `watcher` it replaces: paged lists, watch
+//! events, a watch that ends (resumed, not listed again) and `410 Gone` (listed again) give
+//! both the same events in the same order.
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kleym_spoke::reconciler::list_watch::list_watch;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kubesim::{Kubesim, KubesimOptions};
+
+/// More than two list pages (500 each).
+const OBJECTS: usize = 1001;
+
+fn cm(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn describe(item: Result<Event<ConfigMap>, watcher::Error>) -> String {
+    match item {
+        Ok(Event::Init) => "init".into(),
+        Ok(Event::InitApply(o)) => format!("list {}", o.name_any()),
+        Ok(Event::InitDone) => "listed".into(),
+        Ok(Event::Apply(o)) => format!("apply {}", o.name_any()),
+        Ok(Event::Delete(o)) => format!("delete {}", o.name_any()),
+        Err(watcher::Error::WatchError(s)) => format!("watch error {}", s.code),
+        Err(e) => format!("error {e}"),
+    }
+}
+
+async fn take<S>(stream: &mut S, n: usize) -> Vec<String>
+where
+    S: Stream<Item = Result<Event<ConfigMap>, watcher::Error>> + Unpin,
+{
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        match tokio::time::timeout(Duration::from_secs(20), stream.next()).await {
+            Ok(Some(item)) => out.push(describe(item)),
+            Ok(None) => panic!("stream ended after {out:?}"),
+            Err(_) => panic!("no event within 20 s after {} events", out.len()),
+        }
+    }
+    out
+}
+
+fn listing(names: &[String]) -> Vec<String> {
+    let mut want = vec!["init".to_string()];
+    want.extend(names.iter().map(|n| format!("list {n}")));
+    want.push("listed".into());
+    want
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_in_pages_watches_resumes_and_lists_again_on_gone_like_kube_runtime() {
+    let sim = Kubesim::start(&["spoke"], KubesimOptions::default())
+        .await
+        .expect("kubesim starts");
+    let cluster = sim.cluster("spoke").expect("cluster");
+    let api: Api<ConfigMap> = Api::namespaced(cluster.kube_client().await.unwrap(), "default");
+    let mut names: Vec<String> = (0..OBJECTS).map(|i| format!("cm-{i:05}")).collect();
+    for name in &names {
+        api.create(&PostParams::default(), &cm(name)).await.unwrap();
+    }
+
+    let mut ours = Box::pin(list_watch(api.clone()));
+    let mut theirs = Box::pin(watcher::watcher(api.clone(), watcher::Config::default()));
+
+    // The list, across three pages.
+    let want = listing(&names);
+    assert_eq!(take(&mut ours, want.len()).await, want);
+    assert_eq!(take(&mut theirs, want.len()).await, want);
+
+    // A watch event.
+    api.create(&PostParams::default(), &cm("new-1"))
+        .await
+        .unwrap();
+    let want = vec!["apply new-1".to_string()];
+    assert_eq!(take(&mut ours, 1).await, want);
+    assert_eq!(take(&mut theirs, 1).await, want);
+
+    // Every watch ends: both resume from their resourceVersion, nothing is listed again.
+    cluster.faults().drop_watches();
+    api.create(&PostParams::default(), &cm("new-2"))
+        .await
+        .unwrap();
+    api.delete("new-1", &DeleteParams::default()).await.unwrap();
+    let want = vec!["apply new-2".to_string(), "delete new-1".to_string()];
+    assert_eq!(take(&mut ours, 2).await, want);
+    assert_eq!(take(&mut theirs, 2).await, want);
+
+    // The next watches get 410 Gone: both report it and list again.
+    cluster.faults().force_gone_on_next_watches(2);
+    cluster.faults().drop_watches();
+    names.push("new-2".into());
+    names.sort();
+    let mut want = vec!["watch error 410".to_string()];
+    want.extend(listing(&names));
+    assert_eq!(take(&mut ours, want.len()).await, want);
+    assert_eq!(take(&mut theirs, want.len()).await, want);
+
+    // And watch again from the new list.
+    api.delete("new-2", &DeleteParams::default()).await.unwrap();
+    let want = vec!["delete new-2".to_string()];
+    assert_eq!(take(&mut ours, 1).await, want);
+    assert_eq!(take(&mut theirs, 1).await, want);
+}
