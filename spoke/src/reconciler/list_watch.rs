@@ -129,7 +129,9 @@ where
                 continue_token,
                 ..ListParams::default()
             };
-            match api.list(&params).await {
+            // Boxed, as is starting a watch: a watch task waits in `Watching` nearly all
+            // its life, and an unboxed await keeps room for its largest future all along.
+            match Box::pin(api.list(&params)).await {
                 Ok(list) => {
                     let resource_version = list.metadata.resource_version.filter(|s| !s.is_empty());
                     let continue_token = list.metadata.continue_.filter(|s| !s.is_empty());
@@ -149,7 +151,7 @@ where
             }
         }
         State::Listed { resource_version } => {
-            match start_watch(api, client, &resource_version).await {
+            match Box::pin(start_watch(api, client, &resource_version)).await {
                 Ok(events) => (
                     None,
                     State::Watching {
