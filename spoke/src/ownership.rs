@@ -276,7 +276,7 @@ pub fn proven_owner(obj: &ClusterSPIFFEID, field_manager: &str) -> Result<Owner,
 pub fn prune_managed_fields(
     entries: Option<Vec<ManagedFieldsEntry>>,
 ) -> Option<Vec<ManagedFieldsEntry>> {
-    let kept: Vec<ManagedFieldsEntry> = entries
+    let mut kept: Vec<ManagedFieldsEntry> = entries
         .into_iter()
         .flatten()
         .filter(|e| {
@@ -301,6 +301,9 @@ pub fn prune_managed_fields(
                 .collect::<Vec<_>>()
         })
         .collect();
+    // Collecting a `flat_map` starts at four entries, nearly always for one: the rest would
+    // stay allocated for as long as the object is cached.
+    kept.shrink_to_fit();
     (!kept.is_empty()).then_some(kept)
 }
 
@@ -509,6 +512,8 @@ mod tests {
         let pruned =
             prune_managed_fields(Some(vec![spire, entry(FM, "Apply", OWNER_ANNOTATION)])).unwrap();
         assert_eq!(pruned.len(), 1);
+        // No room kept for entries that are gone: the record is cached.
+        assert_eq!(pruned.capacity(), 1);
         assert_eq!(pruned[0].manager.as_deref(), Some(FM));
         assert_eq!(
             pruned[0].fields_v1.as_ref().unwrap().0,
