@@ -9,7 +9,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kleym_spoke::reconciler::list_watch::list_watch;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::watcher::{self, Event};
 use kubesim::{Kubesim, KubesimOptions};
 
@@ -17,13 +17,9 @@ use kubesim::{Kubesim, KubesimOptions};
 const OBJECTS: usize = 1001;
 
 fn cm(name: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    }
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.to_string());
+    cm
 }
 
 fn describe(item: Result<Event<ConfigMap>, watcher::Error>) -> String {

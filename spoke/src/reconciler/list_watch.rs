@@ -177,29 +177,9 @@ where
                 });
             match next {
                 Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
-                    match obj.resource_version().filter(|rv| !rv.is_empty()) {
-                        Some(resource_version) => (
-                            Some(Ok(Event::Apply(obj))),
-                            State::Watching {
-                                resource_version,
-                                events,
-                            },
-                        ),
-                        None => (Some(Err(Error::NoResourceVersion)), State::Empty),
-                    }
+                    changed(obj, Event::Apply, events)
                 }
-                Some(Ok(WatchEvent::Deleted(obj))) => {
-                    match obj.resource_version().filter(|rv| !rv.is_empty()) {
-                        Some(resource_version) => (
-                            Some(Ok(Event::Delete(obj))),
-                            State::Watching {
-                                resource_version,
-                                events,
-                            },
-                        ),
-                        None => (Some(Err(Error::NoResourceVersion)), State::Empty),
-                    }
-                }
+                Some(Ok(WatchEvent::Deleted(obj))) => changed(obj, Event::Delete, events),
                 Some(Ok(WatchEvent::Bookmark(bookmark))) => (
                     None,
                     State::Watching {
@@ -229,6 +209,25 @@ where
                 None => (None, State::Listed { resource_version }),
             }
         }
+    }
+}
+
+/// A watch event about `obj`: reported as `event`, and the watch goes on from `obj`'s
+/// resourceVersion (without one, it cannot resume: list again).
+fn changed<K: Resource>(
+    obj: K,
+    event: fn(K) -> Event<K>,
+    events: WatchEvents,
+) -> (Option<Result<Event<K>, Error>>, State<K>) {
+    match obj.resource_version().filter(|rv| !rv.is_empty()) {
+        Some(resource_version) => (
+            Some(Ok(event(obj))),
+            State::Watching {
+                resource_version,
+                events,
+            },
+        ),
+        None => (Some(Err(Error::NoResourceVersion)), State::Empty),
     }
 }
 
