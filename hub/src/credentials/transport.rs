@@ -21,7 +21,8 @@
 //!   fails at once, so a blackholed spoke is noticed on all its watches together;
 //! - a server's `GOAWAY` (kube-apiserver's `--goaway-chance`, or shutdown) makes hyper open
 //!   a new connection for new requests; watches whose stream is cut resume from their last
-//!   resourceVersion (kube-runtime's watcher does that), so nothing is listed or written twice.
+//!   resourceVersion (the spoke's `list_watch` does that, as kube-runtime's watcher does), so
+//!   nothing is listed or written twice.
 //!
 //! Unlike kube's builder, no `valid_until` is set on the client (kleym never reads it: the
 //! credential cache tracks expiry) and no tracing layer is added.
