@@ -24,7 +24,7 @@ use futures::stream::{self, Stream};
 use kube::api::{Api, ListParams, WatchParams};
 use kube::core::{Request, Status, WatchEvent};
 use kube::runtime::watcher::{Error, Event};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 /// Objects per list page (kube-runtime's and client-go's default).
@@ -39,14 +39,10 @@ pub fn list_watch<K>(api: Api<K>) -> impl Stream<Item = Result<Event<K>, Error>>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    let client = api.clone().into_client();
-    stream::unfold(
-        (api, client, State::Empty),
-        |(api, client, state)| async move {
-            let (event, state) = step(&api, &client, state).await;
-            Some((event, (api, client, state)))
-        },
-    )
+    stream::unfold((api, State::Empty), |(api, state)| async move {
+        let (event, state) = step(&api, state).await;
+        Some((event, (api, state)))
+    })
 }
 
 enum State<K> {
@@ -68,27 +64,19 @@ enum State<K> {
 }
 
 /// Steps until there is something to report.
-async fn step<K>(
-    api: &Api<K>,
-    client: &Client,
-    mut state: State<K>,
-) -> (Result<Event<K>, Error>, State<K>)
+async fn step<K>(api: &Api<K>, mut state: State<K>) -> (Result<Event<K>, Error>, State<K>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     loop {
-        match step_once(api, client, state).await {
+        match step_once(api, state).await {
             (Some(event), next) => return (event, next),
             (None, next) => state = next,
         }
     }
 }
 
-async fn step_once<K>(
-    api: &Api<K>,
-    client: &Client,
-    state: State<K>,
-) -> (Option<Result<Event<K>, Error>>, State<K>)
+async fn step_once<K>(api: &Api<K>, state: State<K>) -> (Option<Result<Event<K>, Error>>, State<K>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
@@ -151,7 +139,7 @@ where
             }
         }
         State::Listed { resource_version } => {
-            match Box::pin(start_watch(api, client, &resource_version)).await {
+            match Box::pin(start_watch(api, &resource_version)).await {
                 Ok(events) => (
                     None,
                     State::Watching {
@@ -231,9 +219,8 @@ fn changed<K: Resource>(
     }
 }
 
-async fn start_watch<K: Resource>(
+async fn start_watch<K: Resource + Clone>(
     api: &Api<K>,
-    client: &Client,
     resource_version: &str,
 ) -> kube::Result<WatchEvents> {
     let mut request = Request::new(api.resource_url())
@@ -245,6 +232,7 @@ async fn start_watch<K: Resource>(
         .entry(http::header::ACCEPT_ENCODING)
         .or_insert(http::HeaderValue::from_static("identity"));
     request.extensions_mut().insert("watch");
+    let client = api.clone().into_client();
     Ok(WatchEvents::new(client.request_stream(request).await?))
 }
 
