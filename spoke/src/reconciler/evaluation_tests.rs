@@ -24,6 +24,7 @@ use super::evaluation::{BindingDecision, NamespaceEvaluation};
 use super::metrics::SpokeMetrics;
 use super::queue::ObjectKey;
 use super::reconcile::cluster_config;
+use super::trim::ShrinkLists;
 use super::watches::{self, ingest};
 use crate::compiler::Reason;
 
@@ -47,7 +48,7 @@ struct Cluster {
     rv: u64,
 }
 
-fn send<K: Resource + Clone + DeserializeOwned>(
+fn send<K: Resource + Clone + ShrinkLists + DeserializeOwned>(
     ctx: &Context,
     cache: &Cache<K>,
     handler: fn(&Context, Change<K>),
@@ -63,7 +64,11 @@ fn send<K: Resource + Clone + DeserializeOwned>(
     ingest(ctx, cache, handler, event);
 }
 
-fn synced<K: Resource + Clone>(ctx: &Context, cache: &Cache<K>, handler: fn(&Context, Change<K>)) {
+fn synced<K: Resource + Clone + ShrinkLists>(
+    ctx: &Context,
+    cache: &Cache<K>,
+    handler: fn(&Context, Change<K>),
+) {
     cache.activate();
     ingest(ctx, cache, handler, Event::Init);
     ingest(ctx, cache, handler, Event::InitDone);

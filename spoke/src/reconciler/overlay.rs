@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
 
-use super::trim::strip_unread_metadata;
+use super::trim::{ShrinkLists, trim_for_cache};
 
 /// Objects written by us, until the cache catches up.
 #[derive(Debug)]
@@ -75,11 +75,11 @@ fn rv_number<K: kube::Resource>(obj: &K) -> Option<u64> {
     obj.meta().resource_version.as_deref()?.parse().ok()
 }
 
-impl<K: kube::Resource + Clone> Overlay<K> {
+impl<K: kube::Resource + Clone + ShrinkLists> Overlay<K> {
     /// Remembers an object a write returned (without the metadata the caches drop) and
     /// returns it as recorded.
     pub fn record(&self, mut obj: K) -> Arc<K> {
-        strip_unread_metadata(&mut obj);
+        trim_for_cache(&mut obj);
         let (namespace, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
         let obj = Arc::new(obj);
         self.written
@@ -170,6 +170,8 @@ impl<K: kube::Resource + Clone> Overlay<K> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+
+    impl ShrinkLists for ConfigMap {}
 
     fn cm(rv: &str, uid: &str) -> ConfigMap {
         let mut c = ConfigMap::default();

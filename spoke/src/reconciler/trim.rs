@@ -1,4 +1,5 @@
-//! Metadata the reconciler never reads, dropped before an object is cached.
+//! Metadata the reconciler never reads, dropped before an object is cached, and the
+//! spare room of its lists given back ([`ShrinkLists`]).
 //!
 //! `metadata.managedFields` is the largest part of most cached objects (a `FieldsV1` tree
 //! per field manager) and `kubectl.kubernetes.io/last-applied-configuration` repeats the
@@ -7,6 +8,12 @@
 //! manager applied kleym's owner annotation, so that record is kept, reduced to just that
 //! (see [`crate::ownership::prune_managed_fields`]).
 
+use k8s_openapi::api::core::v1::Namespace;
+use kleym_api::InferenceIdentityBinding;
+use kleym_api::external::model::InferenceModel;
+use kleym_api::external::objective::{gaie, llmd};
+use kleym_api::external::pool::{v1, v1alpha2};
+use kleym_api::external::spiffeid::{ClusterSPIFFEID, LabelSelector};
 use kube::Resource;
 
 use crate::ownership::prune_managed_fields;
@@ -14,8 +21,16 @@ use crate::ownership::prune_managed_fields;
 /// Annotation `kubectl apply` (client-side) keeps a full copy of the object in.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// Readies a decoded object for a cache: [`strip_unread_metadata`], then
+/// [`ShrinkLists::shrink_lists`].
+pub fn trim_for_cache<K: Resource + ShrinkLists>(obj: &mut K) {
+    strip_unread_metadata(obj);
+    obj.shrink_lists();
+}
+
 /// Removes `metadata.managedFields` (but the ownership record) and the
-/// last-applied-configuration annotation.
+/// last-applied-configuration annotation, and gives back the spare room of the
+/// metadata's lists.
 pub fn strip_unread_metadata<K: Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
     meta.managed_fields = prune_managed_fields(meta.managed_fields.take());
@@ -25,7 +40,71 @@ pub fn strip_unread_metadata<K: Resource>(obj: &mut K) {
             meta.annotations = None;
         }
     }
+    shrink(&mut meta.finalizers);
+    shrink(&mut meta.owner_references);
 }
+
+/// Gives back the room a decoded object's lists have beyond their entries.
+///
+/// serde reads a JSON array into a `Vec` by pushing, so the `Vec` has room for 4, then
+/// 8, 16 … entries: a binding's five status conditions (128 bytes each) sat in room for
+/// eight. A cached object lives as long as the object does, so the room is given back
+/// once, when it is cached. Kinds whose lists the reconciler keeps few of do nothing.
+pub trait ShrinkLists {
+    /// Shrinks each list to its length.
+    fn shrink_lists(&mut self) {}
+}
+
+fn shrink<T>(list: &mut Option<Vec<T>>) {
+    if let Some(list) = list.as_mut() {
+        list.shrink_to_fit();
+    }
+}
+
+impl ShrinkLists for InferenceIdentityBinding {
+    fn shrink_lists(&mut self) {
+        self.spec.workload_selector_templates.shrink_to_fit();
+        if let Some(svid) = self.spec.svid.as_mut() {
+            svid.dns_name_templates.shrink_to_fit();
+            svid.federates_with.shrink_to_fit();
+        }
+        if let Some(status) = self.status.as_mut() {
+            status.conditions.shrink_to_fit();
+            status.computed_spiffe_ids.shrink_to_fit();
+            status.rendered_selectors.shrink_to_fit();
+            status.conflict_peers.shrink_to_fit();
+            status.warnings.shrink_to_fit();
+        }
+    }
+}
+
+impl ShrinkLists for ClusterSPIFFEID {
+    fn shrink_lists(&mut self) {
+        let spec = &mut self.spec;
+        shrink(&mut spec.workload_selector_templates);
+        shrink(&mut spec.dns_name_templates);
+        shrink(&mut spec.federates_with);
+        for selector in [&mut spec.namespace_selector, &mut spec.pod_selector] {
+            if let Some(LabelSelector {
+                match_expressions: Some(expressions),
+                ..
+            }) = selector.as_mut()
+            {
+                expressions.shrink_to_fit();
+                for requirement in expressions {
+                    shrink(&mut requirement.values);
+                }
+            }
+        }
+    }
+}
+
+impl ShrinkLists for llmd::InferenceObjective {}
+impl ShrinkLists for gaie::InferenceObjective {}
+impl ShrinkLists for InferenceModel {}
+impl ShrinkLists for v1::InferencePool {}
+impl ShrinkLists for v1alpha2::InferencePool {}
+impl ShrinkLists for Namespace {}
 
 #[cfg(test)]
 mod tests {
@@ -33,6 +112,130 @@ mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
     use std::collections::BTreeMap;
+
+    /// Capacities of every list `shrink_lists` handles.
+    fn binding_list_room(b: &InferenceIdentityBinding) -> Vec<(usize, usize)> {
+        let svid = b.spec.svid.as_ref().unwrap();
+        let status = b.status.as_ref().unwrap();
+        let finalizers = b.metadata.finalizers.as_ref().unwrap();
+        vec![
+            (
+                b.spec.workload_selector_templates.len(),
+                b.spec.workload_selector_templates.capacity(),
+            ),
+            (
+                svid.dns_name_templates.len(),
+                svid.dns_name_templates.capacity(),
+            ),
+            (svid.federates_with.len(), svid.federates_with.capacity()),
+            (status.conditions.len(), status.conditions.capacity()),
+            (
+                status.computed_spiffe_ids.len(),
+                status.computed_spiffe_ids.capacity(),
+            ),
+            (
+                status.rendered_selectors.len(),
+                status.rendered_selectors.capacity(),
+            ),
+            (
+                status.conflict_peers.len(),
+                status.conflict_peers.capacity(),
+            ),
+            (status.warnings.len(), status.warnings.capacity()),
+            (finalizers.len(), finalizers.capacity()),
+        ]
+    }
+
+    #[test]
+    fn a_decoded_binding_keeps_no_spare_room_in_its_lists() {
+        let condition = |t: &str| {
+            serde_json::json!({"type": t, "status": "True", "reason": "R", "message": "m",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        };
+        let conditions =
+            ["Ready", "Conflict", "Resolved", "OutputApplied", "Degraded"].map(condition);
+        // Decoded from text, as a watch event is: `from_value` knows each list's length.
+        let mut binding: InferenceIdentityBinding = serde_json::from_str(
+            &serde_json::json!({
+                "apiVersion": "kleym.io/v1alpha1", "kind": "InferenceIdentityBinding",
+                "metadata": {"name": "b", "namespace": "ns", "finalizers": ["kleym.io/cleanup"]},
+                "spec": {
+                    "targetRef": {"kind": "InferenceObjective", "name": "o"},
+                    "workloadSelectorTemplates": ["k8s:ns:{{namespace}}"],
+                    "svid": {"dnsNameTemplates": ["a.example"], "federatesWith": ["td.example"]}
+                },
+                "status": {
+                    "conditions": conditions,
+                    "computedSpiffeIDs": [{"mode": "PerObjective", "spiffeID": "spiffe://td/x"}],
+                    "renderedSelectors": ["k8s:ns:ns"],
+                    "conflictPeers": [{"name": "p", "reason": "SameSpiffeId"}],
+                    "warnings": [{"reason": "W", "message": "w"}]
+                }
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let before = binding_list_room(&binding);
+        assert!(
+            before.iter().all(|(len, cap)| cap > len),
+            "serde leaves room in every list: {before:?}"
+        );
+        trim_for_cache(&mut binding);
+        let after = binding_list_room(&binding);
+        assert!(after.iter().all(|(len, cap)| cap == len), "{after:?}");
+        assert_eq!(
+            before.iter().map(|(len, _)| *len).collect::<Vec<_>>(),
+            after.iter().map(|(len, _)| *len).collect::<Vec<_>>(),
+            "no entry lost"
+        );
+    }
+
+    #[test]
+    fn a_decoded_cluster_spiffe_id_keeps_no_spare_room_in_its_lists() {
+        let mut csid: ClusterSPIFFEID = serde_json::from_str(
+            &serde_json::json!({
+                "apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID",
+                "metadata": {"name": "c"},
+                "spec": {
+                    "spiffeIDTemplate": "spiffe://td/x",
+                    "podSelector": {"matchExpressions": [
+                        {"key": "app", "operator": "In", "values": ["a", "b"]}
+                    ]},
+                    "workloadSelectorTemplates": ["k8s:ns:ns", "k8s:sa:s"],
+                    "dnsNameTemplates": ["a.example"],
+                    "federatesWith": ["td.example"]
+                }
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let room = |c: &ClusterSPIFFEID| {
+            let spec = &c.spec;
+            let expressions = spec
+                .pod_selector
+                .as_ref()
+                .and_then(|s| s.match_expressions.as_ref())
+                .unwrap();
+            [
+                spec.workload_selector_templates
+                    .as_ref()
+                    .unwrap()
+                    .capacity()
+                    - 2,
+                spec.dns_name_templates.as_ref().unwrap().capacity() - 1,
+                spec.federates_with.as_ref().unwrap().capacity() - 1,
+                expressions.capacity() - 1,
+                expressions[0].values.as_ref().unwrap().capacity() - 2,
+            ]
+        };
+        assert!(
+            room(&csid).iter().all(|spare| *spare > 0),
+            "{:?}",
+            room(&csid)
+        );
+        trim_for_cache(&mut csid);
+        assert_eq!(room(&csid), [0; 5]);
+    }
 
     #[test]
     fn strips_managed_fields_and_last_applied_but_keeps_other_annotations() {

@@ -25,7 +25,7 @@ use super::lean::Lean;
 use super::list_watch::list_watch;
 use super::ns_cache::binding_compile_inputs_differ;
 use super::queue::ObjectKey;
-use super::trim::strip_unread_metadata;
+use super::trim::{ShrinkLists, trim_for_cache};
 pub use super::watch_failures::{WatchFailure, WatchFailures};
 use crate::compiler::{ForeignSpiffeId, PoolView, TargetView};
 
@@ -121,7 +121,7 @@ fn spawn<K>(
     handler: fn(&Context, Change<K>),
     token: CancellationToken,
 ) where
-    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource + Clone + ShrinkLists + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default,
 {
     let ctx = ctx.clone();
@@ -188,14 +188,14 @@ fn unwrap_lean<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
 
 /// Applies one watch event to `cache` and hands each resulting change to `handler`: the
 /// watch loop's body, shared with tests that drive a context without an API server.
-pub fn ingest<K: Resource + Clone>(
+pub fn ingest<K: Resource + Clone + ShrinkLists>(
     ctx: &Context,
     cache: &Cache<K>,
     handler: fn(&Context, Change<K>),
     event: watcher::Event<K>,
 ) {
     // What the reconciler never reads is dropped before it is cached (most of an object).
-    for change in cache.apply(event.modify(strip_unread_metadata)) {
+    for change in cache.apply(event.modify(trim_for_cache)) {
         // A relist returns unchanged objects: nothing happened to them.
         if let Change::Upsert {
             old: Some(old),
