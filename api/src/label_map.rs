@@ -20,8 +20,8 @@ pub struct LabelMap(Vec<(String, String)>);
 
 impl LabelMap {
     /// An empty map.
-    pub fn new() -> Self {
-        Self::default()
+    pub const fn new() -> Self {
+        Self(Vec::new())
     }
 
     /// The value of `key`.

@@ -345,7 +345,7 @@ fn foreign_view_skips_kleym_objects() {
     // an object from the overlap analysis.
     let f = ForeignSpiffeId::from_object(&obj, "kleym").expect("labels are not proof");
     assert!(!f.fallback);
-    assert_eq!(f.workload_selector_templates, ours.selectors);
+    assert_eq!(f.workload_selector_templates, ours.selectors());
     // kleym's output: the owner annotation, applied by kleym's field manager.
     let owner = Owner {
         namespace: NS.into(),

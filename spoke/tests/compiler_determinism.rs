@@ -131,10 +131,10 @@ proptest! {
                 let collide = a.mode == IdentityMode::PerObjective
                     && b.mode == IdentityMode::PerObjective
                     && a.binding.namespace == b.binding.namespace
-                    && a.pool_labels == b.pool_labels
+                    && a.pool_labels() == b.pool_labels()
                     && a.service_account == b.service_account
                     && a.container_selector == b.container_selector;
-                let duplicate = a.spiffe_id == b.spiffe_id && a.selectors != b.selectors;
+                let duplicate = a.spiffe_id() == b.spiffe_id() && a.selectors() != b.selectors();
                 let v = analysis.verdict(&a.binding);
                 let listed = |reason| v.conflicts.iter().any(|c| c.reason == reason && c.peers.contains(&b.binding));
                 prop_assert_eq!(listed(kleym_spoke::compiler::Reason::IdentityCollision), collide);
@@ -163,15 +163,15 @@ proptest! {
             b.spec.workload_selector_templates.reverse();
         }
         let c = compile(&b, &config()).unwrap();
-        let mut sorted = c.selectors.clone();
+        let mut sorted = c.selectors().to_vec();
         sorted.sort();
         sorted.dedup();
-        prop_assert_eq!(&c.selectors, &sorted);
-        prop_assert_eq!(&c.selectors, &expected.selectors);
+        prop_assert_eq!(&c.selectors(), &sorted);
+        prop_assert_eq!(&c.selectors(), &expected.selectors());
         prop_assert_eq!(
             serde_json::to_vec(&c.output.spec).unwrap(),
             serde_json::to_vec(&expected.output.spec).unwrap()
         );
-        prop_assert_eq!(&c.spiffe_id, &expected.spiffe_id);
+        prop_assert_eq!(&c.spiffe_id(), &expected.spiffe_id());
     }
 }

@@ -74,7 +74,7 @@ fn views_apply_each_kinds_pool_group_default() {
     b.target = Lookup::Found(TargetView::from_model(&m));
     b.pool = Lookup::Found(p);
     assert_eq!(
-        ok(&b).spiffe_id,
+        ok(&b).spiffe_id(),
         "spiffe://example.org/ns/team-a/model/llama"
     );
 }

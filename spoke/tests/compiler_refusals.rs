@@ -9,9 +9,12 @@ use kleym_spoke::compiler::{ClusterConfig, Lookup, Reason, RefusalKind, TargetVi
 #[test]
 fn per_objective_default_output() {
     let c = ok(&binding("chat-id", "chat", "vllm"));
-    assert_eq!(c.spiffe_id, "spiffe://example.org/ns/team-a/objective/chat");
     assert_eq!(
-        c.selectors,
+        c.spiffe_id(),
+        "spiffe://example.org/ns/team-a/objective/chat"
+    );
+    assert_eq!(
+        c.selectors(),
         [
             "k8s:container-name:vllm",
             "k8s:ns:team-a",
@@ -21,10 +24,10 @@ fn per_objective_default_output() {
     );
     assert_eq!(c.service_account, "model-server");
     let spec = &c.output.spec;
-    assert_eq!(spec.spiffe_id_template, c.spiffe_id);
+    assert_eq!(spec.spiffe_id_template, c.spiffe_id());
     assert_eq!(
         spec.workload_selector_templates.as_ref(),
-        Some(&c.selectors)
+        Some(&c.selectors().to_vec())
     );
     assert_eq!(spec.fallback, Some(false));
     assert_eq!(spec.hint.as_deref(), Some("chat"));
@@ -68,8 +71,8 @@ fn pool_only_default_output_and_class_name() {
         class_name: Some("spire-a".into()),
     };
     let c = compile(&pool_only("p", "chat"), &cfg).unwrap();
-    assert_eq!(c.spiffe_id, "spiffe://example.org/ns/team-a/pool/pool");
-    assert!(!c.selectors.iter().any(|s| s.contains("container")));
+    assert_eq!(c.spiffe_id(), "spiffe://example.org/ns/team-a/pool/pool");
+    assert!(!c.selectors().iter().any(|s| s.contains("container")));
     assert_eq!(c.output.spec.hint.as_deref(), Some("pool"));
     assert_eq!(c.output.spec.class_name.as_deref(), Some("spire-a"));
 }
@@ -81,7 +84,7 @@ fn container_image_discriminator() {
     b.spec.container_discriminator.as_mut().unwrap().value = "ghcr.io/vllm/vllm:0.9".into();
     let c = ok(&b);
     assert!(
-        c.selectors
+        c.selectors()
             .contains(&"k8s:container-image:ghcr.io/vllm/vllm:0.9".to_string())
     );
 }
@@ -97,10 +100,13 @@ fn templates_render_all_variables_and_override_id() {
         .push("k8s:pod-label:tier:{{ .PoolName }}".into());
     let c = ok(&b);
     assert_eq!(
-        c.spiffe_id,
+        c.spiffe_id(),
         "spiffe://example.org/ns/team-a/PerObjective/pool/chat/vllm/b"
     );
-    assert!(c.selectors.contains(&"k8s:pod-label:tier:pool".to_string()));
+    assert!(
+        c.selectors()
+            .contains(&"k8s:pod-label:tier:pool".to_string())
+    );
 }
 
 #[test]
@@ -164,9 +170,12 @@ fn legacy_inference_model_resolves_through_its_pool_ref() {
     p.group = "inference.networking.x-k8s.io".into();
     b.pool = Lookup::Found(p);
     let c = ok(&b);
-    assert_eq!(c.spiffe_id, "spiffe://example.org/ns/team-a/model/llama");
+    assert_eq!(c.spiffe_id(), "spiffe://example.org/ns/team-a/model/llama");
     assert_eq!(c.pool.group, "inference.networking.x-k8s.io");
-    assert!(c.selectors.contains(&"k8s:pod-label:app:llama".to_string()));
+    assert!(
+        c.selectors()
+            .contains(&"k8s:pod-label:app:llama".to_string())
+    );
 }
 
 #[test]
@@ -356,7 +365,7 @@ fn selectors_contradicting_the_pool_or_discriminator_are_unprovable() {
         "k8s:pod-label:extra:x",
         "k8s:container-name:vllm",
     ]));
-    assert!(c.selectors.contains(&"k8s:pod-label:extra:x".to_string()));
+    assert!(c.selectors().contains(&"k8s:pod-label:extra:x".to_string()));
 }
 
 #[test]
@@ -446,7 +455,10 @@ fn spiffe_id_path_escapes() {
     }
     let mut b = binding("b", "chat", "vllm");
     b.spec.spiffe_id_template = Some("spiffe://example.org/ns/team-a/custom/id".into());
-    assert_eq!(ok(&b).spiffe_id, "spiffe://example.org/ns/team-a/custom/id");
+    assert_eq!(
+        ok(&b).spiffe_id(),
+        "spiffe://example.org/ns/team-a/custom/id"
+    );
 }
 
 // ---- RenderFailure ----
@@ -472,7 +484,7 @@ fn template_tricks_are_render_failures() {
     // Both spellings of an action are the same.
     let a = ok(&with_templates(&["k8s:ns:{{.Namespace}}", "k8s:sa:s"]));
     let b = ok(&with_templates(&["k8s:ns:{{ .Namespace }}", "k8s:sa:s"]));
-    assert_eq!(a.selectors, b.selectors);
+    assert_eq!(a.selectors(), b.selectors());
     // .ContainerName is undefined in PoolOnly mode.
     let mut p = pool_only("p", "chat");
     p.spec
@@ -539,5 +551,5 @@ fn no_output_ever_contains_template_syntax() {
     ]));
     let json = serde_json::to_string(&c.output.spec).unwrap();
     assert!(!json.contains("{{"), "{json}");
-    assert!(!c.selectors.iter().any(|s| s.contains(['{', '}'])));
+    assert!(!c.selectors().iter().any(|s| s.contains(['{', '}'])));
 }

@@ -280,7 +280,7 @@ fn fingerprint(value: impl Hash) -> u64 {
 fn pod_set_key(id: &CompiledIdentity) -> (&str, Labels<'_>, &str) {
     (
         id.binding.namespace.as_str(),
-        &id.pool_labels,
+        id.pool_labels(),
         id.service_account.as_str(),
     )
 }
@@ -317,7 +317,7 @@ impl Fingerprints {
         for id in ids {
             fp.pod_set.push(fingerprint(pod_set_key(id)));
             fp.collision.push(collision_key(id).map(fingerprint));
-            fp.spiffe_id.push(fingerprint(&id.spiffe_id));
+            fp.spiffe_id.push(fingerprint(id.spiffe_id()));
         }
         fp
     }
@@ -385,7 +385,7 @@ pub fn analyze_refs(
         let first = &identities[members[0]];
         let detail = format!(
             "pool selector {}, service account {}, {}",
-            labels_desc(&first.pool_labels),
+            labels_desc(first.pool_labels()),
             first.service_account,
             first.container_selector.as_deref().unwrap_or("")
         );
@@ -401,11 +401,11 @@ pub fn analyze_refs(
 
     // DuplicateSPIFFEID: one ID, several selector sets.
     let by_id = groups_by(identities, fps.spiffe_id.iter().copied().map(Some), |id| {
-        id.spiffe_id.as_str()
+        id.spiffe_id()
     });
     for members in by_id {
-        let distinct: BTreeSet<&Vec<String>> =
-            members.iter().map(|&m| &identities[m].selectors).collect();
+        let distinct: BTreeSet<&[String]> =
+            members.iter().map(|&m| identities[m].selectors()).collect();
         if distinct.len() < 2 {
             continue;
         }
@@ -414,12 +414,12 @@ pub fn analyze_refs(
             &mut verdicts,
             &members,
             Reason::DuplicateSPIFFEID,
-            &identities[members[0]].spiffe_id,
+            identities[members[0]].spiffe_id(),
             |m| {
                 members
                     .iter()
                     .copied()
-                    .filter(|&p| identities[p].selectors != identities[m].selectors)
+                    .filter(|&p| identities[p].selectors() != identities[m].selectors())
                     .collect()
             },
         );
@@ -471,7 +471,7 @@ fn pool_and_objective_warnings(
             "PoolOnly binding(s) {} and PerObjective binding(s) {} select the same pods (pool selector {}, service account {}): the discriminated containers receive two SVIDs",
             names(&pool_only),
             names(&per_objective),
-            labels_desc(&first.pool_labels),
+            labels_desc(first.pool_labels()),
             first.service_account
         );
         for &m in pool_only.iter().chain(&per_objective) {
@@ -502,7 +502,7 @@ fn overlapping_default_warnings(
     let mut groups: Groups<(&str, Labels, &str)> = HashMap::new();
     for (i, id) in ids.iter().enumerate() {
         let class = id.output.spec.class_name.as_deref().unwrap_or("");
-        let key = (id.binding.namespace.as_str(), &id.pool_labels, class);
+        let key = (id.binding.namespace.as_str(), id.pool_labels(), class);
         groups.entry(key).or_default().push(i);
     }
     let mut namespace_match: HashMap<(usize, &str), bool> = HashMap::new();
@@ -526,7 +526,7 @@ fn overlapping_default_warnings(
                 let workloads_ok = f
                     .workload_selector_templates
                     .iter()
-                    .all(|t| workload_selector_satisfied(t, &id.selectors));
+                    .all(|t| workload_selector_satisfied(t, id.selectors()));
                 if !workloads_ok {
                     continue;
                 }

@@ -51,18 +51,45 @@ pub struct CompiledIdentity {
     pub target_name: String,
     /// The resolved pool.
     pub pool: PoolKey,
-    /// The pool's `matchLabels` (the pod set, within the namespace).
-    pub pool_labels: LabelMap,
     /// The one service account the identity is confined to.
     pub service_account: String,
     /// `k8s:container-name:…` / `k8s:container-image:…` (PerObjective only).
     pub container_selector: Option<String>,
-    /// The SPIFFE ID.
-    pub spiffe_id: String,
-    /// Sorted, de-duplicated workload selectors (as in the output).
-    pub selectors: Vec<String>,
-    /// The ClusterSPIFFEID to apply.
+    /// The ClusterSPIFFEID to apply. Its spec holds the SPIFFE ID, the selectors and the
+    /// pool labels, read through the methods below rather than kept twice: a hub keeps
+    /// one compiled identity per binding of every spoke.
     pub output: ClusterSpiffeIdOutput,
+}
+
+/// What [`CompiledIdentity::pool_labels`] reads when the output has no pod selector
+/// (never, as `compile` builds it).
+static NO_LABELS: LabelMap = LabelMap::new();
+
+impl CompiledIdentity {
+    /// The SPIFFE ID (the output's `spiffeIDTemplate`, a literal ID).
+    pub fn spiffe_id(&self) -> &str {
+        &self.output.spec.spiffe_id_template
+    }
+
+    /// Sorted, de-duplicated workload selectors (the output's `workloadSelectorTemplates`).
+    pub fn selectors(&self) -> &[String] {
+        self.output
+            .spec
+            .workload_selector_templates
+            .as_deref()
+            .unwrap_or_default()
+    }
+
+    /// The pool's `matchLabels`, the pod set within the namespace (the output's
+    /// `podSelector.matchLabels`).
+    pub fn pool_labels(&self) -> &LabelMap {
+        self.output
+            .spec
+            .pod_selector
+            .as_ref()
+            .and_then(|s| s.match_labels.as_ref())
+            .unwrap_or(&NO_LABELS)
+    }
 }
 
 /// The default SPIFFE ID: PerObjective `spiffe://<TD>/ns/<N>/objective/<O>` (legacy
@@ -173,10 +200,10 @@ pub fn compile(input: &BindingInput, config: &ClusterConfig) -> Result<CompiledI
         IdentityMode::PerObjective => target.name.clone(),
     };
     let spec_out = output::cluster_spiffe_id_spec(output::SpecParts {
-        spiffe_id: spiffe_id.clone(),
+        spiffe_id,
         namespace: ns.to_string(),
         pool_labels: pool.match_labels.clone(),
-        selectors: selectors.clone(),
+        selectors,
         dns_names: svid.dns_names,
         ttl: svid.ttl,
         jwt_ttl: svid.jwt_ttl,
@@ -197,11 +224,8 @@ pub fn compile(input: &BindingInput, config: &ClusterConfig) -> Result<CompiledI
             namespace: ns.to_string(),
             name: pool.name.clone(),
         },
-        pool_labels: pool.match_labels.clone(),
         service_account: confinement.service_account,
         container_selector,
-        spiffe_id,
-        selectors,
         output: ClusterSpiffeIdOutput {
             name: output::cluster_spiffe_id_name(ns, &input.name),
             labels: output::output_labels(ns, &input.name),

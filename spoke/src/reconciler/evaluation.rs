@@ -109,7 +109,9 @@ enum PeerChecks {
 
 #[derive(Debug)]
 struct Evaluated {
-    /// The verdict with `output` left `None`.
+    /// The namespace-wide part of the verdict: refusal, conflict peers and warnings. What
+    /// the compiled identity holds (output, SPIFFE IDs, selectors) is left empty and added
+    /// by [`Self::verdict`], so an evaluation keeps one copy of it, not two.
     findings: BindingDecision,
     compiled: Arc<CompileResult>,
 }
@@ -117,14 +119,20 @@ struct Evaluated {
 impl Evaluated {
     fn verdict(&self) -> BindingDecision {
         let mut verdict = self.findings.clone();
-        if verdict.refusal.is_none()
-            && let Ok(id) = self.compiled.as_ref()
-        {
-            verdict.output = Some(DesiredOutput {
-                name: id.output.name.clone(),
-                spec: id.output.spec.clone(),
-                labels: id.output.labels.clone(),
-            });
+        if let Ok(id) = self.compiled.as_ref() {
+            // Shown even when refused by a conflict, to explain it.
+            verdict.computed_spiffe_ids = vec![ComputedSpiffeId {
+                mode: id.mode,
+                spiffe_id: id.spiffe_id().to_string(),
+            }];
+            verdict.rendered_selectors = id.selectors().to_vec();
+            if verdict.refusal.is_none() {
+                verdict.output = Some(DesiredOutput {
+                    name: id.output.name.clone(),
+                    spec: id.output.spec.clone(),
+                    labels: id.output.labels.clone(),
+                });
+            }
         }
         verdict
     }
@@ -136,7 +144,9 @@ impl NamespaceEvaluation {
         self.bindings.get(name).map(Evaluated::verdict)
     }
 
-    /// Every binding's verdict without its output (`output` is `None`), by name.
+    /// Every binding's namespace-wide findings, by name: the verdict with only its
+    /// refusal, conflict peers and warnings (output, SPIFFE IDs and selectors empty; see
+    /// [`Self::verdict`]).
     pub fn findings(&self) -> impl Iterator<Item = (&String, &BindingDecision)> {
         self.bindings.iter().map(|(name, e)| (name, &e.findings))
     }
@@ -301,7 +311,7 @@ pub(crate) fn merge(
                     conflict_peers: Vec::new(),
                     warnings: Vec::new(),
                 },
-                Ok(id) => {
+                Ok(_) => {
                     let bref = BindingRef {
                         namespace: input.namespace,
                         name: input.name.clone(),
@@ -310,11 +320,9 @@ pub(crate) fn merge(
                     BindingDecision {
                         output: None,
                         refusal: findings.refusal(&bref),
-                        computed_spiffe_ids: vec![ComputedSpiffeId {
-                            mode: id.mode,
-                            spiffe_id: id.spiffe_id.clone(),
-                        }],
-                        rendered_selectors: id.selectors.clone(),
+                        // From the compiled identity, in `Evaluated::verdict`.
+                        computed_spiffe_ids: Vec::new(),
+                        rendered_selectors: Vec::new(),
                         conflict_peers: findings.conflict_peers(),
                         warnings: findings.status_warnings(),
                     }
