@@ -212,7 +212,7 @@ pub fn plan_binding(
             ));
         }
     } else {
-        let output = plan_output(desired.as_ref(), existing, owner, field_manager);
+        let output = plan_output(desired.as_deref(), existing, owner, field_manager);
         owned = output.owned_after;
         delete = output.delete;
         match (output.action, &desired) {
@@ -312,7 +312,7 @@ mod tests {
 
     fn verdict(output: Option<DesiredOutput>) -> BindingDecision {
         BindingDecision {
-            output,
+            output: output.map(Box::new),
             refusal: None,
             computed_spiffe_ids: Vec::new(),
             rendered_selectors: Vec::new(),
