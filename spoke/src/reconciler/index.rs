@@ -31,11 +31,59 @@ pub struct SourceKey {
     pub target: TargetKey,
 }
 
+/// The names of the bindings that name one target, sorted. Nearly always one or two: a
+/// `BTreeSet` allocates a node for 11 names (about 280 bytes) on its first insert, and the
+/// index keeps one set per target of every spoke.
+#[derive(Debug, Default)]
+struct SortedNames(Vec<String>);
+
+impl SortedNames {
+    fn insert(&mut self, name: String) {
+        if let Err(i) = self.position(&name) {
+            self.0.insert(i, name);
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Ok(i) = self.position(name) {
+            self.0.remove(i);
+        }
+    }
+
+    fn position(&self, name: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|n| n.as_str().cmp(name))
+    }
+}
+
+/// A set of binding names the index can drop a name from.
+trait NameSet {
+    fn remove_name(&mut self, name: &str);
+    fn is_empty(&self) -> bool;
+}
+
+impl NameSet for SortedNames {
+    fn remove_name(&mut self, name: &str) {
+        self.remove(name);
+    }
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl NameSet for BTreeSet<String> {
+    fn remove_name(&mut self, name: &str) {
+        self.remove(name);
+    }
+    fn is_empty(&self) -> bool {
+        BTreeSet::is_empty(self)
+    }
+}
+
 /// The index. Not thread-safe by itself; the context wraps it in a lock.
 #[derive(Debug, Default)]
 pub struct Index {
     binding_target: HashMap<ObjectKey, TargetKey>,
-    target_bindings: HashMap<TargetKey, BTreeSet<String>>,
+    target_bindings: HashMap<TargetKey, SortedNames>,
     namespace_bindings: HashMap<String, BTreeSet<String>>,
     source_pool: HashMap<SourceKey, String>,
     pool_sources: HashMap<(String, String), HashSet<SourceKey>>,
@@ -104,6 +152,7 @@ impl Index {
             .get(target)
             .map(|names| {
                 names
+                    .0
                     .iter()
                     .map(|n| ObjectKey::new(target.namespace.clone(), n.clone()))
                     .collect()
@@ -150,13 +199,13 @@ impl Index {
     }
 }
 
-fn remove_from<K: std::hash::Hash + Eq + Clone>(
-    map: &mut HashMap<K, BTreeSet<String>>,
+fn remove_from<K: std::hash::Hash + Eq + Clone, S: NameSet>(
+    map: &mut HashMap<K, S>,
     key: &K,
     name: &str,
 ) {
     if let Some(set) = map.get_mut(key) {
-        set.remove(name);
+        set.remove_name(name);
         if set.is_empty() {
             map.remove(key);
         }
@@ -196,6 +245,29 @@ mod tests {
         ix.upsert_source(source("llm-d.ai", objective("a", "code")), "pool2".into());
         ix.upsert_source(source("llm-d.ai", objective("z", "chat")), "pool1".into());
         ix
+    }
+
+    #[test]
+    fn bindings_of_a_target_are_sorted_and_unique() {
+        let mut ix = Index::new();
+        for name in ["c", "a", "b", "a"] {
+            ix.upsert_binding(&ObjectKey::new("ns", name), objective("ns", "chat"));
+        }
+        let chat = objective("ns", "chat");
+        assert_eq!(
+            names(ix.bindings_for_target(&chat)),
+            ["ns/a", "ns/b", "ns/c"]
+        );
+        ix.remove_binding(&ObjectKey::new("ns", "b"));
+        ix.remove_binding(&ObjectKey::new("ns", "zz"));
+        assert_eq!(names(ix.bindings_for_target(&chat)), ["ns/a", "ns/c"]);
+        ix.remove_binding(&ObjectKey::new("ns", "a"));
+        ix.remove_binding(&ObjectKey::new("ns", "c"));
+        assert!(ix.bindings_for_target(&chat).is_empty());
+        assert!(
+            ix.target_bindings.is_empty(),
+            "an emptied target is forgotten"
+        );
     }
 
     #[test]
