@@ -44,12 +44,6 @@ impl SortedNames {
         }
     }
 
-    fn remove(&mut self, name: &str) {
-        if let Ok(i) = self.position(name) {
-            self.0.remove(i);
-        }
-    }
-
     fn position(&self, name: &str) -> Result<usize, usize> {
         self.0.binary_search_by(|n| n.as_str().cmp(name))
     }
@@ -63,7 +57,9 @@ trait NameSet {
 
 impl NameSet for SortedNames {
     fn remove_name(&mut self, name: &str) {
-        self.remove(name);
+        if let Ok(i) = self.position(name) {
+            self.0.remove(i);
+        }
     }
     fn is_empty(&self) -> bool {
         self.0.is_empty()
