@@ -39,7 +39,7 @@ pub const LEGACY_BINDING_UID_ANNOTATION: &str = "kleym.io/binding-uid";
 
 /// Annotations whose writer `managedFields` records and the caches keep (see
 /// [`prune_managed_fields`]).
-const PROOF_ANNOTATIONS: [&str; 2] = [OWNER_ANNOTATION, LEGACY_BINDING_UID_ANNOTATION];
+pub const PROOF_ANNOTATIONS: [&str; 2] = [OWNER_ANNOTATION, LEGACY_BINDING_UID_ANNOTATION];
 
 /// `managedFields` operation of a server-side apply.
 const APPLY: &str = "Apply";
@@ -119,11 +119,54 @@ pub struct Foreign {
 }
 
 impl Foreign {
-    fn new(obj: &ClusterSPIFFEID, why: impl Into<String>) -> Self {
+    fn new(obj: &(impl ProofSubject + ?Sized), why: impl Into<String>) -> Self {
         Foreign {
-            object: obj.name_any(),
+            object: obj.object_name().to_string(),
             why: why.into(),
         }
+    }
+}
+
+/// What the proof reads of a ClusterSPIFFEID: its name, UID, labels, annotations and field
+/// managers, nothing of its spec or status. Implemented by the API object and by the form
+/// the reconciler's cache keeps it in (`reconciler::observed_output::ObservedOutput`), so
+/// both are proven by the same code.
+pub trait ProofSubject {
+    /// `metadata.name`.
+    fn object_name(&self) -> &str;
+    /// `metadata.uid`.
+    fn object_uid(&self) -> Option<&str>;
+    /// The label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+    /// The annotation `key`.
+    fn annotation(&self, key: &str) -> Option<&str>;
+    /// `metadata.managedFields`, as returned or as [`prune_managed_fields`] left them.
+    fn managed_fields(&self) -> &[ManagedFieldsEntry];
+}
+
+impl ProofSubject for ClusterSPIFFEID {
+    fn object_name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn object_uid(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(key)
+            .map(String::as_str)
+    }
+
+    fn managed_fields(&self) -> &[ManagedFieldsEntry] {
+        self.metadata.managed_fields.as_deref().unwrap_or_default()
     }
 }
 
@@ -135,9 +178,8 @@ enum Claim {
 }
 
 /// Reads the owner annotation and checks that `field_manager` applied it.
-fn claim(obj: &ClusterSPIFFEID, field_manager: &str) -> Result<Claim, Foreign> {
-    let annotations = obj.annotations();
-    let (key, claim) = if let Some(v) = annotations.get(OWNER_ANNOTATION) {
+fn claim(obj: &(impl ProofSubject + ?Sized), field_manager: &str) -> Result<Claim, Foreign> {
+    let (key, claim) = if let Some(v) = obj.annotation(OWNER_ANNOTATION) {
         let owner = Owner::parse(v).ok_or_else(|| {
             Foreign::new(
                 obj,
@@ -145,10 +187,12 @@ fn claim(obj: &ClusterSPIFFEID, field_manager: &str) -> Result<Claim, Foreign> {
             )
         })?;
         (OWNER_ANNOTATION, Claim::Annotated(owner))
-    } else if let Some(uid) = annotations.get(LEGACY_BINDING_UID_ANNOTATION) {
+    } else if let Some(uid) = obj.annotation(LEGACY_BINDING_UID_ANNOTATION) {
         (
             LEGACY_BINDING_UID_ANNOTATION,
-            Claim::Legacy { uid: uid.clone() },
+            Claim::Legacy {
+                uid: uid.to_string(),
+            },
         )
     } else {
         return Err(Foreign::new(
@@ -170,9 +214,9 @@ fn claim(obj: &ClusterSPIFFEID, field_manager: &str) -> Result<Claim, Foreign> {
 /// Did `field_manager` server-side apply the annotation `key` (`managedFields`)? Reads
 /// both the entry as the API server returns it and the compact record the caches keep
 /// ([`prune_managed_fields`]).
-fn applied_by(obj: &ClusterSPIFFEID, field_manager: &str, key: &str) -> bool {
+fn applied_by(obj: &(impl ProofSubject + ?Sized), field_manager: &str, key: &str) -> bool {
     let field = format!("f:{key}");
-    obj.metadata.managed_fields.iter().flatten().any(|e| {
+    obj.managed_fields().iter().any(|e| {
         e.manager.as_deref() == Some(field_manager)
             && e.operation.as_deref() == Some(APPLY)
             && e.subresource.as_deref().is_none_or(str::is_empty)
@@ -189,7 +233,11 @@ fn applied_by(obj: &ClusterSPIFFEID, field_manager: &str, key: &str) -> bool {
 /// Proves that `obj` is the output of the binding `owner` (see the module documentation).
 /// `field_manager` is kleym's (`kleym`). Pure: this is the check before every apply over an
 /// existing object, adoption, delete and cleanup.
-pub fn verify(obj: &ClusterSPIFFEID, field_manager: &str, owner: &Owner) -> Result<Proof, Foreign> {
+pub fn verify(
+    obj: &(impl ProofSubject + ?Sized),
+    field_manager: &str,
+    owner: &Owner,
+) -> Result<Proof, Foreign> {
     let proof = match claim(obj, field_manager)? {
         Claim::Annotated(claimed) if claimed == *owner => Proof::Annotated,
         Claim::Annotated(claimed) => {
@@ -209,27 +257,23 @@ pub fn verify(obj: &ClusterSPIFFEID, field_manager: &str, owner: &Owner) -> Resu
             ));
         }
     };
-    if obj.metadata.uid.as_deref().is_none_or(str::is_empty) {
+    if obj.object_uid().is_none_or(str::is_empty) {
         return Err(Foreign::new(obj, "it has no UID"));
     }
     let expected = owner.object_name();
-    if obj.name_any() != expected {
+    if obj.object_name() != expected {
         return Err(Foreign::new(
             obj,
             format!("binding {owner} names its ClusterSPIFFEID {expected}"),
         ));
     }
-    let have = obj.labels();
     let want = output_labels(&owner.namespace, &owner.name);
-    if let Some((k, v)) = want
-        .iter()
-        .find(|(k, v)| have.get(*k).map(String::as_str) != Some(*v))
-    {
+    if let Some((k, v)) = want.iter().find(|(k, v)| obj.label(k) != Some(*v)) {
         return Err(Foreign::new(
             obj,
             format!(
                 "its label {k} is {:?}, not {v:?}",
-                have.get(k).map(String::as_str).unwrap_or_default()
+                obj.label(k).unwrap_or_default()
             ),
         ));
     }
@@ -240,20 +284,22 @@ pub fn verify(obj: &ClusterSPIFFEID, field_manager: &str, owner: &Owner) -> Resu
 /// [`verify`], against the owner the object names): what "kleym's own object" means for
 /// the overlap warning and the watch that maps an object back to its binding. Legacy
 /// objects name their owner by labels, which are only usable when not shortened.
-pub fn proven_owner(obj: &ClusterSPIFFEID, field_manager: &str) -> Result<Owner, Foreign> {
+pub fn proven_owner(
+    obj: &(impl ProofSubject + ?Sized),
+    field_manager: &str,
+) -> Result<Owner, Foreign> {
     let owner = match claim(obj, field_manager)? {
         Claim::Annotated(owner) => owner,
         Claim::Legacy { uid } => {
-            let l = obj.labels();
             let (Some(namespace), Some(name)) = (
-                l.get(labels::BINDING_NAMESPACE),
-                l.get(labels::BINDING_NAME),
+                obj.label(labels::BINDING_NAMESPACE),
+                obj.label(labels::BINDING_NAME),
             ) else {
                 return Err(Foreign::new(obj, "it has no binding labels"));
             };
             Owner {
-                namespace: namespace.clone(),
-                name: name.clone(),
+                namespace: namespace.to_string(),
+                name: name.to_string(),
                 uid,
             }
         }

@@ -17,6 +17,7 @@ use serde_json::json;
 use super::effects::Effects;
 use super::error::Error;
 use super::lean::Lean;
+use super::observed_output::ObservedOutput;
 use super::plan::{BindingPlan, name_taken};
 use super::queue::ObjectKey;
 use super::state::SpokeState;
@@ -74,7 +75,9 @@ pub async fn apply_output(
                 name: written.name_any(),
                 uid: written.uid().unwrap_or_default(),
             });
-            state.csid_overlay.record(written);
+            state
+                .csid_overlay
+                .record(ObservedOutput::observe(written, field_manager));
         }
         // Creating without force conflicted: someone else's object holds the name.
         Err(e) if write.creates && e.status_code() == Some(409) => {

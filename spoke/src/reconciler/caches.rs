@@ -14,11 +14,11 @@ use kleym_api::InferenceIdentityBinding;
 use kleym_api::external::model::InferenceModel;
 use kleym_api::external::objective::{gaie, llmd};
 use kleym_api::external::pool::{v1, v1alpha2};
-use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 
 use super::api_availability::ApiKind;
+use super::observed_output::ObservedOutput;
 
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
 pub type CacheKey = (String, String);
@@ -266,8 +266,9 @@ pub struct Caches {
     pub pools_v1: Cache<v1::InferencePool>,
     /// Legacy InferencePools.
     pub pools_legacy: Cache<v1alpha2::InferencePool>,
-    /// Every ClusterSPIFFEID (ours are told apart by UID, not by label).
-    pub cluster_spiffe_ids: Cache<ClusterSPIFFEID>,
+    /// Every ClusterSPIFFEID (ours are told apart by UID, not by label), as an
+    /// [`ObservedOutput`].
+    pub cluster_spiffe_ids: Cache<ObservedOutput>,
     /// Namespaces (labels, for overlap analysis of other ClusterSPIFFEIDs).
     pub namespaces: Cache<Namespace>,
 }

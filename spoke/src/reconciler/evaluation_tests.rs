@@ -10,6 +10,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Namespace;
+use kleym_api::InferenceIdentityBinding;
+use kleym_api::external::objective::llmd;
+use kleym_api::external::pool::v1;
+use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kube::Resource;
 use kube::runtime::watcher::Event;
 use proptest::prelude::*;
@@ -24,7 +29,7 @@ use super::evaluation::{BindingDecision, NamespaceEvaluation};
 use super::metrics::SpokeMetrics;
 use super::queue::ObjectKey;
 use super::reconcile::cluster_config;
-use super::trim::ShrinkLists;
+use super::trim::CacheForm;
 use super::watches::{self, ingest};
 use crate::compiler::Reason;
 
@@ -48,10 +53,10 @@ struct Cluster {
     rv: u64,
 }
 
-fn send<K: Resource + Clone + ShrinkLists + DeserializeOwned>(
+fn send<K: CacheForm + DeserializeOwned>(
     ctx: &Context,
-    cache: &Cache<K>,
-    handler: fn(&Context, Change<K>),
+    cache: &Cache<K::Cached>,
+    handler: fn(&Context, Change<K::Cached>),
     obj: &Value,
     delete: bool,
 ) {
@@ -64,14 +69,13 @@ fn send<K: Resource + Clone + ShrinkLists + DeserializeOwned>(
     ingest(ctx, cache, handler, event);
 }
 
-fn synced<K: Resource + Clone + ShrinkLists>(
-    ctx: &Context,
-    cache: &Cache<K>,
-    handler: fn(&Context, Change<K>),
-) {
+fn synced<K: Resource + Clone>(ctx: &Context, cache: &Cache<K>, handler: fn(&Context, Change<K>)) {
     cache.activate();
-    ingest(ctx, cache, handler, Event::Init);
-    ingest(ctx, cache, handler, Event::InitDone);
+    for event in [Event::Init, Event::InitDone] {
+        for change in cache.apply(event) {
+            handler(ctx, change);
+        }
+    }
 }
 
 impl Cluster {
@@ -140,17 +144,23 @@ impl Cluster {
         let ctx = &self.ctx;
         let c = &ctx.state.caches;
         match kind {
-            Kind::Binding => send(ctx, &c.bindings, watches::on_binding, obj, delete),
-            Kind::Objective => send(
+            Kind::Binding => {
+                send::<InferenceIdentityBinding>(ctx, &c.bindings, watches::on_binding, obj, delete)
+            }
+            Kind::Objective => send::<llmd::InferenceObjective>(
                 ctx,
                 &c.objectives_llmd,
                 watches::on_llmd_objective,
                 obj,
                 delete,
             ),
-            Kind::Pool => send(ctx, &c.pools_v1, watches::on_pool_v1, obj, delete),
-            Kind::Namespace => send(ctx, &c.namespaces, watches::on_namespace, obj, delete),
-            Kind::Csid => send(
+            Kind::Pool => {
+                send::<v1::InferencePool>(ctx, &c.pools_v1, watches::on_pool_v1, obj, delete)
+            }
+            Kind::Namespace => {
+                send::<Namespace>(ctx, &c.namespaces, watches::on_namespace, obj, delete)
+            }
+            Kind::Csid => send::<ClusterSPIFFEID>(
                 ctx,
                 &c.cluster_spiffe_ids,
                 watches::on_cluster_spiffe_id,

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::context::{Context, SpokeConfig};
 use super::metrics::SpokeMetrics;
+use super::queue::ObjectKey;
 use super::snapshot;
 use super::trim::LAST_APPLIED_ANNOTATION;
 use super::watches::{self, ingest};
@@ -110,9 +111,10 @@ fn cached_objects_carry_no_managed_fields_nor_last_applied_configuration() {
     }
 
     // Our own writes' responses are kept the same way (read-your-writes overlay).
-    ctx.state
-        .binding_overlay
-        .record(binding(served_binding("a", 3, "Pending")));
+    ctx.state.record_binding_write(
+        &ObjectKey::new("llm", "a"),
+        binding(served_binding("a", 3, "Pending")),
+    );
     let written = ctx.state.binding_overlay.peek("llm", "a").unwrap();
     assert_eq!(written.metadata.managed_fields, None);
     let conditions = &written.status.as_ref().unwrap().conditions;

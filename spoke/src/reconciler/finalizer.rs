@@ -151,7 +151,7 @@ pub async fn delete_output(
     let Some(obj) = state.current_cluster_spiffe_id(&name) else {
         return Ok(OutputRelease::Nothing);
     };
-    match ownership::verify(&obj, field_manager, &owner) {
+    match ownership::verify(obj.as_ref(), field_manager, &owner) {
         Ok(_) => {
             let uid = obj.uid().unwrap_or_default();
             apply::delete_cluster_spiffe_id(fx, &name, &uid).await?;
@@ -191,7 +191,7 @@ pub async fn sweep_orphans(
         .list()
         .into_iter()
         .filter(|obj| {
-            ownership::proven_owner(obj, field_manager)
+            ownership::proven_owner(obj.as_ref(), field_manager)
                 .is_ok_and(|o| o.namespace == key.namespace && o.name == key.name)
         })
         .filter_map(|obj| Some((obj.name_any(), obj.uid()?)))

@@ -29,6 +29,7 @@ pub mod lean;
 pub mod list_watch;
 pub mod metrics;
 pub mod ns_cache;
+pub mod observed_output;
 pub mod overlay;
 pub mod plan;
 pub mod queue;

@@ -12,8 +12,6 @@ use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
 
-use super::trim::{ShrinkLists, trim_for_cache};
-
 /// Objects written by us, until the cache catches up.
 #[derive(Debug)]
 pub struct Overlay<K> {
@@ -75,11 +73,10 @@ fn rv_number<K: kube::Resource>(obj: &K) -> Option<u64> {
     obj.meta().resource_version.as_deref()?.parse().ok()
 }
 
-impl<K: kube::Resource + Clone + ShrinkLists> Overlay<K> {
-    /// Remembers an object a write returned (without the metadata the caches drop) and
-    /// returns it as recorded.
-    pub fn record(&self, mut obj: K) -> Arc<K> {
-        trim_for_cache(&mut obj);
+impl<K: kube::Resource + Clone> Overlay<K> {
+    /// Remembers an object a write returned, in the form the cache keeps it
+    /// ([`CacheForm`](super::trim::CacheForm)), and returns it as recorded.
+    pub fn record(&self, obj: K) -> Arc<K> {
         let (namespace, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
         let obj = Arc::new(obj);
         self.written
@@ -170,8 +167,6 @@ impl<K: kube::Resource + Clone + ShrinkLists> Overlay<K> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
-
-    impl ShrinkLists for ConfigMap {}
 
     fn cm(rv: &str, uid: &str) -> ConfigMap {
         let mut c = ConfigMap::default();

@@ -17,8 +17,9 @@ use kube::ResourceExt;
 use super::api_availability::ApiKind;
 use super::evaluation::BindingDecision;
 pub use super::evaluation::DesiredOutput;
+use super::observed_output::ObservedOutput;
 use crate::compiler::{Reason, Refusal};
-use crate::ownership::{self, Foreign, OWNER_ANNOTATION, Owner, Proof};
+use crate::ownership::{self, Foreign, OWNER_ANNOTATION, Owner, Proof, ProofSubject};
 
 /// The decision for the ClusterSPIFFEID.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,14 +51,13 @@ pub struct OutputPlan {
 
 /// Does the cached object already match the desired output (our labels, our owner
 /// annotation, the spec)?
-pub fn is_up_to_date(obj: &ClusterSPIFFEID, desired: &DesiredOutput, owner: &Owner) -> bool {
-    let labels = obj.labels();
+pub fn is_up_to_date(obj: &ObservedOutput, desired: &DesiredOutput, owner: &Owner) -> bool {
     let labels_ok = desired
         .labels
         .iter()
-        .all(|(k, v)| labels.get(k).map(String::as_str) == Some(v));
-    let annotation_ok = obj.annotations().get(OWNER_ANNOTATION) == Some(&owner.annotation_value());
-    labels_ok && annotation_ok && obj.spec == desired.spec
+        .all(|(k, v)| obj.labels().get(k) == Some(v));
+    let annotation_ok = obj.annotation(OWNER_ANNOTATION) == Some(owner.annotation_value().as_str());
+    labels_ok && annotation_ok && obj.has_spec(&desired.spec)
 }
 
 /// Decides what to write. `existing` is the cached object at the name the compiler gives
@@ -65,7 +65,7 @@ pub fn is_up_to_date(obj: &ClusterSPIFFEID, desired: &DesiredOutput, owner: &Own
 /// kleym's.
 pub fn plan_output(
     desired: Option<&DesiredOutput>,
-    existing: Option<&ClusterSPIFFEID>,
+    existing: Option<&ObservedOutput>,
     owner: &Owner,
     field_manager: &str,
 ) -> OutputPlan {
@@ -73,7 +73,7 @@ pub fn plan_output(
         ownership::verify(obj, field_manager, owner).map(|proof| {
             let owned = OwnedClusterSpiffeId {
                 name: obj.name_any(),
-                uid: obj.metadata.uid.clone().unwrap_or_default(),
+                uid: obj.uid().unwrap_or_default(),
             };
             (obj, owned, proof)
         })
@@ -182,7 +182,7 @@ pub fn plan_binding(
     verdict: BindingDecision,
     owner: &Owner,
     cluster_spiffe_ids_served: bool,
-    existing: Option<&ClusterSPIFFEID>,
+    existing: Option<&ObservedOutput>,
     recorded: Option<OwnedClusterSpiffeId>,
     field_manager: &str,
 ) -> BindingPlan {
@@ -295,6 +295,11 @@ mod tests {
         }]);
     }
 
+    /// `obj` as the cache keeps it.
+    fn observed(obj: ClusterSPIFFEID) -> ObservedOutput {
+        ObservedOutput::observe(obj, FM)
+    }
+
     /// Our object as kleym applied it for `o`, with `uid`.
     fn live(d: &DesiredOutput, o: &Owner, uid: &str) -> ClusterSPIFFEID {
         let mut obj = apply_object(d, o, None);
@@ -367,6 +372,7 @@ mod tests {
         let mut foreign = apply_object(&d, &owner(), None);
         foreign.metadata.uid = Some("f".into());
         applied_by(&mut foreign, "someone-else", OWNER_ANNOTATION);
+        let foreign = observed(foreign);
         let plan = plan_binding(verdict(Some(d)), &owner(), true, Some(&foreign), None, FM);
         assert_eq!(
             plan.refusal.map(|r| r.reason),
@@ -386,7 +392,7 @@ mod tests {
     #[test]
     fn unchanged_owned_output_writes_nothing() {
         let d = desired("spiffe://td/ns/a/o");
-        let obj = live(&d, &owner(), "u1");
+        let obj = observed(live(&d, &owner(), "u1"));
         let plan = plan_output(Some(&d), Some(&obj), &owner(), FM);
         assert_eq!(plan.action, OutputAction::None);
         assert_eq!(plan.delete, None);
@@ -398,6 +404,7 @@ mod tests {
         let d = desired("spiffe://td/ns/a/o");
         let mut obj = live(&d, &owner(), "u1");
         obj.spec.fallback = Some(true);
+        let obj = observed(obj);
         let plan = plan_output(Some(&d), Some(&obj), &owner(), FM);
         assert_eq!(
             plan.action,
@@ -422,7 +429,7 @@ mod tests {
             ..owner()
         };
         let previous_incarnation = live(&d, &previous, "u1");
-        for obj in [labelled, other_manager, previous_incarnation] {
+        for obj in [labelled, other_manager, previous_incarnation].map(observed) {
             let plan = plan_output(Some(&d), Some(&obj), &owner(), FM);
             assert!(
                 matches!(&plan.action, OutputAction::Foreign(f) if f.object == d.name),
@@ -445,6 +452,7 @@ mod tests {
             owner().uid,
         )]));
         applied_by(&mut obj, FM, LEGACY_BINDING_UID_ANNOTATION);
+        let obj = observed(obj);
         let plan = plan_output(Some(&d), Some(&obj), &owner(), FM);
         assert_eq!(
             plan.action,
@@ -465,7 +473,7 @@ mod tests {
     #[test]
     fn withdrawn_output_deletes_only_our_proven_object() {
         let d = desired("spiffe://td/ns/a/o");
-        let obj = live(&d, &owner(), "u1");
+        let obj = observed(live(&d, &owner(), "u1"));
         let plan = plan_output(None, Some(&obj), &owner(), FM);
         assert_eq!(plan.delete, Some(owned("u1")));
         assert_eq!(plan_output(None, None, &owner(), FM).delete, None);

@@ -9,7 +9,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use kleym_api::InferenceIdentityBinding;
-use kleym_api::external::spiffeid::ClusterSPIFFEID;
 
 use super::api_availability::{ApiKind, ServedApis};
 use super::binding_snapshot::SnapshotMemo;
@@ -18,8 +17,10 @@ use super::claims::NameClaims;
 use super::evaluation::CompileMemo;
 use super::index::Index;
 use super::ns_cache::{NamespaceCache, binding_compile_inputs_differ};
+use super::observed_output::ObservedOutput;
 use super::overlay::Overlay;
 use super::queue::ObjectKey;
+use super::trim::trim_for_cache;
 use super::watch_failures::WatchFailures;
 use crate::compiler::ForeignSpiffeId;
 
@@ -44,7 +45,7 @@ pub struct SpokeState {
     /// Bindings as our own writes returned them (read-your-writes).
     pub binding_overlay: Overlay<InferenceIdentityBinding>,
     /// ClusterSPIFFEIDs as our own writes returned them (read-your-writes).
-    pub csid_overlay: Overlay<ClusterSPIFFEID>,
+    pub csid_overlay: Overlay<ObservedOutput>,
     /// ClusterSPIFFEIDs kleym does not manage, by name (overlap warnings).
     pub foreign_spiffe_ids: RwLock<BTreeMap<String, ForeignSpiffeId>>,
     /// Compile results of unchanged bindings.
@@ -144,7 +145,7 @@ impl SpokeState {
     }
 
     /// The ClusterSPIFFEID `name` as we last know it.
-    pub fn current_cluster_spiffe_id(&self, name: &str) -> Option<Arc<ClusterSPIFFEID>> {
+    pub fn current_cluster_spiffe_id(&self, name: &str) -> Option<Arc<ObservedOutput>> {
         let cached = self.caches.cluster_spiffe_ids.get("", name);
         self.csid_overlay.resolve("", name, cached)
     }
@@ -156,9 +157,10 @@ impl SpokeState {
     pub fn record_binding_write(
         &self,
         key: &ObjectKey,
-        updated: InferenceIdentityBinding,
+        mut updated: InferenceIdentityBinding,
     ) -> Arc<InferenceIdentityBinding> {
         let before = self.current_binding(key);
+        trim_for_cache(&mut updated);
         let recorded = self.binding_overlay.record(updated);
         let after = self.current_binding(key);
         if binding_compile_inputs_differ(before.as_deref(), after.as_deref()) {

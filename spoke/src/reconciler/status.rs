@@ -246,7 +246,7 @@ pub fn decide(
 pub fn spire_stats(state: &SpokeState, owned: Option<&OwnedClusterSpiffeId>) -> Option<SpireStats> {
     owned
         .and_then(|o| state.current_cluster_spiffe_id(&o.name))
-        .and_then(|o| o.status.as_ref().and_then(|s| s.stats))
+        .and_then(|o| o.stats())
         .map(|s| SpireStats {
             pods_selected: s.pods_selected,
             entries_to_set: s.entries_to_set,

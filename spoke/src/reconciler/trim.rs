@@ -13,7 +13,6 @@ use kleym_api::InferenceIdentityBinding;
 use kleym_api::external::model::InferenceModel;
 use kleym_api::external::objective::{gaie, llmd};
 use kleym_api::external::pool::{v1, v1alpha2};
-use kleym_api::external::spiffeid::{ClusterSPIFFEID, LabelSelector};
 use kube::Resource;
 
 use crate::ownership::prune_managed_fields;
@@ -78,33 +77,48 @@ impl ShrinkLists for InferenceIdentityBinding {
     }
 }
 
-impl ShrinkLists for ClusterSPIFFEID {
-    fn shrink_lists(&mut self) {
-        let spec = &mut self.spec;
-        shrink(&mut spec.workload_selector_templates);
-        shrink(&mut spec.dns_name_templates);
-        shrink(&mut spec.federates_with);
-        for selector in [&mut spec.namespace_selector, &mut spec.pod_selector] {
-            if let Some(LabelSelector {
-                match_expressions: Some(expressions),
-                ..
-            }) = selector.as_mut()
-            {
-                expressions.shrink_to_fit();
-                for requirement in expressions {
-                    shrink(&mut requirement.values);
-                }
-            }
-        }
-    }
-}
-
 impl ShrinkLists for llmd::InferenceObjective {}
 impl ShrinkLists for gaie::InferenceObjective {}
 impl ShrinkLists for InferenceModel {}
 impl ShrinkLists for v1::InferencePool {}
 impl ShrinkLists for v1alpha2::InferencePool {}
 impl ShrinkLists for Namespace {}
+
+/// The form a decoded object is kept in by a cache and the write overlay: itself, trimmed
+/// ([`trim_for_cache`]), or for a ClusterSPIFFEID its
+/// [`ObservedOutput`](super::observed_output::ObservedOutput).
+pub trait CacheForm: Sized {
+    /// What the cache holds.
+    type Cached: Resource + Clone;
+
+    /// `self`, ready for the cache. `field_manager` is kleym's: the ownership proof of a
+    /// ClusterSPIFFEID is read once, here.
+    fn into_cached(self, field_manager: &str) -> Self::Cached;
+}
+
+/// Kinds the cache keeps as they are, trimmed.
+macro_rules! cached_as_decoded {
+    ($($kind:ty),* $(,)?) => {$(
+        impl CacheForm for $kind {
+            type Cached = $kind;
+
+            fn into_cached(mut self, _field_manager: &str) -> $kind {
+                trim_for_cache(&mut self);
+                self
+            }
+        }
+    )*};
+}
+
+cached_as_decoded!(
+    InferenceIdentityBinding,
+    llmd::InferenceObjective,
+    gaie::InferenceObjective,
+    InferenceModel,
+    v1::InferencePool,
+    v1alpha2::InferencePool,
+    Namespace,
+);
 
 #[cfg(test)]
 mod tests {
@@ -188,53 +202,6 @@ mod tests {
             after.iter().map(|(len, _)| *len).collect::<Vec<_>>(),
             "no entry lost"
         );
-    }
-
-    #[test]
-    fn a_decoded_cluster_spiffe_id_keeps_no_spare_room_in_its_lists() {
-        let mut csid: ClusterSPIFFEID = serde_json::from_str(
-            &serde_json::json!({
-                "apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID",
-                "metadata": {"name": "c"},
-                "spec": {
-                    "spiffeIDTemplate": "spiffe://td/x",
-                    "podSelector": {"matchExpressions": [
-                        {"key": "app", "operator": "In", "values": ["a", "b"]}
-                    ]},
-                    "workloadSelectorTemplates": ["k8s:ns:ns", "k8s:sa:s"],
-                    "dnsNameTemplates": ["a.example"],
-                    "federatesWith": ["td.example"]
-                }
-            })
-            .to_string(),
-        )
-        .unwrap();
-        let room = |c: &ClusterSPIFFEID| {
-            let spec = &c.spec;
-            let expressions = spec
-                .pod_selector
-                .as_ref()
-                .and_then(|s| s.match_expressions.as_ref())
-                .unwrap();
-            [
-                spec.workload_selector_templates
-                    .as_ref()
-                    .unwrap()
-                    .capacity()
-                    - 2,
-                spec.dns_name_templates.as_ref().unwrap().capacity() - 1,
-                spec.federates_with.as_ref().unwrap().capacity() - 1,
-                expressions.capacity() - 1,
-                expressions[0].values.as_ref().unwrap().capacity() - 2,
-            ]
-        };
-        assert!(
-            room(&csid).iter().all(|spare| *spare > 0),
-            "{:?}",
-            room(&csid)
-        );
-        trim_for_cache(&mut csid);
-        assert_eq!(room(&csid), [0; 5]);
     }
 
     #[test]

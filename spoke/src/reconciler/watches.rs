@@ -24,10 +24,11 @@ use super::index::{SourceKey, TargetKey};
 use super::lean::Lean;
 use super::list_watch::list_watch;
 use super::ns_cache::binding_compile_inputs_differ;
+use super::observed_output::ObservedOutput;
 use super::queue::ObjectKey;
-use super::trim::{ShrinkLists, trim_for_cache};
+use super::trim::CacheForm;
 pub use super::watch_failures::{WatchFailure, WatchFailures};
-use crate::compiler::{ForeignSpiffeId, PoolView, TargetView};
+use crate::compiler::{PoolView, TargetView};
 
 /// Starts the watch for `kind` in `tasks`; it runs until `token` is cancelled.
 pub fn spawn_watch(
@@ -117,12 +118,13 @@ fn spawn<K>(
     ctx: &Arc<Context>,
     tasks: &mut JoinSet<()>,
     api: Api<Lean<K>>,
-    cache: fn(&Context) -> &Cache<K>,
-    handler: fn(&Context, Change<K>),
+    cache: fn(&Context) -> &Cache<K::Cached>,
+    handler: fn(&Context, Change<K::Cached>),
     token: CancellationToken,
 ) where
-    K: Resource + Clone + ShrinkLists + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource + Clone + CacheForm + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Default,
+    K::Cached: Send + Sync + 'static,
 {
     let ctx = ctx.clone();
     cache(&ctx).activate();
@@ -188,14 +190,22 @@ fn unwrap_lean<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
 
 /// Applies one watch event to `cache` and hands each resulting change to `handler`: the
 /// watch loop's body, shared with tests that drive a context without an API server.
-pub fn ingest<K: Resource + Clone + ShrinkLists>(
+pub fn ingest<K: CacheForm>(
     ctx: &Context,
-    cache: &Cache<K>,
-    handler: fn(&Context, Change<K>),
+    cache: &Cache<K::Cached>,
+    handler: fn(&Context, Change<K::Cached>),
     event: watcher::Event<K>,
 ) {
     // What the reconciler never reads is dropped before it is cached (most of an object).
-    for change in cache.apply(event.modify(trim_for_cache)) {
+    let field_manager = ctx.config.field_manager.as_str();
+    let event = match event {
+        watcher::Event::Apply(obj) => watcher::Event::Apply(obj.into_cached(field_manager)),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(obj.into_cached(field_manager)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(obj.into_cached(field_manager)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    };
+    for change in cache.apply(event) {
         // A relist returns unchanged objects: nothing happened to them.
         if let Change::Upsert {
             old: Some(old),
@@ -454,7 +464,7 @@ fn on_pool<K: Resource>(ctx: &Context, change: Change<K>, view: fn(&K) -> PoolVi
     ctx.queue.enqueue_all(affected);
 }
 
-pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID>) {
+pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ObservedOutput>) {
     let (obj, old) = match &change {
         Change::Upsert { old, new } => (new.clone(), old.clone()),
         Change::Removed(gone) => (gone.clone(), None),
@@ -484,12 +494,9 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
             .foreign_spiffe_ids
             .write()
             .unwrap_or_else(|p| p.into_inner());
-        match (
-            &change,
-            ForeignSpiffeId::from_object(&obj, &ctx.config.field_manager),
-        ) {
+        match (&change, obj.foreign()) {
             (Change::Upsert { .. }, Some(f)) => {
-                foreign.insert(name.clone(), f.clone()).as_ref() != Some(&f)
+                foreign.insert(name.clone(), f.clone()).as_ref() != Some(f)
             }
             _ => foreign.remove(&name).is_some(),
         }
@@ -502,18 +509,18 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ClusterSPIFFEID
     // the write changed the foreign set, e.g. a migrated object is proven kleym's now).
     let echo = matches!(&change, Change::Upsert { new, .. } if ctx.state
         .csid_overlay
-        .is_own_write("", &name, new.metadata.resource_version.as_deref()));
+        .is_own_write("", &name, new.meta().resource_version.as_deref()));
     if echo && !foreign_changed {
         return;
     }
     // Whose output it is, by the ownership proof (labels can be copied onto any object,
     // and such an object must stay in the overlap analysis below).
-    let owner = crate::ownership::proven_owner(&obj, &ctx.config.field_manager);
+    let owner = crate::ownership::proven_owner(obj.as_ref(), &ctx.config.field_manager);
     // Another ClusterSPIFFEID: its selection can overlap any binding's pods (overlap
     // warnings). Only spec changes matter, not SPIRE's frequent status writes.
     let spec_changed = old
         .as_ref()
-        .is_none_or(|o| o.metadata.generation != obj.metadata.generation);
+        .is_none_or(|o| o.meta().generation != obj.meta().generation);
     let owner_is_foreign = owner.is_err();
     if let Ok(owner) = owner
         && !echo

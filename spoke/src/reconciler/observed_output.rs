@@ -1,0 +1,276 @@
+//! A ClusterSPIFFEID as the reconciler keeps it ([`ObservedOutput`]): what the ownership
+//! proof, the up-to-date check, the overlap analysis and the binding's status read of it,
+//! and its spec only as a digest.
+//!
+//! Why not the API object: the cache holds one ClusterSPIFFEID per binding, and most of
+//! each was read by nobody. Its spec (about 1 KB with its strings and selectors) is only
+//! ever compared with the spec kleym wants, which a digest answers as well; its labels and
+//! annotations, two `BTreeMap`s in `ObjectMeta`, took an 11-entry node each (about 560
+//! bytes) to hold three labels and one annotation. At 100 spokes × 100 bindings that was
+//! about 2.5 KB of heap per ClusterSPIFFEID (heaptrack; docs/hub.md).
+//!
+//! Objects that are not proven kleym's keep the view the overlap analysis reads
+//! ([`ForeignSpiffeId`]), taken from the full spec when the object arrives.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+use kleym_api::external::spiffeid::{ClusterSPIFFEID, ClusterSPIFFEIDSpec, ClusterSPIFFEIDStats};
+use kleym_api::label_map::LabelMap;
+use kube::Resource;
+use sha2::{Digest, Sha256};
+
+use super::trim::{CacheForm, strip_unread_metadata};
+use crate::compiler::ForeignSpiffeId;
+use crate::ownership::{PROOF_ANNOTATIONS, ProofSubject};
+
+/// SHA-256 of a ClusterSPIFFEID spec's JSON: equal digests mean equal specs (the JSON of
+/// a spec is a function of its value, and differs for different values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecDigest([u8; 32]);
+
+impl SpecDigest {
+    /// The digest of `spec`.
+    pub fn of(spec: &ClusterSPIFFEIDSpec) -> Self {
+        // Serialising strings, booleans and lists into memory cannot fail; an empty body
+        // would only make the spec read as changed (one extra apply), never as unchanged.
+        let json = serde_json::to_vec(spec).unwrap_or_default();
+        Self(Sha256::digest(json).into())
+    }
+}
+
+/// A ClusterSPIFFEID as the reconciler's cache and write overlay keep it (see the module
+/// documentation).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedOutput {
+    /// The object's metadata without labels, annotations (both below) and with
+    /// `managedFields` reduced to the ownership record ([`strip_unread_metadata`]).
+    metadata: ObjectMeta,
+    /// Every label.
+    labels: LabelMap,
+    /// Only the annotations the ownership proof reads.
+    proof_annotations: LabelMap,
+    /// The spec's digest.
+    spec_digest: SpecDigest,
+    /// The overlap analysis' view, for an object not proven kleym's.
+    foreign: Option<Box<ForeignSpiffeId>>,
+    /// `status.stats`, as SPIRE Controller Manager reports them.
+    stats: Option<ClusterSPIFFEIDStats>,
+}
+
+impl ObservedOutput {
+    /// `obj` as the cache keeps it. `field_manager` is kleym's: it decides whether `obj`
+    /// is proven kleym's, and so whether its overlap view is kept.
+    pub fn observe(mut obj: ClusterSPIFFEID, field_manager: &str) -> Self {
+        strip_unread_metadata(&mut obj);
+        let foreign = ForeignSpiffeId::from_object(&obj, field_manager).map(Box::new);
+        let spec_digest = SpecDigest::of(&obj.spec);
+        let mut metadata = obj.metadata;
+        let labels = metadata
+            .labels
+            .take()
+            .map(LabelMap::from)
+            .unwrap_or_default();
+        let proof_annotations = metadata
+            .annotations
+            .take()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| PROOF_ANNOTATIONS.contains(&k.as_str()))
+            .collect();
+        Self {
+            metadata,
+            labels,
+            proof_annotations,
+            spec_digest,
+            foreign,
+            stats: obj.status.and_then(|s| s.stats),
+        }
+    }
+
+    /// Is the spec `spec`?
+    pub fn has_spec(&self, spec: &ClusterSPIFFEIDSpec) -> bool {
+        self.spec_digest == SpecDigest::of(spec)
+    }
+
+    /// The labels.
+    pub fn labels(&self) -> &LabelMap {
+        &self.labels
+    }
+
+    /// The overlap analysis' view of the object, `None` when it is proven kleym's.
+    pub fn foreign(&self) -> Option<&ForeignSpiffeId> {
+        self.foreign.as_deref()
+    }
+
+    /// `status.stats`.
+    pub fn stats(&self) -> Option<ClusterSPIFFEIDStats> {
+        self.stats
+    }
+}
+
+impl ProofSubject for ObservedOutput {
+    fn object_name(&self) -> &str {
+        self.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn object_uid(&self) -> Option<&str> {
+        self.metadata.uid.as_deref()
+    }
+
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key)
+    }
+
+    fn annotation(&self, key: &str) -> Option<&str> {
+        self.proof_annotations.get(key)
+    }
+
+    fn managed_fields(&self) -> &[ManagedFieldsEntry] {
+        self.metadata.managed_fields.as_deref().unwrap_or_default()
+    }
+}
+
+impl CacheForm for ClusterSPIFFEID {
+    type Cached = ObservedOutput;
+
+    fn into_cached(self, field_manager: &str) -> ObservedOutput {
+        ObservedOutput::observe(self, field_manager)
+    }
+}
+
+impl Resource for ObservedOutput {
+    type DynamicType = ();
+    type Scope = <ClusterSPIFFEID as Resource>::Scope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        ClusterSPIFFEID::kind(dt)
+    }
+
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        ClusterSPIFFEID::group(dt)
+    }
+
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        ClusterSPIFFEID::version(dt)
+    }
+
+    fn api_version(dt: &()) -> std::borrow::Cow<'_, str> {
+        ClusterSPIFFEID::api_version(dt)
+    }
+
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        ClusterSPIFFEID::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ownership::{self, OWNER_ANNOTATION, Owner};
+    use kleym_api::external::spiffeid::LabelSelector;
+
+    const FM: &str = "kleym";
+
+    fn owner() -> Owner {
+        Owner {
+            namespace: "ns".into(),
+            name: "b".into(),
+            uid: "u-b".into(),
+        }
+    }
+
+    /// A ClusterSPIFFEID as an API server returns it after kleym applied it for `owner`,
+    /// decoded from text as a watch event is.
+    fn applied(o: &Owner, manager: &str) -> ClusterSPIFFEID {
+        let labels: serde_json::Map<String, serde_json::Value> =
+            crate::compiler::output::output_labels(&o.namespace, &o.name)
+                .iter()
+                .map(|(k, v)| (k.to_string(), serde_json::Value::from(v)))
+                .collect();
+        let text = serde_json::json!({
+            "apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID",
+            "metadata": {
+                "name": o.object_name(), "uid": "u-c", "resourceVersion": "7", "generation": 2,
+                "labels": labels,
+                "annotations": {
+                    OWNER_ANNOTATION: o.annotation_value(),
+                    "kubectl.kubernetes.io/last-applied-configuration": "{}",
+                    "example.com/other": "x"
+                },
+                "managedFields": [{
+                    "manager": manager, "operation": "Apply",
+                    "apiVersion": "spire.spiffe.io/v1alpha1", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:annotations": {
+                        format!("f:{OWNER_ANNOTATION}"): {}
+                    }}, "f:spec": {"f:spiffeIDTemplate": {}}}
+                }]
+            },
+            "spec": {
+                "spiffeIDTemplate": "spiffe://td/ns/ns/sa/s",
+                "podSelector": {"matchLabels": {"app": "a"}},
+                "workloadSelectorTemplates": ["k8s:ns:ns", "k8s:sa:s"]
+            },
+            "status": {"stats": {"namespacesSelected": 1, "podsSelected": 3}}
+        });
+        serde_json::from_str(&text.to_string()).unwrap()
+    }
+
+    #[test]
+    fn keeps_what_the_proof_reads_and_the_spec_as_a_digest() {
+        let full = applied(&owner(), FM);
+        let observed = ObservedOutput::observe(full.clone(), FM);
+        // Proven the same way as the API object.
+        assert_eq!(
+            ownership::verify(&observed, FM, &owner()),
+            ownership::verify(&full, FM, &owner())
+        );
+        assert!(ownership::verify(&observed, FM, &owner()).is_ok());
+        assert_eq!(ownership::proven_owner(&observed, FM), Ok(owner()));
+        // kleym's own: no overlap view.
+        assert!(observed.foreign().is_none());
+        // The spec is recognised, and any change of it is seen.
+        assert!(observed.has_spec(&full.spec));
+        let mut changed = full.spec.clone();
+        changed.pod_selector = Some(LabelSelector {
+            match_labels: Some([("app", "b")].into_iter().collect()),
+            match_expressions: None,
+        });
+        assert!(!observed.has_spec(&changed));
+        let mut fallback = full.spec.clone();
+        fallback.fallback = Some(false);
+        assert!(!observed.has_spec(&fallback), "unset and false differ");
+        // Metadata the reconciler reads stays; the rest is gone.
+        assert_eq!(observed.meta().resource_version.as_deref(), Some("7"));
+        assert_eq!(observed.meta().generation, Some(2));
+        assert!(observed.meta().labels.is_none());
+        assert!(observed.meta().annotations.is_none());
+        assert_eq!(observed.annotation("example.com/other"), None);
+        assert_eq!(
+            observed.annotation(OWNER_ANNOTATION),
+            Some(owner().annotation_value().as_str())
+        );
+        assert_eq!(observed.stats().map(|s| s.pods_selected), Some(3));
+    }
+
+    #[test]
+    fn an_object_not_proven_keeps_its_overlap_view() {
+        // The same object, but the annotation was applied by another manager: a forgery
+        // must stay visible to the overlap analysis.
+        let forged = applied(&owner(), "someone-else");
+        let observed = ObservedOutput::observe(forged.clone(), FM);
+        assert!(ownership::proven_owner(&observed, FM).is_err());
+        let view = observed.foreign().expect("overlap view kept");
+        assert_eq!(
+            Some(view),
+            ForeignSpiffeId::from_object(&forged, FM).as_ref()
+        );
+        assert_eq!(view.workload_selector_templates, ["k8s:ns:ns", "k8s:sa:s"]);
+    }
+}
