@@ -10,6 +10,7 @@
 //! Cost: hashing and grouping, O(n log n) in the number of bindings (the sort of the
 //! findings and members dominates); the output order is independent of the input order.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kleym_api::hub_status::{Finding, FindingKind, FindingMember};
@@ -30,9 +31,9 @@ const NAMES_IN_MESSAGE: usize = 5;
 
 /// Every finding of the fleet, uncapped, in report order (collisions first, then by kind,
 /// SPIFFE ID and members).
-pub fn analyze(spokes: &[SpokeObservation]) -> Vec<Finding> {
+pub fn analyze<S: Borrow<SpokeObservation>>(spokes: &[S]) -> Vec<Finding> {
     let mut findings = Vec::new();
-    for spoke in spokes {
+    for spoke in spokes.iter().map(Borrow::borrow) {
         lift_conflicts(spoke, REASON_IDENTITY_COLLISION, &mut findings);
         lift_conflicts(spoke, REASON_DUPLICATE_SPIFFE_ID, &mut findings);
         lift_warnings(spoke, &mut findings);
@@ -225,9 +226,9 @@ fn lift_warnings(spoke: &SpokeObservation, out: &mut Vec<Finding>) {
 /// The same SPIFFE ID (hence one trust domain) from different workload signatures in
 /// different clusters. The same ID with the same signature in several clusters is
 /// "namespace sameness" and fine.
-fn cross_cluster_drift(spokes: &[SpokeObservation], out: &mut Vec<Finding>) {
+fn cross_cluster_drift<S: Borrow<SpokeObservation>>(spokes: &[S], out: &mut Vec<Finding>) {
     let mut by_id: HashMap<&str, Vec<(&str, &BindingObservation)>> = HashMap::new();
-    for spoke in spokes {
+    for spoke in spokes.iter().map(Borrow::borrow) {
         for b in &spoke.bindings {
             for id in &b.spiffe_ids {
                 by_id
