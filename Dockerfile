@@ -11,10 +11,15 @@ WORKDIR /src
 # Cache mounts keep the registry and target dir between builds (BuildKit). The `dist` profile
 # (Cargo.toml) is the release build without debug info and symbols: the image gets a stripped
 # binary, while local `--release` builds keep line tables for backtraces.
+# jemalloc (the binary's allocator, see hub/Cargo.toml) fixes the page size it supports when it
+# is built: on arm64, where kernels run with 4, 16 or 64 KiB pages, it is built for up to
+# 64 KiB so the image starts on all of them.
+ARG TARGETARCH
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --profile dist --locked -p kleym-hub --bin kleym \
+    if [ "$TARGETARCH" = "arm64" ]; then export JEMALLOC_SYS_WITH_LG_PAGE=16; fi \
+ && cargo build --profile dist --locked -p kleym-hub --bin kleym \
  && install -D -m 0755 target/dist/kleym /out/kleym
 
 # --- run -----------------------------------------------------------------------------------
