@@ -20,13 +20,17 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     if [ "$TARGETARCH" = "arm64" ]; then export JEMALLOC_SYS_WITH_LG_PAGE=16; fi \
  && cargo build --profile dist --locked -p kleym-hub --bin kleym \
- && install -D -m 0755 target/dist/kleym /out/kleym
+ && install -D -m 0755 target/dist/kleym /out/kleym \
+ && jemalloc_copying="$(find /usr/local/cargo/registry/src -path '*/tikv-jemalloc-sys-*/jemalloc/COPYING' | sort -V | tail -n 1)" \
+ && install -D -m 0644 "$jemalloc_copying" /out/licenses/jemalloc/COPYING
 
 # --- run -----------------------------------------------------------------------------------
 # distroless/cc: glibc and libgcc for the Rust binary; TLS is rustls (no OpenSSL), CA roots
 # come with the image.
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/kleym /usr/local/bin/kleym
+# jemalloc is linked into the binary; its BSD licence asks binary copies to carry its notice.
+COPY --from=build /out/licenses/ /usr/share/licenses/
 # 65532 = distroless nonroot; the chart and deploy/ also set runAsNonRoot.
 USER 65532:65532
 EXPOSE 8080 8443

@@ -137,4 +137,11 @@ fn the_image_ships_the_stripped_dist_build() {
         "the Dockerfile must build and copy the dist profile's kleym"
     );
     assert!(!dockerfile.contains("target/release/"), "{dockerfile}");
+    // jemalloc (the binary's allocator, BSD-2-Clause) asks binary copies to carry its notice.
+    assert!(
+        dockerfile.contains("tikv-jemalloc-sys-*/jemalloc/COPYING")
+            && dockerfile.contains("\"$jemalloc_copying\" /out/licenses/jemalloc/COPYING")
+            && dockerfile.contains("COPY --from=build /out/licenses/ /usr/share/licenses/"),
+        "the image must ship jemalloc's licence notice"
+    );
 }
