@@ -122,6 +122,40 @@ fn cached_objects_carry_no_managed_fields_nor_last_applied_configuration() {
 }
 
 #[test]
+fn the_echo_of_our_write_leaves_one_copy_of_the_binding() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let ctx = context();
+    ctx.state.caches.bindings.activate();
+    deliver(&ctx, Event::Init);
+    deliver(
+        &ctx,
+        Event::InitApply(binding(served_binding("a", 1, "Pending"))),
+    );
+    deliver(&ctx, Event::InitDone);
+    let key = ObjectKey::new("llm", "a");
+
+    ctx.state
+        .record_binding_write(&key, binding(served_binding("a", 3, "Ready")));
+    // An older event (another writer's, before ours) keeps our write readable.
+    deliver(&ctx, Event::Apply(binding(served_binding("a", 2, "Other"))));
+    assert!(ctx.state.binding_overlay.peek("llm", "a").is_some());
+    let current = ctx.state.current_binding(&key).unwrap();
+    assert_eq!(current.metadata.resource_version.as_deref(), Some("3"));
+
+    // The echo of our write: the cache holds that version, the overlay lets go of its
+    // copy (no reconcile reads the binding again to drop it).
+    deliver(&ctx, Event::Apply(binding(served_binding("a", 3, "Ready"))));
+    assert!(ctx.state.binding_overlay.peek("llm", "a").is_none());
+    let current = ctx.state.current_binding(&key).unwrap();
+    assert_eq!(current.metadata.resource_version.as_deref(), Some("3"));
+    assert!(Arc::ptr_eq(
+        &current,
+        &ctx.state.caches.bindings.get("llm", "a").unwrap()
+    ));
+}
+
+#[test]
 fn snapshot_is_rebuilt_only_when_the_binding_cache_changed() {
     let rt = runtime();
     let _guard = rt.enter();

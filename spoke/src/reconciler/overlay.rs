@@ -121,6 +121,25 @@ impl<K: kube::Resource + Clone> Overlay<K> {
             .is_some_and(|mine| mine.meta().resource_version.as_deref() == Some(rv))
     }
 
+    /// The cache now holds `namespace/name` at resourceVersion `cached_rv`: forgets our
+    /// write of it if that is as new or older. [`Self::resolve`] would drop it at its next
+    /// read anyway, but the last write of a binding or ClusterSPIFFEID is often never read
+    /// again, and its entry kept a second copy of the object for as long as the object
+    /// lived (the cache holds the watch's copy of the same version).
+    pub fn caught_up(&self, namespace: &str, name: &str, cached_rv: Option<&str>) {
+        let Some(cached) = cached_rv.and_then(|rv| rv.parse::<u64>().ok()) else {
+            return;
+        };
+        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
+        if written
+            .get(namespace, name)
+            .and_then(|mine| rv_number(mine.as_ref()))
+            .is_some_and(|mine| mine <= cached)
+        {
+            written.remove(namespace, name);
+        }
+    }
+
     /// Our last write of `namespace/name` not yet superseded by the cache, if any.
     pub fn peek(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
         self.written
@@ -190,6 +209,33 @@ mod tests {
         // Dropped once caught up.
         let got = o.resolve("ns", "a", Some(Arc::new(cm("8", "u")))).unwrap();
         assert_eq!(got.resource_version().as_deref(), Some("8"));
+    }
+
+    #[test]
+    fn a_cache_that_caught_up_drops_the_write() {
+        let o: Overlay<ConfigMap> = Overlay::default();
+        o.record(cm("7", "u"));
+        o.caught_up("ns", "a", Some("6"));
+        assert!(
+            o.peek("ns", "a").is_some(),
+            "an older cache keeps the write"
+        );
+        o.caught_up("ns", "a", None);
+        o.caught_up("ns", "a", Some("opaque"));
+        assert!(o.peek("ns", "a").is_some(), "incomparable versions keep it");
+        o.caught_up("ns", "b", Some("9"));
+        assert!(
+            o.peek("ns", "a").is_some(),
+            "another object's version keeps it"
+        );
+        o.caught_up("ns", "a", Some("7"));
+        assert!(
+            o.peek("ns", "a").is_none(),
+            "the echo of the write drops it"
+        );
+        o.record(cm("8", "u"));
+        o.caught_up("ns", "a", Some("9"));
+        assert!(o.peek("ns", "a").is_none(), "a newer cache drops it");
     }
 
     #[test]

@@ -261,6 +261,11 @@ pub(crate) fn on_binding(ctx: &Context, change: Change<InferenceIdentityBinding>
                 &key.name,
                 new.metadata.resource_version.as_deref(),
             );
+            ctx.state.binding_overlay.caught_up(
+                &key.namespace,
+                &key.name,
+                new.metadata.resource_version.as_deref(),
+            );
             if relevant && !own_echo {
                 ctx.queue.enqueue(key);
             }
@@ -510,6 +515,11 @@ pub(crate) fn on_cluster_spiffe_id(ctx: &Context, change: Change<ObservedOutput>
     let echo = matches!(&change, Change::Upsert { new, .. } if ctx.state
         .csid_overlay
         .is_own_write("", &name, new.meta().resource_version.as_deref()));
+    if let Change::Upsert { new, .. } = &change {
+        ctx.state
+            .csid_overlay
+            .caught_up("", &name, new.meta().resource_version.as_deref());
+    }
     if echo && !foreign_changed {
         return;
     }
