@@ -124,7 +124,14 @@ fn the_image_ships_the_stripped_dist_build() {
         .nth(1)
         .and_then(|rest| rest.split("\n[").next())
         .expect("Cargo.toml has a [profile.dist] section");
-    for line in ["inherits = \"release\"", "strip = true", "debug = false"] {
+    // Whole-program optimisation: what the footprint figures of docs/hub.md were taken with.
+    for line in [
+        "inherits = \"release\"",
+        "strip = true",
+        "debug = false",
+        "lto = \"fat\"",
+        "codegen-units = 1",
+    ] {
         assert!(
             dist.lines().any(|l| l.trim() == line),
             "[profile.dist] lacks `{line}`:\n{dist}"
