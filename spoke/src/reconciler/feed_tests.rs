@@ -68,6 +68,20 @@ fn deliver(ctx: &Context, event: Event<InferenceIdentityBinding>) {
     ingest(ctx, &ctx.state.caches.bindings, watches::on_binding, event);
 }
 
+/// Activates the binding cache and delivers an initial list of `bindings` (name and
+/// resourceVersion), each with a `Ready` condition of `reason`.
+fn list_bindings(ctx: &Context, bindings: &[(&str, u64)], reason: &str) {
+    ctx.state.caches.bindings.activate();
+    deliver(ctx, Event::Init);
+    for (name, rv) in bindings {
+        deliver(
+            ctx,
+            Event::InitApply(binding(served_binding(name, *rv, reason))),
+        );
+    }
+    deliver(ctx, Event::InitDone);
+}
+
 /// Decoded from text, as a watch event is (`from_value` would size every list exactly).
 fn binding(v: Value) -> InferenceIdentityBinding {
     serde_json::from_str(&v.to_string()).unwrap()
@@ -126,13 +140,7 @@ fn the_echo_of_our_write_leaves_one_copy_of_the_binding() {
     let rt = runtime();
     let _guard = rt.enter();
     let ctx = context();
-    ctx.state.caches.bindings.activate();
-    deliver(&ctx, Event::Init);
-    deliver(
-        &ctx,
-        Event::InitApply(binding(served_binding("a", 1, "Pending"))),
-    );
-    deliver(&ctx, Event::InitDone);
+    list_bindings(&ctx, &[("a", 1)], "Pending");
     let key = ObjectKey::new("llm", "a");
 
     ctx.state
@@ -160,17 +168,7 @@ fn snapshot_is_rebuilt_only_when_the_binding_cache_changed() {
     let rt = runtime();
     let _guard = rt.enter();
     let ctx = context();
-    ctx.state.caches.bindings.activate();
-    deliver(&ctx, Event::Init);
-    deliver(
-        &ctx,
-        Event::InitApply(binding(served_binding("a", 1, "Pending"))),
-    );
-    deliver(
-        &ctx,
-        Event::InitApply(binding(served_binding("b", 2, "Pending"))),
-    );
-    deliver(&ctx, Event::InitDone);
+    list_bindings(&ctx, &[("a", 1), ("b", 2)], "Pending");
 
     let first = snapshot::bindings(&ctx);
     assert_eq!(first.len(), 2);
@@ -223,15 +221,7 @@ fn a_peer_in_its_error_backoff_is_left_to_its_retry() {
     let rt = runtime();
     let _guard = rt.enter();
     let ctx = context();
-    ctx.state.caches.bindings.activate();
-    deliver(&ctx, Event::Init);
-    for (name, rv) in [("a", 1), ("b", 2)] {
-        deliver(
-            &ctx,
-            Event::InitApply(binding(served_binding(name, rv, "Compiled"))),
-        );
-    }
-    deliver(&ctx, Event::InitDone);
+    list_bindings(&ctx, &[("a", 1), ("b", 2)], "Compiled");
     // b now collides with a; its status does not say so yet.
     let b_name = "b".to_string();
     let b_verdict = BindingDecision {
@@ -289,15 +279,7 @@ fn peers_are_compared_again_only_after_their_status_changed() {
     let rt = runtime();
     let _guard = rt.enter();
     let ctx = context();
-    ctx.state.caches.bindings.activate();
-    deliver(&ctx, Event::Init);
-    for (name, rv) in [("a", 1), ("b", 2), ("c", 3)] {
-        deliver(
-            &ctx,
-            Event::InitApply(binding(served_binding(name, rv, "Compiled"))),
-        );
-    }
-    deliver(&ctx, Event::InitDone);
+    list_bindings(&ctx, &[("a", 1), ("b", 2), ("c", 3)], "Compiled");
     // b collides with a (its status does not say so); c's findings match its status.
     let clean = |_: &str| BindingDecision {
         output: None,
