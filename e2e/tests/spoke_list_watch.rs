@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kleym_spoke::reconciler::list_watch::list_watch;
+use std::sync::{Arc, Mutex};
+
+use kleym_spoke::reconciler::list_watch::{EventHead, Fed, Known, list_watch, list_watch_known};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::watcher::{self, Event};
@@ -109,4 +111,62 @@ async fn lists_in_pages_watches_resumes_and_lists_again_on_gone_like_kube_runtim
     let want = vec!["delete new-2".to_string()];
     assert_eq!(take(&mut ours, 1).await, want);
     assert_eq!(take(&mut theirs, 1).await, want);
+}
+
+/// The echo of a write the caller holds (by name and resourceVersion) comes back as that
+/// object, not decoded again; other events, on the same watch, are decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_echo_of_an_object_the_caller_holds_is_handed_back_not_decoded() {
+    let sim = Kubesim::start(&["spoke"], KubesimOptions::default())
+        .await
+        .expect("kubesim starts");
+    let cluster = sim.cluster("spoke").expect("cluster");
+    let api: Api<ConfigMap> = Api::namespaced(cluster.kube_client().await.unwrap(), "default");
+    let held: Arc<Mutex<Option<Arc<ConfigMap>>>> = Arc::default();
+    let lookup = Arc::clone(&held);
+    let known: Known<ConfigMap> = Arc::new(move |head: &EventHead| {
+        let held = lookup.lock().unwrap().clone()?;
+        (head.namespace == held.namespace().unwrap_or_default()
+            && head.name == held.name_any()
+            && Some(&head.resource_version) == held.metadata.resource_version.as_ref())
+        .then_some(held)
+    });
+    let mut stream = Box::pin(list_watch_known(api.clone(), Some(known)));
+    let mut next = async || match tokio::time::timeout(Duration::from_secs(20), stream.next()).await
+    {
+        Ok(Some(Ok(event))) => event,
+        other => panic!("no event: {other:?}"),
+    };
+    assert!(matches!(next().await, Event::Init));
+    assert!(matches!(next().await, Event::InitDone));
+
+    // Ours: the write's response is what the watch hands back.
+    let written = Arc::new(
+        api.create(&PostParams::default(), &cm("mine"))
+            .await
+            .unwrap(),
+    );
+    *held.lock().unwrap() = Some(Arc::clone(&written));
+    match next().await {
+        Event::Apply(Fed::Known(obj)) => assert!(Arc::ptr_eq(&obj, &written)),
+        other => panic!("expected our own object, got {other:?}"),
+    }
+    // Someone else's write to the same object is decoded.
+    let mut changed = (*written).clone();
+    changed.data = Some([("k".to_string(), "v".to_string())].into());
+    api.replace("mine", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    match next().await {
+        Event::Apply(Fed::Decoded(obj)) => {
+            assert_eq!(
+                obj.data.unwrap_or_default().get("k").map(String::as_str),
+                Some("v")
+            );
+        }
+        other => panic!("expected a decoded object, got {other:?}"),
+    }
+    // And a deletion is always decoded.
+    api.delete("mine", &DeleteParams::default()).await.unwrap();
+    assert!(matches!(next().await, Event::Delete(Fed::Decoded(_))));
 }

@@ -199,28 +199,27 @@ impl<K: kube::Resource + Clone> Cache<K> {
         std::mem::take(&mut inner.objects).into_values().collect()
     }
 
-    /// Applies one watcher event and returns the resulting changes.
-    pub fn apply(&self, event: watcher::Event<K>) -> Vec<Change<K>> {
+    /// Applies one watcher event and returns the resulting changes. The objects come
+    /// shared: a watch echo of our own write is the very object the write recorded.
+    pub fn apply(&self, event: watcher::Event<Arc<K>>) -> Vec<Change<K>> {
         let mut inner = self.inner.write().unwrap_or_else(|p| p.into_inner());
         match event {
-            watcher::Event::Apply(obj) => {
+            watcher::Event::Apply(new) => {
                 self.version.fetch_add(1, Ordering::AcqRel);
-                let new = Arc::new(obj);
                 let old = inner.objects.insert(key_of(new.as_ref()), new.clone());
                 vec![Change::Upsert { old, new }]
             }
             watcher::Event::Delete(obj) => {
                 self.version.fetch_add(1, Ordering::AcqRel);
-                let (namespace, name) = key_of(&obj);
+                let (namespace, name) = key_of(obj.as_ref());
                 let old = inner.objects.remove(&namespace, &name);
-                vec![Change::Removed(old.unwrap_or_else(|| Arc::new(obj)))]
+                vec![Change::Removed(old.unwrap_or(obj))]
             }
             watcher::Event::Init => {
                 inner.relist = Some(Objects::default());
                 Vec::new()
             }
             watcher::Event::InitApply(obj) => {
-                let obj = Arc::new(obj);
                 inner
                     .relist
                     .get_or_insert_with(Objects::default)
@@ -330,8 +329,8 @@ mod tests {
         let cache: Cache<ConfigMap> = Cache::default();
         cache.activate();
         cache.apply(watcher::Event::Init);
-        cache.apply(watcher::Event::InitApply(cm("a", "1")));
-        cache.apply(watcher::Event::InitApply(cm("b", "1")));
+        cache.apply(watcher::Event::InitApply(Arc::new(cm("a", "1"))));
+        cache.apply(watcher::Event::InitApply(Arc::new(cm("b", "1"))));
         assert!(cache.is_empty(), "a partial list is not visible");
         assert!(!cache.is_ready());
         cache.apply(watcher::Event::InitDone);
@@ -339,7 +338,7 @@ mod tests {
         assert_eq!(cache.len(), 2);
 
         cache.apply(watcher::Event::Init);
-        cache.apply(watcher::Event::InitApply(cm("a", "2")));
+        cache.apply(watcher::Event::InitApply(Arc::new(cm("a", "2"))));
         assert!(
             cache.get("ns", "b").is_some(),
             "old state stays until the list completes"
@@ -366,14 +365,14 @@ mod tests {
     #[test]
     fn apply_and_delete_return_previous_versions() {
         let cache: Cache<ConfigMap> = Cache::default();
-        cache.apply(watcher::Event::Apply(cm("a", "1")));
-        let ch = cache.apply(watcher::Event::Apply(cm("a", "2")));
+        cache.apply(watcher::Event::Apply(Arc::new(cm("a", "1"))));
+        let ch = cache.apply(watcher::Event::Apply(Arc::new(cm("a", "2"))));
         assert!(
             matches!(&ch[0], Change::Upsert { old: Some(o), .. } if o.resource_version().as_deref() == Some("1"))
         );
-        cache.apply(watcher::Event::Delete(cm("a", "3")));
+        cache.apply(watcher::Event::Delete(Arc::new(cm("a", "3"))));
         assert!(cache.get("ns", "a").is_none());
-        cache.apply(watcher::Event::Apply(cm("z", "1")));
+        cache.apply(watcher::Event::Apply(Arc::new(cm("z", "1"))));
         assert_eq!(cache.deactivate().len(), 1);
         assert!(cache.is_empty() && !cache.is_active());
     }

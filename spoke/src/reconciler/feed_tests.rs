@@ -8,11 +8,12 @@ use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 
 use super::context::{Context, SpokeConfig};
+use super::list_watch::{Fed, peek_head};
 use super::metrics::SpokeMetrics;
 use super::queue::ObjectKey;
 use super::snapshot;
 use super::trim::LAST_APPLIED_ANNOTATION;
-use super::watches::{self, ingest};
+use super::watches::{self, ingest, ingest_fed, own_writes};
 
 /// A context whose client never connects (needs a Tokio runtime for its request buffer).
 fn context() -> Context {
@@ -161,6 +162,50 @@ fn the_echo_of_our_write_leaves_one_copy_of_the_binding() {
         &current,
         &ctx.state.caches.bindings.get("llm", "a").unwrap()
     ));
+}
+
+#[test]
+fn the_echo_of_our_write_is_the_recorded_object_not_a_second_decode() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let ctx = Arc::new(context());
+    list_bindings(&ctx, &[("a", 1)], "Pending");
+    let key = ObjectKey::new("llm", "a");
+    let recorded = ctx
+        .state
+        .record_binding_write(&key, binding(served_binding("a", 3, "Ready")));
+    let known = own_writes(&ctx, |c| &c.state.binding_overlay);
+    let queued = ctx.queue.len();
+    // As the API server writes a watch event: `type` first (`json!` would sort it last).
+    let head = |object: Value| {
+        let line = format!(r#"{{"type":"MODIFIED","object":{object}}}"#);
+        peek_head(line.as_bytes()).unwrap()
+    };
+
+    // Another version (someone else's write) is not ours: it is decoded.
+    assert!(known(&head(served_binding("a", 2, "Ready"))).is_none());
+    // Another binding at our version is not ours either.
+    let mut elsewhere = served_binding("a", 3, "Ready");
+    elsewhere["metadata"]["namespace"] = json!("other");
+    assert!(known(&head(elsewhere)).is_none());
+
+    // The echo: the overlay's object, which then moves into the cache alone.
+    let head = head(served_binding("a", 3, "Ready"));
+    let echo = known(&head).unwrap();
+    assert!(Arc::ptr_eq(&echo, &recorded));
+    ingest_fed(
+        &ctx,
+        &ctx.state.caches.bindings,
+        watches::on_binding,
+        Event::Apply(Fed::<InferenceIdentityBinding, _>::Known(echo)),
+    );
+    assert!(Arc::ptr_eq(
+        &ctx.state.caches.bindings.get("llm", "a").unwrap(),
+        &recorded
+    ));
+    assert!(ctx.state.binding_overlay.peek("llm", "a").is_none());
+    // Our own echo needs no reconcile.
+    assert_eq!(ctx.queue.len(), queued);
 }
 
 #[test]

@@ -13,19 +13,33 @@
 //! heap, its largest fixed cost per spoke (heaptrack; docs/hub.md). Here an event is decoded
 //! straight from the response chunk it arrived in; only an event split across chunks is
 //! copied, into a buffer freed as soon as the event is complete.
+//!
+//! [`list_watch_known`] also skips decoding the watch echoes of the caller's own writes.
+//! Most watch events a spoke reconciler reads are those echoes (its finalizer, status and
+//! ClusterSPIFFEID writes come back), and the write's response already gave the same
+//! object at the same resourceVersion. So before an `ADDED` or `MODIFIED` event is
+//! decoded, the head of its line is read ([`peek_head`]: the event type and the object's
+//! name, namespace and resourceVersion, nothing after the object's `metadata`); when the
+//! caller already holds that object at that version it is handed on as
+//! [`Fed::Known`] instead of being decoded again. A resourceVersion names one state of one
+//! object, so the two are the same.
 
 use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::fmt;
 use std::fmt::Debug;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::io::{AsyncBufRead, AsyncBufReadExt};
-use futures::stream::{self, Stream};
+use futures::stream::{self, Stream, StreamExt};
 use kube::api::{Api, ListParams, WatchParams};
 use kube::core::{Request, Status, WatchEvent};
 use kube::runtime::watcher::{Error, Event};
 use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
 /// Objects per list page (kube-runtime's and client-go's default).
 const PAGE_SIZE: u32 = 500;
@@ -39,10 +53,68 @@ pub fn list_watch<K>(api: Api<K>) -> impl Stream<Item = Result<Event<K>, Error>>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    stream::unfold((api, State::Empty), |(api, state)| async move {
-        let (event, state) = step(&api, state).await;
-        Some((event, (api, state)))
-    })
+    list_watch_known::<K, Infallible>(api, None).map(|item| item.map(decoded))
+}
+
+/// [`list_watch`], handing on as [`Fed::Known`] the watched objects `known` already holds
+/// at the event's resourceVersion (see the module documentation).
+pub fn list_watch_known<K, C>(
+    api: Api<K>,
+    known: Option<Known<C>>,
+) -> impl Stream<Item = Result<FedEvent<K, C>, Error>> + Send
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    C: Send + Sync + 'static,
+{
+    stream::unfold(
+        (api, known, State::Empty),
+        |(api, known, state)| async move {
+            let (event, state) = step(&api, known.as_ref(), state).await;
+            Some((event, (api, known, state)))
+        },
+    )
+}
+
+/// Looks up the object an `ADDED` or `MODIFIED` event is about, by its head: `Some` when
+/// the caller holds that object at exactly that resourceVersion.
+pub type Known<C> = Arc<dyn Fn(&EventHead) -> Option<Arc<C>> + Send + Sync>;
+
+/// A watched object: decoded from its event, or the caller's own copy of the same version.
+pub enum Fed<K, C> {
+    /// Decoded from the list or the watch event.
+    Decoded(K),
+    /// The event's object, as the caller's [`Known`] already held it.
+    Known(Arc<C>),
+}
+
+impl<K: Debug, C> Debug for Fed<K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Decoded(obj) => f.debug_tuple("Decoded").field(obj).finish(),
+            Self::Known(_) => f.write_str("Known"),
+        }
+    }
+}
+
+/// An event of [`list_watch_known`].
+pub type FedEvent<K, C> = Event<Fed<K, C>>;
+
+/// What one step of the loop reports (if anything), and the state it leaves.
+type Step<K, C> = (Option<Result<FedEvent<K, C>, Error>>, State<K>);
+
+/// The event of [`list_watch`], whose `known` is `None`: every object is decoded.
+fn decoded<K>(event: FedEvent<K, Infallible>) -> Event<K> {
+    let unwrap = |fed| match fed {
+        Fed::Decoded(obj) => obj,
+        Fed::Known(never) => match *never {},
+    };
+    match event {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::InitApply(fed) => Event::InitApply(unwrap(fed)),
+        Event::Apply(fed) => Event::Apply(unwrap(fed)),
+        Event::Delete(fed) => Event::Delete(unwrap(fed)),
+    }
 }
 
 enum State<K> {
@@ -64,19 +136,23 @@ enum State<K> {
 }
 
 /// Steps until there is something to report.
-async fn step<K>(api: &Api<K>, mut state: State<K>) -> (Result<Event<K>, Error>, State<K>)
+async fn step<K, C>(
+    api: &Api<K>,
+    known: Option<&Known<C>>,
+    mut state: State<K>,
+) -> (Result<FedEvent<K, C>, Error>, State<K>)
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     loop {
-        match step_once(api, state).await {
+        match step_once(api, known, state).await {
             (Some(event), next) => return (event, next),
             (None, next) => state = next,
         }
     }
 }
 
-async fn step_once<K>(api: &Api<K>, state: State<K>) -> (Option<Result<Event<K>, Error>>, State<K>)
+async fn step_once<K, C>(api: &Api<K>, known: Option<&Known<C>>, state: State<K>) -> Step<K, C>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
@@ -96,7 +172,7 @@ where
         } => {
             if let Some(next) = objects.pop_front() {
                 return (
-                    Some(Ok(Event::InitApply(next))),
+                    Some(Ok(Event::InitApply(Fed::Decoded(next)))),
                     State::Listing {
                         continue_token,
                         objects,
@@ -157,17 +233,17 @@ where
             resource_version,
             mut events,
         } => {
-            let next = tokio::time::timeout(IDLE_TIMEOUT, events.next::<K>())
+            let next = tokio::time::timeout(IDLE_TIMEOUT, events.next::<K, C>(known))
                 .await
                 .unwrap_or_else(|_elapsed| {
                     tracing::debug!("watch stream idle for {IDLE_TIMEOUT:?}; resuming");
                     None
                 });
             match next {
-                Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
-                    changed(obj, Event::Apply, events)
+                Some(Ok(WatchEvent::Added(fed) | WatchEvent::Modified(fed))) => {
+                    changed(fed, Event::Apply, events)
                 }
-                Some(Ok(WatchEvent::Deleted(obj))) => changed(obj, Event::Delete, events),
+                Some(Ok(WatchEvent::Deleted(fed))) => changed(fed, Event::Delete, events),
                 Some(Ok(WatchEvent::Bookmark(bookmark))) => (
                     None,
                     State::Watching {
@@ -200,14 +276,14 @@ where
     }
 }
 
-/// A watch event about `obj`: reported as `event`, and the watch goes on from `obj`'s
-/// resourceVersion (without one, it cannot resume: list again).
-fn changed<K: Resource>(
-    obj: K,
-    event: fn(K) -> Event<K>,
+/// A watch event about an object, with its resourceVersion: reported as `event`, and the
+/// watch goes on from that resourceVersion (without one, it cannot resume: list again).
+fn changed<K, C>(
+    (obj, resource_version): (Fed<K, C>, Option<String>),
+    event: fn(Fed<K, C>) -> FedEvent<K, C>,
     events: WatchEvents,
-) -> (Option<Result<Event<K>, Error>>, State<K>) {
-    match obj.resource_version().filter(|rv| !rv.is_empty()) {
+) -> Step<K, C> {
+    match resource_version.filter(|rv| !rv.is_empty()) {
         Some(resource_version) => (
             Some(Ok(event(obj))),
             State::Watching {
@@ -254,7 +330,10 @@ impl WatchEvents {
     }
 
     /// The next event; `None` once the response ended (the watch is then resumed).
-    async fn next<K: DeserializeOwned>(&mut self) -> Option<kube::Result<WatchEvent<K>>> {
+    async fn next<K: DeserializeOwned + Resource, C>(
+        &mut self,
+        known: Option<&Known<C>>,
+    ) -> Option<kube::Result<WatchEvent<Watched<K, C>>>> {
         while !self.ended {
             let chunk = match self.body.fill_buf().await {
                 Ok(chunk) => chunk,
@@ -266,18 +345,19 @@ impl WatchEvents {
             if chunk.is_empty() {
                 // The response ended; a last line without its newline is still an event.
                 self.ended = true;
+                // It may be cut short, so it is decoded whole.
                 let rest = std::mem::take(&mut self.partial);
-                return decode_line(&rest);
+                return decode_line::<K, C>(&rest, None);
             }
             let read = chunk.len();
             match chunk.iter().position(|&b| b == b'\n') {
                 Some(end) => {
                     let event = if self.partial.is_empty() {
-                        decode_line(&chunk[..end])
+                        decode_line(&chunk[..end], known)
                     } else {
                         self.partial.extend_from_slice(&chunk[..end]);
                         // Taken, so the copy is freed with the line.
-                        decode_line(&std::mem::take(&mut self.partial))
+                        decode_line(&std::mem::take(&mut self.partial), known)
                     };
                     self.body.consume_unpin(end + 1);
                     if event.is_some() {
@@ -294,19 +374,208 @@ impl WatchEvents {
     }
 }
 
+/// A watch event's object and its resourceVersion.
+type Watched<K, C> = (Fed<K, C>, Option<String>);
+
 /// One line of a watch response as kube-client reads it: an event, an error `Status`, or
-/// nothing (a blank line, or a line cut short when the response ended).
-fn decode_line<K: DeserializeOwned>(line: &[u8]) -> Option<kube::Result<WatchEvent<K>>> {
+/// nothing (a blank line, or a line cut short when the response ended). An `ADDED` or
+/// `MODIFIED` event whose object `known` holds is not decoded.
+fn decode_line<K: DeserializeOwned + Resource, C>(
+    line: &[u8],
+    known: Option<&Known<C>>,
+) -> Option<kube::Result<WatchEvent<Watched<K, C>>>> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return None;
     }
+    if let Some(known) = known
+        && let Some(head) = peek_head(line)
+        && let Some(obj) = known(&head)
+    {
+        return Some(Ok(WatchEvent::Modified((
+            Fed::Known(obj),
+            Some(head.resource_version),
+        ))));
+    }
     match serde_json::from_slice::<WatchEvent<K>>(line) {
-        Ok(event) => Some(Ok(event)),
+        Ok(event) => Some(Ok(with_version(event))),
         Err(err) if err.is_eof() => None,
         Err(err) => match serde_json::from_slice::<Status>(line) {
             Ok(status) => Some(Err(kube::Error::Api(Box::new(status)))),
             Err(_) => Some(Err(kube::Error::SerdeError(err))),
         },
+    }
+}
+
+/// `event`, its object paired with its resourceVersion.
+fn with_version<K: Resource, C>(event: WatchEvent<K>) -> WatchEvent<Watched<K, C>> {
+    let pair = |obj: K| {
+        let rv = obj.resource_version();
+        (Fed::Decoded(obj), rv)
+    };
+    match event {
+        WatchEvent::Added(obj) => WatchEvent::Added(pair(obj)),
+        WatchEvent::Modified(obj) => WatchEvent::Modified(pair(obj)),
+        WatchEvent::Deleted(obj) => WatchEvent::Deleted(pair(obj)),
+        WatchEvent::Bookmark(bookmark) => WatchEvent::Bookmark(bookmark),
+        WatchEvent::Error(status) => WatchEvent::Error(status),
+    }
+}
+
+/// What an `ADDED` or `MODIFIED` event line says of its object before it is decoded.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventHead {
+    /// `metadata.namespace`; empty for a cluster-scoped object.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.resourceVersion`.
+    pub resource_version: String,
+}
+
+/// The head of an `ADDED` or `MODIFIED` event line: `None` for other events, and for a
+/// line that does not read as one (it is then decoded whole, and its error reported).
+///
+/// Reads the event's `type`, then the object up to the end of its `metadata` (kube-apiserver
+/// writes `type` before `object` and `metadata` before `spec` and `status`), skipping the
+/// values it does not need without building them. It stops there on purpose, with an
+/// error that carries nothing: the rest of the object is most of the line.
+pub(crate) fn peek_head(line: &[u8]) -> Option<EventHead> {
+    let mut head = None;
+    let mut de = serde_json::Deserializer::from_slice(line);
+    // Always an error (`HEAD_READ` once the head is read): see above.
+    let _stopped = EventSeed { head: &mut head }.deserialize(&mut de);
+    head
+}
+
+/// The message of the error that ends [`peek_head`]'s read. Never shown: the error is
+/// dropped.
+const HEAD_READ: &str = "event head read";
+
+/// A key of the event or of its object, as [`peek_head`] tells them apart.
+enum HeadKey {
+    Type,
+    Object,
+    Metadata,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for HeadKey {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = HeadKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: de::Error>(self, key: &str) -> Result<HeadKey, E> {
+                Ok(match key {
+                    "type" => HeadKey::Type,
+                    "object" => HeadKey::Object,
+                    "metadata" => HeadKey::Metadata,
+                    _ => HeadKey::Other,
+                })
+            }
+        }
+        deserializer.deserialize_identifier(KeyVisitor)
+    }
+}
+
+/// Whether an event's `type` is `ADDED` or `MODIFIED`.
+struct IsApply(bool);
+
+impl<'de> Deserialize<'de> for IsApply {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TypeVisitor;
+        impl Visitor<'_> for TypeVisitor {
+            type Value = IsApply;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an event type")
+            }
+            fn visit_str<E: de::Error>(self, ty: &str) -> Result<IsApply, E> {
+                Ok(IsApply(matches!(ty, "ADDED" | "MODIFIED")))
+            }
+        }
+        deserializer.deserialize_str(TypeVisitor)
+    }
+}
+
+/// The metadata fields of [`EventHead`]; the others are skipped.
+#[derive(Deserialize)]
+struct MetadataHead {
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(rename = "resourceVersion")]
+    resource_version: String,
+}
+
+/// Reads the event's map: its `type`, then the head of its `object`.
+struct EventSeed<'h> {
+    head: &'h mut Option<EventHead>,
+}
+
+impl<'de> DeserializeSeed<'de> for EventSeed<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a watch event")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut apply = false;
+        while let Some(key) = map.next_key::<HeadKey>()? {
+            match key {
+                HeadKey::Type => apply = map.next_value::<IsApply>()?.0,
+                // Only an apply's object is looked for, and its type must come first.
+                HeadKey::Object if apply => {
+                    return map.next_value_seed(ObjectSeed { head: self.head });
+                }
+                HeadKey::Object => break,
+                HeadKey::Metadata | HeadKey::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Err(de::Error::custom(HEAD_READ))
+    }
+}
+
+/// Reads the object's map up to the end of its `metadata`.
+struct ObjectSeed<'h> {
+    head: &'h mut Option<EventHead>,
+}
+
+impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ObjectSeed<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<HeadKey>()? {
+            if let HeadKey::Metadata = key {
+                let meta = map.next_value::<MetadataHead>()?;
+                *self.head = Some(EventHead {
+                    namespace: meta.namespace.unwrap_or_default(),
+                    name: meta.name,
+                    resource_version: meta.resource_version,
+                });
+                break;
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Err(de::Error::custom(HEAD_READ))
     }
 }
 
@@ -376,9 +645,9 @@ mod tests {
 
     async fn names(events: &mut WatchEvents) -> Vec<Result<String, String>> {
         let mut out = Vec::new();
-        while let Some(next) = events.next::<ConfigMap>().await {
+        while let Some(next) = events.next::<ConfigMap, Infallible>(None).await {
             out.push(match next {
-                Ok(WatchEvent::Added(cm)) => Ok(cm.name_any()),
+                Ok(WatchEvent::Added((Fed::Decoded(cm), _))) => Ok(cm.name_any()),
                 Ok(other) => Err(format!("unexpected {other:?}")),
                 Err(e) => Err(e.to_string()),
             });
@@ -445,7 +714,7 @@ mod tests {
         // A watch ERROR event is an event, not a read error.
         let error_event = format!(r#"{{"type":"ERROR","object":{status}}}"#);
         let mut events = reader(vec![Ok(format!("{error_event}\n").into_bytes())]);
-        match events.next::<ConfigMap>().await {
+        match events.next::<ConfigMap, Infallible>(None).await {
             Some(Ok(WatchEvent::Error(s))) => assert_eq!(s.code, 410),
             other => panic!("{other:?}"),
         }
@@ -480,6 +749,130 @@ mod tests {
             "{got:?}"
         );
         // Then the watch has ended: it is resumed, not read again.
-        assert!(events.next::<ConfigMap>().await.is_none());
+        assert!(events.next::<ConfigMap, Infallible>(None).await.is_none());
+    }
+
+    fn binding_event(ty: &str, namespace: Option<&str>, name: &str, rv: &str) -> String {
+        // kube-apiserver's order: type, then the object's kind, apiVersion, metadata (name
+        // first, managedFields after the resourceVersion), spec, status.
+        let mut meta = serde_json::Map::new();
+        meta.insert("name".into(), name.into());
+        if let Some(ns) = namespace {
+            meta.insert("namespace".into(), ns.into());
+        }
+        meta.insert("uid".into(), "u-1".into());
+        meta.insert("resourceVersion".into(), rv.into());
+        meta.insert(
+            "managedFields".into(),
+            serde_json::json!([{"manager": "m", "fieldsV1": {"f:spec": {}}}]),
+        );
+        format!(
+            r#"{{"type":"{ty}","object":{{"kind":"ConfigMap","apiVersion":"v1","metadata":{},"data":{{"k":"v"}}}}}}"#,
+            serde_json::Value::Object(meta)
+        )
+    }
+
+    fn head(namespace: &str, name: &str, rv: &str) -> Option<EventHead> {
+        Some(EventHead {
+            namespace: namespace.into(),
+            name: name.into(),
+            resource_version: rv.into(),
+        })
+    }
+
+    #[test]
+    fn the_head_of_an_apply_event_is_read_in_either_key_order() {
+        let line = binding_event("MODIFIED", Some("ns"), "b", "42");
+        assert_eq!(peek_head(line.as_bytes()), head("ns", "b", "42"));
+        let line = binding_event("ADDED", None, "csid", "7");
+        assert_eq!(peek_head(line.as_bytes()), head("", "csid", "7"));
+        // kubesim writes keys sorted: managedFields before name; an escaped name.
+        let sorted = r#"{"object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"managedFields":[{"f":{"g":[1,{"h":null}]}}],"name":"a\"b","namespace":"ns","resourceVersion":"9"},"spec":{}},"type":"ADDED"}"#;
+        // `object` before `type`: not read (decoded whole instead).
+        assert_eq!(peek_head(sorted.as_bytes()), None);
+        let type_first = r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"ConfigMap","metadata":{"managedFields":[{"f":{"g":[1,{"h":null}]}}],"name":"a\"b","namespace":"ns","resourceVersion":"9"},"spec":{}}}"#;
+        assert_eq!(peek_head(type_first.as_bytes()), head("ns", "a\"b", "9"));
+    }
+
+    #[test]
+    fn no_head_for_other_events_or_lines_that_are_not_events() {
+        for line in [
+            binding_event("DELETED", Some("ns"), "b", "1"),
+            binding_event("BOOKMARK", None, "", "5"),
+            r#"{"type":"ERROR","object":{"kind":"Status","code":410}}"#.to_string(),
+            r#"{"kind":"Status","apiVersion":"v1","code":500}"#.to_string(),
+            r#"{"type":"MODIFIED","object":{"metadata":{"name":"b"}}}"#.to_string(),
+            r#"{"type":"MODIFIED","object":{"metadata":{"name":"b","resourceVersion":7}}}"#
+                .to_string(),
+            "[1, 2]".to_string(),
+            String::new(),
+        ] {
+            assert_eq!(peek_head(line.as_bytes()), None, "{line}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_object_the_caller_holds_at_that_version_is_not_decoded() {
+        let mut mine = ConfigMap::default();
+        mine.metadata.name = Some("b".into());
+        mine.metadata.namespace = Some("ns".into());
+        mine.metadata.resource_version = Some("42".into());
+        let mine = Arc::new(mine);
+        let held = Arc::clone(&mine);
+        let known: Known<ConfigMap> = Arc::new(move |h: &EventHead| {
+            (h.namespace == "ns" && h.name == "b" && h.resource_version == "42")
+                .then(|| Arc::clone(&held))
+        });
+        let text = [
+            binding_event("MODIFIED", Some("ns"), "b", "41"),
+            binding_event("MODIFIED", Some("ns"), "b", "42"),
+            binding_event("DELETED", Some("ns"), "b", "42"),
+            binding_event("ADDED", Some("other"), "b", "42"),
+        ]
+        .join("\n")
+            + "\n";
+        let mut events = reader(vec![Ok(text.into_bytes())]);
+        let mut got = Vec::new();
+        while let Some(next) = events.next::<ConfigMap, ConfigMap>(Some(&known)).await {
+            got.push(match next {
+                Ok(WatchEvent::Modified((Fed::Known(obj), rv))) => {
+                    assert!(Arc::ptr_eq(&obj, &mine), "the caller's own copy");
+                    format!("known {}", rv.unwrap_or_default())
+                }
+                Ok(
+                    WatchEvent::Added((Fed::Decoded(o), rv))
+                    | WatchEvent::Modified((Fed::Decoded(o), rv)),
+                ) => {
+                    format!(
+                        "decoded {} {}",
+                        o.namespace().unwrap_or_default(),
+                        rv.unwrap_or_default()
+                    )
+                }
+                Ok(WatchEvent::Deleted((Fed::Decoded(o), rv))) => {
+                    format!("deleted {} {}", o.name_any(), rv.unwrap_or_default())
+                }
+                other => panic!("{other:?}"),
+            });
+        }
+        assert_eq!(
+            got,
+            [
+                "decoded ns 41",
+                "known 42",
+                "deleted b 42",
+                "decoded other 42"
+            ]
+        );
+        // A last line cut short when the response ends is never taken from its head.
+        let cut = binding_event("MODIFIED", Some("ns"), "b", "42");
+        let cut = &cut[..cut.len() - 10];
+        let mut events = reader(vec![Ok(cut.as_bytes().to_vec())]);
+        assert!(
+            events
+                .next::<ConfigMap, ConfigMap>(Some(&known))
+                .await
+                .is_none()
+        );
     }
 }

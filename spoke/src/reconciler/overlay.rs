@@ -113,12 +113,18 @@ impl<K: kube::Resource + Clone> Overlay<K> {
     /// Is `rv` the resourceVersion our own last write of `namespace/name` returned? (Its
     /// watch echo then needs no reconcile: the writer already acted on it.)
     pub fn is_own_write(&self, namespace: &str, name: &str, rv: Option<&str>) -> bool {
-        let Some(rv) = rv else { return false };
+        rv.is_some_and(|rv| self.own_write(namespace, name, rv).is_some())
+    }
+
+    /// Our own last write of `namespace/name`, if it returned resourceVersion `rv`: the
+    /// object its watch echo carries, already decoded.
+    pub fn own_write(&self, namespace: &str, name: &str, rv: &str) -> Option<Arc<K>> {
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(namespace, name)
-            .is_some_and(|mine| mine.meta().resource_version.as_deref() == Some(rv))
+            .filter(|mine| mine.meta().resource_version.as_deref() == Some(rv))
+            .cloned()
     }
 
     /// The cache now holds `namespace/name` at resourceVersion `cached_rv`: forgets our

@@ -22,9 +22,10 @@ use super::caches::{Cache, Change};
 use super::context::Context;
 use super::index::{SourceKey, TargetKey};
 use super::lean::Lean;
-use super::list_watch::list_watch;
+use super::list_watch::{EventHead, Fed, Known, list_watch_known};
 use super::ns_cache::binding_compile_inputs_differ;
 use super::observed_output::ObservedOutput;
+use super::overlay::Overlay;
 use super::queue::ObjectKey;
 use super::trim::CacheForm;
 pub use super::watch_failures::{WatchFailure, WatchFailures};
@@ -44,6 +45,7 @@ pub fn spawn_watch(
             tasks,
             Api::all(client),
             |c| &c.state.caches.bindings,
+            Some(|c| &c.state.binding_overlay),
             on_binding,
             token,
         ),
@@ -52,6 +54,7 @@ pub fn spawn_watch(
             tasks,
             Api::all(client),
             |c| &c.state.caches.objectives_llmd,
+            None,
             on_llmd_objective,
             token,
         ),
@@ -60,6 +63,7 @@ pub fn spawn_watch(
             tasks,
             Api::all(client),
             |c| &c.state.caches.objectives_gaie,
+            None,
             on_gaie_objective,
             token,
         ),
@@ -68,6 +72,7 @@ pub fn spawn_watch(
             tasks,
             Api::all(client),
             |c| &c.state.caches.models,
+            None,
             on_model,
             token,
         ),
@@ -76,6 +81,7 @@ pub fn spawn_watch(
             tasks,
             Api::all(client),
             |c| &c.state.caches.pools_v1,
+            None,
             on_pool_v1,
             token,
         ),
@@ -84,6 +90,7 @@ pub fn spawn_watch(
             tasks,
             Api::all(client),
             |c| &c.state.caches.pools_legacy,
+            None,
             on_pool_legacy,
             token,
         ),
@@ -92,6 +99,7 @@ pub fn spawn_watch(
             tasks,
             Api::all(client),
             |c| &c.state.caches.cluster_spiffe_ids,
+            Some(|c| &c.state.csid_overlay),
             on_cluster_spiffe_id,
             token,
         ),
@@ -109,6 +117,7 @@ pub fn spawn_namespace_watch(
         tasks,
         Api::all(ctx.effects.client.clone()),
         |c| &c.state.caches.namespaces,
+        None,
         on_namespace,
         token,
     );
@@ -119,6 +128,7 @@ fn spawn<K>(
     tasks: &mut JoinSet<()>,
     api: Api<Lean<K>>,
     cache: fn(&Context) -> &Cache<K::Cached>,
+    overlay: Option<OverlayOf<K::Cached>>,
     handler: fn(&Context, Change<K::Cached>),
     token: CancellationToken,
 ) where
@@ -136,8 +146,9 @@ fn spawn<K>(
     } else {
         format!("{plural}.{group}")
     };
+    let known = overlay.map(|overlay| own_writes(&ctx, overlay));
     tasks.spawn(async move {
-        let stream = list_watch(api).default_backoff();
+        let stream = list_watch_known(api, known).default_backoff();
         let mut stream = std::pin::pin!(stream);
         // Whether a failure of this watch is on record (cleared once its cache synced).
         let mut failed = false;
@@ -149,7 +160,7 @@ fn spawn<K>(
             match next {
                 None => break,
                 Some(Ok(event)) => {
-                    ingest(&ctx, cache(&ctx), handler, unwrap_lean(event));
+                    ingest_fed(&ctx, cache(&ctx), handler, unwrap_lean(event));
                     if failed && cache(&ctx).is_ready() {
                         ctx.state.watch_failures.clear(&resource);
                         failed = false;
@@ -177,32 +188,72 @@ fn spawn<K>(
     });
 }
 
+/// Where a kind's read-your-writes overlay is kept.
+type OverlayOf<C> = fn(&Context) -> &Overlay<C>;
+
+/// The watch echoes of our own writes, taken from `overlay` rather than decoded again:
+/// the object a write returned, when an event carries it at the same resourceVersion.
+pub(crate) fn own_writes<C: Resource + Clone + Send + Sync + 'static>(
+    ctx: &Arc<Context>,
+    overlay: OverlayOf<C>,
+) -> Known<C> {
+    let ctx = ctx.clone();
+    Arc::new(move |head: &EventHead| {
+        overlay(&ctx).own_write(&head.namespace, &head.name, &head.resource_version)
+    })
+}
+
 /// The watch event of a [`Lean`] decode, as the caches take it.
-fn unwrap_lean<K>(event: watcher::Event<Lean<K>>) -> watcher::Event<K> {
+fn unwrap_lean<K, C>(event: watcher::Event<Fed<Lean<K>, C>>) -> watcher::Event<Fed<K, C>> {
+    let unwrap = |fed| match fed {
+        Fed::Decoded(Lean(obj)) => Fed::Decoded(obj),
+        Fed::Known(obj) => Fed::Known(obj),
+    };
     match event {
-        watcher::Event::Apply(Lean(obj)) => watcher::Event::Apply(obj),
-        watcher::Event::Delete(Lean(obj)) => watcher::Event::Delete(obj),
+        watcher::Event::Apply(fed) => watcher::Event::Apply(unwrap(fed)),
+        watcher::Event::Delete(fed) => watcher::Event::Delete(unwrap(fed)),
         watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(Lean(obj)) => watcher::Event::InitApply(obj),
+        watcher::Event::InitApply(fed) => watcher::Event::InitApply(unwrap(fed)),
         watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 
 /// Applies one watch event to `cache` and hands each resulting change to `handler`: the
-/// watch loop's body, shared with tests that drive a context without an API server.
+/// watch loop's body, for tests that drive a context without an API server.
 pub fn ingest<K: CacheForm>(
     ctx: &Context,
     cache: &Cache<K::Cached>,
     handler: fn(&Context, Change<K::Cached>),
     event: watcher::Event<K>,
 ) {
+    let event = match event {
+        watcher::Event::Apply(obj) => watcher::Event::Apply(Fed::Decoded(obj)),
+        watcher::Event::Delete(obj) => watcher::Event::Delete(Fed::Decoded(obj)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(obj) => watcher::Event::InitApply(Fed::Decoded(obj)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    };
+    ingest_fed(ctx, cache, handler, event);
+}
+
+/// [`ingest`], for events whose objects may be ones the overlay already held.
+pub(crate) fn ingest_fed<K: CacheForm>(
+    ctx: &Context,
+    cache: &Cache<K::Cached>,
+    handler: fn(&Context, Change<K::Cached>),
+    event: watcher::Event<Fed<K, K::Cached>>,
+) {
     // What the reconciler never reads is dropped before it is cached (most of an object).
     let field_manager = ctx.config.field_manager.as_str();
+    let cached = |fed| match fed {
+        Fed::Decoded(obj) => Arc::new(K::into_cached(obj, field_manager)),
+        Fed::Known(obj) => obj,
+    };
     let event = match event {
-        watcher::Event::Apply(obj) => watcher::Event::Apply(obj.into_cached(field_manager)),
-        watcher::Event::Delete(obj) => watcher::Event::Delete(obj.into_cached(field_manager)),
+        watcher::Event::Apply(fed) => watcher::Event::Apply(cached(fed)),
+        watcher::Event::Delete(fed) => watcher::Event::Delete(cached(fed)),
         watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(obj) => watcher::Event::InitApply(obj.into_cached(field_manager)),
+        watcher::Event::InitApply(fed) => watcher::Event::InitApply(cached(fed)),
         watcher::Event::InitDone => watcher::Event::InitDone,
     };
     for change in cache.apply(event) {
