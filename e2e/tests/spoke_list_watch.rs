@@ -51,6 +51,16 @@ where
     out
 }
 
+/// kubesim with one cluster, and the ConfigMaps of its `default` namespace.
+async fn configmaps() -> (Kubesim, Api<ConfigMap>) {
+    let sim = Kubesim::start(&["spoke"], KubesimOptions::default())
+        .await
+        .expect("kubesim starts");
+    let cluster = sim.cluster("spoke").expect("cluster");
+    let api = Api::namespaced(cluster.kube_client().await.unwrap(), "default");
+    (sim, api)
+}
+
 fn listing(names: &[String]) -> Vec<String> {
     let mut want = vec!["init".to_string()];
     want.extend(names.iter().map(|n| format!("list {n}")));
@@ -60,11 +70,8 @@ fn listing(names: &[String]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_in_pages_watches_resumes_and_lists_again_on_gone_like_kube_runtime() {
-    let sim = Kubesim::start(&["spoke"], KubesimOptions::default())
-        .await
-        .expect("kubesim starts");
+    let (sim, api) = configmaps().await;
     let cluster = sim.cluster("spoke").expect("cluster");
-    let api: Api<ConfigMap> = Api::namespaced(cluster.kube_client().await.unwrap(), "default");
     let mut names: Vec<String> = (0..OBJECTS).map(|i| format!("cm-{i:05}")).collect();
     for name in &names {
         api.create(&PostParams::default(), &cm(name)).await.unwrap();
@@ -117,11 +124,7 @@ async fn lists_in_pages_watches_resumes_and_lists_again_on_gone_like_kube_runtim
 /// object, not decoded again; other events, on the same watch, are decoded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_echo_of_an_object_the_caller_holds_is_handed_back_not_decoded() {
-    let sim = Kubesim::start(&["spoke"], KubesimOptions::default())
-        .await
-        .expect("kubesim starts");
-    let cluster = sim.cluster("spoke").expect("cluster");
-    let api: Api<ConfigMap> = Api::namespaced(cluster.kube_client().await.unwrap(), "default");
+    let (_sim, api) = configmaps().await;
     let held: Arc<Mutex<Option<Arc<ConfigMap>>>> = Arc::default();
     let lookup = Arc::clone(&held);
     let known: Known<ConfigMap> = Arc::new(move |head: &EventHead| {

@@ -443,7 +443,11 @@ pub(crate) fn peek_head(line: &[u8]) -> Option<EventHead> {
     let mut head = None;
     let mut de = serde_json::Deserializer::from_slice(line);
     // Always an error (`HEAD_READ` once the head is read): see above.
-    let _stopped = EventSeed { head: &mut head }.deserialize(&mut de);
+    let _stopped = HeadSeed {
+        head: &mut head,
+        in_object: false,
+    }
+    .deserialize(&mut de);
     head
 }
 
@@ -461,22 +465,13 @@ enum HeadKey {
 
 impl<'de> Deserialize<'de> for HeadKey {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl Visitor<'_> for KeyVisitor {
-            type Value = HeadKey;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a key")
-            }
-            fn visit_str<E: de::Error>(self, key: &str) -> Result<HeadKey, E> {
-                Ok(match key {
-                    "type" => HeadKey::Type,
-                    "object" => HeadKey::Object,
-                    "metadata" => HeadKey::Metadata,
-                    _ => HeadKey::Other,
-                })
-            }
-        }
-        deserializer.deserialize_identifier(KeyVisitor)
+        let key = |key: &str| match key {
+            "type" => HeadKey::Type,
+            "object" => HeadKey::Object,
+            "metadata" => HeadKey::Metadata,
+            _ => HeadKey::Other,
+        };
+        deserializer.deserialize_identifier(ReadStr(key, "a key"))
     }
 }
 
@@ -485,17 +480,22 @@ struct IsApply(bool);
 
 impl<'de> Deserialize<'de> for IsApply {
     fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct TypeVisitor;
-        impl Visitor<'_> for TypeVisitor {
-            type Value = IsApply;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an event type")
-            }
-            fn visit_str<E: de::Error>(self, ty: &str) -> Result<IsApply, E> {
-                Ok(IsApply(matches!(ty, "ADDED" | "MODIFIED")))
-            }
-        }
-        deserializer.deserialize_str(TypeVisitor)
+        let is_apply = |ty: &str| IsApply(matches!(ty, "ADDED" | "MODIFIED"));
+        deserializer.deserialize_str(ReadStr(is_apply, "an event type"))
+    }
+}
+
+/// Reads a string (borrowed from the line when it has no escapes) into what `.0` makes of
+/// it, without keeping it; `.1` says what was expected.
+struct ReadStr<T>(fn(&str) -> T, &'static str);
+
+impl<T> Visitor<'_> for ReadStr<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.1)
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
+        Ok((self.0)(s))
     }
 }
 
@@ -509,71 +509,56 @@ struct MetadataHead {
     resource_version: String,
 }
 
-/// Reads the event's map: its `type`, then the head of its `object`.
-struct EventSeed<'h> {
+/// Reads the event's map (its `type`, then the head of its `object`) or, one level down,
+/// the object's map up to the end of its `metadata`.
+struct HeadSeed<'h> {
     head: &'h mut Option<EventHead>,
+    /// True for the object's map, false for the event's.
+    in_object: bool,
 }
 
-impl<'de> DeserializeSeed<'de> for EventSeed<'_> {
+impl<'de> DeserializeSeed<'de> for HeadSeed<'_> {
     type Value = ();
     fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
         deserializer.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for EventSeed<'_> {
+impl<'de> Visitor<'de> for HeadSeed<'_> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a watch event")
+        f.write_str(if self.in_object {
+            "an object"
+        } else {
+            "a watch event"
+        })
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut apply = false;
         while let Some(key) = map.next_key::<HeadKey>()? {
             match key {
-                HeadKey::Type => apply = map.next_value::<IsApply>()?.0,
-                // Only an apply's object is looked for, and its type must come first.
-                HeadKey::Object if apply => {
-                    return map.next_value_seed(ObjectSeed { head: self.head });
+                HeadKey::Metadata if self.in_object => {
+                    let meta = map.next_value::<MetadataHead>()?;
+                    *self.head = Some(EventHead {
+                        namespace: meta.namespace.unwrap_or_default(),
+                        name: meta.name,
+                        resource_version: meta.resource_version,
+                    });
+                    break;
                 }
-                HeadKey::Object => break,
-                HeadKey::Metadata | HeadKey::Other => {
+                HeadKey::Type if !self.in_object => apply = map.next_value::<IsApply>()?.0,
+                // Only an apply's object is looked for, and its type must come first.
+                HeadKey::Object if !self.in_object && apply => {
+                    return map.next_value_seed(HeadSeed {
+                        head: self.head,
+                        in_object: true,
+                    });
+                }
+                HeadKey::Object if !self.in_object => break,
+                _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
-        }
-        Err(de::Error::custom(HEAD_READ))
-    }
-}
-
-/// Reads the object's map up to the end of its `metadata`.
-struct ObjectSeed<'h> {
-    head: &'h mut Option<EventHead>,
-}
-
-impl<'de> DeserializeSeed<'de> for ObjectSeed<'_> {
-    type Value = ();
-    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ObjectSeed<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("an object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<HeadKey>()? {
-            if let HeadKey::Metadata = key {
-                let meta = map.next_value::<MetadataHead>()?;
-                *self.head = Some(EventHead {
-                    namespace: meta.namespace.unwrap_or_default(),
-                    name: meta.name,
-                    resource_version: meta.resource_version,
-                });
-                break;
-            }
-            map.next_value::<IgnoredAny>()?;
         }
         Err(de::Error::custom(HEAD_READ))
     }
