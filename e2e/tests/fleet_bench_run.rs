@@ -229,3 +229,61 @@ fn trickle_measures_new_bindings_on_the_converged_fleet() {
         "{stdout}"
     );
 }
+
+/// A chaos run keeps its seed and report with the replicas' logs (with `--keep-dir` here; a
+/// failed run always keeps them), so a failure can be read and replayed when its console
+/// output is gone.
+#[test]
+fn chaos_keeps_its_seed_and_report_with_the_logs() {
+    let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet-bench"))
+        .args([
+            "--scenario",
+            "chaos",
+            "--spokes",
+            "2",
+            "--bindings",
+            "2",
+            "--duration-seconds",
+            "5",
+            "--quiet-seconds",
+            "2",
+            "--process-faults",
+            "0",
+            "--seed",
+            "7",
+            "--keep-dir",
+            "--kleym-bin",
+        ])
+        .arg(&kleym)
+        .output()
+        .expect("fleet-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "fleet-bench chaos failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let kept = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("kept "))
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| panic!("no kept dir in:\n{stdout}"));
+    let read = |name: &str| {
+        std::fs::read_to_string(kept.join(name))
+            .unwrap_or_else(|e| panic!("{name} in {}: {e}", kept.display()))
+    };
+    assert_eq!(read("seed"), "7\n");
+    let report = read("report.txt");
+    assert!(
+        report.contains("summary: scenario=chaos seed=7 "),
+        "{report}"
+    );
+    assert!(
+        stdout.contains(report.trim_end()),
+        "{report}\n---\n{stdout}"
+    );
+    assert!(kept.join("hub-a.1.log").is_file(), "{}", kept.display());
+    std::fs::remove_dir_all(&kept).unwrap();
+}

@@ -59,7 +59,8 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 --duration-seconds, then invariants against an oracle (the pure compiler
                 over the final objects); defaults 50 spokes x 40 bindings; prints the seed
                 first and a `summary: scenario=chaos seed=... violations=...` line last;
-                exits non-zero on any violation. See docs/hub.md, section Chaos soak.
+                exits non-zero on any violation, keeping its temp dir (seed, report.txt,
+                the replicas' logs). See docs/hub.md, section Chaos soak.
 
 Converged: a binding is converged when its status has Ready=True for its current generation
 (the condition's observedGeneration equals metadata.generation) AND its ClusterSPIFFEID exists
@@ -204,7 +205,8 @@ struct Args {
     /// window of churn and faults (default 600).
     #[arg(long, value_name = "SECONDS")]
     duration_seconds: Option<u64>,
-    /// Keep the temp dir (kubeconfigs, scripts, hub.log) after a successful run.
+    /// Keep the temp dir (kubeconfigs, scripts, hub.log; chaos: seed, report.txt, the
+    /// replicas' logs) after a successful run (a failed one always keeps it).
     #[arg(long)]
     keep_dir: bool,
     /// chaos: the seed of the schedule (default: from the clock; printed at start).
@@ -1154,6 +1156,9 @@ async fn run_chaos(args: Args) -> anyhow::Result<()> {
     println!("hub binary: {} ({})", kleym.display(), age(&kleym));
     let dir = std::env::temp_dir().join(format!("fleet-bench-chaos-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    // The seed and the report are kept with the replicas' logs, so a failed run can be read
+    // and replayed even when its console output was cut or lost.
+    std::fs::write(dir.join("seed"), format!("{seed}\n"))?;
     let mut o = kleym_e2e::chaos::ChaosOptions::new(
         seed,
         args.spokes.unwrap_or(50),
@@ -1172,11 +1177,13 @@ async fn run_chaos(args: Args) -> anyhow::Result<()> {
     o.log_level = args.hub_log_level.as_str().to_string();
     o.removal_policy = args.removal_policy.clone();
     let report = kleym_e2e::chaos::run(&o, &|line| println!("{line}")).await?;
-    println!("{report}");
+    let text = report.to_string();
+    println!("{text}");
+    std::fs::write(dir.join("report.txt"), &text)?;
     let violations = report.violations.total();
     if violations > 0 {
         anyhow::bail!(
-            "{violations} invariant violations (seed {seed}); hub logs kept in {}",
+            "{violations} invariant violations (seed {seed}); report and hub logs kept in {}",
             dir.display()
         );
     }
