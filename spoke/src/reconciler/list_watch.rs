@@ -104,16 +104,20 @@ type Step<K, C> = (Option<Result<FedEvent<K, C>, Error>>, State<K>);
 
 /// The event of [`list_watch`], whose `known` is `None`: every object is decoded.
 fn decoded<K>(event: FedEvent<K, Infallible>) -> Event<K> {
-    let unwrap = |fed| match fed {
+    map_event(event, |fed| match fed {
         Fed::Decoded(obj) => obj,
         Fed::Known(never) => match *never {},
-    };
+    })
+}
+
+/// `event` with `f` applied to its object, if it has one.
+pub fn map_event<A, B>(event: Event<A>, mut f: impl FnMut(A) -> B) -> Event<B> {
     match event {
         Event::Init => Event::Init,
         Event::InitDone => Event::InitDone,
-        Event::InitApply(fed) => Event::InitApply(unwrap(fed)),
-        Event::Apply(fed) => Event::Apply(unwrap(fed)),
-        Event::Delete(fed) => Event::Delete(unwrap(fed)),
+        Event::InitApply(obj) => Event::InitApply(f(obj)),
+        Event::Apply(obj) => Event::Apply(f(obj)),
+        Event::Delete(obj) => Event::Delete(f(obj)),
     }
 }
 

@@ -22,7 +22,7 @@ use super::caches::{Cache, Change};
 use super::context::Context;
 use super::index::{SourceKey, TargetKey};
 use super::lean::Lean;
-use super::list_watch::{EventHead, Fed, Known, list_watch_known};
+use super::list_watch::{EventHead, Fed, Known, list_watch_known, map_event};
 use super::ns_cache::binding_compile_inputs_differ;
 use super::observed_output::ObservedOutput;
 use super::overlay::Overlay;
@@ -205,17 +205,10 @@ pub(crate) fn own_writes<C: Resource + Clone + Send + Sync + 'static>(
 
 /// The watch event of a [`Lean`] decode, as the caches take it.
 fn unwrap_lean<K, C>(event: watcher::Event<Fed<Lean<K>, C>>) -> watcher::Event<Fed<K, C>> {
-    let unwrap = |fed| match fed {
+    map_event(event, |fed| match fed {
         Fed::Decoded(Lean(obj)) => Fed::Decoded(obj),
         Fed::Known(obj) => Fed::Known(obj),
-    };
-    match event {
-        watcher::Event::Apply(fed) => watcher::Event::Apply(unwrap(fed)),
-        watcher::Event::Delete(fed) => watcher::Event::Delete(unwrap(fed)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(fed) => watcher::Event::InitApply(unwrap(fed)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    }
+    })
 }
 
 /// Applies one watch event to `cache` and hands each resulting change to `handler`: the
@@ -226,14 +219,7 @@ pub fn ingest<K: CacheForm>(
     handler: fn(&Context, Change<K::Cached>),
     event: watcher::Event<K>,
 ) {
-    let event = match event {
-        watcher::Event::Apply(obj) => watcher::Event::Apply(Fed::Decoded(obj)),
-        watcher::Event::Delete(obj) => watcher::Event::Delete(Fed::Decoded(obj)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(obj) => watcher::Event::InitApply(Fed::Decoded(obj)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    };
-    ingest_fed(ctx, cache, handler, event);
+    ingest_fed(ctx, cache, handler, map_event(event, Fed::Decoded));
 }
 
 /// [`ingest`], for events whose objects may be ones the overlay already held.
@@ -245,17 +231,10 @@ pub(crate) fn ingest_fed<K: CacheForm>(
 ) {
     // What the reconciler never reads is dropped before it is cached (most of an object).
     let field_manager = ctx.config.field_manager.as_str();
-    let cached = |fed| match fed {
+    let event = map_event(event, |fed| match fed {
         Fed::Decoded(obj) => Arc::new(K::into_cached(obj, field_manager)),
         Fed::Known(obj) => obj,
-    };
-    let event = match event {
-        watcher::Event::Apply(fed) => watcher::Event::Apply(cached(fed)),
-        watcher::Event::Delete(fed) => watcher::Event::Delete(cached(fed)),
-        watcher::Event::Init => watcher::Event::Init,
-        watcher::Event::InitApply(fed) => watcher::Event::InitApply(cached(fed)),
-        watcher::Event::InitDone => watcher::Event::InitDone,
-    };
+    });
     for change in cache.apply(event) {
         // A relist returns unchanged objects: nothing happened to them.
         if let Change::Upsert {
