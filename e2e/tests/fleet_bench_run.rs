@@ -43,26 +43,33 @@ impl Summary {
     }
 }
 
-fn run_bench(extra: &[&str]) -> (String, Summary) {
+/// Runs `fleet-bench` with `args` and returns its output; a non-zero exit fails the test.
+fn bench_stdout(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_fleet-bench"))
-        .args([
-            "--spokes",
-            "2",
-            "--bindings",
-            "3",
-            "--timeout-seconds",
-            "120",
-        ])
-        .args(extra)
+        .args(args)
         .output()
         .expect("fleet-bench runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "fleet-bench {extra:?} failed ({}):\n{stdout}\n{stderr}",
+        "fleet-bench {args:?} failed ({}):\n{stdout}\n{stderr}",
         out.status
     );
+    stdout
+}
+
+fn run_bench(extra: &[&str]) -> (String, Summary) {
+    let mut args = vec![
+        "--spokes",
+        "2",
+        "--bindings",
+        "3",
+        "--timeout-seconds",
+        "120",
+    ];
+    args.extend_from_slice(extra);
+    let stdout = bench_stdout(&args);
     for figure in [
         "time to engage 2 spokes",
         "time to converge",
@@ -236,35 +243,26 @@ fn trickle_measures_new_bindings_on_the_converged_fleet() {
 #[test]
 fn chaos_keeps_its_seed_and_report_with_the_logs() {
     let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
-    let out = Command::new(env!("CARGO_BIN_EXE_fleet-bench"))
-        .args([
-            "--scenario",
-            "chaos",
-            "--spokes",
-            "2",
-            "--bindings",
-            "2",
-            "--duration-seconds",
-            "5",
-            "--quiet-seconds",
-            "2",
-            "--process-faults",
-            "0",
-            "--seed",
-            "7",
-            "--keep-dir",
-            "--kleym-bin",
-        ])
-        .arg(&kleym)
-        .output()
-        .expect("fleet-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "fleet-bench chaos failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
+    let kleym = kleym.to_str().expect("a UTF-8 path");
+    let stdout = bench_stdout(&[
+        "--scenario",
+        "chaos",
+        "--spokes",
+        "2",
+        "--bindings",
+        "2",
+        "--duration-seconds",
+        "5",
+        "--quiet-seconds",
+        "2",
+        "--process-faults",
+        "0",
+        "--seed",
+        "7",
+        "--keep-dir",
+        "--kleym-bin",
+        kleym,
+    ]);
     let kept = stdout
         .lines()
         .find_map(|l| l.strip_prefix("kept "))
