@@ -285,3 +285,24 @@ fn chaos_keeps_its_seed_and_report_with_the_logs() {
     assert!(kept.join("hub-a.1.log").is_file(), "{}", kept.display());
     std::fs::remove_dir_all(&kept).unwrap();
 }
+
+/// The bench allocates with jemalloc, as the `kleym` binary does: asked through
+/// `_RJEM_MALLOC_CONF`, jemalloc prints its statistics at exit, which the platform's malloc
+/// never does. Its figures (how fast a fleet converges while kubesim shares the cores)
+/// depend on it (docs/hub.md, "The bench allocates with jemalloc").
+#[cfg(not(target_env = "msvc"))]
+#[test]
+fn the_bench_allocates_with_jemalloc() {
+    let out = Command::new(env!("CARGO_BIN_EXE_fleet-bench"))
+        .arg("--help")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .expect("fleet-bench runs");
+    assert!(out.status.success(), "fleet-bench --help failed: {out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Begin jemalloc statistics"),
+        "fleet-bench did not print jemalloc's statistics, so jemalloc is not its allocator; \
+         stderr: {stderr}"
+    );
+}

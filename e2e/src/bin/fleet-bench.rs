@@ -14,6 +14,14 @@
 //! before. kubesim always stays in this process: the measurement uses in-process store
 //! watches and counting authenticators. See [`LONG_ABOUT`] for every figure.
 
+/// jemalloc, as the `kleym` binary: kubesim's API servers in this process clone and drop
+/// JSON values per request, and with glibc's malloc the bench's own CPU, not the hub's,
+/// decided how fast a fleet converged on 2 cores (docs/hub.md, "The bench allocates with
+/// jemalloc").
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
