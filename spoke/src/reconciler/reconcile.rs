@@ -52,7 +52,14 @@ pub async fn reconcile(ctx: &Context, key: &ObjectKey) -> Result<(), Error> {
         return Ok(());
     };
     let mut plan = plan_from_caches(state, &ctx.config, key, &binding, &owner, verdict)?;
+    let compiled = Arc::clone(&binding);
     let binding = finalizer::protect_output(state, fx, field_manager, key, binding, &plan).await?;
+    if changed_under(&compiled, &binding) {
+        // The finalizer write returned a binding edited since it was compiled: nothing more
+        // is written from a stale verdict (the status would claim the new generation).
+        ctx.queue.enqueue(key.clone());
+        return Ok(());
+    }
     let applied = apply::apply_output(state, fx, field_manager, &plan).await?;
     let ignored_record = plan.ignored_record.take();
     let spire_stats = status::spire_stats(state, applied.owned.as_ref());
@@ -61,7 +68,28 @@ pub async fn reconcile(ctx: &Context, key: &ObjectKey) -> Result<(), Error> {
         status::write_if_changed(state, fx, field_manager, key, binding, &decision.desired).await?;
     finalizer::settle(state, fx, field_manager, key, &binding, &applied).await?;
     record_outcome(ctx, key, &binding, &decision, ignored_record, &owner).await;
+    if changed_under(&compiled, &binding) {
+        ctx.queue.enqueue(key.clone());
+    }
     into_result(applied)
+}
+
+/// Was the binding edited, replaced or deleted since `compiled`, the version this
+/// reconcile decided on, going by `now`, the version its last write returned?
+///
+/// A write's response is the object as the API server holds it after the write, so it can
+/// carry an edit that landed while the reconcile ran. The edit's own watch event normally
+/// queues the binding again, but after a broken watch the relist shows only the newest
+/// version, the one our write returned, and the watch handler takes that for the echo of
+/// our own write, which needs no reconcile ([`super::watches::on_binding`]). The reconcile
+/// that wrote it must then queue the binding itself, or the edit is never reconciled: the
+/// chaos soak found a binding whose status stayed at generation 1 for generation 2 (seed
+/// 1106).
+pub fn changed_under(compiled: &InferenceIdentityBinding, now: &InferenceIdentityBinding) -> bool {
+    let (a, b) = (&compiled.metadata, &now.metadata);
+    a.generation != b.generation
+        || a.uid != b.uid
+        || a.deletion_timestamp.is_some() != b.deletion_timestamp.is_some()
 }
 
 /// The compile step: the binding's verdict from its namespace's evaluation (`None` when the
@@ -360,6 +388,33 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn a_binding_changed_under_a_reconcile_only_by_its_spec_incarnation_or_deletion() {
+        let compiled = {
+            let mut b = peer(false, &[], &[]);
+            b.metadata.uid = Some("uid-1".into());
+            b.metadata.generation = Some(1);
+            b.metadata.resource_version = Some("10".into());
+            b
+        };
+        // What our own writes change: status, finalizers, resourceVersion.
+        let mut ours = compiled.clone();
+        ours.metadata.resource_version = Some("12".into());
+        ours.metadata.finalizers = Some(vec!["kleym.io/cleanup".into()]);
+        ours.status = peer(true, &["a"], &[]).status;
+        assert!(!changed_under(&compiled, &ours));
+        // What someone else's write changes under us.
+        let mut edited = ours.clone();
+        edited.metadata.generation = Some(2);
+        assert!(changed_under(&compiled, &edited));
+        let mut replaced = ours.clone();
+        replaced.metadata.uid = Some("uid-2".into());
+        assert!(changed_under(&compiled, &replaced));
+        let mut deleting = ours;
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        assert!(changed_under(&compiled, &deleting));
     }
 
     #[test]

@@ -1,0 +1,205 @@
+//! A spec edit that lands while kleym's status write is on its way, with the watch broken
+//! at that moment, is still reconciled.
+//!
+//! The write's response then carries the edit (a new generation under the status kleym
+//! computed for the old one), and the relist after the broken watch shows only that
+//! version, which the watch handler takes for the echo of kleym's own write. The chaos
+//! soak found a binding left this way for good (seed 1106: status at generation 1 for
+//! generation 2, its ClusterSPIFFEID still the old spec). The reconcile that wrote now
+//! sees the edit in its response and queues the binding again.
+//!
+//! The timing is made, not hoped for: kubesim delays every request by a second (so the
+//! status write is in flight), every watch is dropped and answered 410 on reconnect (so
+//! the edit reaches the reconciler only through the relist), and the edit is written to
+//! the store directly, between the two.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kleym_api::external::objective::llmd;
+use kleym_api::external::pool::v1 as pool_v1;
+use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kleym_api::{InferenceIdentityBinding, conditions};
+use kleym_e2e::single::{condition, create, eventually};
+use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
+use kube::Client;
+use kube::api::Api;
+use kubesim::{Kubesim, KubesimOptions};
+use kubesim_store::{PatchType, Subresource, WriteOptions};
+use serde_json::{Value, json};
+
+const TD: &str = "prod.example.org";
+const NS: &str = "llm";
+
+fn crds() -> Vec<Value> {
+    let mut out: Vec<Value> = kleym_e2e::fixtures::upstream_crds().expect("upstream CRDs");
+    for crd in kleym_api::crds::all() {
+        out.push(serde_json::to_value(crd).unwrap());
+    }
+    out
+}
+
+/// A namespace with a pool, an objective `chat` and the ServiceAccount `model-server`.
+async fn inference_namespace(admin: &Client) {
+    create(
+        &Api::<Namespace>::all(admin.clone()),
+        json!({"metadata": {"name": NS}}),
+    )
+    .await;
+    create(
+        &Api::<ServiceAccount>::namespaced(admin.clone(), NS),
+        json!({"metadata": {"name": "model-server"}}),
+    )
+    .await;
+    create(
+        &Api::<pool_v1::InferencePool>::namespaced(admin.clone(), NS),
+        json!({
+            "apiVersion": "inference.networking.k8s.io/v1",
+            "kind": "InferencePool",
+            "metadata": {"name": "qwen-pool"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "vllm-qwen"}},
+                "targetPorts": [{"number": 8000}],
+                "endpointPickerRef": {"name": "qwen-epp", "port": {"number": 9002}}
+            }
+        }),
+    )
+    .await;
+    create(
+        &Api::<llmd::InferenceObjective>::namespaced(admin.clone(), NS),
+        json!({
+            "apiVersion": "llm-d.ai/v1alpha2",
+            "kind": "InferenceObjective",
+            "metadata": {"name": "chat"},
+            "spec": {"priority": 1, "poolRef": {"name": "qwen-pool"}}
+        }),
+    )
+    .await;
+}
+
+/// Waits until kleym reconciled the binding's current generation and it is Ready.
+async fn wait_ready(api: &Api<InferenceIdentityBinding>, name: &str) -> InferenceIdentityBinding {
+    eventually(
+        &format!("{name}: Ready for its current generation"),
+        || async {
+            let b = api.get(name).await.ok()?;
+            let observed = b.status.as_ref()?.observed_generation;
+            let (s, _, _) = condition(&b, conditions::READY)?;
+            (observed == b.metadata.generation && s == "True").then_some(b)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_carried_only_by_the_response_of_our_status_write_is_reconciled() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let sim = Kubesim::start(
+        &["spoke"],
+        KubesimOptions {
+            crds: crds(),
+            ..KubesimOptions::default()
+        },
+    )
+    .await
+    .expect("kubesim starts");
+    let cluster = sim.cluster("spoke").unwrap();
+    let admin = cluster.kube_client().await.unwrap();
+    inference_namespace(&admin).await;
+
+    let mut config = SpokeConfig::new(TD);
+    config.discovery_interval = Duration::from_millis(200);
+    config.error_backoff = Duration::from_millis(100);
+    let spoke = Spoke::new(admin.clone(), config, Arc::new(SpokeMetrics::default())).unwrap();
+    let token = CancellationToken::new();
+    let task = tokio::spawn(spoke.run(token.clone()));
+
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(admin.clone(), NS);
+    create(
+        &bindings,
+        json!({
+            "apiVersion": "kleym.io/v1alpha1",
+            "kind": "InferenceIdentityBinding",
+            "metadata": {"name": "chat"},
+            "spec": {
+                "targetRef": {"name": "chat"},
+                "mode": "PerObjective",
+                "containerDiscriminator": {"type": "ContainerName", "value": "chat"},
+                "workloadSelectorTemplates": ["k8s:ns:{{ .Namespace }}", "k8s:sa:model-server"]
+            }
+        }),
+    )
+    .await;
+    let before = wait_ready(&bindings, "chat").await;
+    assert_eq!(before.metadata.generation, Some(1));
+    let output = before.status.unwrap().cluster_spiffe_id.unwrap().name;
+
+    let store = cluster.store();
+    let res = store
+        .resolve("kleym.io", "v1alpha1", "inferenceidentitybindings")
+        .expect("bindings served");
+    let user = WriteOptions {
+        field_manager: "tenant".into(),
+        ..WriteOptions::default()
+    };
+    let faults = cluster.faults();
+    // Every request from now on waits a second before kubesim handles it.
+    faults.set_latency(Duration::from_secs(1));
+    // The status removed (as by a tenant): kleym's reconcile writes it again, and that
+    // write waits.
+    store
+        .patch(
+            &res,
+            Some(NS),
+            "chat",
+            PatchType::Merge,
+            &json!({"status": null}),
+            Subresource::Status,
+            &user,
+        )
+        .expect("status written");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The watches break (their reconnects get 410, so the caches relist), then the spec is
+    // edited: the only event left to carry the edit is the relist.
+    faults.force_gone_on_next_watches(20);
+    faults.drop_watches();
+    let edited = store
+        .patch(
+            &res,
+            Some(NS),
+            "chat",
+            PatchType::Merge,
+            &json!({"spec": {"svid": {"ttl": "30m"}}}),
+            Subresource::Main,
+            &user,
+        )
+        .expect("spec edited");
+    assert_eq!(edited.object["metadata"]["generation"], json!(2));
+    // The status write and the relist are through after a few seconds of latency.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    faults.set_latency(Duration::ZERO);
+
+    let after = wait_ready(&bindings, "chat").await;
+    assert_eq!(after.metadata.generation, Some(2));
+    let csid = Api::<ClusterSPIFFEID>::all(admin.clone())
+        .get(&output)
+        .await
+        .expect("the output exists");
+    assert_eq!(
+        csid.spec.ttl.as_deref(),
+        Some("30m"),
+        "the output carries the edit: {:?}",
+        csid.spec
+    );
+
+    token.cancel();
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("reconciler stops")
+        .unwrap()
+        .unwrap();
+}
