@@ -16,100 +16,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use kleym_api::external::objective::llmd;
-use kleym_api::external::pool::v1 as pool_v1;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
-use kleym_e2e::single::{condition, create, eventually};
+use kleym_e2e::fixtures::spoke_sim;
+use kleym_e2e::single::{create, inference_namespace, wait_observed};
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
-use kube::Client;
 use kube::api::Api;
-use kubesim::{Kubesim, KubesimOptions};
 use kubesim_store::{PatchType, Subresource, WriteOptions};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const TD: &str = "prod.example.org";
 const NS: &str = "llm";
 
-fn crds() -> Vec<Value> {
-    let mut out: Vec<Value> = kleym_e2e::fixtures::upstream_crds().expect("upstream CRDs");
-    for crd in kleym_api::crds::all() {
-        out.push(serde_json::to_value(crd).unwrap());
-    }
-    out
-}
-
-/// A namespace with a pool, an objective `chat` and the ServiceAccount `model-server`.
-async fn inference_namespace(admin: &Client) {
-    create(
-        &Api::<Namespace>::all(admin.clone()),
-        json!({"metadata": {"name": NS}}),
-    )
-    .await;
-    create(
-        &Api::<ServiceAccount>::namespaced(admin.clone(), NS),
-        json!({"metadata": {"name": "model-server"}}),
-    )
-    .await;
-    create(
-        &Api::<pool_v1::InferencePool>::namespaced(admin.clone(), NS),
-        json!({
-            "apiVersion": "inference.networking.k8s.io/v1",
-            "kind": "InferencePool",
-            "metadata": {"name": "qwen-pool"},
-            "spec": {
-                "selector": {"matchLabels": {"app": "vllm-qwen"}},
-                "targetPorts": [{"number": 8000}],
-                "endpointPickerRef": {"name": "qwen-epp", "port": {"number": 9002}}
-            }
-        }),
-    )
-    .await;
-    create(
-        &Api::<llmd::InferenceObjective>::namespaced(admin.clone(), NS),
-        json!({
-            "apiVersion": "llm-d.ai/v1alpha2",
-            "kind": "InferenceObjective",
-            "metadata": {"name": "chat"},
-            "spec": {"priority": 1, "poolRef": {"name": "qwen-pool"}}
-        }),
-    )
-    .await;
-}
-
-/// Waits until kleym reconciled the binding's current generation and it is Ready.
-async fn wait_ready(api: &Api<InferenceIdentityBinding>, name: &str) -> InferenceIdentityBinding {
-    eventually(
-        &format!("{name}: Ready for its current generation"),
-        || async {
-            let b = api.get(name).await.ok()?;
-            let observed = b.status.as_ref()?.observed_generation;
-            let (s, _, _) = condition(&b, conditions::READY)?;
-            (observed == b.metadata.generation && s == "True").then_some(b)
-        },
-    )
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_carried_only_by_the_response_of_our_status_write_is_reconciled() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let sim = Kubesim::start(
-        &["spoke"],
-        KubesimOptions {
-            crds: crds(),
-            ..KubesimOptions::default()
-        },
-    )
-    .await
-    .expect("kubesim starts");
-    let cluster = sim.cluster("spoke").unwrap();
-    let admin = cluster.kube_client().await.unwrap();
-    inference_namespace(&admin).await;
+    let (_sim, cluster, admin) = spoke_sim::start().await;
+    inference_namespace(&admin, NS).await;
 
     let mut config = SpokeConfig::new(TD);
     config.discovery_interval = Duration::from_millis(200);
@@ -134,7 +56,7 @@ async fn an_edit_carried_only_by_the_response_of_our_status_write_is_reconciled(
         }),
     )
     .await;
-    let before = wait_ready(&bindings, "chat").await;
+    let before = wait_observed(&bindings, "chat", conditions::READY).await;
     assert_eq!(before.metadata.generation, Some(1));
     let output = before.status.unwrap().cluster_spiffe_id.unwrap().name;
 
@@ -183,7 +105,7 @@ async fn an_edit_carried_only_by_the_response_of_our_status_write_is_reconciled(
     tokio::time::sleep(Duration::from_secs(4)).await;
     faults.set_latency(Duration::ZERO);
 
-    let after = wait_ready(&bindings, "chat").await;
+    let after = wait_observed(&bindings, "chat", conditions::READY).await;
     assert_eq!(after.metadata.generation, Some(2));
     let csid = Api::<ClusterSPIFFEID>::all(admin.clone())
         .get(&output)

@@ -13,21 +13,23 @@
 //! RBAC; every wait is on a signal kleym writes (observedGeneration, conditions), never on
 //! a fixed sleep.
 
-use kleym_e2e::single::{condition, create, create_manifest, eventually, repo_yaml_docs};
+use kleym_e2e::single::{
+    condition, create, create_manifest, eventually, inference_namespace, repo_yaml_docs,
+    wait_observed,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
-use kleym_api::external::objective::llmd;
-use kleym_api::external::pool::v1 as pool_v1;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
+use kleym_e2e::fixtures::spoke_sim;
 use kleym_spoke::compiler::output::cluster_spiffe_id_name;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
-use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
+use kubesim::{ClusterHandle, Kubesim};
 use serde_json::{Value, json};
 
 const TD: &str = "prod.example.org";
@@ -37,14 +39,6 @@ const TENANT_NS: &str = "t5";
 const OTHER_NS: &str = "t1";
 /// A ClusterSPIFFEID the platform team created (not kleym's).
 const PLATFORM: &str = "platform-default";
-
-fn crds() -> Vec<Value> {
-    let mut out: Vec<Value> = kleym_e2e::fixtures::upstream_crds().expect("upstream CRDs");
-    for crd in kleym_api::crds::all() {
-        out.push(serde_json::to_value(crd).unwrap());
-    }
-    out
-}
 
 /// A ServiceAccount token client for `namespace/name`.
 async fn sa_client(cluster: &ClusterHandle, namespace: &str, name: &str) -> Client {
@@ -89,44 +83,6 @@ impl Operator {
             .unwrap()
             .unwrap();
     }
-}
-
-/// A namespace with a pool, an objective `chat` and the ServiceAccount `model-server`.
-async fn inference_namespace(admin: &Client, ns: &str) {
-    create(
-        &Api::<Namespace>::all(admin.clone()),
-        json!({"metadata": {"name": ns}}),
-    )
-    .await;
-    create(
-        &Api::<ServiceAccount>::namespaced(admin.clone(), ns),
-        json!({"metadata": {"name": "model-server"}}),
-    )
-    .await;
-    create(
-        &Api::<pool_v1::InferencePool>::namespaced(admin.clone(), ns),
-        json!({
-            "apiVersion": "inference.networking.k8s.io/v1",
-            "kind": "InferencePool",
-            "metadata": {"name": "qwen-pool"},
-            "spec": {
-                "selector": {"matchLabels": {"app": "vllm-qwen"}},
-                "targetPorts": [{"number": 8000}],
-                "endpointPickerRef": {"name": "qwen-epp", "port": {"number": 9002}}
-            }
-        }),
-    )
-    .await;
-    create(
-        &Api::<llmd::InferenceObjective>::namespaced(admin.clone(), ns),
-        json!({
-            "apiVersion": "llm-d.ai/v1alpha2",
-            "kind": "InferenceObjective",
-            "metadata": {"name": "chat"},
-            "spec": {"priority": 1, "poolRef": {"name": "qwen-pool"}}
-        }),
-    )
-    .await;
 }
 
 fn binding(ns: &str, name: &str) -> Value {
@@ -188,24 +144,6 @@ async fn tenant(cluster: &ClusterHandle, admin: &Client) -> Client {
     sa_client(cluster, TENANT_NS, "tenant").await
 }
 
-/// Waits until kleym reconciled the binding's current generation and `ty` is `True`.
-async fn wait_observed(
-    api: &Api<InferenceIdentityBinding>,
-    name: &str,
-    ty: &str,
-) -> InferenceIdentityBinding {
-    eventually(
-        &format!("{name}: current generation with {ty}=True"),
-        || async {
-            let b = api.get(name).await.ok()?;
-            let observed = b.status.as_ref()?.observed_generation;
-            let (s, _, _) = condition(&b, ty)?;
-            (observed == b.metadata.generation && s == "True").then_some(b)
-        },
-    )
-    .await
-}
-
 /// `(uid, resourceVersion)` of a ClusterSPIFFEID.
 async fn identity(csids: &Api<ClusterSPIFFEID>, name: &str) -> (String, String) {
     let o = csids.get(name).await.unwrap();
@@ -227,21 +165,7 @@ struct World {
 
 impl World {
     async fn start() -> Self {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-        let sim = Kubesim::start(
-            &["spoke"],
-            KubesimOptions {
-                crds: crds(),
-                ..KubesimOptions::default()
-            },
-        )
-        .await
-        .expect("kubesim starts");
-        let cluster = sim.cluster("spoke").unwrap();
-        let admin = cluster.kube_client().await.unwrap();
+        let (sim, cluster, admin) = spoke_sim::start().await;
         inference_namespace(&admin, TENANT_NS).await;
         inference_namespace(&admin, OTHER_NS).await;
         let csids: Api<ClusterSPIFFEID> = Api::all(admin.clone());
@@ -536,17 +460,7 @@ async fn a_foreign_default_identity_with_kleyms_labels_still_gets_the_overlap_wa
 /// annotation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_written_by_an_earlier_kleym_is_adopted_and_migrated() {
-    let sim = Kubesim::start(
-        &["spoke"],
-        KubesimOptions {
-            crds: crds(),
-            ..KubesimOptions::default()
-        },
-    )
-    .await
-    .expect("kubesim starts");
-    let cluster = sim.cluster("spoke").unwrap();
-    let admin = cluster.kube_client().await.unwrap();
+    let (_sim, cluster, admin) = spoke_sim::start().await;
     inference_namespace(&admin, TENANT_NS).await;
     let bindings: Api<InferenceIdentityBinding> = Api::namespaced(admin.clone(), TENANT_NS);
     let b = create(&bindings, binding(TENANT_NS, "chat")).await;

@@ -1,14 +1,18 @@
 //! Helpers for single-cluster tests of the spoke reconciler on kubesim: polling for a
 //! condition, creating typed objects and arbitrary manifests, reading the repository's
-//! manifests, and reading a binding's conditions. The fleet fixtures live in `kleym-e2e`.
+//! manifests, an inference namespace, and reading a binding's conditions. The fleet
+//! fixtures live in `kleym-e2e`.
 
 use std::path::Path;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kleym_api::InferenceIdentityBinding;
+use kleym_api::external::objective::llmd;
+use kleym_api::external::pool::v1 as pool_v1;
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Polls `check` every 100 ms until it returns `Some`, for at most ~30 s; then panics naming
 /// `what` (a hang guard, not a timing assertion).
@@ -77,4 +81,63 @@ pub fn condition(b: &InferenceIdentityBinding, ty: &str) -> Option<(String, Stri
         .iter()
         .find(|c| c.type_ == ty)
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Waits until kleym reconciled the binding's current generation and its condition `ty` is
+/// `True`; returns the binding as read then.
+pub async fn wait_observed(
+    api: &Api<InferenceIdentityBinding>,
+    name: &str,
+    ty: &str,
+) -> InferenceIdentityBinding {
+    eventually(
+        &format!("{name}: current generation with {ty}=True"),
+        || async {
+            let b = api.get(name).await.ok()?;
+            let observed = b.status.as_ref()?.observed_generation;
+            let (s, _, _) = condition(&b, ty)?;
+            (observed == b.metadata.generation && s == "True").then_some(b)
+        },
+    )
+    .await
+}
+
+/// Creates the namespace `ns` with what a binding there targets: the ServiceAccount
+/// `model-server`, the InferencePool `qwen-pool` (pods `app=vllm-qwen`) and the llm-d
+/// InferenceObjective `chat` on it.
+pub async fn inference_namespace(admin: &Client, ns: &str) {
+    create(
+        &Api::<Namespace>::all(admin.clone()),
+        json!({"metadata": {"name": ns}}),
+    )
+    .await;
+    create(
+        &Api::<ServiceAccount>::namespaced(admin.clone(), ns),
+        json!({"metadata": {"name": "model-server"}}),
+    )
+    .await;
+    create(
+        &Api::<pool_v1::InferencePool>::namespaced(admin.clone(), ns),
+        json!({
+            "apiVersion": "inference.networking.k8s.io/v1",
+            "kind": "InferencePool",
+            "metadata": {"name": "qwen-pool"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "vllm-qwen"}},
+                "targetPorts": [{"number": 8000}],
+                "endpointPickerRef": {"name": "qwen-epp", "port": {"number": 9002}}
+            }
+        }),
+    )
+    .await;
+    create(
+        &Api::<llmd::InferenceObjective>::namespaced(admin.clone(), ns),
+        json!({
+            "apiVersion": "llm-d.ai/v1alpha2",
+            "kind": "InferenceObjective",
+            "metadata": {"name": "chat"},
+            "spec": {"priority": 1, "poolRef": {"name": "qwen-pool"}}
+        }),
+    )
+    .await;
 }
