@@ -18,8 +18,7 @@ use std::time::Duration;
 
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
-use kleym_e2e::fixtures::spoke_sim;
-use kleym_e2e::single::{create, inference_namespace, wait_observed};
+use kleym_e2e::single::{create, inference_namespace, start_spoke, wait_observed};
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::Api;
 use kubesim_store::{PatchType, Subresource, WriteOptions};
@@ -30,7 +29,7 @@ const NS: &str = "llm";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_carried_only_by_the_response_of_our_status_write_is_reconciled() {
-    let (_sim, cluster, admin) = spoke_sim::start().await;
+    let (_sim, cluster, admin) = start_spoke(kleym_e2e::fixtures::all_crds().expect("CRDs")).await;
     inference_namespace(&admin, NS).await;
 
     let mut config = SpokeConfig::new(TD);

@@ -15,7 +15,7 @@
 
 use kleym_e2e::single::{
     condition, create, create_manifest, eventually, inference_namespace, repo_yaml_docs,
-    wait_observed,
+    start_spoke, wait_observed,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +24,6 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
-use kleym_e2e::fixtures::spoke_sim;
 use kleym_spoke::compiler::output::cluster_spiffe_id_name;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -165,7 +164,8 @@ struct World {
 
 impl World {
     async fn start() -> Self {
-        let (sim, cluster, admin) = spoke_sim::start().await;
+        let (sim, cluster, admin) =
+            start_spoke(kleym_e2e::fixtures::all_crds().expect("CRDs")).await;
         inference_namespace(&admin, TENANT_NS).await;
         inference_namespace(&admin, OTHER_NS).await;
         let csids: Api<ClusterSPIFFEID> = Api::all(admin.clone());
@@ -460,7 +460,7 @@ async fn a_foreign_default_identity_with_kleyms_labels_still_gets_the_overlap_wa
 /// annotation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_written_by_an_earlier_kleym_is_adopted_and_migrated() {
-    let (_sim, cluster, admin) = spoke_sim::start().await;
+    let (_sim, cluster, admin) = start_spoke(kleym_e2e::fixtures::all_crds().expect("CRDs")).await;
     inference_namespace(&admin, TENANT_NS).await;
     let bindings: Api<InferenceIdentityBinding> = Api::namespaced(admin.clone(), TENANT_NS);
     let b = create(&bindings, binding(TENANT_NS, "chat")).await;

@@ -20,7 +20,7 @@ use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetric
 use kleym_test_support::single::{condition, create, create_manifest, eventually, repo_yaml_docs};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
+use kubesim::{ClusterHandle, Kubesim};
 use serde_json::{Value, json};
 
 const NS: &str = "llm";
@@ -36,23 +36,7 @@ fn crds(with_spire: bool) -> Vec<Value> {
 }
 
 async fn start_cluster(with_spire: bool) -> (Kubesim, ClusterHandle, Client) {
-    // `RUST_LOG=kleym_spoke=debug` shows the reconciler's logs.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let sim = Kubesim::start(
-        &["spoke"],
-        KubesimOptions {
-            crds: crds(with_spire),
-            ..KubesimOptions::default()
-        },
-    )
-    .await
-    .expect("kubesim starts");
-    let cluster = sim.cluster("spoke").unwrap();
-    let client = cluster.kube_client().await.unwrap();
-    (sim, cluster, client)
+    kleym_test_support::single::start_spoke(crds(with_spire)).await
 }
 
 struct Operator {

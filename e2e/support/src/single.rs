@@ -1,6 +1,7 @@
 //! Helpers for single-cluster tests of the spoke reconciler on kubesim: polling for a
 //! condition, creating typed objects and arbitrary manifests, reading the repository's
-//! manifests, an inference namespace, and reading a binding's conditions. The fleet
+//! manifests, one simulated spoke cluster, an inference namespace, and reading a binding's
+//! conditions. The fleet
 //! fixtures live in `kleym-e2e`.
 
 use std::path::Path;
@@ -12,6 +13,7 @@ use kleym_api::external::objective::llmd;
 use kleym_api::external::pool::v1 as pool_v1;
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
+use kubesim::{ClusterHandle, Kubesim, KubesimOptions};
 use serde_json::{Value, json};
 
 /// Polls `check` every 100 ms until it returns `Some`, for at most ~30 s; then panics naming
@@ -140,4 +142,26 @@ pub async fn inference_namespace(admin: &Client, ns: &str) {
         }),
     )
     .await;
+}
+
+/// Starts one kubesim cluster, `spoke`, serving `crds`; returns the simulator (keep it
+/// alive), the cluster's handle (store, faults, tokens) and an admin client. `RUST_LOG`
+/// (e.g. `kleym_spoke=debug`) shows the reconciler's logs in the test's output.
+pub async fn start_spoke(crds: Vec<Value>) -> (Kubesim, ClusterHandle, Client) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let sim = Kubesim::start(
+        &["spoke"],
+        KubesimOptions {
+            crds,
+            ..KubesimOptions::default()
+        },
+    )
+    .await
+    .expect("kubesim starts");
+    let cluster = sim.cluster("spoke").expect("the spoke cluster");
+    let admin = cluster.kube_client().await.expect("an admin client");
+    (sim, cluster, admin)
 }
