@@ -33,7 +33,6 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use http::{HeaderValue, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use kube::client::Body;
 use thiserror::Error;
 use tower::{BoxError, Service, ServiceExt as _};
@@ -42,7 +41,7 @@ use super::cache::{CachedCredential, CredentialError, SpokeCredentials};
 use super::credential::Credential;
 use super::proxy::proxy_for;
 use super::secret::short_hash;
-use super::transport::{self, Keepalive, TransportService};
+use super::transport::{self, Keepalive, ResponseBody, TransportService};
 
 /// Transport timeouts for spoke clients.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -281,9 +280,9 @@ fn try_clone(req: &Request<Body>) -> Option<Request<Body>> {
 }
 
 impl Service<Request<Body>> for AuthRetry {
-    type Response = Response<Incoming>;
+    type Response = Response<ResponseBody>;
     type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Incoming>, BoxError>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<ResponseBody>, BoxError>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         // Each call drives a clone of the transport to readiness itself (`oneshot`).

@@ -6,21 +6,20 @@
 //! same as kube's (rustls with the config's CA roots, client identity, `tls-server-name` and
 //! `insecure-skip-tls-verify`; the HTTP or HTTPS CONNECT proxy of `Config::proxy_url`; the
 //! connect/read/write timeouts; the base URI, the config's auth and extra headers) except:
-//! - TLS offers ALPN `h2` and `http/1.1`; when the server picks `h2`, hyper's pool keeps one
-//!   connection per spoke and every request and watch is a stream on it (kube-apiserver
-//!   allows up to 1000 concurrent streams per connection, far above a spoke's dozen). Requests
-//!   go first to an HTTP/2-only pool, which opens one connection even when a burst of watches
-//!   starts at once (a pool that learns the version from ALPN would open one per request of
-//!   the burst and keep one); when a server does not pick `h2`, the request is sent again,
-//!   and every later one goes, to a pool that speaks whatever ALPN chose (HTTP/1.1: a
-//!   connection per concurrent request, as before), until the client is rebuilt. The
-//!   connection that revealed HTTP/1.1 is handed to that pool, not thrown away;
+//! - TLS offers ALPN `h2` and `http/1.1`; when the server picks `h2`, one connection per
+//!   spoke carries every request and watch as a stream (kube-apiserver allows up to 1000
+//!   concurrent streams per connection, far above a spoke's dozen). That connection is driven
+//!   on `h2` directly ([`http2`]: why, and how it opens, pings and replaces the connection);
+//!   when a server does not pick `h2`, the request is sent again, and every later one goes, to
+//!   hyper's pool speaking whatever ALPN chose (HTTP/1.1: a connection per concurrent request,
+//!   as before), until the client is rebuilt. The connection that revealed HTTP/1.1 is handed
+//!   to that pool, not thrown away;
 //! - dead-connection detection like client-go's: after [`Keepalive::interval`] without
 //!   reading anything from the connection an HTTP/2 PING is sent, and the connection is
 //!   closed when no frame answers within [`Keepalive::timeout`]. Every stream on it then
 //!   fails at once, so a blackholed spoke is noticed on all its watches together;
-//! - a server's `GOAWAY` (kube-apiserver's `--goaway-chance`, or shutdown) makes hyper open
-//!   a new connection for new requests; watches whose stream is cut resume from their last
+//! - a server's `GOAWAY` (kube-apiserver's `--goaway-chance`, or shutdown) makes new
+//!   requests open a new connection; watches whose stream is cut resume from their last
 //!   resourceVersion (the spoke's `list_watch` does that, as kube-runtime's watcher does), so
 //!   nothing is listed or written twice.
 //!
@@ -28,8 +27,13 @@
 //! credential cache tracks expiry) and no tracing layer is added.
 //!
 //! A client built with a client certificate keeps that certificate on every connection it
-//! opens; rotation builds a new client, hence a new pool and a new connection, and the old
-//! connection closes once the old client and its open streams are gone.
+//! opens; rotation builds a new client, hence a new connection, and the old connection
+//! closes once the old client and its open streams are gone.
+
+mod http2;
+
+pub use http2::Http2Body;
+use http2::{ConnectError, Http2};
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,7 +102,44 @@ pub fn client(config: &kube::Config, keepalive: Keepalive) -> Result<kube::Clien
 /// The transport described above as a bare service, for a layer of the caller's own to
 /// wrap before the one `kube::Client` (whose buffer task and channel are per client: a
 /// second client around this one would double them for every spoke).
-pub type TransportService = BoxCloneSyncService<Request<Body>, Response<Incoming>, BoxError>;
+pub type TransportService = BoxCloneSyncService<Request<Body>, Response<ResponseBody>, BoxError>;
+
+/// A response body from either protocol.
+pub enum ResponseBody {
+    /// From hyper's pool (the server did not offer HTTP/2).
+    Http1(Incoming),
+    /// From the spoke's HTTP/2 connection.
+    Http2(Http2Body),
+}
+
+impl http_body::Body for ResponseBody {
+    type Data = bytes::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, BoxError>>> {
+        match self.get_mut() {
+            Self::Http1(body) => Pin::new(body).poll_frame(cx).map_err(BoxError::from),
+            Self::Http2(body) => Pin::new(body).poll_frame(cx).map_err(BoxError::from),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Self::Http1(body) => body.is_end_stream(),
+            Self::Http2(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            Self::Http1(body) => body.size_hint(),
+            Self::Http2(body) => body.size_hint(),
+        }
+    }
+}
 
 /// The transport for `config` as a [`TransportService`].
 pub fn service(
@@ -212,23 +253,23 @@ where
     timed.set_write_timeout(config.write_timeout);
 
     let fallback = Arc::new(AtomicBool::new(false));
+    let spare = Arc::new(Mutex::new(Vec::new()));
     let mut builder = hyper_util::client::legacy::Client::builder(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
-        .pool_timer(TokioTimer::new())
-        .http2_keep_alive_interval(keepalive.interval)
-        .http2_keep_alive_timeout(keepalive.timeout)
-        .http2_keep_alive_while_idle(true);
-    let spare = Arc::new(Mutex::new(Vec::new()));
+        .pool_timer(TokioTimer::new());
     let auto: HyperClient<_> = builder.build(UseSpare {
         inner: timed.clone(),
         spare: spare.clone(),
     });
-    let h2: HyperClient<_> = builder.http2_only(true).build(RequireH2 {
-        inner: timed,
-        fallback: fallback.clone(),
-        spare,
-    });
+    let h2 = Http2::new(
+        RequireH2 {
+            inner: timed,
+            fallback: fallback.clone(),
+            spare,
+        },
+        keepalive,
+    );
     let hyper_client = Versions { h2, auto, fallback };
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
@@ -360,49 +401,67 @@ where
     }
 }
 
-/// The HTTP/2-only pool, and the pool used once the server turned out not to speak HTTP/2.
+/// The HTTP/2 connection, and hyper's pool used once the server turned out not to speak
+/// HTTP/2.
 #[derive(Clone)]
 struct Versions<A, B> {
-    h2: HyperClient<A>,
+    h2: Http2<A>,
     auto: HyperClient<B>,
     fallback: Arc<AtomicBool>,
 }
 
 impl<A, B> Service<Request<Body>> for Versions<A, B>
 where
-    A: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+    A: Service<Uri> + Clone + Send + Sync + 'static,
+    A::Response: Read + Write + Send + Unpin + 'static,
+    A::Future: Send + 'static,
+    A::Error: Into<BoxError>,
     B: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
 {
-    type Response = Response<Incoming>;
+    type Response = Response<ResponseBody>;
     type Error = BoxError;
-    type Future = BoxFuture<Response<Incoming>>;
+    type Future = BoxFuture<Response<ResponseBody>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Both pools are always ready (hyper's legacy client queues internally).
+        // Always ready: the HTTP/2 connection is opened by the request that needs it, and
+        // hyper's legacy client queues internally.
         Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
         if self.fallback.load(Ordering::Relaxed) {
-            let sent = self.auto.request(req);
-            return Box::pin(async move { sent.await.map_err(BoxError::from) });
+            return http1(&self.auto, req);
         }
         let replay = try_clone(&req);
-        let sent = self.h2.request(req);
+        let h2 = self.h2.clone();
         let auto = self.auto.clone();
         let fallback = self.fallback.clone();
         Box::pin(async move {
-            match sent.await {
-                Ok(resp) => Ok(resp),
+            match h2.send(req).await {
+                Ok(resp) => Ok(resp.map(ResponseBody::Http2)),
                 // Nothing was sent: the connection was refused for its protocol.
-                Err(e) if e.is_connect() && fallback.load(Ordering::Relaxed) => match replay {
-                    Some(replay) => auto.request(replay).await.map_err(BoxError::from),
-                    None => Err(BoxError::from(e)),
-                },
-                Err(e) => Err(BoxError::from(e)),
+                Err(e) if e.is::<ConnectError>() && fallback.load(Ordering::Relaxed) => {
+                    match replay {
+                        Some(replay) => http1(&auto, replay).await,
+                        None => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
             }
         })
     }
+}
+
+fn http1<B>(auto: &HyperClient<B>, req: Request<Body>) -> BoxFuture<Response<ResponseBody>>
+where
+    B: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
+{
+    let sent = auto.request(req);
+    Box::pin(async move {
+        sent.await
+            .map(|resp| resp.map(ResponseBody::Http1))
+            .map_err(BoxError::from)
+    })
 }
 
 /// A copy of a request whose body is buffered (every body kube builds), for a resend.
