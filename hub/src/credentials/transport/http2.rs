@@ -64,8 +64,8 @@ struct Shared<C> {
     connector: C,
     keepalive: Keepalive,
     slot: tokio::sync::Mutex<Slot>,
-    /// Connection attempts so far; read before waiting for the slot, to tell whether an
-    /// attempt ended while this request waited.
+    /// Connection attempts ended so far; read before waiting for the slot, to tell whether
+    /// an attempt ended while this request waited.
     attempts: AtomicU64,
 }
 
@@ -181,9 +181,10 @@ where
         {
             return Err(ConnectError(BoxError::from(failure.to_string())).into());
         }
-        self.shared.attempts.fetch_add(1, Ordering::AcqRel);
         slot.live = None;
-        match self.connect(uri).await {
+        let connected = self.connect(uri).await;
+        self.shared.attempts.fetch_add(1, Ordering::AcqRel);
+        match connected {
             Ok(live) => {
                 slot.failure = None;
                 slot.live = Some(live.clone());
@@ -382,5 +383,161 @@ impl http_body::Body for Http2Body {
 
     fn is_end_stream(&self) -> bool {
         self.recv.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    type Socket = TokioIo<tokio::io::DuplexStream>;
+
+    /// A connector that fails every attempt after `delay`, counting attempts.
+    fn failing(
+        delay: Duration,
+        attempts: Arc<AtomicUsize>,
+    ) -> impl Service<
+        Uri,
+        Response = Socket,
+        Error = std::io::Error,
+        Future = Pin<Box<dyn Future<Output = std::io::Result<Socket>> + Send>>,
+    > + Clone {
+        tower::service_fn(move |_: Uri| {
+            attempts.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                ))
+            }) as Pin<Box<dyn Future<Output = _> + Send>>
+        })
+    }
+
+    fn get() -> Request<Body> {
+        Request::get("https://spoke.test/version")
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn requests_waiting_for_a_failed_attempt_share_its_error() {
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let h2 = Http2::new(
+            failing(Duration::from_millis(200), attempts.clone()),
+            Keepalive::default(),
+        );
+        let sent = (0..10).map(|_| h2.clone().send(get()));
+        for result in futures::future::join_all(sent).await {
+            let err = result
+                .err()
+                .expect("a request succeeded without a connection");
+            assert!(err.is::<ConnectError>(), "{err}");
+            assert!(err.to_string().contains("connect timed out"), "{err}");
+        }
+        assert_eq!(
+            attempts.load(Ordering::SeqCst),
+            1,
+            "one attempt for the burst"
+        );
+
+        // A later request tries again.
+        let err = h2.clone().send(get()).await.err().expect("no connection");
+        assert!(err.is::<ConnectError>(), "{err}");
+        assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    }
+
+    /// What the in-memory server does with the n-th stream it receives.
+    #[derive(Clone, Copy)]
+    enum Answer {
+        Refuse,
+        Ok,
+        /// Reads the request, then drops the whole connection.
+        Vanish,
+    }
+
+    /// A connector whose every connection is served in memory by `answers` (one per stream,
+    /// across connections), counting the requests the server received.
+    fn served(
+        answers: Vec<Answer>,
+        received: Arc<AtomicUsize>,
+    ) -> impl Service<
+        Uri,
+        Response = Socket,
+        Error = std::io::Error,
+        Future = Pin<Box<dyn Future<Output = std::io::Result<Socket>> + Send>>,
+    > + Clone {
+        let answers = Arc::new(std::sync::Mutex::new(answers.into_iter()));
+        tower::service_fn(move |_: Uri| {
+            let (client, server) = tokio::io::duplex(64 * 1024);
+            let answers = answers.clone();
+            let received = received.clone();
+            tokio::spawn(async move {
+                let Ok(mut conn) = h2::server::handshake(server).await else {
+                    return;
+                };
+                while let Some(Ok((req, mut respond))) = conn.accept().await {
+                    received.fetch_add(1, Ordering::SeqCst);
+                    let answer = answers.lock().unwrap().next().unwrap_or(Answer::Ok);
+                    let mut body = req.into_body();
+                    while let Some(Ok(_)) = body.data().await {}
+                    match answer {
+                        Answer::Refuse => respond.send_reset(h2::Reason::REFUSED_STREAM),
+                        Answer::Ok => {
+                            let resp = Response::new(());
+                            let mut stream = respond.send_response(resp, false).unwrap();
+                            stream.send_data(Bytes::from_static(b"done"), true).unwrap();
+                        }
+                        Answer::Vanish => return,
+                    }
+                }
+            });
+            Box::pin(async move { Ok(TokioIo::new(client)) })
+                as Pin<Box<dyn Future<Output = _> + Send>>
+        })
+    }
+
+    fn post() -> Request<Body> {
+        Request::post("https://spoke.test/api/v1/namespaces/a/configmaps")
+            .body(Body::from(b"{}".to_vec()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_refused_stream_is_sent_again() {
+        let received = Arc::new(AtomicUsize::new(0));
+        let h2 = Http2::new(
+            served(vec![Answer::Refuse, Answer::Ok], received.clone()),
+            Keepalive::default(),
+        );
+        let resp = h2.send(post()).await.unwrap();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"done");
+        assert_eq!(received.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_write_cut_by_a_vanished_connection_is_not_sent_again() {
+        let received = Arc::new(AtomicUsize::new(0));
+        let h2 = Http2::new(
+            served(vec![Answer::Vanish, Answer::Ok], received.clone()),
+            Keepalive::default(),
+        );
+        let err = h2
+            .clone()
+            .send(post())
+            .await
+            .err()
+            .expect("the write was answered");
+        assert!(!err.is::<ConnectError>(), "{err}");
+        assert_eq!(
+            received.load(Ordering::SeqCst),
+            1,
+            "the write was sent once"
+        );
+        // The next request finds the connection gone and opens a new one.
+        h2.send(get()).await.unwrap();
+        assert_eq!(received.load(Ordering::SeqCst), 2);
     }
 }
