@@ -256,12 +256,14 @@ async fn drive<T>(
 ) where
     T: AsyncRead + AsyncWrite + Send + Unpin,
 {
+    // A zero interval would ping without pause; the hub's flags start at one second.
+    let interval = keepalive.interval.max(Duration::from_millis(100));
     let mut pings = connection.ping_pong();
     let mut connection = std::pin::pin!(connection);
     loop {
         let silent =
             Duration::from_millis(now_millis().saturating_sub(last_read.load(Ordering::Relaxed)));
-        let wait = keepalive.interval.saturating_sub(silent);
+        let wait = interval.saturating_sub(silent);
         if !wait.is_zero() {
             tokio::select! {
                 _ = connection.as_mut() => break,
