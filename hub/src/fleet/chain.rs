@@ -71,14 +71,17 @@ pub(crate) struct Engagement {
 /// [`PROFILE_FINALIZER`](super::profile_finalizer::PROFILE_FINALIZER) (retried with backoff;
 /// nothing is written to the spoke before), then run the spoke until stopped, putting the
 /// finalizer back whenever the supervisor reports it missing.
-pub(crate) async fn engagement(shared: TaskShared, hub: kube::Client, e: Engagement) {
-    let _done = e.done.drop_guard();
-    let mut seen = e.seen;
+///
+/// `e` comes boxed and its profile stays in it until `ensure` takes it: an async fn keeps
+/// each argument twice (as captured and as moved to its local), and this task lives as long
+/// as the spoke is engaged (2.7 KB less per spoke, measured with `-Zprint-type-sizes`).
+pub(crate) async fn engagement(shared: TaskShared, hub: kube::Client, mut e: Box<Engagement>) {
+    let _done = e.done.clone().drop_guard();
     if let Some(p) = &e.previous {
         p.wait().await;
         // What the supervisor saw predates that task's end, and a removal it waited for may
         // have released the profile since: read it fresh.
-        seen = None;
+        e.seen = None;
     }
     let stop = e.stop.token.clone();
     let name = e.spec.name.clone();
@@ -91,7 +94,7 @@ pub(crate) async fn engagement(shared: TaskShared, hub: kube::Client, e: Engagem
     };
     // Boxed (as the keeper's below): this task lives as long as the spoke is engaged, and
     // the hub requests of `ensure` would otherwise keep their room in it all that time.
-    match Box::pin(f.ensure(seen, false)).await {
+    match Box::pin(f.ensure(e.seen.take(), false)).await {
         Some(Ensured::Present) => {}
         // The supervisor sees the deletion (or the new object) next and stops this task.
         Some(Ensured::Deleting | Ensured::Gone) => {
@@ -112,7 +115,7 @@ pub(crate) async fn engagement(shared: TaskShared, hub: kube::Client, e: Engagem
         }
     };
     tokio::select! {
-        _ = run_spoke(shared.clone(), e.spec, e.stop.clone()) => {}
+        _ = run_spoke(shared.clone(), &e.spec, e.stop.clone()) => {}
         _ = keeper => {}
     }
 }

@@ -461,7 +461,7 @@ pub(crate) fn retry_time(delay: Duration) -> Option<chrono::DateTime<Utc>> {
 
 /// Runs one spoke until `stop` fires. The caller (`chain::engagement`) has waited for the
 /// spoke's previous task, so two reconcilers never run for one spoke.
-pub(crate) async fn run_spoke(shared: TaskShared, spec: SpokeSpec, stop: Arc<StopSignal>) {
+pub(crate) async fn run_spoke(shared: TaskShared, spec: &SpokeSpec, stop: Arc<StopSignal>) {
     let opts = shared.opts.clone();
     let name = spec.name.clone();
     let mut client: Option<SpokeClient> = None;

@@ -147,9 +147,11 @@ fn spawn<K>(
         format!("{plural}.{group}")
     };
     let known = overlay.map(|overlay| own_writes(&ctx, overlay));
+    // Built (and boxed) outside the task: an async block keeps what it captures in its own
+    // slot even after moving it on, so building the stream inside kept a dead copy of `api`
+    // in every watch task for the spoke's whole engagement.
+    let mut stream = Box::pin(list_watch_known(api, known).default_backoff());
     tasks.spawn(async move {
-        let stream = list_watch_known(api, known).default_backoff();
-        let mut stream = std::pin::pin!(stream);
         // Whether a failure of this watch is on record (cleared once its cache synced).
         let mut failed = false;
         loop {

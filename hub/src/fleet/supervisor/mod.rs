@@ -510,7 +510,7 @@ impl Loop {
         let stop = Arc::new(StopSignal::default());
         let recheck = Arc::new(Notify::new());
         let done = CancellationToken::new();
-        let e = Engagement {
+        let e = Box::new(Engagement {
             spec: spec.clone(),
             profile: ProfileRef::of(&cp),
             seen: Some(cp),
@@ -518,7 +518,7 @@ impl Loop {
             recheck: recheck.clone(),
             previous: self.previous(name),
             done: done.clone(),
-        };
+        });
         let (shared, hub) = (self.shared.clone(), self.hub.clone());
         let halt = stop.halt.clone();
         self.spawn_tail(name, done, halt, false, engagement(shared, hub, e));
