@@ -224,6 +224,8 @@ async fn a_goaway_mid_watch_resumes_every_watch_without_relisting() {
         (2, 2, 1),
         "one new connection after GOAWAY carries every resumed watch: {after:?}"
     );
+    // The new connection resumed the TLS session (the client kept the server's ticket).
+    assert_eq!(after.resumed, 1, "{after:?}");
 }
 
 #[tokio::test]

@@ -31,9 +31,11 @@
 //! closes once the old client and its open streams are gone.
 
 mod http2;
+mod session;
 
 pub use http2::Http2Body;
 use http2::{ConnectError, Http2};
+use session::SpokeSessions;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -233,8 +235,9 @@ where
     let mut tls = config.rustls_client_config()?;
     // rustls' default session cache holds 256 tickets, allocated up front: about 15 KB per
     // spoke (15 MB of the hub's heap at 1000 spokes) for one long-lived connection to one
-    // server. A few tickets still let a reconnect (GOAWAY, dead connection) resume.
-    tls.resumption = rustls::client::Resumption::in_memory_sessions(TLS_SESSIONS);
+    // server, and its smallest still 3 KB. This client's own store keeps the last tickets
+    // of its one server, so a reconnect (GOAWAY, dead connection) still resumes.
+    tls.resumption = rustls::client::Resumption::store(Arc::new(SpokeSessions::default()));
     let mut https = HttpsConnectorBuilder::new()
         .with_tls_config(tls)
         .https_or_http();
@@ -281,10 +284,6 @@ where
 }
 
 type HyperClient<C> = hyper_util::client::legacy::Client<C, Body>;
-
-/// TLS session tickets kept per spoke client (TLS 1.3 servers usually send two per
-/// handshake).
-const TLS_SESSIONS: usize = 4;
 
 /// Connections on which the server did not pick HTTP/2, kept for the other pool's next
 /// connect to the same server, so that learning the version costs no second handshake.

@@ -11,6 +11,7 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 1000;
 pub struct ConnectionStats {
     accepted: AtomicU64,
     accepted_h2: AtomicU64,
+    resumed: AtomicU64,
     open: AtomicU64,
     goaway_sent: AtomicU64,
 }
@@ -22,6 +23,8 @@ pub struct ConnectionCounts {
     pub accepted: u64,
     /// Of those, how many negotiated HTTP/2 by ALPN.
     pub accepted_h2: u64,
+    /// Of those, how many resumed an earlier TLS session (a client's session tickets).
+    pub resumed: u64,
     /// Connections open now (handshake done, not yet closed).
     pub open: u64,
     /// Connections that were sent a `GOAWAY` (the `goaway` fault).
@@ -29,11 +32,15 @@ pub struct ConnectionCounts {
 }
 
 impl ConnectionStats {
-    /// Counts a connection whose TLS handshake finished; the guard counts its close.
-    pub fn opened(&self, h2: bool) -> OpenConnection<'_> {
+    /// Counts a connection whose TLS handshake finished (negotiating HTTP/2, resuming a
+    /// session); the guard counts its close.
+    pub fn opened(&self, h2: bool, resumed: bool) -> OpenConnection<'_> {
         self.accepted.fetch_add(1, Ordering::Relaxed);
         if h2 {
             self.accepted_h2.fetch_add(1, Ordering::Relaxed);
+        }
+        if resumed {
+            self.resumed.fetch_add(1, Ordering::Relaxed);
         }
         self.open.fetch_add(1, Ordering::Relaxed);
         OpenConnection { stats: self }
@@ -49,6 +56,7 @@ impl ConnectionStats {
         ConnectionCounts {
             accepted: self.accepted.load(Ordering::Relaxed),
             accepted_h2: self.accepted_h2.load(Ordering::Relaxed),
+            resumed: self.resumed.load(Ordering::Relaxed),
             open: self.open.load(Ordering::Relaxed),
             goaway_sent: self.goaway_sent.load(Ordering::Relaxed),
         }

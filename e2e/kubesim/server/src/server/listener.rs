@@ -149,7 +149,8 @@ async fn connection(
         async move { Ok::<_, Infallible>(s.handle(u, req).await) }
     });
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-    let _open = server.connections.opened(h2);
+    let resumed = tls.get_ref().1.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
+    let _open = server.connections.opened(h2, resumed);
     let silence_epoch = faults.borrow_and_update().silence_epoch;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     if h1_only {
