@@ -122,7 +122,10 @@ struct Loop {
     hub: kube::Client,
     /// Every spoke the loop knows (listed, engaged, being removed, or with a task of its
     /// chain not ended yet).
-    slots: BTreeMap<String, Slot>,
+    ///
+    /// Boxed: a `Slot` is a kilobyte (its profile and spec), and B-tree nodes hold their
+    /// values inline, half empty after splits; boxes cost one exact allocation per spoke.
+    slots: BTreeMap<String, Box<Slot>>,
     /// Listed profiles by member cluster (`inventory-member-id`): which one is engaged.
     members: MemberIndex,
     /// The inventory's first full listing arrived. Until then profiles with a member id are
@@ -399,7 +402,7 @@ impl Loop {
             }
             Action::Publish { phase, reason } => self.publish(name, phase, reason),
             Action::Recheck => {
-                if let Some(r) = self.slots.get(name).and_then(Slot::running) {
+                if let Some(r) = self.slots.get(name).and_then(|s| s.running()) {
                     tracing::info!(spoke = %name, "engaged spoke's ClusterProfile seen without kleym's finalizer; checking");
                     r.recheck.notify_one();
                 }
