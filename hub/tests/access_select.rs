@@ -755,6 +755,25 @@ fn fingerprint_tracks_effective_changes_only() {
     assert!(hs.contains(&b));
 }
 
+/// The CA bundle is shared between clones but still serialized as the bytes it holds, so
+/// fingerprints did not change when it stopped being a `Vec<u8>`.
+#[test]
+fn fingerprint_reads_the_ca_as_its_bytes() {
+    let providers = set(vec![provider(
+        "p",
+        CliArgsPolicy::Ignore,
+        EnvVarsPolicy::Ignore,
+    )]);
+    let mut a = select(&providers, &policy_profile(), &OPTS).unwrap();
+    a.cluster.certificate_authority_pem = Some(b"PEM".to_vec().into());
+    let json = serde_json::to_value(&a.cluster).unwrap();
+    assert_eq!(json["certificate_authority_pem"], json!([80, 69, 77]));
+    let shared = a.clone();
+    assert_eq!(a.fingerprint(), shared.fingerprint());
+    a.cluster.certificate_authority_pem = Some(b"PEN".to_vec().into());
+    assert_ne!(a.fingerprint(), shared.fingerprint());
+}
+
 #[test]
 fn provider_config_validation_names_provider_and_field() {
     let cases = [

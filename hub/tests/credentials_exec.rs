@@ -107,7 +107,7 @@ cat > "$KLEYM_TEST_DIR/stdin.txt"
         value: "from-config".into(),
     });
     access.cluster.exec_extension = Some(r#"{"clusterName":"spoke-1"}"#.into());
-    access.cluster.certificate_authority_pem = Some(b"PEM".to_vec());
+    access.cluster.certificate_authority_pem = Some(b"PEM".to_vec().into());
     access.cluster.tls_server_name = Some("api.spoke".into());
     access.cluster.proxy_url = Some("http://proxy:3128".into());
     access.cluster.disable_compression = true;

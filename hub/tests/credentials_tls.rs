@@ -57,7 +57,7 @@ async fn bearer_token_over_tls_with_profile_ca_and_server_name() {
     let dir = tempfile::tempdir().unwrap();
     let s = write_script(dir.path(), "p.sh", &print_token(V1, TOKEN, None));
     let mut access = access_for(&s, ExecApiVersion::V1, &format!("https://{addr}"));
-    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes());
+    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes().into());
     access.cluster.tls_server_name = Some(tls_spoke::SERVER_NAME.into());
     let creds = Arc::new(SpokeCredentials::new(
         access.clone(),
@@ -87,7 +87,8 @@ async fn bearer_token_over_tls_with_profile_ca_and_server_name() {
 
     // A different CA: refused.
     let mut other_ca = access;
-    other_ca.cluster.certificate_authority_pem = Some(tls_spoke::Pki::new().ca_pem.into_bytes());
+    other_ca.cluster.certificate_authority_pem =
+        Some(tls_spoke::Pki::new().ca_pem.into_bytes().into());
     let creds = Arc::new(SpokeCredentials::new(
         other_ca,
         opts(),
@@ -109,7 +110,7 @@ async fn client_certificate_and_rotation_by_rebuild() {
     write_cert_credential(dir.path(), &pki, "hub-a");
     let s = write_script(dir.path(), "p.sh", r#"cat "$KLEYM_TEST_DIR/cred.json""#);
     let mut access = access_for(&s, ExecApiVersion::V1, &format!("https://{addr}"));
-    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes());
+    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes().into());
     access.cluster.tls_server_name = Some(tls_spoke::SERVER_NAME.into());
     let creds = Arc::new(SpokeCredentials::new(
         access,
@@ -154,7 +155,7 @@ async fn profile_proxy_url_is_used() {
     // The server name does not resolve here: only the proxy can reach it.
     let server = format!("https://{}:{}", tls_spoke::SERVER_NAME, spoke_addr.port());
     let mut access = access_for(&s, ExecApiVersion::V1, &server);
-    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes());
+    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes().into());
     access.cluster.proxy_url = Some(format!("http://{proxy_addr}"));
     let creds = Arc::new(SpokeCredentials::new(
         access,
@@ -198,7 +199,7 @@ async fn a_401_for_a_replaced_client_certificate_does_not_reject_its_replacement
         std::fs::write(dir.path().join(format!("cred-{n}.json")), doc.to_string()).unwrap();
     }
     let mut access = access_for(&s, ExecApiVersion::V1, &format!("https://{addr}"));
-    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes());
+    access.cluster.certificate_authority_pem = Some(pki.ca_pem.clone().into_bytes().into());
     access.cluster.tls_server_name = Some(tls_spoke::SERVER_NAME.into());
     let opts = CacheOptions {
         // hub-a is due for a background refresh 200 ms after it was obtained.

@@ -55,7 +55,7 @@ async fn client_for(
 ) -> SpokeClient {
     let s = write_script(dir, "p.sh", &print_token(V1, &cluster.admin_token(), None));
     let mut access = access_for(&s, ExecApiVersion::V1, &cluster.url());
-    access.cluster.certificate_authority_pem = Some(cluster.ca_pem().into_bytes());
+    access.cluster.certificate_authority_pem = Some(cluster.ca_pem().into_bytes().into());
     let creds = Arc::new(SpokeCredentials::new(
         access,
         CacheOptions::default(),
@@ -301,7 +301,7 @@ async fn a_rotated_client_certificate_opens_a_new_connection_and_the_old_one_dra
     write_cert(&cluster, dir.path(), "hub-a");
     let s = write_script(dir.path(), "p.sh", r#"cat "$KLEYM_TEST_DIR/cred.json""#);
     let mut access = access_for(&s, ExecApiVersion::V1, &cluster.url());
-    access.cluster.certificate_authority_pem = Some(cluster.ca_pem().into_bytes());
+    access.cluster.certificate_authority_pem = Some(cluster.ca_pem().into_bytes().into());
     let creds = Arc::new(SpokeCredentials::new(
         access,
         CacheOptions::default(),

@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 
 use base64::Engine as _;
+use bytes::Bytes;
 use rustls_pki_types::pem::{PemObject, SectionKind};
 use serde::Serialize;
 use serde_json::Value;
@@ -48,7 +49,10 @@ pub struct ClusterAccess {
     /// API server URL.
     pub server: String,
     /// PEM CA bundle (decoded from `certificate-authority-data`, validated as certificates).
-    pub certificate_authority_pem: Option<Vec<u8>>,
+    /// Shared, not copied, by the spec's clones (the supervisor's slot, the engagement, the
+    /// credential cache each keep one per spoke); serialized as the bytes it holds.
+    #[serde(serialize_with = "serialize_pem")]
+    pub certificate_authority_pem: Option<Bytes>,
     /// `tls-server-name`.
     pub tls_server_name: Option<String>,
     /// `insecure-skip-tls-verify` (only ever true when the hub allows it).
@@ -84,6 +88,12 @@ impl EffectiveAccess {
         let bytes = serde_json::to_vec(self).unwrap_or_default();
         hex::encode(Sha256::digest(&bytes))
     }
+}
+
+/// The CA bundle as a sequence of bytes, as when it was a `Vec<u8>`: fingerprints made
+/// before it was shared stay equal.
+fn serialize_pem<S: serde::Serializer>(pem: &Option<Bytes>, s: S) -> Result<S::Ok, S::Error> {
+    pem.as_deref().serialize(s)
 }
 
 /// Why a ClusterProfile cannot be used with this hub's providers.
@@ -195,7 +205,7 @@ pub fn select(
         provider: provider.name.clone(),
         cluster: ClusterAccess {
             server: parsed.server,
-            certificate_authority_pem: parsed.ca_pem,
+            certificate_authority_pem: parsed.ca_pem.map(Bytes::from),
             tls_server_name: parsed.tls_server_name,
             insecure_skip_tls_verify: parsed.insecure,
             proxy_url: parsed.proxy_url,

@@ -1137,7 +1137,7 @@ mod tests {
         other.access.cluster.server = "https://127.0.0.1:2".into();
         assert_eq!(lp.same_server("fleet/c2", &other), None);
         let mut other_ca = spec.clone();
-        other_ca.access.cluster.certificate_authority_pem = Some(b"another CA".to_vec());
+        other_ca.access.cluster.certificate_authority_pem = Some(b"another CA".to_vec().into());
         assert_eq!(lp.same_server("fleet/c2", &other_ca), None);
         // Labelled with a member id: the member index decides, no guess is needed.
         let mut m2 = m.clone();
