@@ -121,19 +121,13 @@ where
             let live = self.connection(&uri).await?;
             let head = head(&parts);
             let retry = attempt == 0;
-            let mut send = match live.send.clone().ready().await {
-                Ok(send) => send,
-                // Refusing new streams (GOAWAY, or the connection died): nothing was sent.
-                Err(e) => {
-                    live.closed.store(true, Ordering::Release);
-                    if retry {
-                        continue;
-                    }
-                    return Err(e.into());
-                }
+            let opened = match live.send.clone().ready().await {
+                Ok(mut send) => send.send_request(head, body.is_empty()),
+                Err(e) => Err(e),
             };
-            let (response, mut stream) = match send.send_request(head, body.is_empty()) {
+            let (response, mut stream) = match opened {
                 Ok(sent) => sent,
+                // Refusing new streams (GOAWAY, or the connection died): nothing was sent.
                 Err(e) => {
                     live.closed.store(true, Ordering::Release);
                     if retry {
