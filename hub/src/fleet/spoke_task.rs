@@ -473,7 +473,7 @@ pub(crate) async fn run_spoke(shared: TaskShared, spec: &SpokeSpec, stop: Arc<St
     while !stop.token.is_cancelled() {
         match engage_once(
             &shared,
-            &spec,
+            spec,
             &stop,
             &mut client,
             &mut failures,
