@@ -393,17 +393,12 @@ mod tests {
 
     type Socket = TokioIo<tokio::io::DuplexStream>;
 
+    /// A connector of the tests.
+    type Connector = tower::util::BoxCloneSyncService<Uri, Socket, std::io::Error>;
+
     /// A connector that fails every attempt after `delay`, counting attempts.
-    fn failing(
-        delay: Duration,
-        attempts: Arc<AtomicUsize>,
-    ) -> impl Service<
-        Uri,
-        Response = Socket,
-        Error = std::io::Error,
-        Future = Pin<Box<dyn Future<Output = std::io::Result<Socket>> + Send>>,
-    > + Clone {
-        tower::service_fn(move |_: Uri| {
+    fn failing(delay: Duration, attempts: Arc<AtomicUsize>) -> Connector {
+        Connector::new(tower::service_fn(move |_: Uri| {
             attempts.fetch_add(1, Ordering::SeqCst);
             Box::pin(async move {
                 tokio::time::sleep(delay).await;
@@ -411,8 +406,8 @@ mod tests {
                     std::io::ErrorKind::TimedOut,
                     "connect timed out",
                 ))
-            }) as Pin<Box<dyn Future<Output = _> + Send>>
-        })
+            })
+        }))
     }
 
     fn get() -> Request<Body> {
@@ -459,17 +454,9 @@ mod tests {
 
     /// A connector whose every connection is served in memory by `answers` (one per stream,
     /// across connections), counting the requests the server received.
-    fn served(
-        answers: Vec<Answer>,
-        received: Arc<AtomicUsize>,
-    ) -> impl Service<
-        Uri,
-        Response = Socket,
-        Error = std::io::Error,
-        Future = Pin<Box<dyn Future<Output = std::io::Result<Socket>> + Send>>,
-    > + Clone {
+    fn served(answers: Vec<Answer>, received: Arc<AtomicUsize>) -> Connector {
         let answers = Arc::new(std::sync::Mutex::new(answers.into_iter()));
-        tower::service_fn(move |_: Uri| {
+        Connector::new(tower::service_fn(move |_: Uri| {
             let (client, server) = tokio::io::duplex(64 * 1024);
             let answers = answers.clone();
             let received = received.clone();
@@ -494,8 +481,7 @@ mod tests {
                 }
             });
             Box::pin(async move { Ok(TokioIo::new(client)) })
-                as Pin<Box<dyn Future<Output = _> + Send>>
-        })
+        }))
     }
 
     fn post() -> Request<Body> {
