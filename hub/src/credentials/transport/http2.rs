@@ -36,7 +36,7 @@ use kube::client::Body;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tower::{BoxError, Service};
 
-use super::Keepalive;
+use super::keepalive::Keepalive;
 
 /// hyper's HTTP/2 client defaults, kept so the change of client changes no behaviour on the
 /// wire: flow-control windows (5 MB per connection, 2 MB per stream: a list of a large spoke

@@ -31,17 +31,18 @@
 //! closes once the old client and its open streams are gone.
 
 mod http2;
+mod keepalive;
 mod session;
 
 pub use http2::Http2Body;
 use http2::{ConnectError, Http2};
+pub use keepalive::Keepalive;
 use session::SpokeSessions;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
@@ -54,24 +55,6 @@ use kube::client::{Body, ConfigExt as _};
 use thiserror::Error;
 use tower::util::BoxCloneSyncService;
 use tower::{BoxError, Service, ServiceBuilder};
-
-/// HTTP/2 keepalive: client-go's `ReadIdleTimeout` (30 s) and `PingTimeout` (15 s).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Keepalive {
-    /// Send a PING after this long without reading a frame from the connection.
-    pub interval: Duration,
-    /// Close the connection when nothing answers a PING within this long.
-    pub timeout: Duration,
-}
-
-impl Default for Keepalive {
-    fn default() -> Self {
-        Self {
-            interval: Duration::from_secs(30),
-            timeout: Duration::from_secs(15),
-        }
-    }
-}
 
 /// Why a transport could not be built.
 #[derive(Debug, Error)]
