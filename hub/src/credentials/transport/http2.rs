@@ -92,6 +92,29 @@ struct Live {
 #[error(transparent)]
 pub(super) struct ConnectError(BoxError);
 
+/// Why a request got no response.
+#[derive(Debug)]
+pub(super) enum SendError {
+    /// No connection could be opened: the request was not sent, and is handed back (for
+    /// the HTTP/1.1 pool when the server turned out not to speak HTTP/2) so that the caller
+    /// need not copy every request in case.
+    Unsent {
+        request: Box<Request<Body>>,
+        error: ConnectError,
+    },
+    /// The request failed on the connection.
+    Failed(BoxError),
+}
+
+impl From<SendError> for BoxError {
+    fn from(err: SendError) -> Self {
+        match err {
+            SendError::Unsent { error, .. } => Box::new(error),
+            SendError::Failed(err) => err,
+        }
+    }
+}
+
 impl<C> Http2<C>
 where
     C: Service<Uri> + Clone + Send + 'static,
@@ -113,12 +136,23 @@ where
 
     /// Sends `req` (its body is buffered: every body kube builds is) on the shared
     /// connection, once more on a new connection when the first could not take it.
-    pub(super) async fn send(self, req: Request<Body>) -> Result<Response<Http2Body>, BoxError> {
+    pub(super) async fn send(self, req: Request<Body>) -> Result<Response<Http2Body>, SendError> {
         let (parts, body) = req.into_parts();
-        let body = body.collect().await.map_err(BoxError::from)?.to_bytes();
+        let body = body
+            .collect()
+            .await
+            .map_err(|e| SendError::Failed(e.into()))?
+            .to_bytes();
         let uri = parts.uri.clone();
         for attempt in 0..2 {
-            let live = self.connection(&uri).await?;
+            let live = match self.connection(&uri).await {
+                Ok(live) => live,
+                // Not sent on any connection (a first attempt's stream was refused unsent).
+                Err(error) => {
+                    let request = Box::new(Request::from_parts(parts, Body::from(body)));
+                    return Err(SendError::Unsent { request, error });
+                }
+            };
             let head = head(&parts);
             let retry = attempt == 0;
             let opened = match live.send.clone().ready().await {
@@ -133,7 +167,7 @@ where
                     if retry {
                         continue;
                     }
-                    return Err(e.into());
+                    return Err(SendError::Failed(e.into()));
                 }
             };
             if !body.is_empty() {
@@ -152,17 +186,17 @@ where
                     live.closed.store(true, Ordering::Release);
                     continue;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(SendError::Failed(e.into())),
             }
         }
-        Err(BoxError::from(
+        Err(SendError::Failed(BoxError::from(
             "HTTP/2 connection refused the request twice",
-        ))
+        )))
     }
 
     /// The live connection, or a new one (one attempt at a time; the requests waiting for
     /// an attempt share its outcome).
-    async fn connection(&self, uri: &Uri) -> Result<Live, BoxError> {
+    async fn connection(&self, uri: &Uri) -> Result<Live, ConnectError> {
         let seen = self.shared.attempts.load(Ordering::Acquire);
         let mut slot = self.shared.slot.lock().await;
         if let Some(live) = &slot.live
@@ -173,7 +207,7 @@ where
         if self.shared.attempts.load(Ordering::Acquire) != seen
             && let Some(failure) = &slot.failure
         {
-            return Err(ConnectError(BoxError::from(failure.to_string())).into());
+            return Err(ConnectError(BoxError::from(failure.to_string())));
         }
         slot.live = None;
         let connected = self.connect(uri).await;
@@ -186,7 +220,7 @@ where
             }
             Err(e) => {
                 slot.failure = Some(chain_text(&*e).into());
-                Err(ConnectError(e).into())
+                Err(ConnectError(e))
             }
         }
     }
@@ -428,7 +462,8 @@ mod tests {
             let err = result
                 .err()
                 .expect("a request succeeded without a connection");
-            assert!(err.is::<ConnectError>(), "{err}");
+            assert!(matches!(err, SendError::Unsent { .. }), "{err:?}");
+            let err = BoxError::from(err);
             assert!(err.to_string().contains("connect timed out"), "{err}");
         }
         assert_eq!(
@@ -439,7 +474,7 @@ mod tests {
 
         // A later request tries again.
         let err = h2.clone().send(get()).await.err().expect("no connection");
-        assert!(err.is::<ConnectError>(), "{err}");
+        assert!(matches!(err, SendError::Unsent { .. }), "{err:?}");
         assert_eq!(attempts.load(Ordering::SeqCst), 2);
     }
 
@@ -516,7 +551,7 @@ mod tests {
             .await
             .err()
             .expect("the write was answered");
-        assert!(!err.is::<ConnectError>(), "{err}");
+        assert!(matches!(err, SendError::Failed(_)), "{err:?}");
         assert_eq!(
             received.load(Ordering::SeqCst),
             1,

@@ -35,7 +35,7 @@ mod keepalive;
 mod session;
 
 pub use http2::Http2Body;
-use http2::{ConnectError, Http2};
+use http2::{Http2, SendError};
 pub use keepalive::Keepalive;
 use session::SpokeSessions;
 
@@ -414,7 +414,6 @@ where
         if self.fallback.load(Ordering::Relaxed) {
             return http1(&self.auto, req);
         }
-        let replay = try_clone(&req);
         let h2 = self.h2.clone();
         let auto = self.auto.clone();
         let fallback = self.fallback.clone();
@@ -422,13 +421,10 @@ where
             match h2.send(req).await {
                 Ok(resp) => Ok(resp.map(ResponseBody::Http2)),
                 // Nothing was sent: the connection was refused for its protocol.
-                Err(e) if e.is::<ConnectError>() && fallback.load(Ordering::Relaxed) => {
-                    match replay {
-                        Some(replay) => http1(&auto, replay).await,
-                        None => Err(e),
-                    }
+                Err(SendError::Unsent { request, .. }) if fallback.load(Ordering::Relaxed) => {
+                    http1(&auto, *request).await
                 }
-                Err(e) => Err(e),
+                Err(e) => Err(e.into()),
             }
         })
     }
@@ -444,18 +440,6 @@ where
             .map(|resp| resp.map(ResponseBody::Http1))
             .map_err(BoxError::from)
     })
-}
-
-/// A copy of a request whose body is buffered (every body kube builds), for a resend.
-fn try_clone(req: &Request<Body>) -> Option<Request<Body>> {
-    let body = req.body().try_clone()?;
-    let mut clone = Request::new(body);
-    *clone.method_mut() = req.method().clone();
-    *clone.uri_mut() = req.uri().clone();
-    *clone.version_mut() = req.version();
-    *clone.headers_mut() = req.headers().clone();
-    clone.extensions_mut().clone_from(req.extensions());
-    Some(clone)
 }
 
 #[cfg(test)]
