@@ -106,8 +106,8 @@ impl BindingSnapshot {
     }
 }
 
-/// The last built snapshot, the binding cache version it was built from and the cached
-/// objects it was built of (in the same order).
+/// The last built snapshot, the binding cache version it was built from and, per entry,
+/// the resourceVersion of the object it was built of (in the same order).
 #[derive(Debug, Default)]
 pub struct SnapshotMemo {
     last: Mutex<Option<Built>>,
@@ -116,14 +116,18 @@ pub struct SnapshotMemo {
 #[derive(Debug)]
 struct Built {
     version: u64,
-    sources: Vec<Arc<InferenceIdentityBinding>>,
+    /// The resourceVersion each entry was built of. Not the objects themselves: holding
+    /// them kept every binding that changed since the last build in memory twice (the
+    /// cache's new version and the memo's old one), and while a fleet converges that is
+    /// most of them, every second.
+    built_of: Vec<Option<String>>,
     snapshot: Arc<Vec<Arc<BindingSnapshot>>>,
 }
 
 impl SnapshotMemo {
     /// Every binding of `cache`'s snapshot, sorted by namespace and name: the last one when
     /// the cache has not changed since it was built (same `Arc`). A rebuild reuses the entry
-    /// of every binding whose cached object is the one it was built of.
+    /// of every binding whose cached object has the resourceVersion it was built of.
     pub fn latest(
         &self,
         cache: &Cache<InferenceIdentityBinding>,
@@ -143,31 +147,47 @@ impl SnapshotMemo {
     }
 }
 
-/// Builds the snapshot from the cache, reusing `previous` entries of unchanged objects
-/// (cached objects are immutable: the same `Arc` is the same version).
+/// Builds the snapshot from the cache, reusing `previous` entries of unchanged objects. A
+/// resourceVersion names one state of one object, so an entry built of the same namespace,
+/// name and resourceVersion is the entry of the same object; one without a resourceVersion
+/// (never from an API server) is always rebuilt.
 fn build(cache: &Cache<InferenceIdentityBinding>, version: u64, previous: Option<Built>) -> Built {
     let mut sources = cache.list();
     sources.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
-    let reusable: HashMap<*const InferenceIdentityBinding, &Arc<BindingSnapshot>> = previous
+    let reusable: HashMap<(&str, &str, &str), &Arc<BindingSnapshot>> = previous
         .as_ref()
         .map(|p| {
-            p.sources
+            p.built_of
                 .iter()
-                .map(Arc::as_ptr)
                 .zip(p.snapshot.iter())
+                .filter_map(|(rv, entry)| {
+                    let rv = rv.as_deref()?;
+                    Some(((entry.namespace.as_str(), entry.name.as_str(), rv), entry))
+                })
                 .collect()
         })
         .unwrap_or_default();
     let snapshot = sources
         .iter()
-        .map(|b| match reusable.get(&Arc::as_ptr(b)) {
-            Some(kept) => Arc::clone(kept),
-            None => Arc::new(BindingSnapshot::of(b)),
+        .map(|b| {
+            let (namespace, name) = sort_key(b);
+            let kept = b
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|rv| reusable.get(&(namespace, name, rv)));
+            match kept {
+                Some(kept) => Arc::clone(kept),
+                None => Arc::new(BindingSnapshot::of(b)),
+            }
         })
         .collect();
     Built {
         version,
-        sources,
+        built_of: sources
+            .iter()
+            .map(|b| b.metadata.resource_version.clone())
+            .collect(),
         snapshot: Arc::new(snapshot),
     }
 }
@@ -236,5 +256,55 @@ mod tests {
         let mut stale = b.clone();
         stale.metadata.generation = Some(3);
         assert!(!BindingSnapshot::of(&stale).ready);
+    }
+
+    fn cached(name: &str, rv: &str, ready: bool) -> Arc<InferenceIdentityBinding> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "kleym.io/v1alpha1",
+                "kind": "InferenceIdentityBinding",
+                "metadata": {"name": name, "namespace": "llm", "generation": 1,
+                    "resourceVersion": rv},
+                "spec": {"targetRef": {"name": "chat"},
+                    "workloadSelectorTemplates": ["k8s:sa:s"]},
+                "status": {"observedGeneration": 1, "conditions": [{"type": "Ready",
+                    "status": if ready { "True" } else { "False" }, "reason": "R",
+                    "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_rebuild_reuses_unchanged_entries_and_keeps_no_replaced_object() {
+        use kube::runtime::watcher::Event;
+        let cache: Cache<InferenceIdentityBinding> = Cache::default();
+        let old_b = cached("b", "2", false);
+        for obj in [cached("a", "1", true), Arc::clone(&old_b)] {
+            cache.apply(Event::Apply(obj));
+        }
+        let memo = SnapshotMemo::default();
+        let first = memo.latest(&cache);
+        assert_eq!(first.len(), 2);
+        assert!(Arc::ptr_eq(&first, &memo.latest(&cache)), "unchanged cache");
+
+        // `b` changes: its entry is rebuilt, `a`'s is the same one.
+        cache.apply(Event::Apply(cached("b", "3", true)));
+        let watch_b = Arc::downgrade(&old_b);
+        drop(old_b);
+        let second = memo.latest(&cache);
+        assert!(Arc::ptr_eq(&first[0], &second[0]), "a is unchanged");
+        assert!(!first[1].ready && second[1].ready, "b is rebuilt");
+        // Only the memo could still hold b's old version: it must not.
+        assert!(
+            watch_b.upgrade().is_none(),
+            "the memo keeps the replaced version of b alive"
+        );
+
+        // The same name and resourceVersion in a new object is the same state.
+        cache.apply(Event::Apply(cached("a", "1", true)));
+        let third = memo.latest(&cache);
+        assert!(Arc::ptr_eq(&second[0], &third[0]));
+        assert!(Arc::ptr_eq(&second[1], &third[1]));
     }
 }
