@@ -400,3 +400,61 @@ fn peers_are_compared_again_only_after_their_status_changed() {
     nudge();
     assert!(drain().is_empty());
 }
+
+#[test]
+fn the_list_that_completes_the_sync_wakes_the_waiters_at_once() {
+    use super::api_availability::{ApiKind, ServedApis};
+    use k8s_openapi::api::core::v1::Namespace;
+
+    let rt = runtime();
+    rt.block_on(async {
+        // The clock stands still: whatever wakes the waiters, a timer cannot.
+        tokio::time::pause();
+        let ctx = Arc::new(context());
+        *ctx.state.served.write().unwrap() = ServedApis::from_kinds([ApiKind::Bindings]);
+        let waiter = tokio::spawn({
+            let ctx = Arc::clone(&ctx);
+            async move { ctx.state.until_synced().await }
+        });
+        let readiness = super::config::CachesSynced::default();
+        let mirror = tokio::spawn({
+            let (ctx, readiness) = (Arc::clone(&ctx), readiness.clone());
+            async move { ctx.state.mirror_synced(&readiness).await }
+        });
+        let settle = || async {
+            for _ in 0..8 {
+                tokio::task::yield_now().await;
+            }
+        };
+        settle().await;
+        assert!(!waiter.is_finished(), "nothing has synced yet");
+
+        // The namespaces complete first: the bindings still have not.
+        ctx.state.caches.namespaces.activate();
+        ingest::<Namespace>(
+            &ctx,
+            &ctx.state.caches.namespaces,
+            watches::on_namespace,
+            Event::Init,
+        );
+        ingest::<Namespace>(
+            &ctx,
+            &ctx.state.caches.namespaces,
+            watches::on_namespace,
+            Event::InitDone,
+        );
+        settle().await;
+        assert!(!waiter.is_finished(), "the bindings have not synced");
+        assert!(!ctx.state.all_synced());
+
+        list_bindings(&ctx, &[("a", 1)], "Pending");
+        settle().await;
+        assert!(ctx.state.all_synced());
+        assert!(
+            waiter.is_finished(),
+            "the waiter was not woken by the list that completed the sync"
+        );
+        assert!(readiness.is_ready(), "the readiness flag follows");
+        mirror.abort();
+    });
+}

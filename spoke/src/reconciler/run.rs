@@ -191,6 +191,7 @@ impl Discovery {
         let previous = ctx.state.served();
         let (appeared, vanished) = next.diff(&previous);
         *ctx.state.served.write().unwrap_or_else(|p| p.into_inner()) = next.clone();
+        ctx.state.sync_may_have_changed();
         for kind in &vanished {
             tracing::warn!(api = %kind, "API no longer served; stopping its watch");
             if let Some(t) = self.tokens.remove(kind) {
@@ -219,6 +220,7 @@ impl Discovery {
 
 fn deactivate(ctx: &Context, kind: ApiKind) {
     ctx.state.caches.of_kind(kind).deactivate();
+    ctx.state.sync_may_have_changed();
     // The cache was emptied without a change event per object.
     ctx.state.namespace_cache.invalidate_all();
 }
@@ -226,12 +228,10 @@ fn deactivate(ctx: &Context, kind: ApiKind) {
 /// After the served set changed, every binding may change verdict (a CRD appeared or
 /// disappeared); enqueue them all once the caches have synced.
 async fn requeue_all_when_synced(ctx: Arc<Context>, shutdown: CancellationToken) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !ctx.state.all_synced() && Instant::now() < deadline {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-        }
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        () = ctx.state.until_synced() => {}
+        () = tokio::time::sleep(Duration::from_secs(60)) => {}
     }
     let all = ctx
         .state
@@ -243,22 +243,17 @@ async fn requeue_all_when_synced(ctx: Arc<Context>, shutdown: CancellationToken)
 }
 
 async fn readiness_loop(ctx: Arc<Context>, shutdown: CancellationToken) {
-    loop {
-        ctx.readiness.set(ctx.state.all_synced());
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-        }
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        () = ctx.state.mirror_synced(&ctx.readiness) => {}
     }
 }
 
 async fn worker(ctx: Arc<Context>, shutdown: CancellationToken) {
     // Like controller-runtime's WaitForCacheSync: no reconcile on a partial picture.
-    while !ctx.state.all_synced() {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(25)) => {}
-        }
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        () = ctx.state.until_synced() => {}
     }
     while let Some(key) = ctx.queue.next().await {
         let started = Instant::now();

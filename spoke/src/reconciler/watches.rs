@@ -138,6 +138,7 @@ fn spawn<K>(
 {
     let ctx = ctx.clone();
     cache(&ctx).activate();
+    ctx.state.sync_may_have_changed();
     let dt = K::DynamicType::default();
     let plural = K::plural(&dt).to_string();
     let group = K::group(&dt);
@@ -237,7 +238,12 @@ pub(crate) fn ingest_fed<K: CacheForm>(
         Fed::Decoded(obj) => Arc::new(K::into_cached(obj, field_manager)),
         Fed::Known(obj) => obj,
     });
-    for change in cache.apply(event) {
+    let list_done = matches!(event, watcher::Event::InitDone);
+    let changes = cache.apply(event);
+    if list_done {
+        ctx.state.sync_may_have_changed();
+    }
+    for change in changes {
         // A relist returns unchanged objects: nothing happened to them.
         if let Change::Upsert {
             old: Some(old),
