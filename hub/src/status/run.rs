@@ -3,7 +3,7 @@
 //! [`StatusWriter`]. Only the leader writes: leadership is checked before each flush and
 //! right before every write.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use kleym_api::external::clusterprofile::{ClusterProfileVersion, VersionedClusterProfile};
@@ -173,9 +173,11 @@ async fn sync_once(
     let names: Vec<&str> = spokes.iter().map(|s| s.cluster.as_str()).collect();
     uids.refresh_for(client, options.profile_version.for_writes(), &names)
         .await;
+    // A set: one lookup per tracked profile (a list made each pass quadratic in spokes).
+    let current: HashSet<&str> = names.iter().copied().collect();
     for tracked in writer.tracked_clusters() {
         let name = format!("{}/{}", tracked.namespace, tracked.name);
-        if !names.contains(&name.as_str()) || uids.uids.get(&name) != Some(&tracked.uid) {
+        if !current.contains(name.as_str()) || uids.uids.get(&name) != Some(&tracked.uid) {
             writer.forget_cluster(&tracked.namespace, &tracked.name);
         }
     }

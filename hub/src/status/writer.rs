@@ -194,10 +194,13 @@ impl StatusWriter {
 
     /// Want `status` on the `ClusterIdentityStatus` of `profile`.
     pub fn submit_cluster(&mut self, profile: StatusOwnerRef, status: ClusterIdentityStatusStatus) {
-        // A profile recreated under the same name has a new UID: start over.
-        self.clusters.retain(|k, _| {
-            !(k.namespace == profile.namespace && k.name == profile.name) || *k == profile
-        });
+        // A profile recreated under the same name has a new UID: start over. Looked for
+        // only when this very profile is new: a scan per submission made every pass of the
+        // status loop quadratic in the number of spokes.
+        if !self.clusters.contains_key(&profile) {
+            self.clusters
+                .retain(|k, _| !(k.namespace == profile.namespace && k.name == profile.name));
+        }
         self.clusters.entry(profile).or_default().pending = Some(status);
     }
 
