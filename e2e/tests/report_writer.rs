@@ -11,8 +11,8 @@ use kleym_api::hub_status::{
     ClusterIdentityStatus, FLEET_REPORT_NAME, FindingKind, FleetIdentityReport,
 };
 use kleym_hub::report::{
-    BindingObservation, Caps, ErrorCategory, FullReport, Health, SpokeObservation, bound_report,
-    cluster_status,
+    BindingSnapshot, Caps, ErrorCategory, FullReport, Health, SpokeObservation, bound_report,
+    cluster_status, shared,
 };
 use kleym_hub::status::{FIELD_MANAGER, StatusOwnerRef, StatusWriter, WriterOptions};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
@@ -81,17 +81,15 @@ fn spoke(at: i64, healthy: bool, bindings: usize) -> SpokeObservation {
         next_retry: None,
         spoke_version: Some("v1.33.1".into()),
         last_sync: Some(Utc.timestamp_opt(at, 0).unwrap()),
-        bindings: (0..bindings)
-            .map(|i| BindingObservation {
-                namespace: "team".into(),
-                name: format!("b{i}"),
-                spiffe_ids: vec![format!("spiffe://example.org/ns/team/objective/o{i}")],
-                service_account: Some("sa".into()),
-                ready: i != 0,
-                reason: Some(if i == 0 { "InvalidRef" } else { "Ready" }.into()),
-                ..Default::default()
-            })
-            .collect(),
+        bindings: shared((0..bindings).map(|i| BindingSnapshot {
+            namespace: "team".into(),
+            name: format!("b{i}"),
+            spiffe_ids: vec![format!("spiffe://example.org/ns/team/objective/o{i}")],
+            service_account: Some("sa".into()),
+            ready: i != 0,
+            reason: Some(if i == 0 { "InvalidRef" } else { "Ready" }.into()),
+            ..Default::default()
+        })),
         duplicate_of: None,
     }
 }
@@ -280,14 +278,14 @@ async fn fleet_report_is_written_only_when_findings_change_and_kleym_report_read
     let api = Api::<FleetIdentityReport>::all(client.clone());
     let drift = |sa: &str, cluster: &str| SpokeObservation {
         cluster: cluster.into(),
-        bindings: vec![BindingObservation {
+        bindings: shared([BindingSnapshot {
             namespace: "n".into(),
             name: "b".into(),
             spiffe_ids: vec!["spiffe://example.org/ns/n/objective/o".into()],
             service_account: Some(sa.into()),
             ready: true,
             ..Default::default()
-        }],
+        }]),
         ..Default::default()
     };
     let build = |at: i64, sa_west: &str| {

@@ -13,7 +13,7 @@ use axum::body::Body;
 use futures::future::BoxFuture;
 use http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use kleym_api::{ConflictPeer, ContainerDiscriminator, DiscriminatorType, IdentityMode};
+use kleym_api::{ConflictPeer, IdentityMode};
 use kleym_hub::fleet::{FleetState, Phase, SpokeMetricsCollector};
 use kleym_hub::http::HubView;
 use kleym_hub::http::auth::{
@@ -74,10 +74,7 @@ fn binding(c: usize, i: usize) -> BindingSnapshot {
             "spiffe://fleet.example/ns/{ns}/objective/objective-{i}"
         )],
         service_account: Some(sa),
-        container_discriminator: Some(ContainerDiscriminator {
-            type_: DiscriminatorType::ContainerName,
-            value: "vllm".into(),
-        }),
+        container_discriminator: Some("k8s:container-name:vllm".into()),
         pool_selector: vec![("app".to_string(), format!("pool-{i}"))],
         ready: !colliding,
         reason: Some(if colliding {
@@ -96,7 +93,6 @@ fn binding(c: usize, i: usize) -> BindingSnapshot {
             Vec::new()
         },
         warnings: Vec::new(),
-        cluster_spiffe_id: (!colliding).then(|| format!("kleym-{ns}-binding-{i}")),
     }
 }
 

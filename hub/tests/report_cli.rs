@@ -10,7 +10,7 @@ use std::thread;
 use chrono::{TimeZone, Utc};
 use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
 use kleym_hub::report::{
-    BindingObservation, Caps, FullReport, Health, SpokeObservation, bound_report,
+    BindingSnapshot, Caps, FullReport, Health, SpokeObservation, bound_report, shared,
 };
 
 fn kleym(args: &[&str]) -> Output {
@@ -25,8 +25,8 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn binding(ns: &str, name: &str, id: &str, sa: &str) -> BindingObservation {
-    BindingObservation {
+fn binding(ns: &str, name: &str, id: &str, sa: &str) -> BindingSnapshot {
+    BindingSnapshot {
         namespace: ns.into(),
         name: name.into(),
         mode: IdentityMode::PerObjective,
@@ -39,13 +39,13 @@ fn binding(ns: &str, name: &str, id: &str, sa: &str) -> BindingObservation {
     }
 }
 
-fn spoke(cluster: &str, bindings: Vec<BindingObservation>) -> SpokeObservation {
+fn spoke(cluster: &str, bindings: Vec<BindingSnapshot>) -> SpokeObservation {
     SpokeObservation {
         cluster: cluster.into(),
         credentials: Health::Ok,
         reachable: Health::Ok,
         synced: Health::Ok,
-        bindings,
+        bindings: shared(bindings),
         ..Default::default()
     }
 }

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use chrono::{TimeZone, Utc};
 use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
 use kleym_hub::report::{
-    BindingObservation, Caps, FullReport, Health, SpokeObservation, bound_report, cluster_status,
+    BindingSnapshot, Caps, FullReport, Health, SpokeObservation, bound_report, cluster_status,
+    shared,
 };
 
 const SPOKES: usize = 1000;
@@ -18,10 +19,10 @@ const BUDGET: usize = 512 * 1024;
 
 fn spoke(i: usize, pool: &Arc<Vec<(String, String)>>) -> SpokeObservation {
     let cluster = format!("fleet-system/cluster-{i:04}");
-    let bindings = (0..BINDINGS)
+    let bindings: Vec<BindingSnapshot> = (0..BINDINGS)
         .map(|j| {
             let ns = format!("tenant-{:02}", (j / 20) % 50);
-            let mut b = BindingObservation {
+            let mut b = BindingSnapshot {
                 namespace: ns.clone(),
                 name: format!("objective-{j:04}"),
                 mode: IdentityMode::PerObjective,
@@ -71,7 +72,7 @@ fn spoke(i: usize, pool: &Arc<Vec<(String, String)>>) -> SpokeObservation {
         synced: Health::Ok,
         spoke_version: Some("v1.33.1".into()),
         last_sync: Some(Utc.timestamp_opt(1_700_000_000, 0).unwrap()),
-        bindings,
+        bindings: shared(bindings),
         ..Default::default()
     }
 }

@@ -290,7 +290,7 @@ pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracl
             credentials: Health::Ok,
             reachable: Health::Ok,
             synced: Health::Ok,
-            bindings: o.observed.clone(),
+            bindings: kleym_hub::report::shared(o.observed.clone()),
             ..SpokeObservation::default()
         })
         .collect();
@@ -661,7 +661,7 @@ mod tests {
             credentials: Health::Ok,
             reachable: Health::Ok,
             synced: Health::Ok,
-            bindings: o.observed.clone(),
+            bindings: kleym_hub::report::shared(o.observed.clone()),
             ..SpokeObservation::default()
         };
         let caps = Caps::default();

@@ -102,7 +102,7 @@ pub struct SpokeOracle {
     pub unreadable: Vec<String>,
     /// The live bindings as the hub reads them from a spoke (the spoke's snapshot of each
     /// binding's final status): what the hub's report objects must show of this spoke.
-    pub observed: Vec<kleym_hub::report::BindingObservation>,
+    pub observed: Vec<kleym_hub::report::BindingSnapshot>,
 }
 
 /// Every object of `(group, version, plural)` in `store` (empty when not served).
@@ -141,9 +141,8 @@ pub fn spoke_oracle(store: &Cluster, trust_domain: &str) -> SpokeOracle {
         match serde_json::from_value::<InferenceIdentityBinding>(v) {
             Ok(b) if b.metadata.deletion_timestamp.is_some() => out.deleting.push(name),
             Ok(b) => {
-                out.observed.push(
-                    (&kleym_spoke::reconciler::binding_snapshot::BindingSnapshot::of(&b)).into(),
-                );
+                out.observed
+                    .push(kleym_hub::report::BindingSnapshot::of(&b));
                 bindings.push(b)
             }
             Err(e) => out.unreadable.push(format!("{name}: {e}")),

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kleym_api::hub_status::{Finding, FindingKind, FindingMember};
 
-use super::input::{BindingObservation, SpokeObservation, WorkloadSignature};
+use super::input::{BindingSnapshot, SpokeObservation, WorkloadSignature};
 
 /// Spoke conflict reason for [`FindingKind::IdentityCollision`].
 const REASON_IDENTITY_COLLISION: &str = "IdentityCollision";
@@ -79,7 +79,7 @@ fn name_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
 }
 
 /// The one SPIFFE ID all `bindings` share, if they share exactly one.
-fn shared_spiffe_id(bindings: &[&BindingObservation]) -> Option<String> {
+fn shared_spiffe_id(bindings: &[&BindingSnapshot]) -> Option<String> {
     let ids: BTreeSet<&String> = bindings.iter().flat_map(|b| &b.spiffe_ids).collect();
     let mut it = ids.into_iter();
     match (it.next(), it.next()) {
@@ -122,13 +122,13 @@ fn lift_conflicts(spoke: &SpokeObservation, reason: &str, out: &mut Vec<Finding>
     let mut comps = Components {
         parent: HashMap::new(),
     };
-    let by_key: HashMap<(&str, &str), &BindingObservation> = spoke
+    let by_key: HashMap<(&str, &str), &BindingSnapshot> = spoke
         .bindings
         .iter()
-        .map(|b| ((b.namespace.as_str(), b.name.as_str()), b))
+        .map(|b| ((b.namespace.as_str(), b.name.as_str()), b.as_ref()))
         .collect();
     let mut involved = Vec::new();
-    for b in &spoke.bindings {
+    for b in spoke.bindings.iter().map(AsRef::as_ref) {
         for p in b.conflict_peers.iter().filter(|p| p.reason == reason) {
             let (me, peer) = (
                 (b.namespace.as_str(), b.name.as_str()),
@@ -145,14 +145,14 @@ fn lift_conflicts(spoke: &SpokeObservation, reason: &str, out: &mut Vec<Finding>
         groups.entry(root).or_default().insert(k);
     }
     for ((namespace, _), keys) in groups {
-        let observed: Vec<&BindingObservation> =
+        let observed: Vec<&BindingSnapshot> =
             keys.iter().filter_map(|k| by_key.get(k).copied()).collect();
         let names = name_list(keys.iter().map(|(_, n)| *n));
         let cluster = &spoke.cluster;
         let (kind, spiffe_id, message) = if reason == REASON_IDENTITY_COLLISION {
             let what = observed
                 .first()
-                .map(|b| format!(" ({})", b.signature()))
+                .map(|b| format!(" ({})", WorkloadSignature::of(b)))
                 .unwrap_or_default();
             (
                 FindingKind::IdentityCollision,
@@ -189,8 +189,8 @@ fn lift_conflicts(spoke: &SpokeObservation, reason: &str, out: &mut Vec<Finding>
 /// Lift the warnings of one spoke: bindings carrying the same warning (same reason and
 /// message, in one namespace) form one finding.
 fn lift_warnings(spoke: &SpokeObservation, out: &mut Vec<Finding>) {
-    let mut groups: BTreeMap<(FindingKind, &str, &str), Vec<&BindingObservation>> = BTreeMap::new();
-    for b in &spoke.bindings {
+    let mut groups: BTreeMap<(FindingKind, &str, &str), Vec<&BindingSnapshot>> = BTreeMap::new();
+    for b in spoke.bindings.iter().map(AsRef::as_ref) {
         for w in &b.warnings {
             let kind = match w.reason.as_str() {
                 WARNING_POOL_AND_OBJECTIVE => FindingKind::PoolOnlyAndPerObjective,
@@ -227,9 +227,9 @@ fn lift_warnings(spoke: &SpokeObservation, out: &mut Vec<Finding>) {
 /// different clusters. The same ID with the same signature in several clusters is
 /// "namespace sameness" and fine.
 fn cross_cluster_drift<S: Borrow<SpokeObservation>>(spokes: &[S], out: &mut Vec<Finding>) {
-    let mut by_id: HashMap<&str, Vec<(&str, &BindingObservation)>> = HashMap::new();
+    let mut by_id: HashMap<&str, Vec<(&str, &BindingSnapshot)>> = HashMap::new();
     for spoke in spokes.iter().map(Borrow::borrow) {
-        for b in &spoke.bindings {
+        for b in spoke.bindings.iter().map(AsRef::as_ref) {
             for id in &b.spiffe_ids {
                 by_id
                     .entry(id.as_str())
@@ -245,7 +245,10 @@ fn cross_cluster_drift<S: Borrow<SpokeObservation>>(spokes: &[S], out: &mut Vec<
         let clusters: BTreeSet<&str> = members.iter().map(|(c, _)| *c).collect();
         let mut by_signature: BTreeMap<WorkloadSignature, BTreeSet<&str>> = BTreeMap::new();
         for (c, b) in &members {
-            by_signature.entry(b.signature()).or_default().insert(c);
+            by_signature
+                .entry(WorkloadSignature::of(b))
+                .or_default()
+                .insert(c);
         }
         // With two clusters and two signatures, some pair in different clusters differs.
         if clusters.len() < 2 || by_signature.len() < 2 {

@@ -1,6 +1,8 @@
 //! `ClusterIdentityStatus` content of one spoke: conditions, binding counts, the list of
 //! non-ready bindings.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kleym_api::hub_status::{
@@ -8,7 +10,7 @@ use kleym_api::hub_status::{
 };
 
 use super::bound::{Caps, shorten};
-use super::input::{BindingObservation, Health, SpokeObservation};
+use super::input::{BindingSnapshot, Health, SpokeObservation};
 
 /// The status of one spoke. `non_ready_cap` bounds the listed non-ready bindings (`None`:
 /// list all, as the HTTP API does). Conditions carry `now` as `lastTransitionTime`; the
@@ -61,7 +63,7 @@ pub fn cluster_status(
 }
 
 /// Counts of bindings by state.
-pub fn binding_counts(bindings: &[BindingObservation]) -> BindingCounts {
+pub fn binding_counts(bindings: &[Arc<BindingSnapshot>]) -> BindingCounts {
     let mut c = BindingCounts::default();
     for b in bindings {
         c.total += 1;

@@ -3,14 +3,16 @@
 //! The fleet supervisor produces these (one [`SpokeObservation`] per ClusterProfile);
 //! tests build them by hand.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
+use kleym_api::ErrorCategory;
 use kleym_api::hub_status::DuplicateOf;
-use kleym_api::{ConflictPeer, ErrorCategory, IdentityMode, IdentityWarning};
+pub use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 use serde::{Deserialize, Serialize};
 
 /// Everything the hub knows about one spoke.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct SpokeObservation {
     /// The spoke's name, `<profile namespace>/<profile name>`.
     pub cluster: String,
@@ -26,25 +28,27 @@ pub struct SpokeObservation {
     pub error_message: Option<String>,
     /// Failed attempts (or health probes) since the spoke was last engaged, while the failure
     /// is shown; 0 otherwise.
-    #[serde(default, skip_serializing_if = "is_zero")]
     pub consecutive_failures: u32,
     /// When the hub retries the failing spoke (in the past while that attempt runs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_retry: Option<DateTime<Utc>>,
     /// Kubernetes version of the spoke.
     pub spoke_version: Option<String>,
     /// When the hub last completed a sync with the spoke.
     pub last_sync: Option<DateTime<Utc>>,
-    /// The spoke's bindings as last observed (kept while the spoke is unreachable).
-    pub bindings: Vec<BindingObservation>,
+    /// The spoke's bindings as last observed (kept while the spoke is unreachable): the
+    /// spoke's own snapshot, shared, not copied (a copy of every binding of the fleet was
+    /// 5 MB at 100 × 100, made on every status pass and `/metrics` scrape).
+    pub bindings: Arc<Vec<Arc<BindingSnapshot>>>,
     /// Set when the profile is a duplicate of another profile of the same member cluster
     /// (then it is not engaged, has no bindings and is not counted as a cluster).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate_of: Option<DuplicateOf>,
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+/// `bindings` as [`SpokeObservation::bindings`] holds them (for observations built by hand).
+pub fn shared(
+    bindings: impl IntoIterator<Item = BindingSnapshot>,
+) -> Arc<Vec<Arc<BindingSnapshot>>> {
+    Arc::new(bindings.into_iter().map(Arc::new).collect())
 }
 
 impl SpokeObservation {
@@ -68,47 +72,6 @@ pub enum Health {
     Failed(ErrorCategory),
 }
 
-/// One binding of a spoke, as its status reports it (the spoke's verdict).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BindingObservation {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-    /// Identity boundary.
-    pub mode: IdentityMode,
-    /// The SPIFFE IDs the binding computes (`status.computedSpiffeIDs`).
-    pub spiffe_ids: Vec<String>,
-    /// The one service account its identity is confined to (`k8s:sa:<name>`).
-    pub service_account: Option<String>,
-    /// `k8s:container-name:<v>` / `k8s:container-image:<v>` (PerObjective only).
-    pub container_discriminator: Option<String>,
-    /// The pool's `matchLabels`, sorted by key, one entry per key.
-    pub pool_selector: Vec<(String, String)>,
-    /// `Ready` is True.
-    pub ready: bool,
-    /// Reason of the `Ready` condition (`Conflict`, `InvalidRef`, … when not ready).
-    pub reason: Option<String>,
-    /// Message of the `Ready` condition.
-    pub message: Option<String>,
-    /// Conflict peers (`status.conflictPeers`, same namespace).
-    pub conflict_peers: Vec<ConflictPeer>,
-    /// Warnings (`status.warnings`).
-    pub warnings: Vec<IdentityWarning>,
-}
-
-impl BindingObservation {
-    /// The workload a SPIFFE ID of this binding stands for.
-    pub fn signature(&self) -> WorkloadSignature<'_> {
-        WorkloadSignature {
-            service_account: self.service_account.as_deref(),
-            container_discriminator: self.container_discriminator.as_deref(),
-            pool_selector: &self.pool_selector,
-        }
-    }
-}
-
 /// What a SPIFFE ID selects: two bindings with equal signatures describe the same workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WorkloadSignature<'a> {
@@ -118,6 +81,17 @@ pub struct WorkloadSignature<'a> {
     pub container_discriminator: Option<&'a str>,
     /// Pool selector.
     pub pool_selector: &'a [(String, String)],
+}
+
+impl<'a> WorkloadSignature<'a> {
+    /// The workload a SPIFFE ID of `binding` stands for.
+    pub fn of(binding: &'a BindingSnapshot) -> Self {
+        WorkloadSignature {
+            service_account: binding.service_account.as_deref(),
+            container_discriminator: binding.container_discriminator.as_deref(),
+            pool_selector: &binding.pool_selector,
+        }
+    }
 }
 
 impl std::fmt::Display for WorkloadSignature<'_> {

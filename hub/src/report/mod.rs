@@ -1,7 +1,7 @@
 //! The fleet report: pure analysis of what the hub observed of its spokes.
 //!
-//! - [`input`]: [`SpokeObservation`] and [`BindingObservation`], the inputs (built by the
-//!   fleet supervisor, or by hand in tests).
+//! - [`input`]: [`SpokeObservation`] and the spokes' [`BindingSnapshot`]s, the inputs (built
+//!   by the fleet supervisor, or by hand in tests).
 //! - [`analysis`]: the findings: within-spoke conflicts and warnings lifted from the spokes'
 //!   verdicts, cross-cluster drift found here.
 //! - [`cluster`]: one spoke's `ClusterIdentityStatus` content.
@@ -24,7 +24,7 @@ pub use analysis::analyze;
 pub use bound::{Caps, bound_report};
 pub use cluster::cluster_status;
 pub use full::{FullReport, SpokeReport};
-pub use input::{BindingObservation, Health, SpokeObservation, WorkloadSignature};
+pub use input::{BindingSnapshot, Health, SpokeObservation, WorkloadSignature, shared};
 pub use kleym_api::ErrorCategory;
 
 #[cfg(test)]

@@ -6,14 +6,8 @@ use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
 
 use super::*;
 
-fn binding(
-    ns: &str,
-    name: &str,
-    id: &str,
-    sa: &str,
-    container: Option<&str>,
-) -> BindingObservation {
-    BindingObservation {
+fn binding(ns: &str, name: &str, id: &str, sa: &str, container: Option<&str>) -> BindingSnapshot {
+    BindingSnapshot {
         namespace: ns.into(),
         name: name.into(),
         mode: if container.is_some() {
@@ -31,7 +25,7 @@ fn binding(
     }
 }
 
-fn refused(mut b: BindingObservation, reason: &str, peers: &[&str]) -> BindingObservation {
+fn refused(mut b: BindingSnapshot, reason: &str, peers: &[&str]) -> BindingSnapshot {
     b.ready = false;
     b.reason = Some("Conflict".into());
     b.conflict_peers = peers
@@ -44,7 +38,7 @@ fn refused(mut b: BindingObservation, reason: &str, peers: &[&str]) -> BindingOb
     b
 }
 
-fn warned(mut b: BindingObservation, reason: &str, message: &str) -> BindingObservation {
+fn warned(mut b: BindingSnapshot, reason: &str, message: &str) -> BindingSnapshot {
     b.warnings.push(IdentityWarning {
         reason: reason.into(),
         message: message.into(),
@@ -52,14 +46,14 @@ fn warned(mut b: BindingObservation, reason: &str, message: &str) -> BindingObse
     b
 }
 
-fn spoke(cluster: &str, bindings: Vec<BindingObservation>) -> SpokeObservation {
+fn spoke(cluster: &str, bindings: Vec<BindingSnapshot>) -> SpokeObservation {
     SpokeObservation {
         cluster: cluster.into(),
         trust_domain: Some("example.org".into()),
         credentials: Health::Ok,
         reachable: Health::Ok,
         synced: Health::Ok,
-        bindings,
+        bindings: shared(bindings),
         ..Default::default()
     }
 }
@@ -285,7 +279,10 @@ fn findings_clear_when_fixed() {
     let mut fleet = planted();
     // Fix every problem the way the messages say.
     for s in &mut fleet {
-        for b in &mut s.bindings {
+        for b in std::sync::Arc::make_mut(&mut s.bindings)
+            .iter_mut()
+            .map(std::sync::Arc::make_mut)
+        {
             b.conflict_peers.clear();
             b.warnings.clear();
             b.ready = true;
@@ -336,7 +333,7 @@ fn analysis_is_independent_of_input_order() {
     let fleet = planted();
     let mut reversed: Vec<SpokeObservation> = fleet.iter().rev().cloned().collect();
     for s in &mut reversed {
-        s.bindings.reverse();
+        std::sync::Arc::make_mut(&mut s.bindings).reverse();
     }
     assert_eq!(analyze(&fleet), analyze(&reversed));
 }
@@ -413,7 +410,7 @@ fn cluster_status_conditions_say_what_is_wrong() {
 #[test]
 fn cluster_status_counts_and_caps_non_ready_bindings() {
     let now = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
-    let mut bindings: Vec<BindingObservation> = (0..7)
+    let mut bindings: Vec<BindingSnapshot> = (0..7)
         .map(|i| {
             let mut b = binding(
                 "n",

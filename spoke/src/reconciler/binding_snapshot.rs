@@ -6,6 +6,10 @@
 //! status as written (by kleym, or by whoever may write the status subresource) to the
 //! hub's report objects; nothing in it is used to choose an object to write or delete.
 //!
+//! The hub reads these entries as they are: its fleet report takes them as its inputs, and
+//! its status loop and `/metrics` share them (the same `Arc`s) rather than copying every
+//! binding of the fleet on each pass.
+//!
 //! The hub asks every spoke for its snapshot periodically; it is rebuilt only when the
 //! binding cache changed since the last build (its version), otherwise the last one is
 //! shared. Entries are shared too: a rebuild while bindings converge (every second, on
@@ -16,17 +20,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use kleym_api::conditions;
-use kleym_api::{
-    ConflictPeer, ContainerDiscriminator, IdentityMode, IdentityWarning, InferenceIdentityBinding,
-};
+use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning, InferenceIdentityBinding};
 use kube::ResourceExt;
 
 use super::caches::Cache;
-use crate::compiler::selectors::{SA_PREFIX, parse_pool_label_selector};
+use crate::compiler::selectors::{SA_PREFIX, container_selector, parse_pool_label_selector};
 
 /// What one binding compiled to, as last reported in its status. Typed, with the API's own
 /// types where the status has one: the hub reads fields, it never parses text the spoke made.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The hub's fleet report reads these as its per-binding input (tests build them by hand).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BindingSnapshot {
     /// Binding namespace.
     pub namespace: String,
@@ -38,8 +41,10 @@ pub struct BindingSnapshot {
     pub spiffe_ids: Vec<String>,
     /// Service account from the rendered `k8s:sa:` selector, if any.
     pub service_account: Option<String>,
-    /// `spec.containerDiscriminator`, if any.
-    pub container_discriminator: Option<ContainerDiscriminator>,
+    /// `spec.containerDiscriminator` as the selector the spoke renders into the
+    /// ClusterSPIFFEID (`k8s:container-name:<v>` / `k8s:container-image:<v>`), if any: two
+    /// bindings select the same containers exactly when these are equal.
+    pub container_discriminator: Option<String>,
     /// The pool labels of the rendered `k8s:pod-label:<key>:<value>` selectors, sorted by
     /// key, one entry per key. A sorted list rather than a map: a B-tree node is about half a
     /// kilobyte, and the hub keeps one of these per binding of every spoke.
@@ -54,8 +59,6 @@ pub struct BindingSnapshot {
     pub conflict_peers: Vec<ConflictPeer>,
     /// `status.warnings`.
     pub warnings: Vec<IdentityWarning>,
-    /// Name of the owned ClusterSPIFFEID, if any.
-    pub cluster_spiffe_id: Option<String>,
 }
 
 impl BindingSnapshot {
@@ -86,7 +89,11 @@ impl BindingSnapshot {
                 .iter()
                 .find_map(|s| s.strip_prefix(SA_PREFIX))
                 .map(str::to_string),
-            container_discriminator: b.spec.container_discriminator.clone(),
+            container_discriminator: b
+                .spec
+                .container_discriminator
+                .as_ref()
+                .map(container_selector),
             pool_selector: selectors
                 .iter()
                 .filter_map(|s| parse_pool_label_selector(s))
@@ -99,9 +106,6 @@ impl BindingSnapshot {
             message: ready.and_then(|c| non_empty(&c.message)),
             conflict_peers: status.map(|s| s.conflict_peers.clone()).unwrap_or_default(),
             warnings: status.map(|s| s.warnings.clone()).unwrap_or_default(),
-            cluster_spiffe_id: status
-                .and_then(|s| s.cluster_spiffe_id.as_ref())
-                .map(|c| c.name.clone()),
         }
     }
 }
@@ -233,11 +237,8 @@ mod tests {
         assert_eq!(s.spiffe_ids, ["spiffe://td/ns/llm/objective/chat"]);
         assert_eq!(s.service_account.as_deref(), Some("model-server"));
         assert_eq!(
-            s.container_discriminator,
-            Some(ContainerDiscriminator {
-                type_: kleym_api::DiscriminatorType::ContainerName,
-                value: "chat".into()
-            })
+            s.container_discriminator.as_deref(),
+            Some("k8s:container-name:chat")
         );
         assert_eq!(
             s.pool_selector,
