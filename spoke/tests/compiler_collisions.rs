@@ -337,10 +337,10 @@ fn overlapping_default_identity_warning() {
 fn foreign_view_skips_kleym_objects() {
     let ours = ok(&binding("a", "chat", "vllm"));
     let mut obj = kleym_api::external::spiffeid::ClusterSPIFFEID::new(
-        &ours.output.name,
+        &ours.output_name(),
         ours.output.spec.clone(),
     );
-    obj.metadata.labels = Some(ours.output.labels.to_btree_map());
+    obj.metadata.labels = Some(ours.output_labels().to_btree_map());
     // kleym's labels alone (anyone who writes ClusterSPIFFEIDs can copy them) do not hide
     // an object from the overlap analysis.
     let f = ForeignSpiffeId::from_object(&obj, "kleym").expect("labels are not proof");

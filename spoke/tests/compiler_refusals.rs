@@ -40,24 +40,21 @@ fn per_objective_default_output() {
         spec.pod_selector.as_ref().unwrap().match_labels,
         Some(labels(&[("app", "model")]).into())
     );
-    assert!(c.output.name.starts_with("kleym-team-a-chat-id-"));
+    assert!(c.output_name().starts_with("kleym-team-a-chat-id-"));
     assert_eq!(
-        c.output
-            .labels
+        c.output_labels()
             .get("kleym.io/managed-by")
             .unwrap_or_default(),
         "kleym"
     );
     assert_eq!(
-        c.output
-            .labels
+        c.output_labels()
             .get("kleym.io/binding-namespace")
             .unwrap_or_default(),
         "team-a"
     );
     assert_eq!(
-        c.output
-            .labels
+        c.output_labels()
             .get("kleym.io/binding-name")
             .unwrap_or_default(),
         "chat-id"

@@ -29,8 +29,8 @@ fn generated_objects_pass_the_upstream_schema_unchanged() {
         with_svid,
     ] {
         let c = ok(&input);
-        let mut obj = ClusterSPIFFEID::new(&c.output.name, c.output.spec.clone());
-        obj.metadata.labels = Some(c.output.labels.to_btree_map());
+        let mut obj = ClusterSPIFFEID::new(&c.output_name(), c.output.spec.clone());
+        obj.metadata.labels = Some(c.output_labels().to_btree_map());
         let value = serde_json::to_value(&obj).unwrap();
         assert_eq!(
             schema.unknown_fields(&value),

@@ -121,8 +121,8 @@ fn compile_uses_the_generated_name_for_the_longest_names() {
         b.target = kleym_spoke::compiler::Lookup::Found(objective(&ns, "chat", "pool"));
         b.pool = kleym_spoke::compiler::Lookup::Found(pool(&ns, "pool", &[("app", "x")]));
         let out = compile(&b, &config()).unwrap_or_else(|r| panic!("{r:?}"));
-        assert_eq!(out.output.name, cluster_spiffe_id_name(&ns, &name));
-        assert!(kube_subdomain(&out.output.name));
+        assert_eq!(out.output_name(), cluster_spiffe_id_name(&ns, &name));
+        assert!(kube_subdomain(&out.output_name()));
     }
 }
 

@@ -80,6 +80,16 @@ impl CompiledIdentity {
             .unwrap_or_default()
     }
 
+    /// The ClusterSPIFFEID's name ([`output::cluster_spiffe_id_name`] of the binding).
+    pub fn output_name(&self) -> String {
+        output::cluster_spiffe_id_name(&self.binding.namespace, &self.binding.name)
+    }
+
+    /// The ClusterSPIFFEID's labels ([`output::output_labels`] of the binding).
+    pub fn output_labels(&self) -> LabelMap {
+        output::output_labels(&self.binding.namespace, &self.binding.name)
+    }
+
     /// The pool's `matchLabels`, the pod set within the namespace (the output's
     /// `podSelector.matchLabels`).
     pub fn pool_labels(&self) -> &LabelMap {
@@ -226,11 +236,7 @@ pub fn compile(input: &BindingInput, config: &ClusterConfig) -> Result<CompiledI
         },
         service_account: confinement.service_account,
         container_selector,
-        output: ClusterSpiffeIdOutput {
-            name: output::cluster_spiffe_id_name(ns, &input.name),
-            labels: output::output_labels(ns, &input.name),
-            spec: spec_out,
-        },
+        output: ClusterSpiffeIdOutput { spec: spec_out },
     })
 }
 

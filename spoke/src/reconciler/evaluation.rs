@@ -130,9 +130,9 @@ impl Evaluated {
             verdict.rendered_selectors = id.selectors().to_vec();
             if verdict.refusal.is_none() {
                 verdict.output = Some(Box::new(DesiredOutput {
-                    name: id.output.name.clone(),
+                    name: id.output_name(),
                     spec: id.output.spec.clone(),
-                    labels: id.output.labels.clone(),
+                    labels: id.output_labels(),
                 }));
             }
         }
