@@ -11,14 +11,12 @@ use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kleym_api::InferenceIdentityBinding;
-use kleym_api::external::model::InferenceModel;
-use kleym_api::external::objective::{gaie, llmd};
 use kleym_api::external::pool::{v1, v1alpha2};
-use kube::ResourceExt;
 use kube::runtime::watcher;
 
 use super::api_availability::ApiKind;
 use super::observed_output::ObservedOutput;
+use super::target_record::TargetRecord;
 
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
 pub type CacheKey = (String, String);
@@ -124,11 +122,37 @@ impl<K> Default for Cache<K> {
     }
 }
 
-fn key_of<K: kube::Resource>(obj: &K) -> CacheKey {
-    (obj.namespace().unwrap_or_default(), obj.name_any())
+/// What a cache needs of what it keeps: where an object is and which version of it this
+/// is. Every API object has both ([`kube::Resource`]); the compact records some kinds are
+/// cached as ([`super::target_record::TargetRecord`]) keep just these and what the
+/// reconciler reads.
+pub trait CacheEntry: Clone {
+    /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
+    fn entry_key(&self) -> (&str, &str);
+    /// `metadata.resourceVersion`.
+    fn entry_version(&self) -> Option<&str>;
 }
 
-impl<K: kube::Resource + Clone> Cache<K> {
+impl<K: kube::Resource + Clone> CacheEntry for K {
+    fn entry_key(&self) -> (&str, &str) {
+        let meta = self.meta();
+        (
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    fn entry_version(&self) -> Option<&str> {
+        self.meta().resource_version.as_deref()
+    }
+}
+
+fn key_of<K: CacheEntry>(obj: &K) -> CacheKey {
+    let (namespace, name) = obj.entry_key();
+    (namespace.to_string(), name.to_string())
+}
+
+impl<K: CacheEntry> Cache<K> {
     /// Reads one object.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
         let inner = self.inner.read().unwrap_or_else(|p| p.into_inner());
@@ -255,12 +279,12 @@ impl<K: kube::Resource + Clone> Cache<K> {
 pub struct Caches {
     /// `InferenceIdentityBinding`s.
     pub bindings: Cache<InferenceIdentityBinding>,
-    /// `llm-d.ai` objectives.
-    pub objectives_llmd: Cache<llmd::InferenceObjective>,
-    /// `inference.networking.x-k8s.io` objectives.
-    pub objectives_gaie: Cache<gaie::InferenceObjective>,
-    /// Legacy InferenceModels.
-    pub models: Cache<InferenceModel>,
+    /// `llm-d.ai` objectives, as [`TargetRecord`]s.
+    pub objectives_llmd: Cache<TargetRecord>,
+    /// `inference.networking.x-k8s.io` objectives, as [`TargetRecord`]s.
+    pub objectives_gaie: Cache<TargetRecord>,
+    /// Legacy InferenceModels, as [`TargetRecord`]s.
+    pub models: Cache<TargetRecord>,
     /// v1 InferencePools.
     pub pools_v1: Cache<v1::InferencePool>,
     /// Legacy InferencePools.
@@ -297,7 +321,7 @@ pub trait CacheControl {
     fn deactivate(&self);
 }
 
-impl<K: kube::Resource + Clone> CacheControl for Cache<K> {
+impl<K: CacheEntry> CacheControl for Cache<K> {
     fn is_active(&self) -> bool {
         Cache::is_active(self)
     }
@@ -315,6 +339,7 @@ impl<K: kube::Resource + Clone> CacheControl for Cache<K> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::ResourceExt;
 
     fn cm(name: &str, v: &str) -> ConfigMap {
         let mut c = ConfigMap::default();

@@ -15,6 +15,7 @@ use kleym_api::{InferenceIdentityBinding, TargetKind};
 use kube::ResourceExt;
 
 use super::api_availability::{ApiKind, ServedApis};
+use super::caches::CacheEntry;
 use super::error::Error;
 #[cfg(doc)]
 use super::evaluation::CompileMemo;
@@ -23,6 +24,7 @@ use super::evaluation::{
 };
 use super::queue::ObjectKey;
 use super::state::SpokeState;
+use super::target_record::TargetRecord;
 use crate::compiler::{
     self, BindingInput, ClusterConfig, ForeignSpiffeId, Lookup, NamespaceLabels, PoolView,
     TargetView, resolve,
@@ -46,7 +48,7 @@ fn require_synced(state: &SpokeState) -> Result<(), Error> {
     Ok(())
 }
 
-fn lookup<T, K: kube::Resource>(
+fn lookup<T, K: CacheEntry>(
     group: &'static str,
     served: bool,
     found: Option<Arc<K>>,
@@ -56,10 +58,14 @@ fn lookup<T, K: kube::Resource>(
         (false, _) => (Lookup::CrdNotServed, SeenFp::CrdNotServed),
         (true, Some(o)) => (
             Lookup::Found(view(&o)),
-            SeenFp::Found(group, o.meta().resource_version.clone().unwrap_or_default()),
+            SeenFp::Found(group, o.entry_version().unwrap_or_default().to_string()),
         ),
         (true, None) => (Lookup::NotFound, SeenFp::NotFound),
     }
+}
+
+fn target_view(record: &TargetRecord) -> TargetView {
+    record.view().clone()
 }
 
 /// Reads one binding's target and pool from the caches.
@@ -78,13 +84,13 @@ pub fn gather(
                 objective::GROUP_LLMD,
                 served.serves(ApiKind::ObjectivesLlmd),
                 c.objectives_llmd.get(&ns, name),
-                TargetView::from_llmd_objective,
+                target_view,
             );
             let (gaie, gaie_fp) = lookup(
                 objective::GROUP_GAIE,
                 served.serves(ApiKind::ObjectivesGaie),
                 c.objectives_gaie.get(&ns, name),
-                TargetView::from_gaie_objective,
+                target_view,
             );
             // Same preference as the compiler: llm-d when it holds the object.
             let fp = match (&llmd_fp, &gaie_fp) {
@@ -99,7 +105,7 @@ pub fn gather(
             model::GROUP,
             served.serves(ApiKind::Models),
             c.models.get(&ns, name),
-            TargetView::from_model,
+            target_view,
         ),
     };
     let (pool, pool_fp) = match target.found().map(|t| resolve::pool_key(&ns, t)) {

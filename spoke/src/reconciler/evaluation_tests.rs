@@ -15,14 +15,13 @@ use kleym_api::InferenceIdentityBinding;
 use kleym_api::external::objective::llmd;
 use kleym_api::external::pool::v1;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kube::Resource;
 use kube::runtime::watcher::Event;
 use proptest::prelude::*;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::api_availability::{ApiKind, ServedApis};
-use super::caches::{Cache, Change};
+use super::caches::{Cache, CacheEntry, Change};
 use super::compile;
 use super::context::{Context, SpokeConfig};
 use super::evaluation::{BindingDecision, NamespaceEvaluation};
@@ -69,7 +68,7 @@ fn send<K: CacheForm + DeserializeOwned>(
     ingest(ctx, cache, handler, event);
 }
 
-fn synced<K: Resource + Clone>(ctx: &Context, cache: &Cache<K>, handler: fn(&Context, Change<K>)) {
+fn synced<K: CacheEntry>(ctx: &Context, cache: &Cache<K>, handler: fn(&Context, Change<K>)) {
     cache.activate();
     for event in [Event::Init, Event::InitDone] {
         for change in cache.apply(event) {
@@ -91,9 +90,9 @@ impl Cluster {
         );
         let c = &ctx.state.caches;
         synced(&ctx, &c.bindings, watches::on_binding);
-        synced(&ctx, &c.objectives_llmd, watches::on_llmd_objective);
-        synced(&ctx, &c.objectives_gaie, watches::on_gaie_objective);
-        synced(&ctx, &c.models, watches::on_model);
+        synced(&ctx, &c.objectives_llmd, watches::on_target);
+        synced(&ctx, &c.objectives_gaie, watches::on_target);
+        synced(&ctx, &c.models, watches::on_target);
         synced(&ctx, &c.pools_v1, watches::on_pool_v1);
         synced(&ctx, &c.pools_legacy, watches::on_pool_legacy);
         synced(&ctx, &c.cluster_spiffe_ids, watches::on_cluster_spiffe_id);
@@ -150,7 +149,7 @@ impl Cluster {
             Kind::Objective => send::<llmd::InferenceObjective>(
                 ctx,
                 &c.objectives_llmd,
-                watches::on_llmd_objective,
+                watches::on_target,
                 obj,
                 delete,
             ),

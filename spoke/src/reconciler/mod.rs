@@ -38,6 +38,7 @@ pub mod run;
 pub mod snapshot;
 pub mod state;
 pub mod status;
+pub mod target_record;
 pub mod trim;
 pub mod watch_failures;
 pub mod watches;

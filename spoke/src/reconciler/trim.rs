@@ -10,11 +10,10 @@
 
 use k8s_openapi::api::core::v1::Namespace;
 use kleym_api::InferenceIdentityBinding;
-use kleym_api::external::model::InferenceModel;
-use kleym_api::external::objective::{gaie, llmd};
 use kleym_api::external::pool::{v1, v1alpha2};
 use kube::Resource;
 
+use super::caches::CacheEntry;
 use crate::ownership::prune_managed_fields;
 
 /// Annotation `kubectl apply` (client-side) keeps a full copy of the object in.
@@ -77,19 +76,17 @@ impl ShrinkLists for InferenceIdentityBinding {
     }
 }
 
-impl ShrinkLists for llmd::InferenceObjective {}
-impl ShrinkLists for gaie::InferenceObjective {}
-impl ShrinkLists for InferenceModel {}
 impl ShrinkLists for v1::InferencePool {}
 impl ShrinkLists for v1alpha2::InferencePool {}
 impl ShrinkLists for Namespace {}
 
 /// The form a decoded object is kept in by a cache and the write overlay: itself, trimmed
-/// ([`trim_for_cache`]), or for a ClusterSPIFFEID its
-/// [`ObservedOutput`](super::observed_output::ObservedOutput).
+/// ([`trim_for_cache`]), for a ClusterSPIFFEID its
+/// [`ObservedOutput`](super::observed_output::ObservedOutput), for a binding's target its
+/// [`TargetRecord`](super::target_record::TargetRecord).
 pub trait CacheForm: Sized {
     /// What the cache holds.
-    type Cached: Resource + Clone;
+    type Cached: CacheEntry;
 
     /// `self`, ready for the cache. `field_manager` is kleym's: the ownership proof of a
     /// ClusterSPIFFEID is read once, here.
@@ -112,9 +109,6 @@ macro_rules! cached_as_decoded {
 
 cached_as_decoded!(
     InferenceIdentityBinding,
-    llmd::InferenceObjective,
-    gaie::InferenceObjective,
-    InferenceModel,
     v1::InferencePool,
     v1alpha2::InferencePool,
     Namespace,

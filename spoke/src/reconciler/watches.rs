@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
-use kleym_api::external::model::{self, InferenceModel};
-use kleym_api::external::objective::{self, gaie, llmd};
+use kleym_api::InferenceIdentityBinding;
+use kleym_api::external::model::InferenceModel;
+use kleym_api::external::objective::{gaie, llmd};
 use kleym_api::external::pool::{v1, v1alpha2};
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_api::{InferenceIdentityBinding, TargetKind};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::api_availability::ApiKind;
-use super::caches::{Cache, Change};
+use super::caches::{Cache, CacheEntry, Change};
 use super::context::Context;
 use super::index::{SourceKey, TargetKey};
 use super::lean::Lean;
@@ -27,9 +27,10 @@ use super::ns_cache::binding_compile_inputs_differ;
 use super::observed_output::ObservedOutput;
 use super::overlay::Overlay;
 use super::queue::ObjectKey;
+use super::target_record::TargetRecord;
 use super::trim::CacheForm;
 pub use super::watch_failures::{WatchFailure, WatchFailures};
-use crate::compiler::{PoolView, TargetView};
+use crate::compiler::PoolView;
 
 /// Starts the watch for `kind` in `tasks`; it runs until `token` is cancelled.
 pub fn spawn_watch(
@@ -45,7 +46,7 @@ pub fn spawn_watch(
             tasks,
             Api::all(client),
             |c| &c.state.caches.bindings,
-            Some(|c| &c.state.binding_overlay),
+            Some(own_writes(ctx, |c| &c.state.binding_overlay)),
             on_binding,
             token,
         ),
@@ -55,7 +56,7 @@ pub fn spawn_watch(
             Api::all(client),
             |c| &c.state.caches.objectives_llmd,
             None,
-            on_llmd_objective,
+            on_target,
             token,
         ),
         ApiKind::ObjectivesGaie => spawn::<gaie::InferenceObjective>(
@@ -64,7 +65,7 @@ pub fn spawn_watch(
             Api::all(client),
             |c| &c.state.caches.objectives_gaie,
             None,
-            on_gaie_objective,
+            on_target,
             token,
         ),
         ApiKind::Models => spawn::<InferenceModel>(
@@ -73,7 +74,7 @@ pub fn spawn_watch(
             Api::all(client),
             |c| &c.state.caches.models,
             None,
-            on_model,
+            on_target,
             token,
         ),
         ApiKind::PoolsV1 => spawn::<v1::InferencePool>(
@@ -99,7 +100,7 @@ pub fn spawn_watch(
             tasks,
             Api::all(client),
             |c| &c.state.caches.cluster_spiffe_ids,
-            Some(|c| &c.state.csid_overlay),
+            Some(own_writes(ctx, |c| &c.state.csid_overlay)),
             on_cluster_spiffe_id,
             token,
         ),
@@ -128,7 +129,7 @@ fn spawn<K>(
     tasks: &mut JoinSet<()>,
     api: Api<Lean<K>>,
     cache: fn(&Context) -> &Cache<K::Cached>,
-    overlay: Option<OverlayOf<K::Cached>>,
+    known: Option<Known<K::Cached>>,
     handler: fn(&Context, Change<K::Cached>),
     token: CancellationToken,
 ) where
@@ -147,7 +148,6 @@ fn spawn<K>(
     } else {
         format!("{plural}.{group}")
     };
-    let known = overlay.map(|overlay| own_writes(&ctx, overlay));
     // Built (and boxed) outside the task: an async block keeps what it captures in its own
     // slot even after moving it on, so building the stream inside kept a dead copy of `api`
     // in every watch task for the spoke's whole engagement.
@@ -249,8 +249,8 @@ pub(crate) fn ingest_fed<K: CacheForm>(
             old: Some(old),
             new,
         } = &change
-            && old.meta().resource_version.is_some()
-            && old.meta().resource_version == new.meta().resource_version
+            && old.entry_version().is_some()
+            && old.entry_version() == new.entry_version()
         {
             continue;
         }
@@ -380,36 +380,6 @@ fn peers_to_revisit(
     out
 }
 
-pub(crate) fn on_llmd_objective(ctx: &Context, change: Change<llmd::InferenceObjective>) {
-    on_target(
-        ctx,
-        change,
-        objective::GROUP_LLMD,
-        TargetKind::InferenceObjective,
-        TargetView::from_llmd_objective,
-    )
-}
-
-pub(crate) fn on_gaie_objective(ctx: &Context, change: Change<gaie::InferenceObjective>) {
-    on_target(
-        ctx,
-        change,
-        objective::GROUP_GAIE,
-        TargetKind::InferenceObjective,
-        TargetView::from_gaie_objective,
-    )
-}
-
-pub(crate) fn on_model(ctx: &Context, change: Change<InferenceModel>) {
-    on_target(
-        ctx,
-        change,
-        model::GROUP,
-        TargetKind::InferenceModel,
-        TargetView::from_model,
-    )
-}
-
 /// Did the view the compiler reads of an object change (appeared, vanished, or differs)?
 fn view_changed<K, V: PartialEq>(change: &Change<K>, view: fn(&K) -> V) -> bool {
     match change {
@@ -421,35 +391,33 @@ fn view_changed<K, V: PartialEq>(change: &Change<K>, view: fn(&K) -> V) -> bool 
     }
 }
 
-fn on_target<K: Resource>(
-    ctx: &Context,
-    change: Change<K>,
-    group: &str,
-    kind: TargetKind,
-    view: fn(&K) -> TargetView,
-) {
+/// A binding's target (an objective of either group or a legacy model) changed: the
+/// index learns its pool, and the bindings naming it are reconciled unless only its
+/// status changed.
+pub(crate) fn on_target(ctx: &Context, change: Change<TargetRecord>) {
     let (obj, alive) = match &change {
         Change::Upsert { new, .. } => (new.clone(), true),
         Change::Removed(gone) => (gone.clone(), false),
     };
+    let view = obj.view();
     let source = SourceKey {
-        group: group.to_string(),
+        group: view.group.clone(),
         target: TargetKey {
-            namespace: obj.namespace().unwrap_or_default(),
-            kind,
-            name: obj.name_any(),
+            namespace: view.namespace.clone(),
+            kind: view.kind,
+            name: view.name.clone(),
         },
     };
     let affected = {
         let mut ix = ctx.state.index.write().unwrap_or_else(|p| p.into_inner());
         if alive {
-            ix.upsert_source(source.clone(), view(&obj).pool_ref.name);
+            ix.upsert_source(source.clone(), view.pool_ref.name.clone());
         } else {
             ix.remove_source(&source);
         }
         ix.bindings_for_target(&source.target)
     };
-    if view_changed(&change, view) {
+    if view_changed(&change, |t: &TargetRecord| t.view().clone()) {
         ctx.state
             .namespace_cache
             .invalidate(&source.target.namespace);
@@ -459,8 +427,8 @@ fn on_target<K: Resource>(
         old: Some(old),
         new,
     } = &change
-        && old.meta().generation == new.meta().generation
-        && old.meta().generation.is_some()
+        && old.generation() == new.generation()
+        && old.generation().is_some()
     {
         return;
     }
