@@ -1,36 +1,39 @@
 //! Which binding wants which ClusterSPIFFEID name, to re-enqueue a binding refused because
 //! a foreign object holds its name when that object goes away.
 //!
-//! Indexed both ways: every reconcile records its binding's claim, and a scan of every
-//! claim of the spoke per reconcile made that quadratic in the spoke's bindings.
+//! A binding only ever claims its own output's name, [`cluster_spiffe_id_name`] of its
+//! namespace and name, so the claims are kept by name alone: the name a binding claimed is
+//! derived again when it is released (rarely: the binding is gone or deleted). Keeping the
+//! other direction too held a second copy of every name and key, about 150 bytes per
+//! binding of every spoke, to save a hash when a binding goes away. Looking names up
+//! (every reconcile, every ClusterSPIFFEID event) stays a map read, never a scan.
 
 use std::collections::HashMap;
 
 use super::queue::ObjectKey;
+use crate::compiler::output::cluster_spiffe_id_name;
 
-/// ClusterSPIFFEID names and the binding that wants each; a binding claims one name at most.
+/// ClusterSPIFFEID names and the binding that wants each; a binding claims one name, its own.
 #[derive(Debug, Default)]
 pub struct NameClaims {
     by_name: HashMap<String, ObjectKey>,
-    by_key: HashMap<ObjectKey, String>,
 }
 
 impl NameClaims {
-    /// Records that `key` wants `name` (and no other); `name`'s previous claimant loses it.
+    /// Records that `key` wants `name`, which must be its own output's name
+    /// ([`cluster_spiffe_id_name`] of `key`); `name`'s previous claimant loses it.
     pub fn claim(&mut self, name: &str, key: &ObjectKey) {
-        if self.by_key.get(key).is_some_and(|n| n == name) {
+        debug_assert_eq!(name, cluster_spiffe_id_name(&key.namespace, &key.name));
+        if self.by_name.get(name) == Some(key) {
             return; // the usual case: the same claim as on the last reconcile
         }
-        self.release(key);
-        if let Some(previous) = self.by_name.insert(name.to_string(), key.clone()) {
-            self.by_key.remove(&previous);
-        }
-        self.by_key.insert(key.clone(), name.to_string());
+        self.by_name.insert(name.to_string(), key.clone());
     }
 
-    /// Forgets the name `key` claimed.
+    /// Forgets the name `key` claimed, unless another binding holds it now.
     pub fn release(&mut self, key: &ObjectKey) {
-        if let Some(name) = self.by_key.remove(key) {
+        let name = cluster_spiffe_id_name(&key.namespace, &key.name);
+        if self.by_name.get(&name) == Some(key) {
             self.by_name.remove(&name);
         }
     }
@@ -55,32 +58,49 @@ impl NameClaims {
 mod tests {
     use super::*;
 
+    fn own(key: &ObjectKey) -> String {
+        cluster_spiffe_id_name(&key.namespace, &key.name)
+    }
+
     #[test]
-    fn a_binding_holds_one_name_and_a_name_one_binding() {
+    fn a_binding_holds_its_own_name_until_released() {
         let (a, b) = (ObjectKey::new("ns", "a"), ObjectKey::new("ns", "b"));
         let mut c = NameClaims::default();
-        c.claim("x", &a);
-        c.claim("x", &a);
-        assert_eq!(c.claimant("x"), Some(&a));
+        c.claim(&own(&a), &a);
+        c.claim(&own(&a), &a);
+        assert_eq!(c.claimant(&own(&a)), Some(&a));
+        assert_eq!(c.claimant(&own(&b)), None);
         assert_eq!(c.len(), 1);
 
-        // A new name replaces the old one.
-        c.claim("y", &a);
-        assert_eq!(c.claimant("x"), None);
-        assert_eq!(c.claimant("y"), Some(&a));
-        assert_eq!(c.len(), 1);
-
-        // Another binding taking the name: the first one claims nothing any more.
-        c.claim("y", &b);
-        assert_eq!(c.claimant("y"), Some(&b));
-        c.release(&a);
-        assert_eq!(c.claimant("y"), Some(&b), "a's release leaves b's claim");
-        c.claim("z", &a);
-        assert_eq!(c.claimant("y"), Some(&b));
+        c.claim(&own(&b), &b);
+        assert_eq!(c.claimant(&own(&b)), Some(&b));
         assert_eq!(c.len(), 2);
 
-        c.release(&b);
+        // Releasing finds the name again from the key alone.
         c.release(&a);
+        assert_eq!(c.claimant(&own(&a)), None);
+        assert_eq!(
+            c.claimant(&own(&b)),
+            Some(&b),
+            "a's release leaves b's claim"
+        );
+        c.release(&a);
+        assert_eq!(c.len(), 1, "releasing twice is harmless");
+        c.release(&b);
         assert!(c.is_empty());
+    }
+
+    /// Two keys whose names collide (impossible with the hash in the name, but the map
+    /// must not let one release the other's claim).
+    #[test]
+    fn a_release_leaves_a_name_another_binding_holds() {
+        let a = ObjectKey::new("ns", "a");
+        let intruder = ObjectKey::new("other", "z");
+        let mut c = NameClaims::default();
+        c.claim(&own(&a), &a);
+        // Written directly: `claim` only accepts a binding's own name.
+        c.by_name.insert(own(&a), intruder.clone());
+        c.release(&a);
+        assert_eq!(c.claimant(&own(&a)), Some(&intruder));
     }
 }
