@@ -387,7 +387,10 @@ mod tests {
         ix.remove_binding(&ObjectKey::new("a", "b9"));
         ix.remove_source(&source("llm-d.ai", objective("a", "chat")));
         ix.remove_source(&source("llm-d.ai", objective("a", "code")));
-        assert!(!ix.namespaces.contains_key("a"), "an empty part is forgotten");
+        assert!(
+            !ix.namespaces.contains_key("a"),
+            "an empty part is forgotten"
+        );
         assert_eq!(ix.binding_count(), 1);
         assert_eq!(names(ix.all_bindings()), ["z/b1"]);
     }

@@ -15,6 +15,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kleym_api::external::spiffeid::{ClusterSPIFFEID, ClusterSPIFFEIDSpec, ClusterSPIFFEIDStats};
 use kleym_api::label_map::LabelMap;
+use kleym_api::labels;
 use kube::Resource;
 use sha2::{Digest, Sha256};
 
@@ -37,6 +38,48 @@ impl SpecDigest {
     }
 }
 
+/// The values of kleym's own labels ([`kleym_api::labels`]) on a ClusterSPIFFEID: the
+/// only labels anything reads of a cached one (the plan's up-to-date check and the
+/// ownership proof ask for these three keys). Kept as three values rather than a label
+/// map: the map held each key's text too, about 270 bytes of heap per ClusterSPIFFEID.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct KleymLabels {
+    managed_by: Option<Box<str>>,
+    binding_namespace: Option<Box<str>>,
+    binding_name: Option<Box<str>>,
+}
+
+impl KleymLabels {
+    fn of(labels: std::collections::BTreeMap<String, String>) -> Self {
+        let mut kept = Self::default();
+        for (key, value) in labels {
+            if let Some(slot) = kept.slot(&key) {
+                *slot = Some(value.into_boxed_str());
+            }
+        }
+        kept
+    }
+
+    fn slot(&mut self, key: &str) -> Option<&mut Option<Box<str>>> {
+        match key {
+            labels::MANAGED_BY => Some(&mut self.managed_by),
+            labels::BINDING_NAMESPACE => Some(&mut self.binding_namespace),
+            labels::BINDING_NAME => Some(&mut self.binding_name),
+            _ => None,
+        }
+    }
+
+    /// The label `key`; `None` for any key but kleym's three.
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            labels::MANAGED_BY => self.managed_by.as_deref(),
+            labels::BINDING_NAMESPACE => self.binding_namespace.as_deref(),
+            labels::BINDING_NAME => self.binding_name.as_deref(),
+            _ => None,
+        }
+    }
+}
+
 /// A ClusterSPIFFEID as the reconciler's cache and write overlay keep it (see the module
 /// documentation).
 #[derive(Debug, Clone, PartialEq)]
@@ -44,8 +87,8 @@ pub struct ObservedOutput {
     /// The object's metadata without labels, annotations (both below) and with
     /// `managedFields` reduced to the ownership record ([`strip_unread_metadata`]).
     metadata: ObjectMeta,
-    /// Every label.
-    labels: LabelMap,
+    /// kleym's own labels, the only ones read.
+    labels: KleymLabels,
     /// Only the annotations the ownership proof reads.
     proof_annotations: LabelMap,
     /// The spec's digest.
@@ -64,11 +107,7 @@ impl ObservedOutput {
         let foreign = ForeignSpiffeId::from_object(&obj, field_manager).map(Box::new);
         let spec_digest = SpecDigest::of(&obj.spec);
         let mut metadata = obj.metadata;
-        let labels = metadata
-            .labels
-            .take()
-            .map(LabelMap::from)
-            .unwrap_or_default();
+        let labels = KleymLabels::of(metadata.labels.take().unwrap_or_default());
         let proof_annotations = metadata
             .annotations
             .take()
@@ -89,11 +128,6 @@ impl ObservedOutput {
     /// Is the spec `spec`?
     pub fn has_spec(&self, spec: &ClusterSPIFFEIDSpec) -> bool {
         self.spec_digest == SpecDigest::of(spec)
-    }
-
-    /// The labels.
-    pub fn labels(&self) -> &LabelMap {
-        &self.labels
     }
 
     /// The overlap analysis' view of the object, `None` when it is proven kleym's.
@@ -257,6 +291,33 @@ mod tests {
             Some(owner().annotation_value().as_str())
         );
         assert_eq!(observed.stats().map(|s| s.pods_selected), Some(3));
+    }
+
+    #[test]
+    fn keeps_the_values_of_kleyms_labels_and_no_other_label() {
+        let mut full = applied(&owner(), FM);
+        let labels = full.metadata.labels.get_or_insert_default();
+        labels.insert("example.com/team".into(), "a".into());
+        let observed = ObservedOutput::observe(full.clone(), FM);
+        for key in [
+            labels::MANAGED_BY,
+            labels::BINDING_NAMESPACE,
+            labels::BINDING_NAME,
+        ] {
+            assert_eq!(observed.label(key), full.label(key), "{key}");
+            assert!(observed.label(key).is_some(), "{key}");
+        }
+        assert_eq!(observed.label("example.com/team"), None);
+
+        // A changed value of kleym's label is seen as it is, as is a missing one.
+        let mut tampered = full.clone();
+        let labels = tampered.metadata.labels.get_or_insert_default();
+        labels.insert(labels::BINDING_NAME.into(), "other".into());
+        labels.remove(labels::MANAGED_BY);
+        let observed = ObservedOutput::observe(tampered, FM);
+        assert_eq!(observed.label(labels::BINDING_NAME), Some("other"));
+        assert_eq!(observed.label(labels::MANAGED_BY), None);
+        assert!(ownership::verify(&observed, FM, &owner()).is_err());
     }
 
     #[test]

@@ -52,10 +52,7 @@ pub struct OutputPlan {
 /// Does the cached object already match the desired output (our labels, our owner
 /// annotation, the spec)?
 pub fn is_up_to_date(obj: &ObservedOutput, desired: &DesiredOutput, owner: &Owner) -> bool {
-    let labels_ok = desired
-        .labels
-        .iter()
-        .all(|(k, v)| obj.labels().get(k) == Some(v));
+    let labels_ok = desired.labels.iter().all(|(k, v)| obj.label(k) == Some(v));
     let annotation_ok = obj.annotation(OWNER_ANNOTATION) == Some(owner.annotation_value().as_str());
     labels_ok && annotation_ok && obj.has_spec(&desired.spec)
 }
