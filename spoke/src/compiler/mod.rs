@@ -45,10 +45,6 @@ pub struct CompiledIdentity {
     pub binding: BindingRef,
     /// Identity boundary.
     pub mode: IdentityMode,
-    /// Kind of the target.
-    pub target_kind: TargetKind,
-    /// Name of the target.
-    pub target_name: String,
     /// The resolved pool.
     pub pool: PoolKey,
     /// The one service account the identity is confined to.
@@ -227,8 +223,6 @@ pub fn compile(input: &BindingInput, config: &ClusterConfig) -> Result<CompiledI
             name: input.name.clone(),
         },
         mode: spec.mode,
-        target_kind: target.kind,
-        target_name: target.name.clone(),
         pool: PoolKey {
             group: pool.group.clone(),
             namespace: ns.to_string(),

@@ -66,7 +66,9 @@ pub struct SpokeMetrics {
     duration: Histogram,
     bindings: Family<ConditionLabels, Gauge>,
     writes: Family<WriteLabels, Counter>,
-    per_binding: Mutex<HashMap<ObjectKey, String>>,
+    /// The condition that holds for each binding (one of the five condition types, so a
+    /// static string: an owned copy per binding of every spoke was heap for nothing).
+    per_binding: Mutex<HashMap<ObjectKey, &'static str>>,
     reconciles_total: AtomicU64,
     failures_total: AtomicU64,
     reconcile_nanos_total: AtomicU64,
@@ -179,7 +181,7 @@ impl SpokeMetrics {
     }
 
     /// Records the outcome of a binding (the condition that holds) and updates the gauge.
-    pub fn observe_outcome(&self, key: &ObjectKey, condition: &str, reason: &str) {
+    pub fn observe_outcome(&self, key: &ObjectKey, condition: &'static str, reason: &str) {
         let labels = OutcomeLabels {
             condition: condition.into(),
             reason: reason.into(),
@@ -187,11 +189,17 @@ impl SpokeMetrics {
         self.note(|s| note(&mut s.outcomes, &labels));
         self.outcomes.get_or_create(&labels).inc();
         let mut map = self.per_binding.lock().unwrap_or_else(|p| p.into_inner());
-        let previous = map.insert(key.clone(), condition.to_string());
-        if previous.as_deref() != Some(condition) {
+        // Most reconciles confirm the condition already recorded: no key is cloned then.
+        let previous = match map.get_mut(key) {
+            Some(held) => Some(std::mem::replace(held, condition)),
+            None => map.insert(key.clone(), condition),
+        };
+        if previous != Some(condition) {
             if let Some(prev) = previous {
                 self.bindings
-                    .get_or_create(&ConditionLabels { condition: prev })
+                    .get_or_create(&ConditionLabels {
+                        condition: prev.to_string(),
+                    })
                     .dec();
             }
             let labels = ConditionLabels {
@@ -207,7 +215,9 @@ impl SpokeMetrics {
         let mut map = self.per_binding.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(prev) = map.remove(key) {
             self.bindings
-                .get_or_create(&ConditionLabels { condition: prev })
+                .get_or_create(&ConditionLabels {
+                    condition: prev.to_string(),
+                })
                 .dec();
         }
     }
