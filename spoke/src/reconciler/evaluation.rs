@@ -121,7 +121,7 @@ struct Evaluated {
 }
 
 /// The findings of a binding with no refusal, no conflict peer and no warning.
-static NO_FINDINGS: BindingDecision = BindingDecision {
+pub(crate) static NO_FINDINGS: BindingDecision = BindingDecision {
     output: None,
     refusal: None,
     computed_spiffe_ids: Vec::new(),

@@ -314,7 +314,7 @@ fn a_peer_in_its_error_backoff_is_left_to_its_retry() {
 /// one whose status changed is, and a peer left to its retry is compared again next time.
 #[test]
 fn peers_are_compared_again_only_after_their_status_changed() {
-    use super::evaluation::{BindingDecision, NamespaceEvaluation};
+    use super::evaluation::{BindingDecision, NO_FINDINGS, NamespaceEvaluation};
     use super::queue::ObjectKey;
     use super::reconcile::nudge_peers;
     use crate::compiler::{Reason, Refusal};
@@ -326,14 +326,7 @@ fn peers_are_compared_again_only_after_their_status_changed() {
     let ctx = context();
     list_bindings(&ctx, &[("a", 1), ("b", 2), ("c", 3)], "Compiled");
     // b collides with a (its status does not say so); c's findings match its status.
-    let clean = |_: &str| BindingDecision {
-        output: None,
-        refusal: None,
-        computed_spiffe_ids: Vec::new(),
-        rendered_selectors: Vec::new(),
-        conflict_peers: Vec::new(),
-        warnings: Vec::new(),
-    };
+    let clean = |_: &str| NO_FINDINGS.clone();
     let colliding = BindingDecision {
         refusal: Some(Refusal::new(Reason::IdentityCollision, "m")),
         conflict_peers: vec![ConflictPeer {
