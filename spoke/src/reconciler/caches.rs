@@ -17,6 +17,7 @@ use kube::runtime::watcher;
 use super::api_availability::ApiKind;
 use super::observed_output::ObservedOutput;
 use super::target_record::TargetRecord;
+use super::trim::CacheEntry;
 
 /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
 pub type CacheKey = (String, String);
@@ -119,31 +120,6 @@ impl<K> Default for Cache<K> {
             active: AtomicBool::new(false),
             version: AtomicU64::new(0),
         }
-    }
-}
-
-/// What a cache needs of what it keeps: where an object is and which version of it this
-/// is. Every API object has both ([`kube::Resource`]); the compact records some kinds are
-/// cached as ([`super::target_record::TargetRecord`]) keep just these and what the
-/// reconciler reads.
-pub trait CacheEntry: Clone {
-    /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
-    fn entry_key(&self) -> (&str, &str);
-    /// `metadata.resourceVersion`.
-    fn entry_version(&self) -> Option<&str>;
-}
-
-impl<K: kube::Resource + Clone> CacheEntry for K {
-    fn entry_key(&self) -> (&str, &str) {
-        let meta = self.meta();
-        (
-            meta.namespace.as_deref().unwrap_or_default(),
-            meta.name.as_deref().unwrap_or_default(),
-        )
-    }
-
-    fn entry_version(&self) -> Option<&str> {
-        self.meta().resource_version.as_deref()
     }
 }
 

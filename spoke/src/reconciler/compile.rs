@@ -15,7 +15,6 @@ use kleym_api::{InferenceIdentityBinding, TargetKind};
 use kube::ResourceExt;
 
 use super::api_availability::{ApiKind, ServedApis};
-use super::caches::CacheEntry;
 use super::error::Error;
 #[cfg(doc)]
 use super::evaluation::CompileMemo;
@@ -25,6 +24,7 @@ use super::evaluation::{
 use super::queue::ObjectKey;
 use super::state::SpokeState;
 use super::target_record::TargetRecord;
+use super::trim::CacheEntry;
 use crate::compiler::{
     self, BindingInput, ClusterConfig, ForeignSpiffeId, Lookup, NamespaceLabels, PoolView,
     TargetView, resolve,

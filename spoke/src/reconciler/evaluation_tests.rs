@@ -21,14 +21,14 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::api_availability::{ApiKind, ServedApis};
-use super::caches::{Cache, CacheEntry, Change};
+use super::caches::{Cache, Change};
 use super::compile;
 use super::context::{Context, SpokeConfig};
 use super::evaluation::{BindingDecision, NamespaceEvaluation};
 use super::metrics::SpokeMetrics;
 use super::queue::ObjectKey;
 use super::reconcile::cluster_config;
-use super::trim::CacheForm;
+use super::trim::{CacheEntry, CacheForm};
 use super::watches::{self, ingest};
 use crate::compiler::Reason;
 

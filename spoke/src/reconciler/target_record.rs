@@ -13,8 +13,7 @@ use kleym_api::external::model::InferenceModel;
 use kleym_api::external::objective::{gaie, llmd};
 use kube::api::ObjectMeta;
 
-use super::caches::CacheEntry;
-use super::trim::CacheForm;
+use super::trim::{CacheEntry, CacheForm};
 use crate::compiler::TargetView;
 
 /// What the reconciler keeps of a target object (see the module documentation).

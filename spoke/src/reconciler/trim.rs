@@ -13,7 +13,6 @@ use kleym_api::InferenceIdentityBinding;
 use kleym_api::external::pool::{v1, v1alpha2};
 use kube::Resource;
 
-use super::caches::CacheEntry;
 use crate::ownership::prune_managed_fields;
 
 /// Annotation `kubectl apply` (client-side) keeps a full copy of the object in.
@@ -79,6 +78,31 @@ impl ShrinkLists for InferenceIdentityBinding {
 impl ShrinkLists for v1::InferencePool {}
 impl ShrinkLists for v1alpha2::InferencePool {}
 impl ShrinkLists for Namespace {}
+
+/// What a cache needs of what it keeps: where an object is and which version of it this
+/// is. Every API object has both ([`kube::Resource`]); the compact records some kinds are
+/// cached as ([`super::target_record::TargetRecord`]) keep just these and what the
+/// reconciler reads.
+pub trait CacheEntry: Clone {
+    /// `(namespace, name)`; namespace is empty for cluster-scoped objects.
+    fn entry_key(&self) -> (&str, &str);
+    /// `metadata.resourceVersion`.
+    fn entry_version(&self) -> Option<&str>;
+}
+
+impl<K: kube::Resource + Clone> CacheEntry for K {
+    fn entry_key(&self) -> (&str, &str) {
+        let meta = self.meta();
+        (
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        )
+    }
+
+    fn entry_version(&self) -> Option<&str> {
+        self.meta().resource_version.as_deref()
+    }
+}
 
 /// The form a decoded object is kept in by a cache and the write overlay: itself, trimmed
 /// ([`trim_for_cache`]), for a ClusterSPIFFEID its

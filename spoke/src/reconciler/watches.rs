@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::api_availability::ApiKind;
-use super::caches::{Cache, CacheEntry, Change};
+use super::caches::{Cache, Change};
 use super::context::Context;
 use super::index::{SourceKey, TargetKey};
 use super::lean::Lean;
@@ -28,7 +28,7 @@ use super::observed_output::ObservedOutput;
 use super::overlay::Overlay;
 use super::queue::ObjectKey;
 use super::target_record::TargetRecord;
-use super::trim::CacheForm;
+use super::trim::{CacheEntry, CacheForm};
 pub use super::watch_failures::{WatchFailure, WatchFailures};
 use crate::compiler::PoolView;
 
