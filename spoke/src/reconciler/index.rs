@@ -163,15 +163,16 @@ impl Index {
             key.namespace, target.namespace,
             "a target is in its binding's namespace"
         );
-        let target = local_target(&target);
-        if self
+        // Compared before the key is built: most binding events leave the target as it was.
+        let unchanged = self
             .namespaces
             .get(&key.namespace)
             .and_then(|part| part.binding_target.get(&key.name))
-            == Some(&target)
-        {
+            .is_some_and(|(kind, name)| *kind == target.kind && *name == target.name);
+        if unchanged {
             return;
         }
+        let target = (target.kind, target.name);
         self.remove_binding(key);
         let part = self.namespaces.entry(key.namespace.clone()).or_default();
         part.target_bindings
