@@ -34,7 +34,11 @@ pub struct ClusterSpiffeIdOutput {
 }
 
 fn short_hash(input: &str) -> String {
-    let digest = Sha256::digest(input.as_bytes());
+    hash_hex(&Sha256::digest(input.as_bytes()))
+}
+
+/// The first [`HASH_HEX`] hex digits of `digest`.
+fn hash_hex(digest: &[u8]) -> String {
     let mut hex = hex::encode(&digest[..HASH_HEX.div_ceil(2)]);
     hex.truncate(HASH_HEX);
     hex
@@ -43,6 +47,9 @@ fn short_hash(input: &str) -> String {
 /// Lowercase, map characters outside `[a-z0-9.-]` to `-`, and trim each dot-separated
 /// label to start and end alphanumeric (dropping empty labels).
 fn sanitize_subdomain(s: &str) -> String {
+    if is_sanitized(s) {
+        return s.to_string();
+    }
     let mapped: String = s
         .chars()
         .map(|c| {
@@ -62,17 +69,39 @@ fn sanitize_subdomain(s: &str) -> String {
         .join(".")
 }
 
+/// Would [`sanitize_subdomain`] return `s` unchanged? True for every name made of a
+/// namespace and a binding name the API server accepted (DNS labels and subdomains), so
+/// the reconciler, which derives each output's name several times per reconcile, mostly
+/// skips the mapping and its three allocations.
+fn is_sanitized(s: &str) -> bool {
+    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    s.bytes().all(|b| alnum(b) || b == b'.' || b == b'-')
+        && s.split('.').all(|label| {
+            let bytes = label.as_bytes();
+            matches!((bytes.first(), bytes.last()), (Some(&a), Some(&z)) if alnum(a) && alnum(z))
+        })
+}
+
 /// The deterministic ClusterSPIFFEID name of binding `namespace/binding` (see the module
 /// documentation). Always a valid DNS-1123 subdomain of at most 253 characters.
 pub fn cluster_spiffe_id_name(namespace: &str, binding: &str) -> String {
-    let hash = short_hash(&format!("{namespace}/{binding}"));
+    // SHA-256 over `<namespace>/<binding>`, fed in parts rather than formatted first.
+    let digest = Sha256::new()
+        .chain_update(namespace.as_bytes())
+        .chain_update(b"/")
+        .chain_update(binding.as_bytes())
+        .finalize();
+    let hash = hash_hex(&digest);
     let max_base = MAX_NAME_LEN - 1 - HASH_HEX;
     let mut base = sanitize_subdomain(&format!("kleym-{namespace}-{binding}"));
     if base.len() > max_base {
         base.truncate(max_base);
         base = sanitize_subdomain(&base);
     }
-    format!("{base}-{hash}")
+    base.reserve_exact(1 + HASH_HEX);
+    base.push('-');
+    base.push_str(&hash);
+    base
 }
 
 /// A label value for `value`: itself when valid, else a truncated prefix plus a hash.
@@ -185,6 +214,63 @@ mod tests {
             format!("kleym-team-a-chat-{}", short_hash("team-a/chat"))
         );
         assert_eq!(short_hash("team-a/chat").len(), HASH_HEX);
+    }
+
+    /// The mapping as it was before [`is_sanitized`] let it skip names that need none.
+    fn sanitize_by_mapping(s: &str) -> String {
+        let mapped: String = s
+            .chars()
+            .map(|c| {
+                let c = c.to_ascii_lowercase();
+                if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        mapped
+            .split('.')
+            .map(|l| l.trim_matches('-'))
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(".")
+    }
+
+    #[test]
+    fn skipping_the_mapping_changes_no_name() {
+        // Every string over an alphabet with each kind of character the mapping treats
+        // differently, up to length 5: the shortcut is taken only where the mapping is the
+        // identity, and names are what they were.
+        let alphabet = ['a', 'Z', '0', '-', '.', '_', 'é'];
+        let mut words = vec![String::new()];
+        for _ in 0..5 {
+            let longer: Vec<String> = words
+                .iter()
+                .filter(|w| w.chars().count() == words.last().map_or(0, |l| l.chars().count()))
+                .flat_map(|w| alphabet.iter().map(move |c| format!("{w}{c}")))
+                .collect();
+            words.extend(longer);
+        }
+        let mut shortcut = 0;
+        for w in &words {
+            assert_eq!(sanitize_subdomain(w), sanitize_by_mapping(w), "{w:?}");
+            shortcut += usize::from(is_sanitized(w));
+        }
+        assert!(shortcut > 100, "the shortcut was taken {shortcut} times");
+        for (ns, b) in [
+            ("team-a", "chat"),
+            ("a", "b.c-d"),
+            ("x", "Upper_case"),
+            ("n", "-.-"),
+        ] {
+            let old = format!(
+                "{}-{}",
+                sanitize_by_mapping(&format!("kleym-{ns}-{b}")),
+                short_hash(&format!("{ns}/{b}"))
+            );
+            assert_eq!(cluster_spiffe_id_name(ns, b), old, "{ns}/{b}");
+        }
     }
 
     #[test]
