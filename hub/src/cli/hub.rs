@@ -8,7 +8,6 @@
 //! library ([`kleym_hub::runtime`]) so tests and benchmarks run the same code; this command
 //! adds only what a process needs: the access-provider check, logging and signals.
 
-use anyhow::Context as _;
 use kleym_hub::observe::logging;
 use kleym_hub::runtime::run_hub;
 use kleym_spoke::reconciler::CancellationToken;
@@ -20,10 +19,7 @@ pub type Args = kleym_hub::runtime::HubArgs;
 pub fn run(args: &Args) -> anyhow::Result<()> {
     check_access_providers(args)?;
     logging::init(args.log_format, &args.log_level)?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let rt = super::runtime(args.worker_threads)?;
     rt.block_on(async {
         let shutdown = CancellationToken::new();
         super::signal::cancel_on_signal(shutdown.clone());

@@ -128,6 +128,18 @@ pub fn usage_error(subcommand: &str, message: impl std::fmt::Display) -> clap::E
     }
 }
 
+/// The async runtime of a long-running command (`hub`, `spoke`), with `worker_threads`
+/// threads. Always the multi-threaded scheduler, also for one thread: the code and its
+/// blocking sections run the same way whatever the operator chooses.
+fn runtime(worker_threads: u16) -> anyhow::Result<tokio::runtime::Runtime> {
+    use anyhow::Context as _;
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(usize::from(worker_threads).max(1))
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
 /// Run the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -148,6 +160,33 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn worker_threads_default_to_one_and_size_the_runtime() {
+        let threads = |argv: &[&str]| match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Hub(a)) => Ok(a.worker_threads),
+            Ok(Command::Spoke(a)) => Ok(a.worker_threads),
+            Ok(_) => panic!("{argv:?} parsed as another command"),
+            Err(e) => Err(e.to_string()),
+        };
+        let spoke = ["kleym", "spoke", "--trust-domain", "td.example"];
+        assert_eq!(threads(&["kleym", "hub"]), Ok(1));
+        assert_eq!(threads(&spoke), Ok(1));
+        assert_eq!(threads(&["kleym", "hub", "--worker-threads", "3"]), Ok(3));
+        assert_eq!(
+            threads(&[&spoke[..], &["--worker-threads", "2"]].concat()),
+            Ok(2)
+        );
+        for bad in ["0", "1025", "-1", "two"] {
+            let flag = format!("--worker-threads={bad}");
+            let e = threads(&["kleym", "hub", &flag]).expect_err(bad);
+            assert!(e.contains("--worker-threads"), "{bad}: {e}");
+        }
+        for n in [1, 3] {
+            let rt = runtime(n).unwrap();
+            assert_eq!(rt.metrics().num_workers(), usize::from(n));
+        }
     }
 
     #[test]
