@@ -140,7 +140,7 @@ pub struct HubArgs {
     pub log_level: String,
 
     /// Threads of the async runtime. The hub waits on its spokes far more than it computes,
-    /// and one thread does that work with the least overhead: on 2 cores it used 10 to 20 %
+    /// and one thread does that work with the least overhead: on 2 cores it used about 15 %
     /// less CPU than two threads and converged as fast, from 100 to 5000 spokes
     /// (docs/hub.md, "Runtime threads"). Raise it when the hub's own CPU is the bottleneck
     /// (its CPU use stays at N cores while spokes engage), up to its CPU limit.
