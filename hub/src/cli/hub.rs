@@ -19,7 +19,7 @@ pub type Args = kleym_hub::runtime::HubArgs;
 pub fn run(args: &Args) -> anyhow::Result<()> {
     check_access_providers(args)?;
     logging::init(args.log_format, &args.log_level)?;
-    let rt = super::runtime(args.worker_threads)?;
+    let rt = super::runtime(args.runtime.worker_threads)?;
     rt.block_on(async {
         let shutdown = CancellationToken::new();
         super::signal::cancel_on_signal(shutdown.clone());

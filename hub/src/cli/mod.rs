@@ -165,8 +165,8 @@ mod tests {
     #[test]
     fn worker_threads_default_to_one_and_size_the_runtime() {
         let threads = |argv: &[&str]| match Cli::try_parse_from(argv).map(|c| c.command) {
-            Ok(Command::Hub(a)) => Ok(a.worker_threads),
-            Ok(Command::Spoke(a)) => Ok(a.worker_threads),
+            Ok(Command::Hub(a)) => Ok(a.runtime.worker_threads),
+            Ok(Command::Spoke(a)) => Ok(a.runtime.worker_threads),
             Ok(_) => panic!("{argv:?} parsed as another command"),
             Err(e) => Err(e.to_string()),
         };

@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use kleym_hub::flags::{
-    non_blank, parse_instance, parse_log_filter, parse_required_trust_domain,
+    RuntimeFlags, non_blank, parse_instance, parse_log_filter, parse_required_trust_domain,
     parse_spire_class_name,
 };
 use kleym_hub::observe::health::{HealthListeners, ReadyCheck};
@@ -67,17 +67,9 @@ pub struct Args {
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub concurrency: u16,
 
-    /// Threads of the async runtime. The operator waits on its API server far more than it
-    /// computes, and one thread does that work with the least overhead (see `kleym hub
-    /// --help`). Raise it when its own CPU is the bottleneck, up to its CPU limit.
-    #[arg(
-        long,
-        default_value_t = 1,
-        env = "KLEYM_WORKER_THREADS",
-        value_name = "N",
-        value_parser = clap::value_parser!(u16).range(1..=1024)
-    )]
-    pub worker_threads: u16,
+    /// `--worker-threads`.
+    #[command(flatten)]
+    pub runtime: RuntimeFlags,
 
     /// Seconds between discovery polls for CRDs installed or removed while running.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
@@ -104,7 +96,7 @@ impl Args {
 /// Runs the operator until SIGTERM/SIGINT.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     logging::init(args.log_format, &args.log_level)?;
-    let rt = super::runtime(args.worker_threads)?;
+    let rt = super::runtime(args.runtime.worker_threads)?;
     rt.block_on(run_async(args))
 }
 

@@ -139,19 +139,9 @@ pub struct HubArgs {
     #[arg(long, default_value = "info", env = "KLEYM_LOG", value_parser = parse_log_filter)]
     pub log_level: String,
 
-    /// Threads of the async runtime. The hub waits on its spokes far more than it computes,
-    /// and one thread does that work with the least overhead: on 2 cores it used about 15 %
-    /// less CPU than two threads and converged as fast, from 100 to 5000 spokes
-    /// (docs/hub.md, "Runtime threads"). Raise it when the hub's own CPU is the bottleneck
-    /// (its CPU use stays at N cores while spokes engage), up to its CPU limit.
-    #[arg(
-        long,
-        default_value_t = 1,
-        env = "KLEYM_WORKER_THREADS",
-        value_name = "N",
-        value_parser = clap::value_parser!(u16).range(1..=1024)
-    )]
-    pub worker_threads: u16,
+    /// `--worker-threads`.
+    #[command(flatten)]
+    pub runtime: crate::flags::RuntimeFlags,
 
     /// Spokes doing their initial cache sync at once, fleet-wide. Connecting (credential
     /// plugin, client) and the preflight requests are not limited by it, so a blackholed or
