@@ -185,9 +185,10 @@ pub fn non_blank(value: Option<&String>) -> Option<String> {
 pub struct RuntimeFlags {
     /// Threads of the async runtime. The process waits on API servers far more than it
     /// computes, and one thread does that work with the least overhead: on 2 cores the hub
-    /// used about 15 % less CPU with one thread than with two and converged as fast, from
-    /// 100 to 5000 spokes (docs/hub.md, "Runtime threads"). Raise it when the process's own
-    /// CPU is the bottleneck (its CPU use stays at N cores), up to its CPU limit.
+    /// used about 15 % less CPU with one thread than with two, converging as fast in the
+    /// median from 100 to 5000 spokes, though its slowest cold starts took a little longer
+    /// (docs/hub.md, "Runtime threads"). Raise it when the process's own CPU is the
+    /// bottleneck (its CPU use stays at N cores), up to its CPU limit.
     #[arg(
         long,
         default_value_t = 1,
