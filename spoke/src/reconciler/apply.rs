@@ -7,11 +7,14 @@
 
 use std::sync::Arc;
 
+use http_body_util::BodyExt as _;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, InferenceIdentityBindingStatus, OwnedClusterSpiffeId};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::core::Status;
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::effects::Effects;
@@ -120,14 +123,13 @@ pub async fn apply_cluster_spiffe_id(
     force: bool,
 ) -> Result<ClusterSPIFFEID, Error> {
     let name = obj.name_any();
-    // The written object is read back without its field sets (see `lean`).
-    let api: Api<Lean<ClusterSPIFFEID>> = Api::all(fx.client.clone());
     let mut pp = PatchParams::apply(field_manager);
     pp.force = force;
     fx.metrics.count_write("clusterspiffeid_apply");
-    api.patch(&name, &pp, &Patch::Apply(obj))
+    let url = ClusterSPIFFEID::url_path(&(), None);
+    let request = kube::core::Request::new(url).patch(&name, &pp, &Patch::Apply(obj));
+    send_write(&fx.client, request)
         .await
-        .map(|Lean(written)| written)
         .map_err(|e| Error::kube(format!("apply ClusterSPIFFEID {name}"), e))
 }
 
@@ -160,7 +162,6 @@ pub async fn apply_status(
 ) -> Result<InferenceIdentityBinding, Error> {
     let ns = binding.namespace().unwrap_or_default();
     let name = binding.name_any();
-    let api: Api<Lean<InferenceIdentityBinding>> = Api::namespaced(fx.client.clone(), &ns);
     let api_version = InferenceIdentityBinding::api_version(&());
     let kind = InferenceIdentityBinding::kind(&());
     let body = StatusApply {
@@ -174,15 +175,15 @@ pub async fn apply_status(
     };
     let pp = PatchParams::apply(field_manager).force();
     fx.metrics.count_write("status_apply");
-    api.patch_status(&name, &pp, &Patch::Apply(&body))
-        .await
-        .map(|Lean(written)| written)
-        .map_err(|e| {
-            Error::kube(
-                format!("apply status of InferenceIdentityBinding {ns}/{name}"),
-                e,
-            )
-        })
+    let url = InferenceIdentityBinding::url_path(&(), Some(&ns));
+    let request =
+        kube::core::Request::new(url).patch_subresource("status", &name, &pp, &Patch::Apply(&body));
+    send_write(&fx.client, request).await.map_err(|e| {
+        Error::kube(
+            format!("apply status of InferenceIdentityBinding {ns}/{name}"),
+            e,
+        )
+    })
 }
 
 /// The applied configuration of a status write. Typed rather than `json!`: that copied the
@@ -214,7 +215,6 @@ pub async fn set_finalizers(
 ) -> Result<InferenceIdentityBinding, Error> {
     let ns = binding.namespace().unwrap_or_default();
     let name = binding.name_any();
-    let api: Api<Lean<InferenceIdentityBinding>> = Api::namespaced(fx.client.clone(), &ns);
     let body = json!({
         "metadata": {
             "finalizers": finalizers,
@@ -226,21 +226,78 @@ pub async fn set_finalizers(
         field_manager: Some(field_manager.to_string()),
         ..PatchParams::default()
     };
-    api.patch(&name, &pp, &Patch::Merge(&body))
-        .await
+    let url = InferenceIdentityBinding::url_path(&(), Some(&ns));
+    let request = kube::core::Request::new(url).patch(&name, &pp, &Patch::Merge(&body));
+    send_write(&fx.client, request).await.map_err(|e| {
+        Error::kube(
+            format!("update finalizers of InferenceIdentityBinding {ns}/{name}"),
+            e,
+        )
+    })
+}
+
+/// Sends a write built by `request` and decodes the object the API server returns, as
+/// [`Lean`] (without the field sets the ownership proof does not read).
+///
+/// What `Api::patch` does, without two copies per write: kube reads the body into a
+/// `String` (a copy and a UTF-8 pass over it) to decode it with `from_str`; this decodes the
+/// received bytes in place (the decoder checks UTF-8 in the strings it reads). And no `Api`
+/// handle is built per write. Errors are kube's own: an error status becomes
+/// [`kube::Error::Api`] with the server's `Status`, or one made from the body and the code
+/// when the body is not a `Status`, as kube-client does.
+async fn send_write<K: DeserializeOwned>(
+    client: &kube::Client,
+    request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<K, kube::Error> {
+    let request = request.map_err(kube::Error::BuildRequest)?;
+    let response = client.send(request.map(kube::client::Body::from)).await?;
+    let status = response.status();
+    let body = response.into_body().collect().await?.to_bytes();
+    if status.is_client_error() || status.is_server_error() {
+        return Err(api_error(status, &body));
+    }
+    serde_json::from_slice::<Lean<K>>(&body)
         .map(|Lean(written)| written)
-        .map_err(|e| {
-            Error::kube(
-                format!("update finalizers of InferenceIdentityBinding {ns}/{name}"),
-                e,
-            )
-        })
+        .map_err(kube::Error::SerdeError)
+}
+
+/// The error of a write answered with `status`: the server's `Status`, or (a proxy's page,
+/// a path the server does not serve) one carrying the body's text and the code.
+fn api_error(status: http::StatusCode, body: &[u8]) -> kube::Error {
+    let status = serde_json::from_slice::<Status>(body).unwrap_or_else(|_| {
+        let text = String::from_utf8_lossy(body);
+        Status::failure(text.trim(), "Failed to parse error data").with_code(status.as_u16())
+    });
+    kube::Error::Api(status.boxed())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use kleym_api::{ConflictPeer, IdentityWarning};
+
+    #[test]
+    fn an_error_status_is_the_servers_or_made_from_the_body() {
+        let conflict = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Apply failed with 1 conflict","reason":"Conflict","code":409}"#;
+        let kube::Error::Api(status) = api_error(http::StatusCode::CONFLICT, conflict) else {
+            panic!("not an API error");
+        };
+        assert_eq!(status.code, 409);
+        assert_eq!(status.reason, "Conflict");
+        assert_eq!(status.message, "Apply failed with 1 conflict");
+
+        // A proxy's page: kube-client's fallback, the text and the response's code.
+        let kube::Error::Api(status) =
+            api_error(http::StatusCode::BAD_GATEWAY, b"  upstream unreachable\n")
+        else {
+            panic!("not an API error");
+        };
+        assert_eq!(status.code, 502);
+        assert_eq!(status.message, "upstream unreachable");
+        assert_eq!(status.reason, "Failed to parse error data");
+        let err = Error::kube("apply ClusterSPIFFEID x", kube::Error::Api(status));
+        assert_eq!(err.status_code(), Some(502));
+    }
 
     #[test]
     fn status_apply_body_is_the_json_it_replaced() {

@@ -354,7 +354,7 @@ impl WatchEvents {
                 return decode_line::<K, C>(&rest, None);
             }
             let read = chunk.len();
-            match chunk.iter().position(|&b| b == b'\n') {
+            match memchr::memchr(b'\n', chunk) {
                 Some(end) => {
                     let event = if self.partial.is_empty() {
                         decode_line(&chunk[..end], known)
