@@ -4,7 +4,13 @@
 //! caller passes (`kleym spoke` its own), and an unregistered [`SpokeMetrics::default`]
 //! works too: the hub keeps one per spoke and encodes them all, with a `cluster` label,
 //! through [`SpokeMetrics::encode_labelled`].
+//!
+//! Labels whose values are fixed names (results, conditions, kinds of write) borrow them
+//! (`Cow::Borrowed`): a reconcile counts itself, its outcome and up to three writes, and
+//! these counters took 1.8 % of the hub's CPU at 100 spokes × 100 bindings (perf), part of
+//! it copying each name into a new `String` only to look its counter up.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +30,7 @@ use super::queue::ObjectKey;
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     /// `success` or `error`.
-    pub result: String,
+    pub result: Cow<'static, str>,
 }
 
 /// Label set `{reason}`: the error category of a failed reconcile.
@@ -38,7 +44,7 @@ pub struct ReasonLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     /// `Ready` or the refusal condition that is True.
-    pub condition: String,
+    pub condition: Cow<'static, str>,
     /// The condition's reason.
     pub reason: String,
 }
@@ -47,14 +53,14 @@ pub struct OutcomeLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ConditionLabels {
     /// `Ready` or the refusal condition that is True.
-    pub condition: String,
+    pub condition: Cow<'static, str>,
 }
 
 /// Label set `{write}`: which kind of API write.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
     /// `clusterspiffeid_apply`, `clusterspiffeid_delete`, `status_apply`, `finalizer`.
-    pub write: String,
+    pub write: Cow<'static, str>,
 }
 
 /// The metrics of one reconciler.
@@ -167,7 +173,7 @@ impl SpokeMetrics {
             "success"
         };
         let labels = ResultLabels {
-            result: result.into(),
+            result: Cow::Borrowed(result),
         };
         self.note(|s| note(&mut s.reconciles, &labels));
         self.reconciles.get_or_create(&labels).inc();
@@ -183,7 +189,7 @@ impl SpokeMetrics {
     /// Records the outcome of a binding (the condition that holds) and updates the gauge.
     pub fn observe_outcome(&self, key: &ObjectKey, condition: &'static str, reason: &str) {
         let labels = OutcomeLabels {
-            condition: condition.into(),
+            condition: Cow::Borrowed(condition),
             reason: reason.into(),
         };
         self.note(|s| note(&mut s.outcomes, &labels));
@@ -198,12 +204,12 @@ impl SpokeMetrics {
             if let Some(prev) = previous {
                 self.bindings
                     .get_or_create(&ConditionLabels {
-                        condition: prev.to_string(),
+                        condition: Cow::Borrowed(prev),
                     })
                     .dec();
             }
             let labels = ConditionLabels {
-                condition: condition.into(),
+                condition: Cow::Borrowed(condition),
             };
             self.note(|s| note(&mut s.bindings, &labels));
             self.bindings.get_or_create(&labels).inc();
@@ -216,15 +222,17 @@ impl SpokeMetrics {
         if let Some(prev) = map.remove(key) {
             self.bindings
                 .get_or_create(&ConditionLabels {
-                    condition: prev.to_string(),
+                    condition: Cow::Borrowed(prev),
                 })
                 .dec();
         }
     }
 
     /// Counts one API write of `kind`.
-    pub fn count_write(&self, kind: &str) {
-        let labels = WriteLabels { write: kind.into() };
+    pub fn count_write(&self, kind: &'static str) {
+        let labels = WriteLabels {
+            write: Cow::Borrowed(kind),
+        };
         self.note(|s| note(&mut s.writes, &labels));
         self.writes.get_or_create(&labels).inc();
     }
@@ -326,7 +334,9 @@ impl SpokeMetrics {
         .iter()
         .map(|w| {
             self.writes
-                .get_or_create(&WriteLabels { write: (*w).into() })
+                .get_or_create(&WriteLabels {
+                    write: Cow::Borrowed(w),
+                })
                 .get()
         })
         .sum()
@@ -351,7 +361,7 @@ impl SpokeMetrics {
     pub fn bindings_with(&self, condition: &str) -> i64 {
         self.bindings
             .get_or_create(&ConditionLabels {
-                condition: condition.into(),
+                condition: Cow::Owned(condition.to_string()),
             })
             .get()
     }
