@@ -432,6 +432,18 @@ impl SpokeCredentials {
         &self.inner.access
     }
 
+    /// What [`get`](Self::get) returns, when that is known without waiting: the usable cached
+    /// credential (a refresh that is due starts in the background), or the error of a
+    /// failing plugin. `None` when the caller would wait for a plugin run (which this starts
+    /// if none is running; [`get`](Self::get) then waits for that run). Must be called
+    /// within a Tokio runtime.
+    pub fn try_get(&self) -> Option<Result<CachedCredential, CredentialError>> {
+        match self.inner.next() {
+            Next::Ready(outcome) => Some(outcome),
+            Next::Wait(_) => None,
+        }
+    }
+
     /// A usable credential: the cached one (starting a background refresh when it is due), or
     /// a fresh one from the plugin when none is usable. Must be called within a Tokio runtime.
     pub async fn get(&self) -> Result<CachedCredential, CredentialError> {
