@@ -455,6 +455,20 @@ pub(crate) fn peek_head(line: &[u8]) -> Option<EventHead> {
     head
 }
 
+/// The head of one object (a write's response): its namespace, name and resourceVersion,
+/// read as [`peek_head`] reads an event's object. `None` when the bytes do not read as one.
+pub(crate) fn peek_object_head(object: &[u8]) -> Option<EventHead> {
+    let mut head = None;
+    let mut de = serde_json::Deserializer::from_slice(object);
+    // Always an error once the head is read, as in `peek_head`.
+    let _stopped = HeadSeed {
+        head: &mut head,
+        in_object: true,
+    }
+    .deserialize(&mut de);
+    head
+}
+
 /// The message of the error that ends [`peek_head`]'s read. Never shown: the error is
 /// dropped.
 const HEAD_READ: &str = "event head read";

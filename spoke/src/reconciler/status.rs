@@ -284,8 +284,17 @@ pub async fn write_if_changed(
         desired = ?status,
         "status differs; applying"
     );
-    let updated = apply::apply_status(fx, field_manager, &binding, status).await?;
-    Ok(state.record_binding_write(key, updated))
+    let base = binding.metadata.resource_version.clone();
+    let updated = apply::apply_status(fx, field_manager, &binding, status, || {
+        apply::newer_in_cache(
+            &state.caches.bindings,
+            &key.namespace,
+            &key.name,
+            base.as_deref(),
+        )
+    })
+    .await?;
+    Ok(apply::record_binding(state, key, updated))
 }
 
 #[cfg(test)]
