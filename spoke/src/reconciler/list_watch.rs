@@ -444,26 +444,23 @@ pub struct EventHead {
 /// values it does not need without building them. It stops there on purpose, with an
 /// error that carries nothing: the rest of the object is most of the line.
 pub(crate) fn peek_head(line: &[u8]) -> Option<EventHead> {
-    let mut head = None;
-    let mut de = serde_json::Deserializer::from_slice(line);
-    // Always an error (`HEAD_READ` once the head is read): see above.
-    let _stopped = HeadSeed {
-        head: &mut head,
-        in_object: false,
-    }
-    .deserialize(&mut de);
-    head
+    read_head(line, false)
 }
 
 /// The head of one object (a write's response): its namespace, name and resourceVersion,
 /// read as [`peek_head`] reads an event's object. `None` when the bytes do not read as one.
 pub(crate) fn peek_object_head(object: &[u8]) -> Option<EventHead> {
+    read_head(object, true)
+}
+
+/// [`peek_head`] of an event (`in_object` false) or of an object.
+fn read_head(json: &[u8], in_object: bool) -> Option<EventHead> {
     let mut head = None;
-    let mut de = serde_json::Deserializer::from_slice(object);
-    // Always an error once the head is read, as in `peek_head`.
+    let mut de = serde_json::Deserializer::from_slice(json);
+    // Always an error (`HEAD_READ` once the head is read): see `peek_head`.
     let _stopped = HeadSeed {
         head: &mut head,
-        in_object: true,
+        in_object,
     }
     .deserialize(&mut de);
     head
