@@ -308,8 +308,10 @@ pub enum Returned<K, C> {
 /// The response and the watch event of a write travel apart, and either can be read first
 /// (kubesim sends both at once; the echo found first is decoded whole). When the event came
 /// first, `delivered` (asked once the response is in) gives the cache's copy, and if the
-/// response is that version of that object its head is all that is read: each version is
-/// decoded once, by whichever of the two arrives first.
+/// response is that version of that object its head is all that is read. (An echo that
+/// comes after a later write of the same object replaced this one in the overlay, which
+/// keeps one write per object, is still decoded whole: docs/hub.md, "Fewer copies and
+/// system calls per request".)
 async fn send_write<K: DeserializeOwned, C: Resource>(
     client: &kube::Client,
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
