@@ -209,6 +209,58 @@ fn the_echo_of_our_write_is_the_recorded_object_not_a_second_decode() {
 }
 
 #[test]
+fn the_echo_of_an_earlier_write_is_known_after_a_later_write_returned() {
+    let rt = runtime();
+    let _guard = rt.enter();
+    let ctx = Arc::new(context());
+    list_bindings(&ctx, &[("a", 1)], "Pending");
+    let key = ObjectKey::new("llm", "a");
+    // A reconcile writes the finalizer, then the status, before either echo arrives.
+    let first = ctx
+        .state
+        .record_binding_write(&key, binding(served_binding("a", 3, "Pending")));
+    let second = ctx
+        .state
+        .record_binding_write(&key, binding(served_binding("a", 4, "Ready")));
+    let known = own_writes(&ctx, |c| &c.state.binding_overlay);
+    let queued = ctx.queue.len();
+    let head = |object: Value| {
+        let line = format!(r#"{{"type":"MODIFIED","object":{object}}}"#);
+        peek_head(line.as_bytes()).unwrap()
+    };
+
+    // The first write's echo is still ours: no decode, no reconcile, and the later
+    // write stays what reconciles read.
+    let echo = known(&head(served_binding("a", 3, "Pending"))).unwrap();
+    assert!(Arc::ptr_eq(&echo, &first));
+    ingest_fed(
+        &ctx,
+        &ctx.state.caches.bindings,
+        watches::on_binding,
+        Event::Apply(Fed::<InferenceIdentityBinding, _>::Known(echo)),
+    );
+    assert_eq!(ctx.queue.len(), queued);
+    assert!(Arc::ptr_eq(
+        &ctx.state.current_binding(&key).unwrap(),
+        &second
+    ));
+    // Once the cache passed it, the first write is no longer remembered.
+    assert!(known(&head(served_binding("a", 3, "Pending"))).is_none());
+
+    // The second echo: ours as well, and then the overlay holds nothing.
+    let echo = known(&head(served_binding("a", 4, "Ready"))).unwrap();
+    assert!(Arc::ptr_eq(&echo, &second));
+    ingest_fed(
+        &ctx,
+        &ctx.state.caches.bindings,
+        watches::on_binding,
+        Event::Apply(Fed::<InferenceIdentityBinding, _>::Known(echo)),
+    );
+    assert_eq!(ctx.queue.len(), queued);
+    assert!(ctx.state.binding_overlay.peek("llm", "a").is_none());
+}
+
+#[test]
 fn snapshot_is_rebuilt_only_when_the_binding_cache_changed() {
     let rt = runtime();
     let _guard = rt.enter();

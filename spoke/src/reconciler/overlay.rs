@@ -32,7 +32,23 @@ impl<K> Default for Overlay<K> {
 /// (every reconcile reads every namespace peer through the overlay).
 #[derive(Debug)]
 struct Written<K> {
-    by_namespace: HashMap<String, HashMap<String, Arc<K>>>,
+    by_namespace: HashMap<String, HashMap<String, Versions<K>>>,
+}
+
+/// How many of our writes of one object are remembered until their echoes arrive. A
+/// binding's reconcile writes it twice in a row (finalizer, then status), and the first
+/// echo usually arrives after the second write returned: keeping only the last write
+/// would leave that echo unrecognised, decoded whole and reconciled again.
+const VERSIONS_KEPT: usize = 4;
+
+/// Our writes of one object whose echoes have not all arrived, oldest first.
+#[derive(Debug)]
+struct Versions<K>(Vec<Arc<K>>);
+
+impl<K> Versions<K> {
+    fn latest(&self) -> Option<&Arc<K>> {
+        self.0.last()
+    }
 }
 
 impl<K> Default for Written<K> {
@@ -48,24 +64,56 @@ impl<K> Written<K> {
         self.by_namespace.is_empty()
     }
 
-    fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
+    fn versions(&self, namespace: &str, name: &str) -> Option<&Versions<K>> {
         self.by_namespace.get(namespace)?.get(name)
     }
 
-    fn insert(&mut self, namespace: String, name: String, obj: Arc<K>) {
-        self.by_namespace
-            .entry(namespace)
-            .or_default()
-            .insert(name, obj);
+    /// Our last write of `namespace/name`.
+    fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
+        self.versions(namespace, name)?.latest()
     }
 
-    fn remove(&mut self, namespace: &str, name: &str) {
+    fn insert(&mut self, namespace: String, name: String, obj: Arc<K>)
+    where
+        K: kube::Resource,
+    {
+        let versions = self
+            .by_namespace
+            .entry(namespace)
+            .or_default()
+            .entry(name)
+            .or_insert_with(|| Versions(Vec::with_capacity(2)));
+        // A write that changed nothing returns the version we already hold.
+        if let Some(last) = versions.0.last_mut()
+            && last.meta().resource_version == obj.meta().resource_version
+        {
+            *last = obj;
+            return;
+        }
+        if versions.0.len() >= VERSIONS_KEPT {
+            // An echo this far behind is decoded like anyone else's change.
+            versions.0.remove(0);
+        }
+        versions.0.push(obj);
+    }
+
+    /// Keeps only the writes of `namespace/name` for which `keep` holds.
+    fn retain(&mut self, namespace: &str, name: &str, keep: impl Fn(&Arc<K>) -> bool) {
         if let Some(names) = self.by_namespace.get_mut(namespace) {
-            names.remove(name);
+            if let Some(versions) = names.get_mut(name) {
+                versions.0.retain(|w| keep(w));
+                if versions.0.is_empty() {
+                    names.remove(name);
+                }
+            }
             if names.is_empty() {
                 self.by_namespace.remove(namespace);
             }
         }
+    }
+
+    fn remove(&mut self, namespace: &str, name: &str) {
+        self.retain(namespace, name, |_| false);
     }
 }
 
@@ -110,25 +158,28 @@ impl<K: kube::Resource + Clone> Overlay<K> {
             .remove(namespace, name);
     }
 
-    /// Is `rv` the resourceVersion our own last write of `namespace/name` returned? (Its
+    /// Is `rv` a resourceVersion one of our recent writes of `namespace/name` returned? (Its
     /// watch echo then needs no reconcile: the writer already acted on it.)
     pub fn is_own_write(&self, namespace: &str, name: &str, rv: Option<&str>) -> bool {
         rv.is_some_and(|rv| self.own_write(namespace, name, rv).is_some())
     }
 
-    /// Our own last write of `namespace/name`, if it returned resourceVersion `rv`: the
+    /// Our own recent write of `namespace/name` that returned resourceVersion `rv`: the
     /// object its watch echo carries, already decoded.
     pub fn own_write(&self, namespace: &str, name: &str, rv: &str) -> Option<Arc<K>> {
         self.written
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(namespace, name)
-            .filter(|mine| mine.meta().resource_version.as_deref() == Some(rv))
+            .versions(namespace, name)?
+            .0
+            .iter()
+            .rev()
+            .find(|mine| mine.meta().resource_version.as_deref() == Some(rv))
             .cloned()
     }
 
     /// The cache now holds `namespace/name` at resourceVersion `cached_rv`: forgets our
-    /// write of it if that is as new or older. [`Self::resolve`] would drop it at its next
+    /// writes of it that are as new or older. [`Self::resolve`] would drop them at its next
     /// read anyway, but the last write of a binding or ClusterSPIFFEID is often never read
     /// again, and its entry kept a second copy of the object for as long as the object
     /// lived (the cache holds the watch's copy of the same version).
@@ -136,14 +187,12 @@ impl<K: kube::Resource + Clone> Overlay<K> {
         let Some(cached) = cached_rv.and_then(|rv| rv.parse::<u64>().ok()) else {
             return;
         };
-        let mut written = self.written.lock().unwrap_or_else(|p| p.into_inner());
-        if written
-            .get(namespace, name)
-            .and_then(|mine| rv_number(mine.as_ref()))
-            .is_some_and(|mine| mine <= cached)
-        {
-            written.remove(namespace, name);
-        }
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(namespace, name, |mine| {
+                rv_number(mine.as_ref()).is_none_or(|mine| mine > cached)
+            });
     }
 
     /// Our last write of `namespace/name` not yet superseded by the cache, if any.
@@ -251,6 +300,51 @@ mod tests {
         assert!(o.is_own_write("ns", "a", Some("7")));
         assert!(!o.is_own_write("ns", "a", Some("8")));
         assert!(!o.is_own_write("ns", "b", Some("7")));
+    }
+
+    #[test]
+    fn earlier_writes_are_known_until_the_cache_passes_them() {
+        let o: Overlay<ConfigMap> = Overlay::default();
+        o.record(cm("7", "u"));
+        o.record(cm("8", "u"));
+        assert!(o.is_own_write("ns", "a", Some("7")));
+        assert!(o.is_own_write("ns", "a", Some("8")));
+        assert_eq!(
+            o.peek("ns", "a").unwrap().resource_version().as_deref(),
+            Some("8"),
+            "reads take the last write"
+        );
+        o.caught_up("ns", "a", Some("7"));
+        assert!(!o.is_own_write("ns", "a", Some("7")), "the cache holds it");
+        assert!(o.is_own_write("ns", "a", Some("8")));
+        // A read that finds the cache caught up forgets every write.
+        o.record(cm("9", "u"));
+        o.record(cm("10", "u"));
+        assert!(
+            o.resolve("ns", "a", Some(Arc::new(cm("10", "u"))))
+                .is_some()
+        );
+        assert!(!o.is_own_write("ns", "a", Some("9")));
+        assert!(o.peek("ns", "a").is_none());
+    }
+
+    #[test]
+    fn only_the_last_few_writes_are_kept() {
+        let o: Overlay<ConfigMap> = Overlay::default();
+        for rv in 1..=(VERSIONS_KEPT as u64 + 1) {
+            o.record(cm(&rv.to_string(), "u"));
+        }
+        assert!(
+            !o.is_own_write("ns", "a", Some("1")),
+            "the oldest is dropped"
+        );
+        // A write returning the version held replaces it rather than taking a place.
+        o.record(cm(&(VERSIONS_KEPT as u64 + 1).to_string(), "u"));
+        for rv in 2..=(VERSIONS_KEPT as u64 + 1) {
+            assert!(o.is_own_write("ns", "a", Some(&rv.to_string())), "{rv}");
+        }
+        o.forget("ns", "a");
+        assert!(!o.is_own_write("ns", "a", Some("2")));
     }
 
     #[test]
