@@ -20,7 +20,7 @@ use serde_json::json;
 use super::caches::Cache;
 use super::effects::Effects;
 use super::error::Error;
-use super::lean::Lean;
+use super::lean::{Lean, from_json};
 use super::list_watch::peek_object_head;
 use super::observed_output::ObservedOutput;
 use super::plan::{BindingPlan, name_taken};
@@ -299,19 +299,18 @@ pub enum Returned<K, C> {
 /// [`Lean`] (without the field sets the ownership proof does not read).
 ///
 /// What `Api::patch` does, without two copies per write: kube reads the body into a
-/// `String` (a copy and a UTF-8 pass over it) to decode it with `from_str`; this decodes the
-/// received bytes in place (the decoder checks UTF-8 in the strings it reads). And no `Api`
-/// handle is built per write. Errors are kube's own: an error status becomes
+/// `String` (a copy and a UTF-8 pass over it) to decode it with `from_str`; this checks the
+/// received bytes' UTF-8 and decodes them in place ([`from_json`]). And no `Api` handle is
+/// built per write. Errors are kube's own: an error status becomes
 /// [`kube::Error::Api`] with the server's `Status`, or one made from the body and the code
 /// when the body is not a `Status`, as kube-client does.
 ///
 /// The response and the watch event of a write travel apart, and either can be read first
 /// (kubesim sends both at once; the echo found first is decoded whole). When the event came
 /// first, `delivered` (asked once the response is in) gives the cache's copy, and if the
-/// response is that version of that object its head is all that is read. (An echo that
-/// comes after a later write of the same object replaced this one in the overlay, which
-/// keeps one write per object, is still decoded whole: docs/hub.md, "Fewer copies and
-/// system calls per request".)
+/// response is that version of that object its head is all that is read. An echo that
+/// comes after the response is the overlay's object, even after later writes of the same
+/// object (the overlay keeps the last few), so each version is decoded once.
 async fn send_write<K: DeserializeOwned, C: Resource>(
     client: &kube::Client,
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
@@ -327,7 +326,7 @@ async fn send_write<K: DeserializeOwned, C: Resource>(
     if let Some(copy) = delivered().and_then(|cached| same_version(&body, cached)) {
         return Ok(Returned::Delivered(copy));
     }
-    serde_json::from_slice::<Lean<K>>(&body)
+    from_json::<Lean<K>>(&body)
         .map(|Lean(written)| Returned::Decoded(written))
         .map_err(kube::Error::SerdeError)
 }

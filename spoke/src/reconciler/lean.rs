@@ -569,6 +569,18 @@ fn lean_record(entries: Vec<LeanEntry>) -> serde_json::Value {
     serde_json::Value::Array(kept)
 }
 
+/// Decodes a response body or a watch line. Its UTF-8 is checked once, over the whole text:
+/// decoding the bytes directly checks every string again as it is read, and those checks
+/// were about 2 % of the hub's CPU (docs/hub.md, "Each version decoded once"). Bytes that
+/// are not UTF-8 are decoded directly, so the result and its errors are what
+/// [`serde_json::from_slice`] gives (it skips unread values without checking them).
+pub(crate) fn from_json<T: de::DeserializeOwned>(json: &[u8]) -> serde_json::Result<T> {
+    match std::str::from_utf8(json) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(json),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -783,5 +795,32 @@ mod tests {
         let bad = csid(json!([{ "manager": 5, "operation": "Apply" }]));
         assert!(serde_json::from_str::<Lean<ClusterSPIFFEID>>(&bad.to_string()).is_err());
         assert!(serde_json::from_str::<Lean<ClusterSPIFFEID>>("[]").is_err());
+    }
+
+    #[test]
+    fn from_json_reads_text_and_bytes_that_are_not_utf8_alike() {
+        let text = r#"{"name":"caf\u00e9","skipped":"x"}"#;
+        let decoded: serde_json::Value = from_json(text.as_bytes()).unwrap();
+        assert_eq!(decoded["name"], "café");
+        // Invalid UTF-8 in a value nobody reads: decoded as from_slice decodes it.
+        let mut bytes = br#"{"name":"a","skipped":""#.to_vec();
+        bytes.extend_from_slice(&[0xff, 0xfe]);
+        bytes.extend_from_slice(br#""}"#);
+        #[derive(Deserialize)]
+        struct Named {
+            name: String,
+        }
+        let named: Named = from_json(&bytes).unwrap();
+        assert_eq!(named.name, "a");
+        // ... and in a value that is read: the same error as from_slice.
+        let mut bytes = br#"{"name":""#.to_vec();
+        bytes.extend_from_slice(&[0xff]);
+        bytes.extend_from_slice(br#""}"#);
+        let ours = from_json::<Named>(&bytes).err().map(|e| e.to_string());
+        let theirs = serde_json::from_slice::<Named>(&bytes)
+            .err()
+            .map(|e| e.to_string());
+        assert!(ours.is_some());
+        assert_eq!(ours, theirs);
     }
 }

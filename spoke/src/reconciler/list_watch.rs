@@ -41,6 +41,8 @@ use kube::{Resource, ResourceExt};
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
+use super::lean::from_json;
+
 /// Objects per list page (kube-runtime's and client-go's default).
 const PAGE_SIZE: u32 = 500;
 /// How long a watch may stay silent before it is treated as dead and resumed: the server
@@ -400,7 +402,7 @@ fn decode_line<K: DeserializeOwned + Resource, C>(
             Some(head.resource_version),
         ))));
     }
-    match serde_json::from_slice::<WatchEvent<K>>(line) {
+    match from_json::<WatchEvent<K>>(line) {
         Ok(event) => Some(Ok(with_version(event))),
         Err(err) if err.is_eof() => None,
         Err(err) => match serde_json::from_slice::<Status>(line) {
