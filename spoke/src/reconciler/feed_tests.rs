@@ -8,7 +8,7 @@ use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 
 use super::context::{Context, SpokeConfig};
-use super::list_watch::{Fed, peek_head};
+use super::list_watch::{EventHead, Fed, peek_head};
 use super::metrics::SpokeMetrics;
 use super::queue::ObjectKey;
 use super::snapshot;
@@ -67,6 +67,23 @@ fn served_binding(name: &str, rv: u64, reason: &str) -> Value {
 
 fn deliver(ctx: &Context, event: Event<InferenceIdentityBinding>) {
     ingest(ctx, &ctx.state.caches.bindings, watches::on_binding, event);
+}
+
+/// Delivers `echo` as the watch does an event whose object the overlay already held.
+fn deliver_known(ctx: &Context, echo: Arc<InferenceIdentityBinding>) {
+    ingest_fed(
+        ctx,
+        &ctx.state.caches.bindings,
+        watches::on_binding,
+        Event::Apply(Fed::<InferenceIdentityBinding, _>::Known(echo)),
+    );
+}
+
+/// The head of a `MODIFIED` event of `object`, written as the API server writes it: `type`
+/// first (`json!` would sort it last).
+fn event_head(object: Value) -> EventHead {
+    let line = format!(r#"{{"type":"MODIFIED","object":{object}}}"#);
+    peek_head(line.as_bytes()).unwrap()
 }
 
 /// Activates the binding cache and delivers an initial list of `bindings` (name and
@@ -176,29 +193,19 @@ fn the_echo_of_our_write_is_the_recorded_object_not_a_second_decode() {
         .record_binding_write(&key, binding(served_binding("a", 3, "Ready")));
     let known = own_writes(&ctx, |c| &c.state.binding_overlay);
     let queued = ctx.queue.len();
-    // As the API server writes a watch event: `type` first (`json!` would sort it last).
-    let head = |object: Value| {
-        let line = format!(r#"{{"type":"MODIFIED","object":{object}}}"#);
-        peek_head(line.as_bytes()).unwrap()
-    };
 
     // Another version (someone else's write) is not ours: it is decoded.
-    assert!(known(&head(served_binding("a", 2, "Ready"))).is_none());
+    assert!(known(&event_head(served_binding("a", 2, "Ready"))).is_none());
     // Another binding at our version is not ours either.
     let mut elsewhere = served_binding("a", 3, "Ready");
     elsewhere["metadata"]["namespace"] = json!("other");
-    assert!(known(&head(elsewhere)).is_none());
+    assert!(known(&event_head(elsewhere)).is_none());
 
     // The echo: the overlay's object, which then moves into the cache alone.
-    let head = head(served_binding("a", 3, "Ready"));
+    let head = event_head(served_binding("a", 3, "Ready"));
     let echo = known(&head).unwrap();
     assert!(Arc::ptr_eq(&echo, &recorded));
-    ingest_fed(
-        &ctx,
-        &ctx.state.caches.bindings,
-        watches::on_binding,
-        Event::Apply(Fed::<InferenceIdentityBinding, _>::Known(echo)),
-    );
+    deliver_known(&ctx, echo);
     assert!(Arc::ptr_eq(
         &ctx.state.caches.bindings.get("llm", "a").unwrap(),
         &recorded
@@ -224,38 +231,24 @@ fn the_echo_of_an_earlier_write_is_known_after_a_later_write_returned() {
         .record_binding_write(&key, binding(served_binding("a", 4, "Ready")));
     let known = own_writes(&ctx, |c| &c.state.binding_overlay);
     let queued = ctx.queue.len();
-    let head = |object: Value| {
-        let line = format!(r#"{{"type":"MODIFIED","object":{object}}}"#);
-        peek_head(line.as_bytes()).unwrap()
-    };
 
     // The first write's echo is still ours: no decode, no reconcile, and the later
     // write stays what reconciles read.
-    let echo = known(&head(served_binding("a", 3, "Pending"))).unwrap();
+    let echo = known(&event_head(served_binding("a", 3, "Pending"))).unwrap();
     assert!(Arc::ptr_eq(&echo, &first));
-    ingest_fed(
-        &ctx,
-        &ctx.state.caches.bindings,
-        watches::on_binding,
-        Event::Apply(Fed::<InferenceIdentityBinding, _>::Known(echo)),
-    );
+    deliver_known(&ctx, echo);
     assert_eq!(ctx.queue.len(), queued);
     assert!(Arc::ptr_eq(
         &ctx.state.current_binding(&key).unwrap(),
         &second
     ));
     // Once the cache passed it, the first write is no longer remembered.
-    assert!(known(&head(served_binding("a", 3, "Pending"))).is_none());
+    assert!(known(&event_head(served_binding("a", 3, "Pending"))).is_none());
 
     // The second echo: ours as well, and then the overlay holds nothing.
-    let echo = known(&head(served_binding("a", 4, "Ready"))).unwrap();
+    let echo = known(&event_head(served_binding("a", 4, "Ready"))).unwrap();
     assert!(Arc::ptr_eq(&echo, &second));
-    ingest_fed(
-        &ctx,
-        &ctx.state.caches.bindings,
-        watches::on_binding,
-        Event::Apply(Fed::<InferenceIdentityBinding, _>::Known(echo)),
-    );
+    deliver_known(&ctx, echo);
     assert_eq!(ctx.queue.len(), queued);
     assert!(ctx.state.binding_overlay.peek("llm", "a").is_none());
 }
