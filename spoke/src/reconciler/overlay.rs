@@ -37,8 +37,9 @@ struct Written<K> {
 
 /// How many of our writes of one object are remembered until their echoes arrive. A
 /// binding's reconcile writes it twice in a row (finalizer, then status), and the first
-/// echo usually arrives after the second write returned: keeping only the last write
-/// would leave that echo unrecognised, decoded whole and reconciled again.
+/// echo can arrive after the second write returned: keeping only the last write would
+/// leave that echo unrecognised, decoded whole and reconciled again. (Rare in fleet-bench;
+/// docs/hub.md, "Each version decoded once, UTF-8 checked once".)
 const VERSIONS_KEPT: usize = 4;
 
 /// Our writes of one object whose echoes have not all arrived, oldest first.
