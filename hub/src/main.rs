@@ -14,6 +14,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Before any client is built: every TLS client then offers AES-128-GCM first, as
+    // client-go does (see the module).
+    kleym_hub::credentials::transport::crypto::install_client_crypto_provider();
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,

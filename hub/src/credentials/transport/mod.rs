@@ -32,6 +32,7 @@
 //! opens; rotation builds a new client, hence a new connection, and the old connection
 //! closes once the old client and its open streams are gone.
 
+pub mod crypto;
 mod http2;
 mod keepalive;
 mod read_ahead;
