@@ -434,6 +434,55 @@ async fn a_401_triggers_one_reexec_and_one_retry() {
     assert!(!client.needs_rebuild().await);
 }
 
+#[tokio::test]
+async fn the_reconcilers_writes_get_the_token_and_the_401_retry_beside_kubes_buffer() {
+    let (addr, seen) = http401::start(accept_second).await;
+    let body = format!("{COUNT}\n{}", print_token(V1, "tok-$n", None));
+    let (dir, creds, _) = spoke(&body, &format!("http://{addr}"));
+    let client = build_spoke_client(creds.clone(), &ClientOptions::default())
+        .await
+        .unwrap();
+    let writes = client
+        .cluster_client()
+        .writes
+        .expect("a spoke client sends writes directly");
+    let get = || http::Request::get("/version").body(Vec::new()).unwrap();
+    let (status, body) = writes.send_write(get()).await.unwrap();
+    assert_eq!(status, http::StatusCode::OK);
+    assert!(
+        String::from_utf8_lossy(&body).contains("v1.33.0"),
+        "{body:?}"
+    );
+    assert_eq!(seen.list(), vec!["Bearer tok-1", "Bearer tok-2"]);
+    assert_eq!(count(dir.path()), 2);
+    // Both ways share one credential layer: kube's client sends the refreshed token too.
+    client.client.apiserver_version().await.unwrap();
+    writes.send_write(get()).await.unwrap();
+    assert_eq!(
+        seen.list()[2..],
+        ["Bearer tok-2".to_string(), "Bearer tok-2".to_string()]
+    );
+    assert_eq!(count(dir.path()), 2);
+}
+
+#[tokio::test]
+async fn a_write_rejected_twice_returns_the_401_after_one_retry() {
+    let (addr, seen) = http401::start(accept_none).await;
+    let body = format!("{COUNT}\n{}", print_token(V1, "tok-$n", None));
+    let (dir, creds, _) = spoke(&body, &format!("http://{addr}"));
+    let client = build_spoke_client(creds, &ClientOptions::default())
+        .await
+        .unwrap();
+    let writes = client.cluster_client().writes.unwrap();
+    let request = http::Request::patch("/apis/kleym.io/v1alpha1/namespaces/a/x/b")
+        .body(b"{}".to_vec())
+        .unwrap();
+    let (status, _) = writes.send_write(request).await.unwrap();
+    assert_eq!(status, http::StatusCode::UNAUTHORIZED);
+    assert_eq!(seen.list(), vec!["Bearer tok-1", "Bearer tok-2"]);
+    assert_eq!(count(dir.path()), 2);
+}
+
 fn accept_none(_: &str) -> bool {
     false
 }

@@ -32,7 +32,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use base64::Engine as _;
+use bytes::Bytes;
+use futures::future::BoxFuture;
 use http::{HeaderValue, Request, Response, StatusCode};
+use http_body_util::BodyExt as _;
+use kleym_spoke::reconciler::{ClusterClient, SendWrite};
 use kube::client::Body;
 use thiserror::Error;
 use tower::{BoxError, Service, ServiceExt as _};
@@ -88,6 +92,9 @@ pub enum ClientError {
 pub struct SpokeClient {
     /// The client; every request carries the cache's current bearer token.
     pub client: kube::Client,
+    /// The layer under `client`'s buffer, for the reconciler's writes (see
+    /// [`SpokeClient::cluster_client`]).
+    auth: SharedAuthRetry,
     credentials: Arc<SpokeCredentials>,
     built: Arc<BuiltWith>,
 }
@@ -163,6 +170,16 @@ impl SpokeClient {
     pub fn credentials(&self) -> &Arc<SpokeCredentials> {
         &self.credentials
     }
+
+    /// The client as the spoke reconciler takes it: [`SpokeClient::client`], and for the
+    /// writes the same credential layer and transport without kube's buffer task in front
+    /// (see [`SendWrite`]).
+    pub fn cluster_client(&self) -> ClusterClient {
+        ClusterClient {
+            kube: self.client.clone(),
+            writes: Some(Arc::new(self.auth.clone())),
+        }
+    }
 }
 
 /// Builds a client for the spoke of `credentials.access()`. Execs the plugin once (through the
@@ -235,17 +252,98 @@ pub async fn build_spoke_client(
     let default_ns = config.default_namespace.clone();
     let inner =
         transport::service(&config, opts.keepalive).map_err(|e| config_err(e.to_string()))?;
-    let service = AuthRetry::new(inner, credentials.clone(), built.clone());
+    let auth = SharedAuthRetry(Arc::new(Mutex::new(AuthRetry::new(
+        inner,
+        credentials.clone(),
+        built.clone(),
+    ))));
     Ok(SpokeClient {
-        client: kube::Client::new(service, default_ns),
+        client: kube::Client::new(auth.clone(), default_ns),
+        auth,
         credentials,
         built,
     })
 }
 
+/// The spoke's one [`AuthRetry`], shared: kube's client calls it from its buffer task, the
+/// reconciler's writes from their own task ([`SendWrite`]). The lock is held only to hand a
+/// request to the transport (never across an `.await`), and the transport is always ready
+/// (it queues internally), so neither path waits for the other.
+#[derive(Clone)]
+struct SharedAuthRetry(Arc<Mutex<AuthRetry>>);
+
+impl SharedAuthRetry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AuthRetry> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Service<Request<Body>> for SharedAuthRetry {
+    type Response = Response<ResponseBody>;
+    type Error = BoxError;
+    type Future = <AuthRetry as Service<Request<Body>>>::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.lock().poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        self.lock().call(req)
+    }
+}
+
+impl SendWrite for SharedAuthRetry {
+    fn send_write(
+        &self,
+        request: Request<Vec<u8>>,
+    ) -> BoxFuture<'static, Result<(StatusCode, Bytes), kube::Error>> {
+        let shared = self.clone();
+        let mut request = Some(request.map(Body::from));
+        Box::pin(async move {
+            // Ready and call under one lock: readiness is not shared between callers.
+            let sent = std::future::poll_fn(|cx| {
+                let mut auth = shared.lock();
+                match auth.poll_ready(cx) {
+                    Poll::Ready(Ok(())) => Poll::Ready(
+                        request
+                            .take()
+                            .map(|req| auth.call(req))
+                            .ok_or_else(|| BoxError::from("request already sent")),
+                    ),
+                    Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+                    Poll::Pending => Poll::Pending,
+                }
+            })
+            .await
+            .map_err(kube::Error::Service)?;
+            let response = sent.await.map_err(kube_error)?;
+            let status = response.status();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(kube::Error::Service)?
+                .to_bytes();
+            Ok((status, body))
+        })
+    }
+}
+
+/// A transport's error as `kube::Client::send` reports it: kube's own, hyper's, or any
+/// other layer's as `Service`.
+fn kube_error(err: BoxError) -> kube::Error {
+    err.downcast::<kube::Error>()
+        .map(|e| *e)
+        .or_else(|err| {
+            err.downcast::<hyper::Error>()
+                .map(|e| kube::Error::HyperError(*e))
+        })
+        .unwrap_or_else(kube::Error::Service)
+}
+
 /// Injects the cached bearer token and retries once after a 401 with a re-exec'ed credential.
-/// It wraps the bare transport, so the spoke's one `kube::Client` (built around this) is its
-/// only buffer.
+/// It wraps the bare transport; the spoke's one `kube::Client` (its only buffer) and the
+/// reconciler's writes share it ([`SharedAuthRetry`]).
 ///
 /// A request whose credential is cached (nearly all) is handed to the transport from
 /// [`Service::call`] itself, without a copy of the transport: cloning the boxed, layered

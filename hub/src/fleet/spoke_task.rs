@@ -338,8 +338,12 @@ async fn start_and_sync(
             Err(_) => return Err(AttemptEnd::Stopped),
         },
     };
-    let spoke = Spoke::new(sc.client.clone(), spoke_config(opts, spec), metrics.clone())
-        .map_err(|e| AttemptEnd::Failed(EngageError::Reconciler(e.to_string())))?;
+    let spoke = Spoke::new(
+        sc.cluster_client(),
+        spoke_config(opts, spec),
+        metrics.clone(),
+    )
+    .map_err(|e| AttemptEnd::Failed(EngageError::Reconciler(e.to_string())))?;
     let ctx = spoke.context();
     let reconciler = Reconciler::start(spoke, stop);
     publish(shared, stop, name, |s| s.phase = Phase::Syncing);

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use http_body_util::BodyExt as _;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, InferenceIdentityBindingStatus, OwnedClusterSpiffeId};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -169,7 +168,7 @@ pub async fn apply_cluster_spiffe_id(
     fx.metrics.count_write("clusterspiffeid_apply");
     let url = ClusterSPIFFEID::url_path(&(), None);
     let request = kube::core::Request::new(url).patch(&name, &pp, &Patch::Apply(obj));
-    send_write(&fx.client, request, delivered)
+    send_write(fx, request, delivered)
         .await
         .map_err(|e| Error::kube(format!("apply ClusterSPIFFEID {name}"), e))
 }
@@ -221,14 +220,12 @@ pub async fn apply_status(
     let url = InferenceIdentityBinding::url_path(&(), Some(&ns));
     let request =
         kube::core::Request::new(url).patch_subresource("status", &name, &pp, &Patch::Apply(&body));
-    send_write(&fx.client, request, delivered)
-        .await
-        .map_err(|e| {
-            Error::kube(
-                format!("apply status of InferenceIdentityBinding {ns}/{name}"),
-                e,
-            )
-        })
+    send_write(fx, request, delivered).await.map_err(|e| {
+        Error::kube(
+            format!("apply status of InferenceIdentityBinding {ns}/{name}"),
+            e,
+        )
+    })
 }
 
 /// The applied configuration of a status write. Typed rather than `json!`: that copied the
@@ -275,14 +272,12 @@ pub async fn set_finalizers(
     };
     let url = InferenceIdentityBinding::url_path(&(), Some(&ns));
     let request = kube::core::Request::new(url).patch(&name, &pp, &Patch::Merge(&body));
-    send_write(&fx.client, request, delivered)
-        .await
-        .map_err(|e| {
-            Error::kube(
-                format!("update finalizers of InferenceIdentityBinding {ns}/{name}"),
-                e,
-            )
-        })
+    send_write(fx, request, delivered).await.map_err(|e| {
+        Error::kube(
+            format!("update finalizers of InferenceIdentityBinding {ns}/{name}"),
+            e,
+        )
+    })
 }
 
 /// What a write returned.
@@ -312,14 +307,12 @@ pub enum Returned<K, C> {
 /// comes after the response is the overlay's object, even after later writes of the same
 /// object (the overlay keeps the last few), so each version is decoded once.
 async fn send_write<K: DeserializeOwned, C: Resource>(
-    client: &kube::Client,
+    fx: &Effects,
     request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     delivered: impl FnOnce() -> Option<Arc<C>>,
 ) -> Result<Returned<K, C>, kube::Error> {
     let request = request.map_err(kube::Error::BuildRequest)?;
-    let response = client.send(request.map(kube::client::Body::from)).await?;
-    let status = response.status();
-    let body = response.into_body().collect().await?.to_bytes();
+    let (status, body) = fx.send_write(request).await?;
     if status.is_client_error() || status.is_server_error() {
         return Err(api_error(status, &body));
     }

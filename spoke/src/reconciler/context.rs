@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 pub use super::config::{CachesSynced, DEFAULT_FIELD_MANAGER, SpokeConfig};
-use super::effects::Effects;
+use super::effects::{ClusterClient, Effects};
 pub use super::finalizer::FINALIZER;
 use super::metrics::SpokeMetrics;
 use super::queue::WorkQueue;
@@ -29,8 +29,12 @@ pub struct Context {
 
 impl Context {
     /// Builds a context.
-    pub fn new(client: kube::Client, config: SpokeConfig, metrics: Arc<SpokeMetrics>) -> Self {
-        let effects = Effects::new(client, &config, metrics);
+    pub fn new(
+        client: impl Into<ClusterClient>,
+        config: SpokeConfig,
+        metrics: Arc<SpokeMetrics>,
+    ) -> Self {
+        let effects = Effects::new(client.into(), &config, metrics);
         Self {
             config,
             state: SpokeState::default(),

@@ -49,6 +49,7 @@ mod evaluation_tests;
 mod feed_tests;
 
 pub use config::{CachesSynced, SpokeConfig};
+pub use effects::{ClusterClient, SendWrite};
 pub use error::Error;
 pub use metrics::SpokeMetrics;
 pub use run::{Spoke, run};

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::api_availability::{self, ApiKind, ServedApis};
 use super::config::{CachesSynced, SpokeConfig};
 use super::context::Context;
+use super::effects::ClusterClient;
 use super::error::Error;
 use super::metrics::SpokeMetrics;
 use super::reconcile::reconcile;
@@ -23,9 +24,10 @@ pub struct Spoke {
 }
 
 impl Spoke {
-    /// Builds a reconciler for the cluster behind `client`.
+    /// Builds a reconciler for the cluster behind `client` (a `kube::Client`, or a
+    /// [`ClusterClient`] whose writes have their own way, see [`super::effects::SendWrite`]).
     pub fn new(
-        client: kube::Client,
+        client: impl Into<ClusterClient>,
         config: SpokeConfig,
         metrics: Arc<SpokeMetrics>,
     ) -> Result<Self, Error> {
