@@ -20,8 +20,8 @@ use kleym_hub::access::ExecApiVersion;
 use kleym_hub::backoff::BackoffOptions;
 use kleym_hub::credentials::cache::refresh_deadline;
 use kleym_hub::credentials::{
-    CacheOptions, ClientOptions, CredentialCache, CredentialMetrics, ExecOptions, SpokeCredentials,
-    build_spoke_client,
+    CacheOptions, ClientOptions, CredentialCache, CredentialMetrics, ExecOptions, SpokeClient,
+    SpokeCredentials, build_spoke_client,
 };
 use prometheus_client::registry::Registry;
 use support::*;
@@ -411,18 +411,27 @@ async fn cache_reuses_slot_until_effective_access_changes() {
     assert!(!Arc::ptr_eq(&one, &cache.for_access(&moved)));
 }
 
+/// A server that takes the bearer tokens `accept` takes, a plugin that prints `tok-1`,
+/// `tok-2`, … (counting its runs in the returned directory), and a spoke client of both.
+async fn token_server_client(
+    accept: fn(&str) -> bool,
+) -> (http401::Seen, tempfile::TempDir, SpokeClient) {
+    let (addr, seen) = http401::start(accept).await;
+    let body = format!("{COUNT}\n{}", print_token(V1, "tok-$n", None));
+    let (dir, creds, _) = spoke(&body, &format!("http://{addr}"));
+    let client = build_spoke_client(creds, &ClientOptions::default())
+        .await
+        .unwrap();
+    (seen, dir, client)
+}
+
 fn accept_second(token: &str) -> bool {
     token == "tok-2"
 }
 
 #[tokio::test]
 async fn a_401_triggers_one_reexec_and_one_retry() {
-    let (addr, seen) = http401::start(accept_second).await;
-    let body = format!("{COUNT}\n{}", print_token(V1, "tok-$n", None));
-    let (dir, creds, _) = spoke(&body, &format!("http://{addr}"));
-    let client = build_spoke_client(creds.clone(), &ClientOptions::default())
-        .await
-        .unwrap();
+    let (seen, dir, client) = token_server_client(accept_second).await;
     let v = client.client.apiserver_version().await.unwrap();
     assert_eq!(v.git_version, "v1.33.0");
     assert_eq!(seen.list(), vec!["Bearer tok-1", "Bearer tok-2"]);
@@ -436,12 +445,7 @@ async fn a_401_triggers_one_reexec_and_one_retry() {
 
 #[tokio::test]
 async fn the_reconcilers_writes_get_the_token_and_the_401_retry_beside_kubes_buffer() {
-    let (addr, seen) = http401::start(accept_second).await;
-    let body = format!("{COUNT}\n{}", print_token(V1, "tok-$n", None));
-    let (dir, creds, _) = spoke(&body, &format!("http://{addr}"));
-    let client = build_spoke_client(creds.clone(), &ClientOptions::default())
-        .await
-        .unwrap();
+    let (seen, dir, client) = token_server_client(accept_second).await;
     let writes = client
         .cluster_client()
         .writes
@@ -467,12 +471,7 @@ async fn the_reconcilers_writes_get_the_token_and_the_401_retry_beside_kubes_buf
 
 #[tokio::test]
 async fn a_write_rejected_twice_returns_the_401_after_one_retry() {
-    let (addr, seen) = http401::start(accept_none).await;
-    let body = format!("{COUNT}\n{}", print_token(V1, "tok-$n", None));
-    let (dir, creds, _) = spoke(&body, &format!("http://{addr}"));
-    let client = build_spoke_client(creds, &ClientOptions::default())
-        .await
-        .unwrap();
+    let (seen, dir, client) = token_server_client(accept_none).await;
     let writes = client.cluster_client().writes.unwrap();
     let request = http::Request::patch("/apis/kleym.io/v1alpha1/namespaces/a/x/b")
         .body(b"{}".to_vec())
@@ -489,12 +488,7 @@ fn accept_none(_: &str) -> bool {
 
 #[tokio::test]
 async fn a_persistent_401_is_retried_only_once() {
-    let (addr, seen) = http401::start(accept_none).await;
-    let body = format!("{COUNT}\n{}", print_token(V1, "tok-$n", None));
-    let (dir, creds, _) = spoke(&body, &format!("http://{addr}"));
-    let client = build_spoke_client(creds, &ClientOptions::default())
-        .await
-        .unwrap();
+    let (seen, dir, client) = token_server_client(accept_none).await;
     let err = client.client.apiserver_version().await.unwrap_err();
     assert!(
         err.to_string().contains("401") || err.to_string().contains("Unauthorized"),
