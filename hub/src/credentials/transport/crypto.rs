@@ -4,10 +4,11 @@
 //! `crypto/tls` (kube-apiserver) pick the client's first suite they support. client-go
 //! offers `TLS13_AES_128_GCM_SHA256` first, as Go does on CPUs with AES instructions, so a
 //! kube-apiserver normally talks AES-128 to its clients. kleym now does the same: AES-128
-//! takes ten rounds per block against AES-256's fourteen, and its SHA-256 key schedule runs
-//! on the CPU's SHA instructions where SHA-384's does not. Both are 128-bit-secure or better
-//! against every known attack on TLS 1.3; no suite is added or removed, only the order
-//! changes (tested below).
+//! takes ten rounds per block against AES-256's fourteen, and its key schedule hashes with
+//! SHA-256 rather than SHA-384 (which ring computes without the CPU's SHA instructions).
+//! `TLS_AES_128_GCM_SHA256` is the one suite every TLS 1.3 implementation must support
+//! (RFC 8446, section 9.1). No suite is added or removed, only the order changes (tested
+//! below).
 //!
 //! kube builds the rustls configuration of every client (`Config::rustls_client_config`)
 //! from the process's default provider, so the order is set there, once, by
