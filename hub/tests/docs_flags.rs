@@ -21,7 +21,6 @@ const COMMANDS: &[&str] = &[
     "spoke",
     "trust-config",
     "report",
-    "crds",
     "issuer rotate",
     "issuer rotate-ca",
     "credential secret-reader",
