@@ -52,12 +52,12 @@ fn status<T>(r: Result<T, kube::Error>) -> Option<u16> {
 
 async fn apply_admin(c: &ClusterHandle, doc: &Value) {
     let admin = c.kube_client().await.unwrap();
-    let gvk = GroupVersionKind::try_from(&kube::core::TypeMeta {
-        api_version: doc["apiVersion"].as_str().unwrap().to_string(),
-        kind: doc["kind"].as_str().unwrap().to_string(),
-    })
-    .unwrap();
-    let plural = format!("{}s", doc["kind"].as_str().unwrap().to_ascii_lowercase());
+    let api_version = doc["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = doc["kind"].as_str().unwrap();
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    // Namespace, RoleBinding, ClusterRole: the plural is the kind's lowercase plus `s`.
+    let plural = format!("{}s", kind.to_ascii_lowercase());
     let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
     let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
     let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {

@@ -208,7 +208,7 @@ fn disagreements(tables: &[Table], help: &BTreeMap<String, BTreeSet<String>>) ->
             continue;
         };
         let page = t.place.split(':').next().unwrap_or("");
-        pages.entry(command).or_default().insert(page);
+        pages.entry(command.as_str()).or_default().insert(page);
         for (f, line) in &t.flags {
             if !known.contains(f) {
                 problems.push(format!(
@@ -216,7 +216,10 @@ fn disagreements(tables: &[Table], help: &BTreeMap<String, BTreeSet<String>>) ->
                      `kleym {command} --help` does not show (renamed or removed? fix the row)"
                 ));
             }
-            documented.entry(command).or_default().insert(f);
+            documented
+                .entry(command.as_str())
+                .or_default()
+                .insert(f.as_str());
         }
     }
     for (command, flags) in help {
@@ -227,7 +230,7 @@ fn disagreements(tables: &[Table], help: &BTreeMap<String, BTreeSet<String>>) ->
         for f in flags {
             let excused = UNDOCUMENTED
                 .iter()
-                .any(|(c, u, _)| (*c == "*" || c == command) && u == f);
+                .any(|(c, u, _)| (*c == "*" || *c == command.as_str()) && *u == f.as_str());
             let listed = documented
                 .get(command.as_str())
                 .is_some_and(|d| d.contains(f.as_str()));
@@ -326,8 +329,8 @@ intro
     assert_eq!(
         problems,
         [
-            "docs/t.md:9: a flags table without a `<!-- flags: kleym <command> -->` line right above it",
             "docs/t.md:7: the `kleym hub` flags table lists --gone-flag, which `kleym hub --help` does not show (renamed or removed? fix the row)",
+            "docs/t.md:9: a flags table without a `<!-- flags: kleym <command> -->` line right above it",
             "`kleym hub --help` shows --new-flag, which is in no `kleym hub` flags table (docs/t.md): add a row for it",
         ]
     );
