@@ -104,9 +104,8 @@ fn the_reference_documents_every_field_of_the_crd_and_no_other() {
 
 #[test]
 fn the_check_names_a_missing_and_an_unknown_field() {
-    let schema = BTreeSet::from(
-        ["spec", "spec.mode", "spec.items", "spec.items[].name"].map(String::from),
-    );
+    let schema =
+        BTreeSet::from(["spec", "spec.mode", "spec.items", "spec.items[].name"].map(String::from));
     let page = "\
 | field | meaning |
 |---|---|

@@ -172,9 +172,10 @@ fn hub_access_binds_the_deploy_spoke_clusterrole() {
             if d["kind"] != "ClusterRole" {
                 continue;
             }
-            let aggregated = d["metadata"]["labels"]
-                .as_object()
-                .is_some_and(|l| l.keys().any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to-")));
+            let aggregated = d["metadata"]["labels"].as_object().is_some_and(|l| {
+                l.keys()
+                    .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to-"))
+            });
             if !aggregated {
                 roles.push(f.clone());
                 continue;
@@ -196,7 +197,9 @@ fn hub_access_binds_the_deploy_spoke_clusterrole() {
                     .any(|r| r.as_str().unwrap().ends_with("/status"))
                 {
                     assert!(
-                        verbs.iter().all(|v| ["get", "list", "watch"].contains(&v.as_str().unwrap())),
+                        verbs
+                            .iter()
+                            .all(|v| ["get", "list", "watch"].contains(&v.as_str().unwrap())),
                         "{}: status writable through aggregation: {rule}",
                         f.display()
                     );

@@ -1475,6 +1475,9 @@ fn tenant_access_roles_match_deploy_and_follow_their_switch() {
     let off = render(json!({"tenantAccess": {"aggregate": false}}));
     for d in &deploy {
         let name = d["metadata"]["name"].as_str().unwrap();
-        assert!(find(&off, "ClusterRole", name).is_none(), "{name} rendered when off");
+        assert!(
+            find(&off, "ClusterRole", name).is_none(),
+            "{name} rendered when off"
+        );
     }
 }

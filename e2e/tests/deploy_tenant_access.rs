@@ -110,14 +110,20 @@ async fn namespace_editors_manage_bindings_and_viewers_read_them_through_aggrega
 
     // Before the roles exist, `edit` and `view` say nothing about kleym's API group.
     assert_eq!(
-        status(alice_team.create(&PostParams::default(), &binding("early")).await),
+        status(
+            alice_team
+                .create(&PostParams::default(), &binding("early"))
+                .await
+        ),
         Some(403)
     );
-    assert_eq!(status(bob_team.list(&ListParams::default()).await), Some(403));
+    assert_eq!(
+        status(bob_team.list(&ListParams::default()).await),
+        Some(403)
+    );
 
-    let text =
-        std::fs::read_to_string(repo_root().join("deploy/tenant-access/clusterroles.yaml"))
-            .unwrap();
+    let text = std::fs::read_to_string(repo_root().join("deploy/tenant-access/clusterroles.yaml"))
+        .unwrap();
     let roles = documents(&text).unwrap();
     assert_eq!(roles.len(), 2);
     for r in &roles {
@@ -126,12 +132,20 @@ async fn namespace_editors_manage_bindings_and_viewers_read_them_through_aggrega
 
     // An editor creates, changes and deletes bindings in its namespace...
     assert_eq!(
-        status(alice_team.create(&PostParams::default(), &binding("chat")).await),
+        status(
+            alice_team
+                .create(&PostParams::default(), &binding("chat"))
+                .await
+        ),
         None
     );
     let relabel = Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}}));
     assert_eq!(
-        status(alice_team.patch("chat", &PatchParams::default(), &relabel).await),
+        status(
+            alice_team
+                .patch("chat", &PatchParams::default(), &relabel)
+                .await
+        ),
         None
     );
     assert_eq!(status(alice_team.get("chat").await), None);
@@ -148,7 +162,11 @@ async fn namespace_editors_manage_bindings_and_viewers_read_them_through_aggrega
     // ... nor acts in another namespace, nor touches ClusterSPIFFEIDs.
     let alice_other: Api<DynamicObject> = Api::namespaced_with(alice.clone(), "other", &ar);
     assert_eq!(
-        status(alice_other.create(&PostParams::default(), &binding("chat")).await),
+        status(
+            alice_other
+                .create(&PostParams::default(), &binding("chat"))
+                .await
+        ),
         Some(403)
     );
     let csid = ApiResource::from_gvk_with_plural(
@@ -166,7 +184,11 @@ async fn namespace_editors_manage_bindings_and_viewers_read_them_through_aggrega
     assert_eq!(listed.items.len(), 1);
     assert_eq!(status(bob_team.get_status("chat").await), None);
     assert_eq!(
-        status(bob_team.create(&PostParams::default(), &binding("mine")).await),
+        status(
+            bob_team
+                .create(&PostParams::default(), &binding("mine"))
+                .await
+        ),
         Some(403)
     );
     assert_eq!(

@@ -113,8 +113,15 @@ fn flags_in(cell: &str) -> Vec<String> {
 
 /// The command a `<!-- flags: kleym <command> -->` line names.
 fn marker_command(line: &str) -> Option<String> {
-    let inner = line.trim().strip_prefix("<!--")?.strip_suffix("-->")?.trim();
-    let command = inner.strip_prefix("flags:")?.trim().strip_prefix("kleym ")?;
+    let inner = line
+        .trim()
+        .strip_prefix("<!--")?
+        .strip_suffix("-->")?
+        .trim();
+    let command = inner
+        .strip_prefix("flags:")?
+        .trim()
+        .strip_prefix("kleym ")?;
     let command = command.split_whitespace().collect::<Vec<_>>().join(" ");
     (!command.is_empty()).then_some(command)
 }
@@ -321,9 +328,7 @@ intro
     );
     let help = BTreeMap::from([(
         "hub".to_string(),
-        BTreeSet::from(
-            ["--kubeconfig", "--context", "--new-flag", "--help"].map(String::from),
-        ),
+        BTreeSet::from(["--kubeconfig", "--context", "--new-flag", "--help"].map(String::from)),
     )]);
     let problems = disagreements(&tables, &help);
     assert_eq!(
