@@ -284,7 +284,6 @@ fn the_docs_flags_tables_match_every_commands_help() {
         let name = format!("docs/{}", p.file_name().unwrap().to_string_lossy());
         tables.extend(parse_tables(&name, &std::fs::read_to_string(&p).unwrap()));
     }
-    assert!(tables.len() >= COMMANDS.len(), "{tables:#?}");
     let problems = disagreements(&tables, &help);
     assert!(
         problems.is_empty(),
