@@ -161,21 +161,55 @@ fn hub_access_binds_the_deploy_spoke_clusterrole() {
     assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     // No second copy of the rules anywhere under deploy/ (the chart's copy is tested in
-    // deploy_chart.rs): only deploy/spoke defines a ClusterRole.
+    // deploy_chart.rs): only deploy/spoke defines a ClusterRole that is not aggregated into
+    // the user-facing roles, and those of deploy/tenant-access/ grant nothing on the
+    // objects only kleym writes.
     let mut files = Vec::new();
     yaml_files(&repo_root().join("deploy"), &mut files);
-    let roles: Vec<_> = files
-        .iter()
-        .filter(|f| {
-            documents(&std::fs::read_to_string(f).unwrap())
-                .unwrap()
-                .iter()
-                .any(|d| d["kind"] == "ClusterRole")
-        })
-        .collect();
+    let mut roles = Vec::new();
+    for f in &files {
+        for d in documents(&std::fs::read_to_string(f).unwrap()).unwrap() {
+            if d["kind"] != "ClusterRole" {
+                continue;
+            }
+            let aggregated = d["metadata"]["labels"].as_object().is_some_and(|l| {
+                l.keys()
+                    .any(|k| k.starts_with("rbac.authorization.k8s.io/aggregate-to-"))
+            });
+            if !aggregated {
+                roles.push(f.clone());
+                continue;
+            }
+            for rule in d["rules"].as_array().unwrap() {
+                for r in rule["resources"].as_array().unwrap() {
+                    assert_eq!(
+                        r.as_str().unwrap().split('/').next(),
+                        Some("inferenceidentitybindings"),
+                        "{}: an aggregated role grants {r}",
+                        f.display()
+                    );
+                }
+                let verbs = rule["verbs"].as_array().unwrap();
+                if rule["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r.as_str().unwrap().ends_with("/status"))
+                {
+                    assert!(
+                        verbs
+                            .iter()
+                            .all(|v| ["get", "list", "watch"].contains(&v.as_str().unwrap())),
+                        "{}: status writable through aggregation: {rule}",
+                        f.display()
+                    );
+                }
+            }
+        }
+    }
     assert_eq!(
         roles,
-        vec![&repo_root().join("deploy/spoke/clusterrole.yaml")]
+        vec![repo_root().join("deploy/spoke/clusterrole.yaml")]
     );
 }
 

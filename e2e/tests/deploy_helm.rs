@@ -1434,3 +1434,50 @@ fn spire_agent_values_mount_the_socket_and_add_workload_api_providers() {
             .contains(&"--workload-api-socket=unix:///run/spire/agent-sockets/agent.sock".into())
     );
 }
+
+/// `tenantAccess.aggregate` (on by default, in both modes) renders the two aggregated
+/// ClusterRoles of `deploy/tenant-access/`: the same rules and aggregation labels, so a spoke
+/// gets from the plain manifest what the chart's cluster gets. Off: neither is rendered.
+#[test]
+fn tenant_access_roles_match_deploy_and_follow_their_switch() {
+    let deploy = documents(
+        &std::fs::read_to_string(repo_root().join("deploy/tenant-access/clusterroles.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(deploy.len(), 2);
+    const AGGREGATION: [&str; 3] = [
+        "rbac.authorization.k8s.io/aggregate-to-admin",
+        "rbac.authorization.k8s.io/aggregate-to-edit",
+        "rbac.authorization.k8s.io/aggregate-to-view",
+    ];
+    let aggregation = |role: &Value| -> Vec<(String, String)> {
+        AGGREGATION
+            .iter()
+            .filter_map(|k| {
+                role["metadata"]["labels"][*k]
+                    .as_str()
+                    .map(|v| (k.to_string(), v.to_string()))
+            })
+            .collect()
+    };
+    for mode in [json!({}), json!({"mode": "single-cluster"})] {
+        let docs = render(mode.clone());
+        for d in &deploy {
+            let name = d["metadata"]["name"].as_str().unwrap();
+            let role = find(&docs, "ClusterRole", name)
+                .unwrap_or_else(|| panic!("{mode}: the chart renders no ClusterRole {name}"));
+            assert_eq!(role["rules"], d["rules"], "{mode}: {name}'s rules differ");
+            assert_eq!(aggregation(role), aggregation(d), "{mode}: {name}'s labels");
+            assert!(!aggregation(role).is_empty(), "{name} aggregates nowhere");
+        }
+    }
+    let off = render(json!({"tenantAccess": {"aggregate": false}}));
+    for d in &deploy {
+        let name = d["metadata"]["name"].as_str().unwrap();
+        assert!(
+            find(&off, "ClusterRole", name).is_none(),
+            "{name} rendered when off"
+        );
+    }
+}

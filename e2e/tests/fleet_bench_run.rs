@@ -289,7 +289,7 @@ fn chaos_keeps_its_seed_and_report_with_the_logs() {
 /// The bench allocates with jemalloc, as the `kleym` binary does: asked through
 /// `_RJEM_MALLOC_CONF`, jemalloc prints its statistics at exit, which the platform's malloc
 /// never does. Its figures (how fast a fleet converges while kubesim shares the cores)
-/// depend on it (docs/hub.md, "The bench allocates with jemalloc").
+/// depend on it (docs/benchmarks.md, "The commands").
 #[cfg(not(target_env = "msvc"))]
 #[test]
 fn the_bench_allocates_with_jemalloc() {

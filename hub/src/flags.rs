@@ -187,7 +187,7 @@ pub struct RuntimeFlags {
     /// computes, and one thread does that work with the least overhead: on 2 cores the hub
     /// used about 15 % less CPU with one thread than with two, converging as fast in the
     /// median from 100 to 5000 spokes, though its slowest cold starts took a little longer
-    /// (docs/hub.md, "Runtime threads"). Raise it when the process's own CPU is the
+    /// (docs/benchmarks.md, "What moved the numbers"). Raise it when the process's own CPU is the
     /// bottleneck (its CPU use stays at N cores), up to its CPU limit.
     #[arg(
         long,

@@ -1,5 +1,5 @@
-//! kleym hub: ClusterProfile inventory, KEP-5339 credential plugins, the fleet supervisor,
-//! status aggregation and the fleet report. [`runtime`] assembles them into the hub process;
+//! kleym hub: ClusterProfile inventory, credential plugins (KEP-4322, formerly KEP-5339), the
+//! fleet supervisor, status aggregation and the fleet report. [`runtime`] assembles them into the hub process;
 //! [`observe`], [`backoff`], [`flags`] and [`kubeconfig`] are shared by the `kleym` commands.
 
 pub mod access;

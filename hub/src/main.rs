@@ -4,7 +4,7 @@ mod cli;
 
 /// jemalloc, not the platform's malloc: the hub keeps millions of small objects (every
 /// spoke's caches), and glibc's per-allocation header and the room it keeps after frees
-/// added about 40 % to its live heap (docs/hub.md: "The binary allocates with jemalloc").
+/// added about 40 % to its live heap (docs/benchmarks.md, "What moved the numbers").
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -1,5 +1,5 @@
 //! The `kleym` binary allocates with jemalloc (`src/main.rs`), not the platform's malloc: its
-//! footprint figures (docs/hub.md) depend on it. jemalloc reads its options from
+//! footprint figures (docs/benchmarks.md) depend on it. jemalloc reads its options from
 //! `_RJEM_MALLOC_CONF` (tikv's build prefixes its symbols and variables); asked to, it prints
 //! its statistics at exit, which the platform's malloc never does.
 

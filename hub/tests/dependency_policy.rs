@@ -124,7 +124,7 @@ fn the_image_ships_the_stripped_dist_build() {
         .nth(1)
         .and_then(|rest| rest.split("\n[").next())
         .expect("Cargo.toml has a [profile.dist] section");
-    // Whole-program optimisation: what the footprint figures of docs/hub.md were taken with.
+    // Whole-program optimisation: what the footprint figures of docs/benchmarks.md were taken with.
     for line in [
         "inherits = \"release\"",
         "strip = true",

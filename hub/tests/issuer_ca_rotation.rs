@@ -1,4 +1,4 @@
-//! The hub's X.509-SVID CA rotates with an overlap (issue 14), through the real
+//! The hub's X.509-SVID CA rotates with an overlap, through the real
 //! `kleym issuer rotate-ca` and `kleym credential spiffe-x509` against kubesim: after the
 //! first step the bundle spokes trust (`x509-ca-bundle.crt`) holds the current and the next
 //! CA while the current one keeps signing; after `--finish` the new CA signs and the replaced

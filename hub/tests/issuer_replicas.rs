@@ -1,4 +1,4 @@
-//! Two hub replicas as issuers (issue 14) against kubesim: both serve byte-equal JWKS built
+//! Two hub replicas as issuers against kubesim: both serve byte-equal JWKS built
 //! from the one issuer Secret (once both have re-read it), created once even when both start
 //! together; leader changes while keys rotate neither add a key (no second pending key, no
 //! rotation before its period) nor drop one (no key leaves the Secret before its retirement

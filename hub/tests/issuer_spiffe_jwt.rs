@@ -1,4 +1,4 @@
-//! The hub as an issuer (issue 14) against kubesim: the issuer Secret is created once and
+//! The hub as an issuer against kubesim: the issuer Secret is created once and
 //! reused, a malformed one is refused and left alone; the discovery listener serves what
 //! kube-apiserver's structured authentication fetches; `kleym credential spiffe-jwt`, run
 //! through the hub's exec runtime, mints a JWT-SVID that the spoke it names accepts as the

@@ -172,7 +172,7 @@ pub struct ClusterManager {
 #[derive(Serialize, Debug, Clone, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterProfileStatus {
-    /// How to reach the cluster, per access provider (KEP-5339).
+    /// How to reach the cluster, per access provider (KEP-4322, formerly KEP-5339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_providers: Option<Vec<AccessProvider>>,
     /// Deprecated predecessor of `accessProviders`.

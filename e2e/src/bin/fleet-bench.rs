@@ -16,8 +16,8 @@
 
 /// jemalloc, as the `kleym` binary: kubesim's API servers in this process clone and drop
 /// JSON values per request, and with glibc's malloc the bench's own CPU, not the hub's,
-/// decided how fast a fleet converged on 2 cores (docs/hub.md, "The bench allocates with
-/// jemalloc").
+/// decided how fast a fleet converged on 2 cores (docs/benchmarks.md, "The
+/// commands").
 #[cfg(not(target_env = "msvc"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
@@ -68,7 +68,7 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 over the final objects); defaults 50 spokes x 40 bindings; prints the seed
                 first and a `summary: scenario=chaos seed=... violations=...` line last;
                 exits non-zero on any violation, keeping its temp dir (seed, report.txt,
-                the replicas' logs). See docs/hub.md, section Chaos soak.
+                the replicas' logs). See docs/benchmarks.md, section Chaos soak.
 
 Converged: a binding is converged when its status has Ready=True for its current generation
 (the condition's observedGeneration equals metadata.generation) AND its ClusterSPIFFEID exists

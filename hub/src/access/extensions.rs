@@ -1,4 +1,4 @@
-//! The reserved `Cluster.extensions` entries of KEP-5339 and the rules for profile-sourced
+//! The reserved `Cluster.extensions` entries of KEP-4322 (formerly KEP-5339) and the rules for profile-sourced
 //! environment variables.
 
 use std::collections::BTreeMap;

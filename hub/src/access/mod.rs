@@ -1,4 +1,4 @@
-//! Access providers (KEP-5339): the hub's provider configuration, the ClusterProfile view it
+//! Access providers (KEP-4322, formerly KEP-5339): the hub's provider configuration, the ClusterProfile view it
 //! is matched against, and the pure selection that yields one spoke's [`EffectiveAccess`].
 
 pub mod extensions;

@@ -1,6 +1,6 @@
 //! The hub's access-provider configuration: the Go reference library's provider file
 //! (`--clusterprofile-provider-file`, JSON or YAML) and the repeated
-//! `--clusterprofile-access-provider "name=/path/plugin --flag v"` flag (KEP-5339).
+//! `--clusterprofile-access-provider "name=/path/plugin --flag v"` flag (KEP-4322, formerly KEP-5339).
 //!
 //! Precedence: the file's providers come first, in file order; each flag either replaces the
 //! file provider of the same name *in its position* or, for a new name, is appended after the

@@ -1,4 +1,4 @@
-//! `kleym credential <plugin>`: the bundled KEP-5339 credential plugins, run by the hub (or any
+//! `kleym credential <plugin>`: the bundled credential plugins of KEP-4322 (formerly KEP-5339), run by the hub (or any
 //! client-go based tool) as exec plugins. They print one ExecCredential on stdout; errors go to
 //! stderr with exit code 1 and never include the token.
 
@@ -24,7 +24,7 @@ use kleym_hub::issuer::keys::Algorithm;
 use kleym_hub::issuer::secret::{SecretRef, parse_issuer_key_secret};
 
 const SECRET_READER_LONG_ABOUT: &str = "\
-Return the token stored in a hub Secret for the spoke (the KEP-5339 example plugin).
+Return the token stored in a hub Secret for the spoke (the example plugin of KEP-4322, formerly KEP-5339).
 
 Runs as a client-go exec plugin: reads KUBERNETES_EXEC_INFO, takes the cluster name from \
 spec.cluster.config.clusterName, reads the Secret --namespace/--secret-name-pattern ({clusterName} \

@@ -82,7 +82,7 @@ pub enum Command {
     /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`,
     /// `token-request`, `spiffe-jwt`.
     ///
-    /// These are client-go exec plugins (KEP-5339, `client.authentication.k8s.io` v1 or
+    /// These are client-go exec plugins (KEP-4322, formerly KEP-5339; `client.authentication.k8s.io` v1 or
     /// v1beta1): the hub (or kubectl, or any client-go based tool) runs them; they read the
     /// request from the `KUBERNETES_EXEC_INFO` environment variable, print one ExecCredential on
     /// stdout and exit 0. Errors go to stderr as `kleym: [<plugin>] <message>` with exit code 1

@@ -1,4 +1,4 @@
-//! The credential runtime: exec'ing KEP-5339 / client-go exec plugins, caching their
+//! The credential runtime: exec'ing client-go exec plugins as KEP-4322 (formerly KEP-5339) configures them, caching their
 //! credentials per spoke, and building spoke clients that use them. Token, certificate and
 //! key values never reach logs or error messages; at most a short SHA-256 prefix is logged.
 

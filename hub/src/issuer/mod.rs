@@ -1,4 +1,4 @@
-//! The hub as a SPIFFE/OIDC JWT issuer (issue 14): signing keys kept in a hub Secret
+//! The hub as a SPIFFE/OIDC JWT issuer: signing keys kept in a hub Secret
 //! ([`secret`]), JWT signing and the public documents ([`keys`]: JWKS, RFC 7638 `kid`), and
 //! the unauthenticated discovery listener every replica serves ([`serve`]).
 //!

@@ -33,7 +33,7 @@ pub struct HubArgs {
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
 
-    /// Access providers (KEP-5339).
+    /// Access providers (KEP-4322, into which KEP-5339 was folded).
     #[command(flatten)]
     pub access: AccessFlags,
 
@@ -127,7 +127,7 @@ pub struct HubArgs {
     #[command(flatten)]
     pub api: ApiArgs,
 
-    /// The hub as a JWT issuer (`--issuer-*`, issue 14).
+    /// The hub as a JWT issuer (`--issuer-*`).
     #[command(flatten)]
     pub issuer: crate::issuer::IssuerArgs,
 

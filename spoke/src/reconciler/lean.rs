@@ -571,7 +571,7 @@ fn lean_record(entries: Vec<LeanEntry>) -> serde_json::Value {
 
 /// Decodes a response body or a watch line. Its UTF-8 is checked once, over the whole text:
 /// decoding the bytes directly checks every string again as it is read, and those checks
-/// were about 2 % of the hub's CPU (docs/hub.md, "Each version decoded once"). Bytes that
+/// were about 2 % of the hub's CPU (docs/benchmarks.md, "What moved the numbers"). Bytes that
 /// are not UTF-8 are decoded directly, so the result and its errors are what
 /// [`serde_json::from_slice`] gives (it skips unread values without checking them).
 pub(crate) fn from_json<T: de::DeserializeOwned>(json: &[u8]) -> serde_json::Result<T> {

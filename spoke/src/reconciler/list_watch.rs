@@ -10,7 +10,7 @@
 //! Why not kube-runtime's own: kube-client reads each watch response through a `FramedRead`
 //! whose buffer is allocated at 8 KiB when the watch starts and lives as long as the watch.
 //! A spoke has up to eight watches, so at 1000 spokes those buffers were 65 MB of the hub's
-//! heap, its largest fixed cost per spoke (heaptrack; docs/hub.md). Here an event is decoded
+//! heap, its largest fixed cost per spoke (heaptrack; docs/benchmarks.md). Here an event is decoded
 //! straight from the response chunk it arrived in; only an event split across chunks is
 //! copied, into a buffer freed as soon as the event is complete.
 //!

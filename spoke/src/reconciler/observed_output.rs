@@ -7,7 +7,7 @@
 //! ever compared with the spec kleym wants, which a digest answers as well; its labels and
 //! annotations, two `BTreeMap`s in `ObjectMeta`, took an 11-entry node each (about 560
 //! bytes) to hold three labels and one annotation. At 100 spokes × 100 bindings that was
-//! about 2.5 KB of heap per ClusterSPIFFEID (heaptrack; docs/hub.md).
+//! about 2.5 KB of heap per ClusterSPIFFEID (heaptrack; docs/benchmarks.md).
 //!
 //! Objects that are not proven kleym's keep the view the overlap analysis reads
 //! ([`ForeignSpiffeId`]), taken from the full spec when the object arrives.

@@ -39,7 +39,7 @@ struct Written<K> {
 /// binding's reconcile writes it twice in a row (finalizer, then status), and the first
 /// echo can arrive after the second write returned: keeping only the last write would
 /// leave that echo unrecognised, decoded whole and reconciled again. (Rare in fleet-bench;
-/// docs/hub.md, "Each version decoded once, UTF-8 checked once".)
+/// docs/benchmarks.md, "What moved the numbers".)
 const VERSIONS_KEPT: usize = 4;
 
 /// Our writes of one object whose echoes have not all arrived, oldest first.

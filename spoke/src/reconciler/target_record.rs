@@ -7,7 +7,7 @@
 //! The rest is an `ObjectMeta` (360 bytes, mostly empty options) and the spec's and
 //! status's other fields: a cached bench objective took 548 bytes of heap (its 464-byte
 //! struct included), its record takes 312 (a counting allocator over a decoded objective;
-//! docs/hub.md), 2.4 MB less at 100 spokes × 100 objectives.
+//! docs/benchmarks.md), 2.4 MB less at 100 spokes × 100 objectives.
 
 use kleym_api::external::model::InferenceModel;
 use kleym_api::external::objective::{gaie, llmd};

@@ -1,4 +1,4 @@
-//! `kleym credential secret-reader`: the KEP-5339 example plugin. Reads the token for the
+//! `kleym credential secret-reader`: the example plugin of KEP-4322 (formerly KEP-5339). Reads the token for the
 //! spoke named by `spec.cluster.config.clusterName` from a Secret in the hub.
 
 use k8s_openapi::api::core::v1::Secret;

@@ -1,5 +1,5 @@
 //! `kleym credential spiffe-jwt`: an `ExecCredential` whose token is a JWT-SVID signed with
-//! the hub's issuer key (issue 14). `sub` is the hub's SPIFFE ID, `aud` the spoke's server
+//! the hub's issuer key. `sub` is the hub's SPIFFE ID, `aud` the spoke's server
 //! URL (or the `audience` of the profile's exec extension), `iss` the issuer URL; lifetime at
 //! most 15 minutes. The plugin reads the key from the issuer Secret in the hub cluster and
 //! keeps it in memory only: it never reaches a file, a log, argv or the environment; only the

@@ -5,7 +5,7 @@
 //! a wake-up of the connection task per request before h2 even sees it. h2's `SendRequest` is
 //! a handle on the connection's stream table, so here a request opens its stream from the
 //! caller's own task and the connection task only moves frames. At 1000 spokes that is about
-//! 18 MB of the hub's heap (heaptrack, docs/hub.md).
+//! 18 MB of the hub's heap (heaptrack, docs/benchmarks.md).
 //!
 //! What hyper did and this keeps:
 //! - one connection for every request, opened by the first request, shared by every request
