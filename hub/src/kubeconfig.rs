@@ -32,25 +32,17 @@ pub async fn client_from_flags(
             kube::Config::from_kubeconfig(&options)
                 .await
                 .context("loading kubeconfig")?,
-            default_kubeconfig_proxy(context),
+            crate::credentials::proxy::default_kubeconfig_proxy(context),
         ),
         (None, None) => (
             kube::Config::infer().await.context(
                 "no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a cluster",
             )?,
-            default_kubeconfig_proxy(None),
+            crate::credentials::proxy::default_kubeconfig_proxy(None),
         ),
     };
     crate::credentials::proxy::apply_to_config(&mut config, explicit_proxy.as_deref())
         .context("the kubeconfig's proxy-url")?;
     crate::credentials::transport::client(&config, crate::credentials::Keepalive::default())
         .context("building the Kubernetes client")
-}
-
-/// The `proxy-url` of the default kubeconfig's (`KUBECONFIG`, `~/.kube/config`) cluster for
-/// `context`; `None` without a kubeconfig (in cluster).
-pub fn default_kubeconfig_proxy(context: Option<&str>) -> Option<String> {
-    kube::config::Kubeconfig::read()
-        .ok()
-        .and_then(|kc| crate::credentials::proxy::kubeconfig_proxy_url(&kc, context))
 }

@@ -103,6 +103,14 @@ pub fn kubeconfig_proxy_url(
         .clone()
 }
 
+/// The `proxy-url` of the default kubeconfig's (`KUBECONFIG`, `~/.kube/config`) cluster for
+/// `context`; `None` without a kubeconfig (in cluster).
+pub fn default_kubeconfig_proxy(context: Option<&str>) -> Option<String> {
+    kube::config::Kubeconfig::read()
+        .ok()
+        .and_then(|kc| kubeconfig_proxy_url(&kc, context))
+}
+
 /// `localhost` or a loopback address: never proxied (Go's rule).
 fn is_loopback(host: &str) -> bool {
     host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())

@@ -27,7 +27,7 @@ pub async fn hub_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Plugi
                 kube::Config::infer()
                     .await
                     .map_err(|e| PluginError::HubClient(e.to_string()))?,
-                crate::kubeconfig::default_kubeconfig_proxy(None),
+                crate::credentials::proxy::default_kubeconfig_proxy(None),
             ),
         },
     };
