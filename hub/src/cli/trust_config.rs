@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 pub enum Credential {
     /// JWT-SVIDs from `kleym credential spiffe-jwt` (sub = the hub's SPIFFE ID).
     SpiffeJwt,
-    /// X.509-SVIDs from `kleym credential spiffe-x509`: the spoke adds the hub CA (from the
-    /// issuer Secret, --issuer-key-secret) to its client CAs; CN = the mapped user.
+    /// X.509-SVIDs from `kleym credential spiffe-x509`: the spoke adds the hub CA (from its
+    /// own Secret, --issuer-x509-ca-secret) to its client CAs; CN = the mapped user.
     SpiffeX509,
     /// ServiceAccount tokens from `kleym credential token-request` (sub =
     /// `system:serviceaccount:<ns>:<name>` of --service-account; the issuer is the hub
@@ -97,7 +97,7 @@ pub struct Args {
     /// With `--credential spiffe-x509` and SVIDs from a SPIRE agent (`kleym credential
     /// spiffe-x509 --workload-api-socket`): the PEM bundle the spokes add to their client CAs,
     /// SPIRE's X.509 bundle of the trust domain (`spire-server bundle show`), instead of the
-    /// hub CA of `--issuer-key-secret`.
+    /// hub CA of `--issuer-x509-ca-secret`.
     #[arg(long, value_name = "PATH", conflicts_with = "issuer_key_secret")]
     pub client_ca_file: Option<PathBuf>,
     /// With `--credential spiffe-x509` and SVIDs from a SPIRE agent: the user the spokes map,
