@@ -136,6 +136,11 @@ fn cases() -> Vec<Case> {
                               "publishConfigMap": "kleym-issuer-docs", "port": 9443}}),
         ),
         case(
+            "hub as an issuer with its X.509 CA in a Secret of its own",
+            json!({"issuer": {"enabled": true, "url": "https://issuer.example.org/fleet",
+                              "x509": {"enabled": true, "caSecret": "kleym-client-ca"}}}),
+        ),
+        case(
             "hub as an issuer behind a TLS-terminating ingress",
             json!({"issuer": {"enabled": true, "url": "http://kleym.kleym-system:8444",
                               "insecureHttp": true, "keyRotation": "off"}}),
@@ -1189,6 +1194,47 @@ fn issuer_values_become_flags_the_hub_parses_a_service_port_and_scoped_rbac() {
     );
     let role = find(&docs, "Role", "kleym-hub").expect("hub Role");
     assert_eq!(role["metadata"]["namespace"], "kleym-system");
+    // No X.509 CA unless asked for: no flag, and no grant on any CA Secret.
+    assert!(settings.x509_ca_secret.is_none());
+    assert!(
+        !args.iter().any(|a| a.starts_with("--issuer-x509")),
+        "{args:?}"
+    );
+
+    // With X.509: the CA Secret by its own flag and its own rule, apart from the keys.
+    for (x509, ca_secret) in [
+        (json!({"enabled": true}), "kleym-issuer-x509-ca"),
+        (
+            json!({"enabled": true, "caSecret": "hub-client-ca"}),
+            "hub-client-ca",
+        ),
+    ] {
+        let docs = render(json!({"issuer": {"enabled": true,
+            "url": "https://issuer.example.org/fleet", "x509": x509}}));
+        let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
+        let parsed = parse_hub_args(&container_args(dep)[1..]).unwrap();
+        let settings = parsed
+            .issuer
+            .settings()
+            .unwrap()
+            .expect("the hub is an issuer");
+        let ca = settings.x509_ca_secret.expect("X.509 CA Secret");
+        assert_eq!(
+            (ca.namespace.as_str(), ca.name.as_str()),
+            ("kleym-system", ca_secret)
+        );
+        assert_eq!(settings.secret.name, "kleym-issuer");
+        assert_eq!(
+            rules_mention(&docs, "secrets"),
+            vec![
+                json!({"apiGroups": [""], "resources": ["secrets"],
+                       "resourceNames": ["kleym-issuer"], "verbs": ["get", "update"]}),
+                json!({"apiGroups": [""], "resources": ["secrets"],
+                       "resourceNames": [ca_secret], "verbs": ["get", "update"]}),
+                json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}),
+            ]
+        );
+    }
 
     // Behind a TLS-terminating ingress: plain HTTP, no TLS volume, no ConfigMap rule.
     let docs = render(json!({"issuer": {"enabled": true,
@@ -1247,9 +1293,18 @@ fn issuer_values_add_spiffe_providers_or_mirror_the_cluster_issuer() {
             kleym_api::yaml::from_str(cm["data"]["providers.yaml"].as_str().unwrap()).unwrap();
         file["providers"].as_array().unwrap().clone()
     };
+    // Without issuer.x509 there is no CA, so no X.509 provider.
+    let docs = render(json!({"issuer": {"enabled": true,
+        "url": "https://issuer.example.org/fleet"}}));
+    let names: Vec<String> = providers(&docs)
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["kleym-token-request", "kleym-spiffe-jwt"]);
     let docs = render(
         json!({"trustDomain": "prod.example.org", "issuer": {"enabled": true,
-        "url": "https://issuer.example.org/fleet", "hubSpiffeId": "spiffe://prod.example.org/hubs/eu"}}),
+        "url": "https://issuer.example.org/fleet", "hubSpiffeId": "spiffe://prod.example.org/hubs/eu",
+        "x509": {"enabled": true}}}),
     );
     let list = providers(&docs);
     let names: Vec<&str> = list.iter().map(|p| p["name"].as_str().unwrap()).collect();
@@ -1262,18 +1317,25 @@ fn issuer_values_add_spiffe_providers_or_mirror_the_cluster_issuer() {
         ]
     );
     let common = [
-        "--issuer-key-secret=kleym-system/kleym-issuer",
-        "--issuer-key-algorithm=ES256",
         "--trust-domain=prod.example.org",
         "--hub-spiffe-id=spiffe://prod.example.org/hubs/eu",
     ];
+    // Each plugin names only the Secret it reads: the JWT keys, or the X.509 CA.
     for (provider, plugin, extra) in [
         (
             &list[1],
             "spiffe-jwt",
-            Some("--issuer-url=https://issuer.example.org/fleet"),
+            vec![
+                "--issuer-url=https://issuer.example.org/fleet",
+                "--issuer-key-secret=kleym-system/kleym-issuer",
+                "--issuer-key-algorithm=ES256",
+            ],
         ),
-        (&list[2], "spiffe-x509", None),
+        (
+            &list[2],
+            "spiffe-x509",
+            vec!["--issuer-x509-ca-secret=kleym-system/kleym-issuer-x509-ca"],
+        ),
     ] {
         let argv = provider_argv(provider);
         assert_eq!(argv[..3], ["/usr/local/bin/kleym", "credential", plugin]);

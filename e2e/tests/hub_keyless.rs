@@ -129,7 +129,7 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
         v.extend(extra.iter().map(|s| s.to_string()));
         v
     };
-    let settings = parse_hub_args(&hub_flags(&[]))
+    let settings = parse_hub_args(&hub_flags(&["--issuer-x509"]))
         .unwrap()
         .issuer
         .settings()
@@ -190,7 +190,8 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
         }
     }
 
-    // The X.509 variant prints the hub CA of the issuer Secret and the same binding.
+    // The X.509 variant prints the hub CA (of its own Secret, beside the key Secret) and the
+    // same binding.
     let x509 = trust_config(
         Path::new(&kleym),
         &hub_kc,
@@ -204,12 +205,12 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
         ],
     )
     .unwrap();
-    let issuer_secret =
+    let ca_secret =
         Api::<k8s_openapi::api::core::v1::Secret>::namespaced(f.hub_client.clone(), HUB_NS)
-            .get("kleym-issuer")
+            .get("kleym-issuer-x509-ca")
             .await
             .unwrap();
-    let ca_pem = String::from_utf8(issuer_secret.data.unwrap()["x509-ca.crt"].0.clone()).unwrap();
+    let ca_pem = String::from_utf8(ca_secret.data.unwrap()["x509-ca.crt"].0.clone()).unwrap();
     assert_eq!(x509.len(), 3);
     assert!(x509.iter().all(|e| e["clientCA"] == ca_pem.as_str()));
     assert_eq!(
@@ -540,8 +541,8 @@ async fn kleym_hub_binary_serves_the_issuer_and_refuses_bad_issuer_input() {
 /// spiffe-x509` printed; the hub engages them all with `kleym credential spiffe-x509`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hub_engages_three_spokes_with_spiffe_x509() {
-    use kleym_hub::issuer::keys::Algorithm;
-    use kleym_hub::issuer::secret::{SecretRef, load_or_create};
+    use kleym_hub::issuer::ca::{default_ca_secret, load_or_create};
+    use kleym_hub::issuer::secret::SecretRef;
     let kleym = kleym_binary().expect("kleym binary");
     let kleym = kleym.to_str().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
@@ -551,10 +552,10 @@ async fn hub_engages_three_spokes_with_spiffe_x509() {
         namespace: HUB_NS.into(),
         name: "kleym-issuer".into(),
     };
-    let ring = load_or_create(f.hub_client.clone(), &at, Algorithm::Es256, true)
+    let ring = load_or_create(f.hub_client.clone(), &default_ca_secret(&at), &at, true)
         .await
         .unwrap();
-    let ca = ring.ca().unwrap().cert_pem.clone();
+    let ca = ring.ca().cert_pem.clone();
     let names = ["x509-a", "x509-b", "x509-c"];
     let mut options = kubesim::KubesimOptions {
         crds: kleym_e2e::fixtures::all_crds().unwrap(),
@@ -602,7 +603,7 @@ async fn hub_engages_three_spokes_with_spiffe_x509() {
         &pf,
         json!({"providers": [{"name": "kleym-spiffe-x509", "execConfig": {
             "apiVersion": "client.authentication.k8s.io/v1", "command": kleym,
-            "args": ["credential", "spiffe-x509", "--issuer-key-secret", "kleym/kleym-issuer",
+            "args": ["credential", "spiffe-x509", "--issuer-x509-ca-secret", "kleym/kleym-issuer-x509-ca",
                      "--trust-domain", "example.org", "--kubeconfig", hub_kc],
             "interactiveMode": "Never"}}]})
         .to_string(),

@@ -7,7 +7,9 @@ use anyhow::Context as _;
 /// A client from the `--kubeconfig`/`--context` flags every kleym command takes: the given
 /// file (and context), else the default kubeconfig with that context, else the usual
 /// inference (`KUBECONFIG`, `~/.kube/config`, in-cluster). The client speaks HTTP/2 when the
-/// server offers it (see [`crate::credentials::transport`]).
+/// server offers it (see [`crate::credentials::transport`]), and goes through a proxy by the
+/// rules of [`crate::credentials::proxy`] (never for loopback or the hub's own in-cluster API
+/// server; `NO_PROXY` honoured).
 pub async fn client_from_flags(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
@@ -16,21 +18,31 @@ pub async fn client_from_flags(
         context: context.map(str::to_string),
         ..Default::default()
     };
-    let config = match (kubeconfig, context) {
+    let (mut config, explicit_proxy) = match (kubeconfig, context) {
         (Some(path), _) => {
             let kc = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &options)
+            let proxy = crate::credentials::proxy::kubeconfig_proxy_url(&kc, context);
+            let config = kube::Config::from_custom_kubeconfig(kc, &options)
                 .await
-                .with_context(|| format!("loading kubeconfig {}", path.display()))?
+                .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+            (config, proxy)
         }
-        (None, Some(_)) => kube::Config::from_kubeconfig(&options)
-            .await
-            .context("loading kubeconfig")?,
-        (None, None) => kube::Config::infer()
-            .await
-            .context("no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
+        (None, Some(_)) => (
+            kube::Config::from_kubeconfig(&options)
+                .await
+                .context("loading kubeconfig")?,
+            crate::credentials::proxy::default_kubeconfig_proxy(context),
+        ),
+        (None, None) => (
+            kube::Config::infer().await.context(
+                "no kubeconfig (KUBECONFIG, ~/.kube/config) and not running in a cluster",
+            )?,
+            crate::credentials::proxy::default_kubeconfig_proxy(None),
+        ),
     };
+    crate::credentials::proxy::apply_to_config(&mut config, explicit_proxy.as_deref())
+        .context("the kubeconfig's proxy-url")?;
     crate::credentials::transport::client(&config, crate::credentials::Keepalive::default())
         .context("building the Kubernetes client")
 }

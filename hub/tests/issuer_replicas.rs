@@ -87,6 +87,7 @@ async fn two_replicas_serve_identical_jwks_across_leader_changes() {
             // The same --issuer-url on both, as behind one Service.
             url: "https://issuer.example.org".into(),
             secret: at.clone(),
+            x509_ca_secret: None,
             algorithm: Algorithm::Es256,
             listen_addr: listener.local_addr().unwrap(),
             tls: Some((cert.clone(), key.clone())),

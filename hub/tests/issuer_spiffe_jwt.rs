@@ -400,19 +400,16 @@ async fn spiffe_x509_authenticates_as_the_mapped_user_on_a_spoke_trusting_the_hu
     use k8s_openapi::api::core::v1::Namespace;
     let hub = hub_sim::start("unused").await;
     let client = hub.cluster.in_process_client();
-    let ring = load_or_create(
+    // The hub with --issuer-x509 keeps the CA in a Secret of its own.
+    let ring = kleym_hub::issuer::ca::load_or_create(
         client.clone(),
+        &secret_ref("issuer-x509-ca"),
         &secret_ref("issuer"),
-        Algorithm::Es256,
         true,
     )
     .await
     .unwrap();
-    let ca = ring
-        .ca()
-        .expect("a new Secret has an X.509 CA")
-        .cert_pem
-        .clone();
+    let ca = ring.ca().cert_pem.clone();
     let mut options = KubesimOptions::default();
     options.client_cas.insert("spoke".into(), ca);
     let spokes = Kubesim::start(&["spoke"], options).await.unwrap();
@@ -428,8 +425,8 @@ async fn spiffe_x509_authenticates_as_the_mapped_user_on_a_spoke_trusting_the_hu
         .args([
             "credential",
             "spiffe-x509",
-            "--issuer-key-secret",
-            "kleym/issuer",
+            "--issuer-x509-ca-secret",
+            "kleym/issuer-x509-ca",
         ])
         .args([
             "--trust-domain",

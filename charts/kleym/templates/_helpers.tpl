@@ -145,3 +145,11 @@ Fails the render when the health and metrics ports clash; takes a dict: `name` (
 {{- fail (printf "%s.healthPort must differ from %s.metricsPort (%d): the probes get a port of their own" .name .name (int .values.metricsPort)) }}
 {{- end }}
 {{- end }}
+
+{{/*
+Name of the issuer's X.509 CA Secret: issuer.x509.caSecret, else <issuer.keySecret>-x509-ca
+(where `kleym hub --issuer-x509` puts it by default).
+*/}}
+{{- define "kleym.issuerCaSecret" -}}
+{{- .Values.issuer.x509.caSecret | default (printf "%s-x509-ca" .Values.issuer.keySecret) -}}
+{{- end }}

@@ -20,6 +20,7 @@ use kleym_hub::credentials::plugins::token_request::{TokenRequestOptions, token_
 use kleym_hub::credentials::plugins::workload_api::{
     DEFAULT_TIMEOUT_SECONDS, WorkloadApiOptions, WorkloadApiSocket, parse_socket,
 };
+use kleym_hub::issuer::ca::parse_ca_secret;
 use kleym_hub::issuer::keys::Algorithm;
 use kleym_hub::issuer::secret::{SecretRef, parse_issuer_key_secret};
 
@@ -122,10 +123,11 @@ needs the agent's socket mounted and a registration entry. The spokes trust SPIR
         interactiveMode: Never";
 
 const SPIFFE_X509_LONG_ABOUT: &str = "\
-Return an X.509-SVID client certificate signed by the hub's CA (kept in the issuer Secret of \
-kleym hub --issuer-key-secret, created by the hub).
+Return an X.509-SVID client certificate signed by the hub's CA (kept in the X.509 CA Secret of \
+kleym hub --issuer-x509 --issuer-x509-ca-secret, created by the hub; the JWT signing keys are \
+in another Secret this plugin never reads).
 
-Runs as a client-go exec plugin: reads KUBERNETES_EXEC_INFO, reads the CA from the issuer \
+Runs as a client-go exec plugin: reads KUBERNETES_EXEC_INFO, reads the CA from the CA \
 Secret in the hub (in memory only), and prints an ExecCredential with clientCertificateData \
 and clientKeyData: a new P-256 key and a certificate with URI SAN = the hub's SPIFFE ID \
 (--hub-spiffe-id, default spiffe://<trust domain>/kleym/hub), CN = --username-prefix + that ID \
@@ -133,9 +135,10 @@ and clientKeyData: a new P-256 key and a certificate with URI SAN = the hub's SP
 --ttl-seconds (default 3600). Its expirationTimestamp is a little before the end.
 
 The spoke's API server must trust the CA for client certificates (--client-ca-file; the CA \
-certificate is data[x509-ca.crt] of the Secret) and bind that user (kleym trust-config prints \
-the ClusterRoleBinding).
-RBAC in the hub for the identity it runs as: get on the issuer Secret.
+bundle is data[x509-ca-bundle.crt] of the CA Secret) and bind that user (kleym trust-config \
+prints both). RBAC in the hub for the identity it runs as: get on the CA Secret. \
+--issuer-key-secret NS/NAME alone (the flag of older releases) means the CA Secret \
+NS/NAME-x509-ca, where kleym hub --issuer-x509 puts it by default.
 
 Provider file entry:
   providers:
@@ -143,8 +146,8 @@ Provider file entry:
       execConfig:
         apiVersion: client.authentication.k8s.io/v1
         command: /usr/local/bin/kleym
-        args: [credential, spiffe-x509, --issuer-key-secret, kleym-system/kleym-issuer,
-               --trust-domain, example.org]
+        args: [credential, spiffe-x509, --issuer-x509-ca-secret,
+               kleym-system/kleym-issuer-x509-ca, --trust-domain, example.org]
         interactiveMode: Never
 
 From a SPIRE agent instead (--workload-api-socket unix:///PATH): the plugin takes the first \
@@ -224,21 +227,38 @@ impl WorkloadApiArgs {
 /// Arguments of `kleym credential spiffe-x509`.
 #[derive(Debug, clap::Args)]
 pub struct SpiffeX509Args {
-    /// The issuer Secret in the hub, `namespace/name`, as `kleym hub --issuer-key-secret`.
-    /// Required unless `--workload-api-socket`.
+    /// The X.509 CA Secret in the hub, `namespace/name`, as `kleym hub
+    /// --issuer-x509-ca-secret`. Required unless `--workload-api-socket` or
+    /// `--issuer-key-secret`.
+    #[arg(
+        long,
+        value_parser = parse_ca_secret,
+        env = "KLEYM_ISSUER_X509_CA_SECRET",
+        conflicts_with = "workload_api_socket"
+    )]
+    pub issuer_x509_ca_secret: Option<SecretRef>,
+    /// Older releases' flag: the issuer key Secret `NS/NAME`, meaning the CA Secret
+    /// `NS/NAME-x509-ca` (where `kleym hub --issuer-x509` puts the CA by default). Its data is
+    /// not read.
     #[arg(
         long,
         value_parser = parse_issuer_key_secret,
         env = "KLEYM_ISSUER_KEY_SECRET",
-        required_unless_present = "workload_api_socket",
+        required_unless_present_any = ["workload_api_socket", "issuer_x509_ca_secret"],
         conflicts_with = "workload_api_socket"
     )]
     pub issuer_key_secret: Option<SecretRef>,
     /// The SPIRE agent source (`--workload-api-socket`).
     #[command(flatten)]
     pub workload_api: WorkloadApiArgs,
-    /// The signing key's algorithm, as `kleym hub --issuer-key-algorithm`.
-    #[arg(long, value_enum, default_value = "ES256", value_name = "ES256|RS256")]
+    /// Accepted for compatibility and ignored: the CA Secret holds no signing key.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "ES256",
+        value_name = "ES256|RS256",
+        hide = true
+    )]
     pub issuer_key_algorithm: Algorithm,
     /// The SPIFFE ID in the URI SAN [default: spiffe://<trust domain>/kleym/hub].
     #[arg(long)]
@@ -411,13 +431,16 @@ async fn run_spiffe_x509(a: &SpiffeX509Args) -> anyhow::Result<String> {
     if let Some(opts) = a.workload_api.options(&a.hub_spiffe_id, &a.trust_domain) {
         return Ok(spiffe_x509_from_workload_api(&info, &opts).await?);
     }
-    let Some(secret) = &a.issuer_key_secret else {
-        anyhow::bail!("--issuer-key-secret is required without --workload-api-socket");
+    let secret = match (&a.issuer_x509_ca_secret, &a.issuer_key_secret) {
+        (Some(ca), _) => ca.clone(),
+        (None, Some(key)) => kleym_hub::issuer::ca::default_ca_secret(key),
+        (None, None) => anyhow::bail!(
+            "--issuer-x509-ca-secret (or --issuer-key-secret) is required without --workload-api-socket"
+        ),
     };
     let hub = hub_client(a.kubeconfig.as_deref()).await?;
     let opts = SpiffeX509Options {
-        secret: secret.clone(),
-        algorithm: a.issuer_key_algorithm,
+        secret,
         hub_spiffe_id: a.hub_spiffe_id.clone(),
         trust_domain: a.trust_domain.clone(),
         username_prefix: a.username_prefix.clone(),

@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 pub enum Credential {
     /// JWT-SVIDs from `kleym credential spiffe-jwt` (sub = the hub's SPIFFE ID).
     SpiffeJwt,
-    /// X.509-SVIDs from `kleym credential spiffe-x509`: the spoke adds the hub CA (from the
-    /// issuer Secret, --issuer-key-secret) to its client CAs; CN = the mapped user.
+    /// X.509-SVIDs from `kleym credential spiffe-x509`: the spoke adds the hub CA (from its
+    /// own Secret, --issuer-x509-ca-secret) to its client CAs; CN = the mapped user.
     SpiffeX509,
     /// ServiceAccount tokens from `kleym credential token-request` (sub =
     /// `system:serviceaccount:<ns>:<name>` of --service-account; the issuer is the hub
@@ -85,14 +85,19 @@ pub struct Args {
     /// server trusts to fetch discovery and keys). Required unless `--credential spiffe-x509`.
     #[arg(long, value_name = "PATH")]
     pub issuer_ca_file: Option<PathBuf>,
-    /// With `--credential spiffe-x509`: the issuer Secret holding the hub CA, as
-    /// `kleym hub --issuer-key-secret`.
+    /// With `--credential spiffe-x509`: the issuer key Secret, as `kleym hub
+    /// --issuer-key-secret`, naming the hub CA Secret beside it (`<name>-x509-ca`) unless
+    /// `--issuer-x509-ca-secret` is given.
     #[arg(long, value_name = "NS/NAME", value_parser = kleym_hub::issuer::secret::parse_issuer_key_secret)]
     pub issuer_key_secret: Option<kleym_hub::issuer::secret::SecretRef>,
+    /// With `--credential spiffe-x509`: the Secret holding the hub CA, as `kleym hub
+    /// --issuer-x509-ca-secret`.
+    #[arg(long, value_name = "NS/NAME", value_parser = kleym_hub::issuer::ca::parse_ca_secret, conflicts_with = "client_ca_file")]
+    pub issuer_x509_ca_secret: Option<kleym_hub::issuer::secret::SecretRef>,
     /// With `--credential spiffe-x509` and SVIDs from a SPIRE agent (`kleym credential
     /// spiffe-x509 --workload-api-socket`): the PEM bundle the spokes add to their client CAs,
     /// SPIRE's X.509 bundle of the trust domain (`spire-server bundle show`), instead of the
-    /// hub CA of `--issuer-key-secret`.
+    /// hub CA of `--issuer-x509-ca-secret`.
     #[arg(long, value_name = "PATH", conflicts_with = "issuer_key_secret")]
     pub client_ca_file: Option<PathBuf>,
     /// With `--credential spiffe-x509` and SVIDs from a SPIRE agent: the user the spokes map,
@@ -265,10 +270,15 @@ async fn client_ca(args: &Args) -> anyhow::Result<String> {
             .map_err(|e| anyhow!("--client-ca-file {}: {e}", file.display()))?;
         return Ok(String::from_utf8_lossy(&pem).into_owned());
     }
-    let at = args
-        .issuer_key_secret
-        .as_ref()
-        .ok_or_else(|| anyhow!("--issuer-key-secret is required with --credential spiffe-x509"))?;
+    let at = match (&args.issuer_x509_ca_secret, &args.issuer_key_secret) {
+        (Some(ca), _) => ca.clone(),
+        (None, Some(key)) => kleym_hub::issuer::ca::default_ca_secret(key),
+        (None, None) => {
+            anyhow::bail!(
+                "--issuer-x509-ca-secret (or --issuer-key-secret) is required with --credential spiffe-x509"
+            )
+        }
+    };
     let client = kleym_hub::kubeconfig::client_from_flags(
         args.kubeconfig.as_deref(),
         args.context.as_deref(),
@@ -277,9 +287,13 @@ async fn client_ca(args: &Args) -> anyhow::Result<String> {
     let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client, &at.namespace)
         .get(&at.name)
         .await
-        .with_context(|| format!("reading issuer Secret {at}"))?;
+        .with_context(|| {
+            format!(
+                "reading X.509 CA Secret {at} (the hub creates it when started with --issuer-x509)"
+            )
+        })?;
     // The bundle (current, next and replaced CAs during a CA rotation) when the hub wrote
-    // one; else the CA certificate alone (a Secret from before CA rotation).
+    // one; else the CA certificate alone.
     let data = secret.data.as_ref();
     let cert = data
         .and_then(|d| d.get(kleym_hub::issuer::x509::CA_BUNDLE_KEY))
@@ -288,7 +302,7 @@ async fn client_ca(args: &Args) -> anyhow::Result<String> {
         .filter(|c| c.contains("-----BEGIN CERTIFICATE-----"))
         .ok_or_else(|| {
             anyhow!(
-                "issuer Secret {at}: no data[{}] (the hub's leader adds the CA)",
+                "X.509 CA Secret {at}: no data[{}]",
                 kleym_hub::issuer::x509::CA_CERT_KEY
             )
         })?;

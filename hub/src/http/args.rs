@@ -2,7 +2,7 @@
 
 use crate::flags::parse_audience;
 use crate::http::HttpError;
-use crate::http::auth::{AuthConfig, AuthMode, running_in_cluster};
+use crate::http::auth::{AuthConfig, AuthMode};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,7 +26,9 @@ pub struct ApiArgs {
     pub api_audience: String,
 
     /// `/v1/*` authentication: `off`, `permissive` (verify, log and count failures, never
-    /// block) or `enforce`. Default: `enforce` in a cluster, `permissive` elsewhere.
+    /// block) or `enforce`. Default: `enforce` whenever the API listens, in a cluster or not;
+    /// a weaker mode only when given here. With `enforce` the hub checks at start-up that it
+    /// can create TokenReviews in the hub cluster and exits naming this flag if it cannot.
     #[arg(long, env = "KLEYM_API_AUTH_MODE", value_enum)]
     pub api_auth_mode: Option<AuthMode>,
 
@@ -61,10 +63,9 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    /// The effective auth mode (flag, else the in-cluster default).
+    /// The effective auth mode: the flag, else [`AuthMode::DEFAULT`] (`enforce`).
     pub fn auth_mode(&self) -> AuthMode {
-        self.api_auth_mode
-            .unwrap_or_else(|| AuthMode::default_for(running_in_cluster()))
+        self.api_auth_mode.unwrap_or(AuthMode::DEFAULT)
     }
 
     /// The authenticator settings these flags describe.

@@ -13,15 +13,11 @@
 //!   `retires` of the signing key's activation + `retire_after` (max token lifetime + skew).
 //! - [`KeyRing::rotate_now`] (`kleym issuer rotate`): a new key that signs at once; the others
 //!   retire after `retire_after`, or are removed at once with `revoke_old`.
-//! - The X.509 CA rotates with an overlap in two steps (`kleym issuer rotate-ca`):
-//!   [`KeyRing::begin_ca_rotation`] adds a next CA to the bundle spokes trust
-//!   (`x509-ca-bundle.crt`) while the current one keeps signing; once every spoke trusts the
-//!   new bundle, [`KeyRing::finish_ca_rotation`] makes it sign and keeps the replaced CA in the
-//!   bundle for [`super::x509::CA_OVERLAP_SECONDS`]; [`KeyRing::rotate_step`] then drops it.
-//!   The periodic step also takes both steps on its own as the CA nears its end: it begins
-//!   [`super::x509::CA_PUBLISH_AHEAD_SECONDS`] before the CA expires and finishes
-//!   [`super::x509::CA_SWITCH_AHEAD_SECONDS`] before, so a CA never expires under the fleet;
-//!   operators who rotate earlier by command are never overtaken.
+//!
+//! The X.509 CA lives in a Secret of its own ([`super::ca`]). A key Secret written before
+//! that split may still hold it (`x509-ca.*` data keys, `previous_cas` in the state): the
+//! ring carries those values through every write untouched ([`KeyRing::legacy_ca_data`]),
+//! so rotating keys never loses a CA that spokes trust; [`super::ca`] moves them out.
 
 use std::collections::BTreeMap;
 
@@ -29,10 +25,7 @@ use k8s_openapi::ByteString;
 use serde::{Deserialize, Serialize};
 
 use super::keys::{Algorithm, SigningKey};
-use super::x509::{
-    CA_BUNDLE_KEY, CA_CERT_KEY, CA_KEY_KEY, CA_OVERLAP_SECONDS, CA_PUBLISH_AHEAD_SECONDS,
-    CA_SWITCH_AHEAD_SECONDS, HubCa, NEXT_CA_CERT_KEY, NEXT_CA_KEY_KEY,
-};
+use super::x509::LEGACY_CA_DATA_KEYS;
 use super::{IssuerError, MAX_TOKEN_LIFETIME_SECONDS, SECRET_KEY};
 
 /// Data key of the Secret holding the key state.
@@ -55,7 +48,8 @@ pub struct KeyTimes {
 struct StateDoc {
     #[serde(default)]
     keys: BTreeMap<String, KeyTimes>,
-    /// Replaced X.509 CAs still trusted (certificates only: their keys are gone).
+    /// Replaced X.509 CAs still trusted, in a key Secret written before the CA moved to a
+    /// Secret of its own (kept verbatim until [`super::ca`] moves them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     previous_cas: Vec<PreviousCa>,
 }
@@ -69,8 +63,7 @@ pub struct PreviousCa {
     pub retires: i64,
 }
 
-/// One key of the ring.
-#[derive(Debug)]
+/// One key of the ring. `Debug` shows the key ID and times, never the private key.
 pub struct KeyEntry {
     /// The key.
     pub key: SigningKey,
@@ -101,13 +94,34 @@ impl Default for RotationPolicy {
     }
 }
 
-/// The keys of the issuer Secret with their times, and the X.509 CA.
-#[derive(Debug)]
+impl std::fmt::Debug for KeyEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyEntry")
+            .field("key", &self.key)
+            .field("pem", &"<redacted>")
+            .field("times", &self.times)
+            .finish()
+    }
+}
+
+/// The signing keys of the issuer Secret with their times. `Debug` shows key IDs and times,
+/// never private keys (nor the legacy CA data the ring carries).
 pub struct KeyRing {
     entries: Vec<KeyEntry>,
-    ca: Option<HubCa>,
-    next_ca: Option<HubCa>,
-    previous_cas: Vec<PreviousCa>,
+    /// `x509-ca.*` data of a key Secret from before the CA had a Secret of its own, verbatim.
+    legacy_ca: BTreeMap<String, ByteString>,
+    /// `previous_cas` of that Secret's state, verbatim.
+    legacy_previous_cas: Vec<PreviousCa>,
+}
+
+impl std::fmt::Debug for KeyRing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyRing")
+            .field("entries", &self.entries)
+            .field("legacy_ca_keys", &self.legacy_ca.keys().collect::<Vec<_>>())
+            .field("legacy_previous_cas", &self.legacy_previous_cas.len())
+            .finish()
+    }
 }
 
 impl KeyRing {
@@ -142,115 +156,40 @@ impl KeyRing {
             let times = state.keys.get(key.kid()).copied().unwrap_or_default();
             entries.push(KeyEntry { key, pem, times });
         }
-        let text = |k: &str| {
-            data.get(k)
-                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-        };
-        let pair = |cert_key: &str, key_key: &str| match (text(cert_key), text(key_key)) {
-            (None, None) => Ok(None),
-            (Some(c), Some(k)) => HubCa::from_pem(&c, &k, origin).map(Some),
-            _ => Err(IssuerError::Key(format!(
-                "{origin}: data[{cert_key}] and data[{key_key}] go together"
-            ))),
-        };
-        let ca = pair(CA_CERT_KEY, CA_KEY_KEY)?;
-        let next_ca = pair(NEXT_CA_CERT_KEY, NEXT_CA_KEY_KEY)?;
-        if next_ca.is_some() && ca.is_none() {
-            return Err(IssuerError::Key(format!(
-                "{origin}: data[{NEXT_CA_CERT_KEY}] without data[{CA_CERT_KEY}]"
-            )));
-        }
-        for (i, p) in state.previous_cas.iter().enumerate() {
-            if !p.cert.contains("-----BEGIN CERTIFICATE-----") {
-                return Err(IssuerError::Key(format!(
-                    "{origin} data[{STATE_KEY}]: previous_cas[{i}].cert is not a PEM certificate"
-                )));
-            }
-        }
+        let legacy_ca: BTreeMap<String, ByteString> = LEGACY_CA_DATA_KEYS
+            .iter()
+            .filter_map(|k| data.get(*k).map(|v| ((*k).to_string(), v.clone())))
+            .collect();
         Ok(KeyRing {
             entries,
-            ca,
-            next_ca,
-            previous_cas: state.previous_cas,
+            legacy_ca,
+            legacy_previous_cas: state.previous_cas,
         })
     }
 
-    /// The X.509-SVID CA, when the Secret has one.
-    pub fn ca(&self) -> Option<&HubCa> {
-        self.ca.as_ref()
+    /// Whether the Secret still holds an X.509 CA from before the CA had a Secret of its own.
+    pub fn has_legacy_ca(&self) -> bool {
+        !self.legacy_ca.is_empty() || !self.legacy_previous_cas.is_empty()
     }
 
-    /// The CA that will sign once the CA rotation under way finishes.
-    pub fn next_ca(&self) -> Option<&HubCa> {
-        self.next_ca.as_ref()
+    /// That legacy CA data (`x509-ca.*` data keys) and previous CAs, to move them.
+    pub fn legacy_ca_data(&self) -> (&BTreeMap<String, ByteString>, &[PreviousCa]) {
+        (&self.legacy_ca, &self.legacy_previous_cas)
     }
 
-    /// Replaced CAs still in the bundle.
-    pub fn previous_cas(&self) -> &[PreviousCa] {
-        &self.previous_cas
+    /// Forgets the legacy CA data (once it is safely in the CA Secret): the next write
+    /// removes it from the key Secret.
+    pub fn clear_legacy_ca(&mut self) {
+        self.legacy_ca.clear();
+        self.legacy_previous_cas.clear();
     }
 
-    /// The PEM bundle spokes trust for client certificates: the current CA, the next one,
-    /// then replaced ones (empty without a CA).
-    pub fn ca_bundle(&self) -> String {
-        let mut out = String::new();
-        let certs = self
-            .ca
-            .iter()
-            .chain(self.next_ca.iter())
-            .map(|c| c.cert_pem.as_str())
-            .chain(self.previous_cas.iter().map(|p| p.cert.as_str()));
-        for c in certs {
-            out.push_str(c.trim_end());
-            out.push('\n');
-        }
-        out
-    }
-
-    /// First step of a CA rotation: a next CA joins the bundle; the current CA keeps signing.
-    /// Refused while one is under way or without a current CA.
-    pub fn begin_ca_rotation(&mut self, now: i64) -> Result<(), IssuerError> {
-        if self.ca.is_none() {
-            return Err(IssuerError::Key(
-                "no X.509 CA to rotate yet (the hub's leader adds one)".into(),
-            ));
-        }
-        if self.next_ca.is_some() {
-            return Err(IssuerError::Key(
-                "a CA rotation is already under way: finish it first".into(),
-            ));
-        }
-        self.next_ca = Some(new_ca(now)?);
-        Ok(())
-    }
-
-    /// Second step: the next CA signs from now; the replaced one stays in the bundle for
-    /// `overlap_seconds`. Refused without a next CA.
-    pub fn finish_ca_rotation(
-        &mut self,
-        now: i64,
-        overlap_seconds: i64,
-    ) -> Result<(), IssuerError> {
-        let next = self
-            .next_ca
-            .take()
-            .ok_or_else(|| IssuerError::Key("no CA rotation under way: begin one first".into()))?;
-        if let Some(old) = self.ca.replace(next) {
-            self.previous_cas.push(PreviousCa {
-                cert: old.cert_pem,
-                retires: now + overlap_seconds,
-            });
-        }
-        Ok(())
-    }
-
-    /// A ring of one new ES256 key, signing from `now`.
+    /// A ring of one new ES256 key, signing from `now` (no X.509 CA: see [`super::ca`]).
     pub fn generate(now: i64) -> Result<Self, IssuerError> {
         let (key, pem) = SigningKey::generate_es256()?;
         Ok(KeyRing {
-            next_ca: None,
-            previous_cas: Vec::new(),
-            ca: Some(new_ca(now)?),
+            legacy_ca: BTreeMap::new(),
+            legacy_previous_cas: Vec::new(),
             entries: vec![KeyEntry {
                 key,
                 pem,
@@ -271,7 +210,7 @@ impl KeyRing {
                 .iter()
                 .map(|e| (e.key.kid().to_string(), e.times))
                 .collect(),
-            previous_cas: self.previous_cas.clone(),
+            previous_cas: self.legacy_previous_cas.clone(),
         };
         let mut data = BTreeMap::from([
             (SECRET_KEY.to_string(), ByteString(pem.into_bytes())),
@@ -280,30 +219,7 @@ impl KeyRing {
                 ByteString(serde_json::to_vec(&state).unwrap_or_default()),
             ),
         ]);
-        if let Some(ca) = &self.ca {
-            data.insert(
-                CA_CERT_KEY.into(),
-                ByteString(ca.cert_pem.clone().into_bytes()),
-            );
-            data.insert(
-                CA_KEY_KEY.into(),
-                ByteString(ca.key_pem().as_bytes().to_vec()),
-            );
-            data.insert(
-                CA_BUNDLE_KEY.into(),
-                ByteString(self.ca_bundle().into_bytes()),
-            );
-        }
-        if let Some(next) = &self.next_ca {
-            data.insert(
-                NEXT_CA_CERT_KEY.into(),
-                ByteString(next.cert_pem.clone().into_bytes()),
-            );
-            data.insert(
-                NEXT_CA_KEY_KEY.into(),
-                ByteString(next.key_pem().as_bytes().to_vec()),
-            );
-        }
+        data.extend(self.legacy_ca.clone());
         data
     }
 
@@ -397,15 +313,6 @@ impl KeyRing {
     /// nothing new is generated.
     pub fn rotate_step(&mut self, now: i64, policy: &RotationPolicy) -> Result<bool, IssuerError> {
         let mut changed = self.drop_retired(now);
-        let cas = self.previous_cas.len();
-        self.previous_cas.retain(|p| p.retires > now);
-        changed |= self.previous_cas.len() != cas;
-        if self.ca.is_none() {
-            // A Secret from before the X.509 CA existed (or made by hand): add one.
-            self.ca = Some(new_ca(now)?);
-            changed = true;
-        }
-        changed |= self.rotate_ca_near_expiry(now)?;
         changed |= self.retire_older(now, policy);
         let pending = self.entries.iter().any(|e| e.times.activates > now);
         if let Some(s) = self.signing_index(now)
@@ -429,32 +336,6 @@ impl KeyRing {
             changed = true;
         }
         Ok(changed)
-    }
-
-    /// The CA part of the periodic step: a next CA joins the bundle once the current CA has
-    /// less than [`CA_PUBLISH_AHEAD_SECONDS`] left, and signs once it has less than
-    /// [`CA_SWITCH_AHEAD_SECONDS`] left. Returns whether the ring changed.
-    fn rotate_ca_near_expiry(&mut self, now: i64) -> Result<bool, IssuerError> {
-        let Some(ca) = &self.ca else {
-            return Ok(false);
-        };
-        let left = ca.not_after()? - now;
-        if self.next_ca.is_none() && left <= CA_PUBLISH_AHEAD_SECONDS {
-            self.begin_ca_rotation(now)?;
-            tracing::warn!(
-                expires_in_days = left / 86_400,
-                "issuer: the X.509 CA nears its end; a next CA joined the bundle (x509-ca-bundle.crt): give every spoke the new bundle (kleym trust-config --credential spiffe-x509)"
-            );
-            return Ok(true);
-        }
-        if self.next_ca.is_some() && left <= CA_SWITCH_AHEAD_SECONDS {
-            self.finish_ca_rotation(now, CA_OVERLAP_SECONDS)?;
-            tracing::warn!(
-                "issuer: the next X.509 CA signs from now on; spokes without the new bundle refuse the hub's certificates"
-            );
-            return Ok(true);
-        }
-        Ok(false)
     }
 
     /// An immediate rotation (`kleym issuer rotate`): a new ES256 key signs from `now`; every
@@ -491,12 +372,6 @@ impl KeyRing {
     }
 }
 
-fn new_ca(now: i64) -> Result<HubCa, IssuerError> {
-    let at = chrono::DateTime::from_timestamp(now, 0)
-        .ok_or_else(|| IssuerError::Key(format!("time {now} out of range")))?;
-    HubCa::generate(at)
-}
-
 /// Parses a duration such as `7d`, `1h`, `30m`, `45s` (one number and one unit) into seconds.
 pub fn parse_duration_seconds(s: &str) -> Result<i64, String> {
     let s = s.trim();
@@ -519,7 +394,6 @@ pub fn parse_duration_seconds(s: &str) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::issuer::x509::CA_VALIDITY_DAYS;
 
     const H: i64 = 3600;
 
@@ -560,125 +434,6 @@ mod tests {
         assert!(ring.rotate_step(t1 + 1200, &policy()).unwrap());
         assert_eq!(kids(ring.published(t1 + 1200)), vec![second.clone()]);
         assert_eq!(ring.entries().len(), 1);
-    }
-
-    fn certs(bundle: &str) -> Vec<String> {
-        bundle
-            .split_inclusive("-----END CERTIFICATE-----")
-            .map(str::trim)
-            .filter(|c| c.contains("BEGIN CERTIFICATE"))
-            .map(str::to_string)
-            .collect()
-    }
-
-    #[test]
-    fn ca_rotation_trusts_the_next_ca_first_then_keeps_the_old_one_for_the_overlap() {
-        let t0 = 1_000_000;
-        let mut ring = KeyRing::generate(t0).unwrap();
-        let old = ring.ca().unwrap().cert_pem.trim().to_string();
-        assert_eq!(certs(&ring.ca_bundle()), vec![old.clone()]);
-        assert!(ring.finish_ca_rotation(t0, 60).is_err(), "nothing begun");
-
-        // Begin: both CAs trusted, the old one still signs; a second begin is refused.
-        ring.begin_ca_rotation(t0 + 10).unwrap();
-        let next = ring.next_ca().unwrap().cert_pem.trim().to_string();
-        assert_ne!(next, old);
-        assert_eq!(ring.ca().unwrap().cert_pem.trim(), old);
-        assert_eq!(certs(&ring.ca_bundle()), vec![old.clone(), next.clone()]);
-        assert!(ring.begin_ca_rotation(t0 + 11).is_err());
-
-        // The state survives the Secret, bundle included.
-        let data = ring.to_data();
-        assert_eq!(
-            certs(&String::from_utf8(data[CA_BUNDLE_KEY].0.clone()).unwrap()),
-            vec![old.clone(), next.clone()]
-        );
-        let mut ring = KeyRing::from_data(&data, "secret kleym/issuer").unwrap();
-        assert_eq!(ring.next_ca().unwrap().cert_pem.trim(), next);
-
-        // Finish: the new CA signs, the old one stays trusted until the overlap ends.
-        let t1 = t0 + 100;
-        ring.finish_ca_rotation(t1, 3600).unwrap();
-        assert_eq!(ring.ca().unwrap().cert_pem.trim(), next);
-        assert!(ring.next_ca().is_none());
-        assert_eq!(certs(&ring.ca_bundle()), vec![next.clone(), old.clone()]);
-        let mut ring = KeyRing::from_data(&ring.to_data(), "secret kleym/issuer").unwrap();
-        assert_eq!(ring.previous_cas()[0].retires, t1 + 3600);
-        let policy = RotationPolicy {
-            period_seconds: 1000 * H,
-            ..policy()
-        };
-        assert!(!ring.rotate_step(t1 + 3599, &policy).unwrap());
-        assert_eq!(certs(&ring.ca_bundle()).len(), 2);
-        // Then the leader's step drops it.
-        assert!(ring.rotate_step(t1 + 3600, &policy).unwrap());
-        assert_eq!(certs(&ring.ca_bundle()), vec![next]);
-    }
-
-    #[test]
-    fn the_periodic_step_rotates_a_ca_near_its_end_in_two_steps() {
-        let day = 24 * H;
-        let t0 = 1_000_000;
-        let policy = RotationPolicy {
-            period_seconds: 10_000 * day,
-            ..policy()
-        };
-        let mut ring = KeyRing::generate(t0).unwrap();
-        let old = ring.ca().unwrap().cert_pem.trim().to_string();
-        let end = ring.ca().unwrap().not_after().unwrap();
-        assert_eq!(end, t0 + CA_VALIDITY_DAYS * day);
-        // Months before the end: nothing.
-        assert!(!ring.rotate_step(t0 + 300 * day, &policy).unwrap());
-        assert!(ring.next_ca().is_none());
-        // 30 days before: a next CA joins the bundle; the old one still signs.
-        let begin = end - CA_PUBLISH_AHEAD_SECONDS;
-        assert!(!ring.rotate_step(begin - 1, &policy).unwrap());
-        assert!(ring.rotate_step(begin, &policy).unwrap());
-        let next = ring.next_ca().unwrap().cert_pem.trim().to_string();
-        assert_eq!(ring.ca().unwrap().cert_pem.trim(), old);
-        assert_eq!(certs(&ring.ca_bundle()), vec![old.clone(), next.clone()]);
-        // Through the Secret, as a restarted or new leader reads it: nothing more until 7 days
-        // before the end.
-        let mut ring = KeyRing::from_data(&ring.to_data(), "secret kleym/issuer").unwrap();
-        let switch = end - CA_SWITCH_AHEAD_SECONDS;
-        assert!(!ring.rotate_step(switch - 1, &policy).unwrap());
-        assert_eq!(ring.ca().unwrap().cert_pem.trim(), old);
-        // 7 days before: the next CA signs, the old one stays trusted for the overlap.
-        assert!(ring.rotate_step(switch, &policy).unwrap());
-        assert_eq!(ring.ca().unwrap().cert_pem.trim(), next);
-        assert!(ring.next_ca().is_none());
-        assert_eq!(certs(&ring.ca_bundle()), vec![next.clone(), old]);
-        assert!(
-            ring.rotate_step(switch + CA_OVERLAP_SECONDS, &policy)
-                .unwrap()
-        );
-        assert_eq!(certs(&ring.ca_bundle()), vec![next]);
-        // The new CA is a year from the switch away from its own rotation.
-        assert!(!ring.rotate_step(switch + 300 * day, &policy).unwrap());
-    }
-
-    #[test]
-    fn a_half_written_next_ca_or_a_junk_previous_ca_is_refused_and_named() {
-        let mut ring = KeyRing::generate(1_000_000).unwrap();
-        ring.begin_ca_rotation(1_000_000).unwrap();
-        let mut data = ring.to_data();
-        data.remove(NEXT_CA_KEY_KEY);
-        let e = KeyRing::from_data(&data, "secret kleym/issuer")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains(NEXT_CA_CERT_KEY) && e.contains("secret kleym/issuer"),
-            "{e}"
-        );
-        let mut data = ring.to_data();
-        data.insert(
-            STATE_KEY.into(),
-            ByteString(br#"{"keys":{},"previous_cas":[{"cert":"junk","retires":1}]}"#.to_vec()),
-        );
-        let e = KeyRing::from_data(&data, "secret kleym/issuer")
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("previous_cas[0]"), "{e}");
     }
 
     #[test]
@@ -725,6 +480,100 @@ mod tests {
         assert_eq!(kids(ring.published(now + 1200)), vec![kid.clone()]);
         let kid2 = ring.rotate_now(now, &policy(), true).unwrap();
         assert_eq!(kids(ring.published(now)), vec![kid2]);
+    }
+
+    #[test]
+    fn a_key_ring_holds_no_ca_and_carries_a_legacy_one_until_it_is_moved() {
+        let t0 = 1_000_000;
+        let mut ring = KeyRing::generate(t0).unwrap();
+        let data = ring.to_data();
+        for k in LEGACY_CA_DATA_KEYS {
+            assert!(!data.contains_key(k), "{k} in a new key Secret");
+        }
+        // The periodic step never adds one either.
+        ring.rotate_step(t0 + 30 * H, &policy()).unwrap();
+        assert!(!ring.has_legacy_ca());
+        assert!(!ring.to_data().keys().any(|k| k.starts_with("x509-ca")));
+        // A legacy CA (and its replaced CAs) survives key rotations byte for byte...
+        let mut data = ring.to_data();
+        for k in LEGACY_CA_DATA_KEYS {
+            data.insert(k.into(), ByteString(format!("legacy {k}").into_bytes()));
+        }
+        data.insert(
+            STATE_KEY.into(),
+            ByteString(
+                br#"{"keys":{},"previous_cas":[{"cert":"-----BEGIN CERTIFICATE-----","retires":5}]}"#
+                    .to_vec(),
+            ),
+        );
+        let mut ring = KeyRing::from_data(&data, "x").unwrap();
+        ring.rotate_now(t0 + 31 * H, &policy(), true).unwrap();
+        let again = KeyRing::from_data(&ring.to_data(), "x").unwrap();
+        let (legacy, previous) = again.legacy_ca_data();
+        for k in LEGACY_CA_DATA_KEYS {
+            assert_eq!(legacy[k].0, format!("legacy {k}").into_bytes());
+        }
+        assert_eq!(previous.len(), 1);
+        // ...until it is cleared (once moved).
+        let mut again = again;
+        again.clear_legacy_ca();
+        let data = again.to_data();
+        assert!(!data.keys().any(|k| k.starts_with("x509-ca")));
+        assert!(!KeyRing::from_data(&data, "x").unwrap().has_legacy_ca());
+    }
+
+    /// The base64 body of every PEM block of `pem` (what would leak if formatted).
+    fn pem_bodies(pem: &str) -> Vec<String> {
+        pem.split("-----END")
+            .map(|block| {
+                block
+                    .lines()
+                    .filter(|l| !l.starts_with("-----") && !l.trim().is_empty())
+                    .collect::<String>()
+            })
+            .filter(|b| b.len() > 40)
+            .collect()
+    }
+
+    #[test]
+    fn debug_of_keys_and_rings_shows_no_key_material() {
+        let t0 = 1_000_000;
+        let mut ring = KeyRing::generate(t0).unwrap();
+        ring.rotate_step(t0 + 23 * H, &policy()).unwrap(); // a second, pending key
+        // A key Secret from before the CA had its own Secret: the CA key rides along.
+        let ca = crate::issuer::x509::HubCa::generate(chrono::Utc::now()).unwrap();
+        let mut data = ring.to_data();
+        data.insert(
+            crate::issuer::x509::CA_CERT_KEY.into(),
+            ByteString(ca.cert_pem.clone().into_bytes()),
+        );
+        data.insert(
+            crate::issuer::x509::CA_KEY_KEY.into(),
+            ByteString(ca.key_pem().as_bytes().to_vec()),
+        );
+        let ring = KeyRing::from_data(&data, "secret kleym/issuer").unwrap();
+        assert!(ring.has_legacy_ca());
+        let secret_pem = String::from_utf8(data[SECRET_KEY].0.clone()).unwrap();
+        let mut secrets = pem_bodies(&secret_pem);
+        secrets.extend(pem_bodies(ca.key_pem()));
+        assert_eq!(secrets.len(), 3, "two signing keys and the CA key");
+        let mut texts = vec![format!("{ring:?}"), format!("{ring:#?}")];
+        for e in ring.entries() {
+            texts.push(format!("{e:?}"));
+            texts.push(format!("{e:#?}"));
+        }
+        for text in &texts {
+            assert!(!text.contains("PRIVATE KEY"), "{text}");
+            for body in &secrets {
+                // Any 32-character run of the key's base64 would be a leak.
+                for start in (0..body.len() - 32).step_by(16) {
+                    assert!(!text.contains(&body[start..start + 32]), "{text}");
+                }
+            }
+        }
+        // What Debug is for is still there: the key IDs.
+        let kid = ring.entries()[0].key.kid();
+        assert!(texts[0].contains(kid), "{}", texts[0]);
     }
 
     #[test]

@@ -28,6 +28,13 @@ struct Documents {
     discovery: String,
     jwks: String,
     kids: Vec<String>,
+    /// When each published key stops being published (unix seconds; `None`: not planned),
+    /// so a replica that can no longer read the Secret still drops keys on time.
+    retires: Vec<Option<i64>>,
+    /// The public JWKs published, in order (to re-render without the retired ones).
+    jwks_keys: Vec<serde_json::Value>,
+    /// Why the last refresh failed (`None`: it succeeded).
+    refresh_error: Option<String>,
 }
 
 /// What the issuer listener serves; cheap to clone.
@@ -52,11 +59,18 @@ impl IssuerDocuments {
         self
     }
 
-    /// Publishes what `ring` publishes now.
+    /// Publishes what `ring` publishes now, with each key's retirement time, and marks the
+    /// refresh as succeeded.
     pub fn update_from_ring(&self, ring: &KeyRing) {
         let now = chrono::Utc::now().timestamp();
         let keys: Vec<&SigningKey> = ring.published(now);
-        self.update_refs(&keys);
+        let retires = ring
+            .entries()
+            .iter()
+            .filter(|e| e.times.retires.is_none_or(|r| r > now))
+            .map(|e| e.times.retires)
+            .collect();
+        self.update_refs(&keys, retires);
         self.metrics
             .signing_key_age_seconds
             .set(ring.signing_since(now).map_or(0, |t| (now - t).max(0)));
@@ -73,34 +87,96 @@ impl IssuerDocuments {
         d
     }
 
-    /// Publishes `keys` (logs the key IDs when they change).
+    /// Publishes `keys` (logs the key IDs when they change), none of them with a planned
+    /// retirement.
     pub fn update(&self, keys: &[SigningKey]) {
         let refs: Vec<&SigningKey> = keys.iter().collect();
-        self.update_refs(&refs);
+        self.update_refs(&refs, vec![None; refs.len()]);
     }
 
-    fn update_refs(&self, keys: &[&SigningKey]) {
+    fn update_refs(&self, keys: &[&SigningKey], retires: Vec<Option<i64>>) {
         let kids: Vec<String> = keys.iter().map(|k| k.kid().to_string()).collect();
         self.metrics
             .keys_published
             .set(i64::try_from(kids.len()).unwrap_or(i64::MAX));
         let mut docs = self.docs.write().unwrap_or_else(|p| p.into_inner());
+        docs.refresh_error = None;
+        docs.retires = retires;
         if docs.kids == kids && !docs.jwks.is_empty() && !kids.is_empty() {
             return;
         }
         tracing::info!(issuer = %self.issuer_url, ?kids, "issuer keys published");
-        *docs = Documents {
-            discovery: discovery_document(&self.issuer_url, keys).to_string(),
-            jwks: jwks(keys).to_string(),
-            kids,
-        };
+        docs.discovery = discovery_document(&self.issuer_url, keys).to_string();
+        docs.jwks = jwks(keys).to_string();
+        docs.jwks_keys = keys.iter().map(|k| k.public_jwk().clone()).collect();
+        docs.kids = kids;
     }
 
-    /// Serves `discovery` and `jwks` verbatim (mirror mode).
+    /// A refresh failed with `error` at `now`: this replica is no longer ready (see
+    /// [`Self::refresh_error`]) and stops publishing every key whose retirement time has
+    /// passed, as it would have had the refresh succeeded. A revoked or retired key must not
+    /// stay published because the Secret became unreadable. Returns the `kid`s dropped.
+    pub fn refresh_failed(&self, error: &str, now: i64) -> Vec<String> {
+        let mut docs = self.docs.write().unwrap_or_else(|p| p.into_inner());
+        docs.refresh_error = Some(error.to_string());
+        if docs.retires.len() != docs.kids.len() || docs.jwks_keys.len() != docs.kids.len() {
+            // Mirror mode (verbatim documents): nothing to drop.
+            return Vec::new();
+        }
+        let live: Vec<bool> = docs
+            .retires
+            .iter()
+            .map(|r| r.is_none_or(|r| r > now))
+            .collect();
+        if live.iter().all(|l| *l) {
+            return Vec::new();
+        }
+        let mut dropped = Vec::new();
+        let (mut kids, mut keys, mut retires) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, keep) in live.iter().enumerate() {
+            if *keep {
+                kids.push(docs.kids[i].clone());
+                keys.push(docs.jwks_keys[i].clone());
+                retires.push(docs.retires[i]);
+            } else {
+                dropped.push(docs.kids[i].clone());
+            }
+        }
+        let mut algs: Vec<&str> = keys
+            .iter()
+            .filter_map(|k| k.get("alg").and_then(serde_json::Value::as_str))
+            .collect();
+        algs.sort_unstable();
+        algs.dedup();
+        let mut discovery: serde_json::Value =
+            serde_json::from_str(&docs.discovery).unwrap_or_default();
+        discovery["id_token_signing_alg_values_supported"] = algs.into();
+        docs.discovery = discovery.to_string();
+        docs.jwks = serde_json::json!({ "keys": keys }).to_string();
+        docs.jwks_keys = keys;
+        docs.kids = kids;
+        docs.retires = retires;
+        self.metrics
+            .keys_published
+            .set(i64::try_from(docs.kids.len()).unwrap_or(i64::MAX));
+        dropped
+    }
+
+    /// Why the last refresh failed, while it does (the hub's `/readyz` then fails).
+    pub fn refresh_error(&self) -> Option<String> {
+        self.docs.read().ok().and_then(|d| d.refresh_error.clone())
+    }
+
+    /// Serves `discovery` and `jwks` verbatim (mirror mode), marking the refresh as
+    /// succeeded.
     pub fn set_raw(&self, discovery: String, jwks: String) {
         let mut docs = self.docs.write().unwrap_or_else(|p| p.into_inner());
         docs.discovery = discovery;
         docs.jwks = jwks;
+        docs.refresh_error = None;
+        docs.retires.clear();
+        docs.jwks_keys.clear();
+        docs.kids.clear();
     }
 
     /// The discovery document as served.
@@ -175,13 +251,18 @@ pub struct RefreshOptions {
     pub configmap: Option<SecretRef>,
     /// Whether this replica leads.
     pub is_leader: IsLeader,
+    /// The X.509 CA Secret (`--issuer-x509`): the leader steps its rotation too.
+    pub x509_ca: Option<SecretRef>,
 }
 
-/// Re-reads the Secret every `period` until `shutdown`, publishing what it holds; a read or
-/// parse failure keeps the published keys and is logged (never the key material). While
-/// `is_leader()`: first one rotation step when `rotation` is set (the Secret is written with
-/// its resourceVersion, so a concurrent writer wins and the step is retried next period),
-/// then the documents are written to the ConfigMap when set and changed.
+/// Re-reads the Secret every `period` until `shutdown`, publishing what it holds. A read or
+/// parse failure is logged (never the key material), makes this replica unready
+/// ([`IssuerDocuments::refresh_error`]) and still drops every key whose retirement time has
+/// passed ([`IssuerDocuments::refresh_failed`]): revocation and retirement never wait for
+/// the Secret to be readable again. While `is_leader()`: first one rotation step when
+/// `rotation` is set (the Secret is written with its resourceVersion, so a concurrent writer
+/// wins and the step is retried next period), and one CA step with `x509_ca`, then the
+/// documents are written to the ConfigMap when set and changed.
 pub async fn refresh_loop(
     client: kube::Client,
     at: SecretRef,
@@ -209,10 +290,30 @@ pub async fn refresh_loop(
                 }
             }
         }
+        if let Some(ca_at) = &options.x509_ca
+            && options.rotation.is_some()
+            && leading
+        {
+            match rotate_ca_once(client.clone(), ca_at, &at).await {
+                Ok(true) => {
+                    docs.metrics.rotations.inc();
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(secret = %ca_at, error = %e, "issuer X.509 CA step failed; retrying next period");
+                }
+            }
+        }
         match load_or_create(client.clone(), &at, alg, false).await {
-            Ok(ring) => docs.update_from_ring(&ring),
+            Ok(ring) => {
+                if ring.has_legacy_ca() && options.x509_ca.is_none() && leading {
+                    tracing::warn!("{}", super::ca::legacy_ca_warning(&at));
+                }
+                docs.update_from_ring(&ring);
+            }
             Err(e) => {
-                tracing::warn!(secret = %at, error = %e, "issuer keys not refreshed; serving the previous ones")
+                let dropped = docs.refresh_failed(&e.to_string(), chrono::Utc::now().timestamp());
+                tracing::warn!(secret = %at, error = %e, ?dropped, "issuer keys not refreshed: this replica is not ready; keys past their retirement time are no longer published");
             }
         }
         if let Some(cm) = &options.configmap
@@ -294,6 +395,23 @@ pub async fn rotate_once(
     Ok(true)
 }
 
+/// One X.509 CA step (the leader): finishes an interrupted move of the CA out of the key
+/// Secret `key_at`, then steps the CA rotation ([`super::ca::CaRing::step`]) and writes the
+/// CA Secret if it changed.
+pub async fn rotate_ca_once(
+    client: kube::Client,
+    ca_at: &SecretRef,
+    key_at: &SecretRef,
+) -> Result<bool, IssuerError> {
+    super::ca::load_or_create(client.clone(), ca_at, key_at, true).await?;
+    let (secret, mut ring) = super::ca::read(client.clone(), ca_at).await?;
+    if !ring.step(chrono::Utc::now().timestamp())? {
+        return Ok(false);
+    }
+    super::ca::write(client, ca_at, secret, &ring).await?;
+    Ok(true)
+}
+
 /// Starts the issuer on `listener`: reads (or creates) the Secret, serves the documents over
 /// TLS (or plain HTTP with `--issuer-insecure-http`) until `shutdown`, and re-reads the Secret
 /// every 30 s. Returns the published documents and the server task.
@@ -305,6 +423,15 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> Result<(IssuerDocuments, tokio::task::JoinHandle<()>), IssuerError> {
     let ring = load_or_create(client.clone(), &settings.secret, settings.algorithm, true).await?;
+    match &settings.x509_ca_secret {
+        Some(ca_at) => {
+            super::ca::load_or_create(client.clone(), ca_at, &settings.secret, true).await?;
+        }
+        None if ring.has_legacy_ca() => {
+            tracing::warn!("{}", super::ca::legacy_ca_warning(&settings.secret));
+        }
+        None => {}
+    }
     let docs = IssuerDocuments::new(&settings.url, &[]).with_metrics(settings.metrics.clone());
     docs.update_from_ring(&ring);
     let tls = match &settings.tls {
@@ -332,6 +459,7 @@ pub async fn start(
             rotation: settings.rotation,
             configmap: settings.publish_configmap.clone(),
             is_leader,
+            x509_ca: settings.x509_ca_secret.clone(),
         },
         shutdown.clone(),
     ));
@@ -421,7 +549,8 @@ pub async fn start_mirror(
             match fetch_cluster_issuer(&client, &url).await {
                 Ok((d, j)) => refresh_docs.set_raw(d, j),
                 Err(e) => {
-                    tracing::warn!(error = %e, "hub cluster issuer documents not refreshed; serving the previous ones")
+                    refresh_docs.refresh_failed(&e.to_string(), chrono::Utc::now().timestamp());
+                    tracing::warn!(error = %e, "hub cluster issuer documents not refreshed: this replica is not ready; serving the previous ones")
                 }
             }
         }

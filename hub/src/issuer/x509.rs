@@ -1,6 +1,7 @@
-//! The hub's X.509 CA for `kleym credential spiffe-x509`: a P-256 CA kept in the issuer Secret
-//! (`x509-ca.crt`, `x509-ca.key`), and X.509-SVIDs it signs: URI SAN = the SPIFFE ID, CN =
-//! the username spokes map (client-certificate authentication), client-auth only, short TTL.
+//! The hub's X.509 CA for `kleym credential spiffe-x509`: a P-256 CA kept in a Secret of its
+//! own (`x509-ca.crt`, `x509-ca.key`; see [`super::ca`]), and X.509-SVIDs it signs: URI SAN =
+//! the SPIFFE ID, CN = the username spokes map (client-certificate authentication),
+//! client-auth only, short TTL.
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
@@ -20,6 +21,15 @@ pub const NEXT_CA_KEY_KEY: &str = "x509-ca-next.key";
 /// Data key of the bundle spokes trust for client certificates: the current CA, the next one
 /// during a rotation, and replaced ones until every SVID they signed has expired.
 pub const CA_BUNDLE_KEY: &str = "x509-ca-bundle.crt";
+/// Every data key of the CA: in the CA Secret, and in a key Secret written before the CA had
+/// a Secret of its own.
+pub const LEGACY_CA_DATA_KEYS: [&str; 5] = [
+    CA_CERT_KEY,
+    CA_KEY_KEY,
+    NEXT_CA_CERT_KEY,
+    NEXT_CA_KEY_KEY,
+    CA_BUNDLE_KEY,
+];
 /// How long a replaced CA stays in the bundle: the longest X.509-SVID lifetime (24 h) plus
 /// the verifiers' clock skew.
 pub const CA_OVERLAP_SECONDS: i64 = 86_400 + super::rotation::SKEW_SECONDS;

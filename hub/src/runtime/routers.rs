@@ -55,6 +55,30 @@ pub fn ready_check(view: Arc<FleetHubView>) -> Arc<dyn ReadyCheck> {
     })
 }
 
+/// [`ready_check`], and with the hub as an issuer also the issuer's: a replica whose last
+/// refresh of the issuer keys failed is not ready (`503`, reason `IssuerNotRefreshed` and the
+/// error, which names the Secret and never holds key material), so a Service stops sending
+/// verifiers to a replica that may publish keys the Secret no longer holds.
+pub fn ready_check_with_issuer(
+    view: Arc<FleetHubView>,
+    issuer: Option<crate::issuer::serve::IssuerDocuments>,
+) -> Arc<dyn ReadyCheck> {
+    let hub = ready_check(view);
+    Arc::new(move || {
+        if let Some(not_ready) = hub.not_ready() {
+            return Some(not_ready);
+        }
+        let error = issuer.as_ref().and_then(|d| d.refresh_error())?;
+        Some(
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(serde_json::json!({"reason": "IssuerNotRefreshed", "message": error})),
+            )
+                .into_response(),
+        )
+    })
+}
+
 /// `/healthz`, `/readyz` (the API's readiness: inventory synced and leadership known) and
 /// `/metrics` only, for the plain-HTTP `--metrics-addr` listener.
 pub fn health_router(hub: &HubHandle) -> Router {
@@ -156,6 +180,44 @@ mod tests {
         assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
         assert!(metrics.contains("kleym_hub_leader"), "{metrics}");
         stop.cancel();
+    }
+
+    /// `/readyz` fails while the issuer's last refresh of its keys failed, saying why, and
+    /// recovers with the next successful refresh.
+    #[tokio::test]
+    async fn readyz_fails_while_the_issuer_keys_are_not_refreshed() {
+        use crate::issuer::keys::SigningKey;
+        use crate::issuer::serve::IssuerDocuments;
+        let synced = InventorySynced::default();
+        synced.mark_synced();
+        let view = Arc::new(FleetHubView::new(
+            crate::fleet::FleetState::new(),
+            synced,
+            super::super::view::LeaderInfo::always_leader(),
+        ));
+        let (key, _) = SigningKey::generate_es256().unwrap();
+        let docs = IssuerDocuments::new("https://issuer.example.org", std::slice::from_ref(&key));
+        let check = ready_check_with_issuer(view.clone(), Some(docs.clone()));
+        assert!(check.not_ready().is_none(), "ready with fresh keys");
+        assert!(
+            ready_check_with_issuer(view.clone(), None)
+                .not_ready()
+                .is_none()
+        );
+        docs.refresh_failed(
+            "reading issuer Secret kleym/issuer: NotFound",
+            chrono::Utc::now().timestamp(),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = health::probe_router(check.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let readyz = http_get(addr, "/readyz").await;
+        assert!(readyz.starts_with("HTTP/1.1 503"), "{readyz}");
+        assert!(readyz.contains("IssuerNotRefreshed"), "{readyz}");
+        assert!(readyz.contains("kleym/issuer"), "{readyz}");
+        docs.update(std::slice::from_ref(&key));
+        assert!(check.not_ready().is_none(), "ready again after a refresh");
     }
 
     /// `/metrics` of the plain-HTTP server is encoded (off the async workers) from the

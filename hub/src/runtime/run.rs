@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use kleym_spoke::reconciler::CancellationToken;
 
 use super::args::{HubArgs, hub_client};
-use super::routers::{api_router, ready_check};
+use super::routers::{api_router, ready_check_with_issuer};
 use super::start::{HubStartOptions, start_hub_with};
 use crate::observe::health::HealthListeners;
 use crate::status::StatusLoopOptions;
@@ -34,6 +34,17 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         ),
         None => None,
     };
+    if api_listener.is_some() && args.api.auth_mode() == crate::http::auth::AuthMode::Enforce {
+        let reviewer = crate::http::auth::KubeReviewer::new(client.clone());
+        match crate::http::auth::check_enforce_can_work(&reviewer, &args.api.api_audience).await {
+            Ok(None) => {}
+            Ok(Some(reason)) => tracing::warn!(
+                reason = %reason,
+                "hub API: the start-up TokenReview failed; /v1 requests are refused until reviews succeed"
+            ),
+            Err(msg) => anyhow::bail!(msg),
+        }
+    }
     let health = HealthListeners::bind(args.metrics_addr, args.health_addr).await?;
     let hub = start_hub_with(
         args,
@@ -44,14 +55,15 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     )?;
     let state = hub.state.clone();
-    let issuer = start_issuer(
+    let (issuer_docs, issuer) = start_issuer(
         args,
         hub.issuer_metrics.clone(),
         client.clone(),
         std::sync::Arc::new(move || state.is_leader()),
         shutdown.clone(),
     )
-    .await?;
+    .await?
+    .map_or((None, None), |(d, t)| (d, Some(t)));
     tracing::info!(
         metrics_addr = %args.metrics_addr,
         health_addr = ?health.health_addr(),
@@ -61,7 +73,7 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         "kleym hub starting"
     );
     let health = health.serve(
-        ready_check(hub.view.clone()),
+        ready_check_with_issuer(hub.view.clone(), issuer_docs),
         hub.registry.clone(),
         shutdown.clone(),
     );
@@ -90,22 +102,29 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     Ok(())
 }
 
+/// The issuer's documents and task, when the hub is an issuer.
+type IssuerStarted = Option<(
+    Option<crate::issuer::serve::IssuerDocuments>,
+    tokio::task::JoinHandle<()>,
+)>;
+
 /// With `--issuer-url`: binds `--issuer-listen-addr` and starts the issuer
 /// ([`crate::issuer::serve::start`]). Any configuration or key problem is fatal at start-up.
+/// Returns the documents served (whose refresh state `/readyz` reports) and the task.
 async fn start_issuer(
     args: &HubArgs,
     metrics: crate::issuer::metrics::IssuerMetrics,
     client: kube::Client,
     is_leader: crate::issuer::serve::IsLeader,
     shutdown: CancellationToken,
-) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+) -> anyhow::Result<IssuerStarted> {
     if let Some(mirror) = args.issuer.mirror_settings()? {
         let listener = tokio::net::TcpListener::bind(mirror.listen_addr)
             .await
             .with_context(|| format!("binding --issuer-listen-addr {}", mirror.listen_addr))?;
-        let (_, task) =
+        let (docs, task) =
             crate::issuer::serve::start_mirror(&mirror, listener, client, shutdown).await?;
-        return Ok(Some(task));
+        return Ok(Some((Some(docs), task)));
     }
     let Some(mut settings) = args.issuer.settings()? else {
         return Ok(None);
@@ -114,7 +133,7 @@ async fn start_issuer(
     let listener = tokio::net::TcpListener::bind(settings.listen_addr)
         .await
         .with_context(|| format!("binding --issuer-listen-addr {}", settings.listen_addr))?;
-    let (_, task) =
+    let (docs, task) =
         crate::issuer::serve::start(&settings, listener, client, is_leader, shutdown).await?;
-    Ok(Some(task))
+    Ok(Some((Some(docs), task)))
 }

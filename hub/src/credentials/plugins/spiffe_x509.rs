@@ -1,7 +1,8 @@
 //! `kleym credential spiffe-x509`: an `ExecCredential` with `clientCertificateData` /
 //! `clientKeyData`: an X.509-SVID (URI SAN = the hub's SPIFFE ID, CN = the username spokes
-//! map, client-auth only, default TTL 1 h) signed by the hub CA kept in the issuer Secret.
-//! The CA key stays in this process's memory; the SVID's key is new for every credential.
+//! map, client-auth only, default TTL 1 h) signed by the hub CA kept in the X.509 CA Secret
+//! (`kleym hub --issuer-x509-ca-secret`; the JWT signing keys are not read). The CA key stays
+//! in this process's memory; the SVID's key is new for every credential.
 
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use serde_json::json;
@@ -10,9 +11,8 @@ use super::PluginError;
 use super::exec_info::ExecInfo;
 use super::spiffe_id::resolve_hub_spiffe_id;
 use super::workload_api::{WorkloadApiOptions, choose, fetch_x509_svids, proto};
-use crate::issuer::keys::Algorithm;
 use crate::issuer::keys::pem_encode;
-use crate::issuer::secret::{SecretRef, load_or_create};
+use crate::issuer::secret::SecretRef;
 use crate::issuer::x509::HubCa;
 
 /// Default SVID lifetime (seconds).
@@ -21,10 +21,8 @@ pub const DEFAULT_TTL_SECONDS: i64 = 3600;
 /// What to issue.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpiffeX509Options {
-    /// The issuer Secret holding the CA.
+    /// The X.509 CA Secret.
     pub secret: SecretRef,
-    /// The algorithm of the Secret's signing key (checked when reading it).
-    pub algorithm: Algorithm,
     /// `--hub-spiffe-id`.
     pub hub_spiffe_id: Option<String>,
     /// `--trust-domain`.
@@ -73,23 +71,17 @@ pub fn issue_credential(
     .to_string())
 }
 
-/// Runs the plugin against the hub cluster: reads the CA from the issuer Secret (never
+/// Runs the plugin against the hub cluster: reads the CA from the X.509 CA Secret (never
 /// creating it) and returns the ExecCredential JSON to print.
 pub async fn spiffe_x509(
     hub: kube::Client,
     info: &ExecInfo,
     opts: &SpiffeX509Options,
 ) -> Result<String, PluginError> {
-    let ring = load_or_create(hub, &opts.secret, opts.algorithm, false)
+    let (_, ring) = crate::issuer::ca::read(hub, &opts.secret)
         .await
         .map_err(|e| PluginError::Input(e.to_string()))?;
-    let ca = ring.ca().ok_or_else(|| {
-        PluginError::Input(format!(
-            "issuer Secret {} has no X.509 CA yet (the hub's leader adds one within its refresh period)",
-            opts.secret
-        ))
-    })?;
-    issue_credential(ca, info, opts, Utc::now())
+    issue_credential(ring.ca(), info, opts, Utc::now())
 }
 
 /// Runs the plugin against a SPIRE agent: the first message of `FetchX509SVID`, checked, as
@@ -217,7 +209,6 @@ mod tests {
                 namespace: "kleym".into(),
                 name: "issuer".into(),
             },
-            algorithm: Algorithm::Es256,
             hub_spiffe_id: None,
             trust_domain: Some("example.org".into()),
             username_prefix: "kleym:".into(),

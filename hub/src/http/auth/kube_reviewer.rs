@@ -121,3 +121,25 @@ impl Reviewer for KubeReviewer {
         })
     }
 }
+
+/// The token the start-up check sends: not a token any issuer signs, so the review answers
+/// "not authenticated" when the hub may send reviews at all.
+const PROBE_TOKEN: &str = "kleym-start-up-check.not-a-token";
+
+/// Checks at start-up that `--api-auth-mode enforce` can work: the hub must be able to create
+/// a `TokenReview` in the hub cluster (credentials the API server accepts, and RBAC for
+/// `tokenreviews` create). A `401` or `403` is an error naming the flag; a transport failure
+/// is not (the API server may come up later; requests are refused with `503` meanwhile) and
+/// is returned as `Ok(Some(reason))` for the caller to log.
+pub async fn check_enforce_can_work(
+    reviewer: &dyn Reviewer,
+    audience: &str,
+) -> Result<Option<String>, String> {
+    match reviewer.review_token(PROBE_TOKEN, audience).await {
+        Ok(_) => Ok(None),
+        Err(ReviewError::Api { code, message, .. }) if code == 401 || code == 403 => Err(format!(
+            "--api-auth-mode enforce (the default whenever the hub API listens) cannot work: the hub cannot create TokenReviews in the hub cluster (HTTP {code}: {message}). Give the hub credentials for its cluster and RBAC to create tokenreviews.authentication.k8s.io and subjectaccessreviews.authorization.k8s.io, or pass --api-auth-mode permissive or off explicitly"
+        )),
+        Err(e) => Ok(Some(e.to_string())),
+    }
+}

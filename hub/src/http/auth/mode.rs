@@ -19,15 +19,11 @@ pub enum AuthMode {
 }
 
 impl AuthMode {
-    /// The default: `enforce` inside a cluster (where the API is reachable by other
-    /// workloads), `permissive` elsewhere (a developer's machine).
-    pub fn default_for(in_cluster: bool) -> Self {
-        if in_cluster {
-            Self::Enforce
-        } else {
-            Self::Permissive
-        }
-    }
+    /// The default whenever the API listens: `enforce`. Whether a ServiceAccount token is
+    /// mounted says nothing about who can reach the API (a pod with
+    /// `automountServiceAccountToken: false` is as reachable as any other), so a weaker mode
+    /// is only ever what the operator asked for.
+    pub const DEFAULT: Self = Self::Enforce;
 
     /// The mode's flag value.
     pub fn as_str(self) -> &'static str {
@@ -45,21 +41,13 @@ impl std::fmt::Display for AuthMode {
     }
 }
 
-/// Whether this process runs in a Kubernetes pod: `KUBERNETES_SERVICE_HOST` is set and the
-/// ServiceAccount token is mounted (the same signals client-go's in-cluster config uses).
-pub fn running_in_cluster() -> bool {
-    std::env::var_os("KUBERNETES_SERVICE_HOST").is_some_and(|h| !h.is_empty())
-        && std::path::Path::new("/var/run/secrets/kubernetes.io/serviceaccount/token").exists()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn defaults() {
-        assert_eq!(AuthMode::default_for(true), AuthMode::Enforce);
-        assert_eq!(AuthMode::default_for(false), AuthMode::Permissive);
+        assert_eq!(AuthMode::DEFAULT, AuthMode::Enforce);
         assert_eq!(AuthMode::Off.to_string(), "off");
     }
 }
