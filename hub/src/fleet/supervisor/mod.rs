@@ -32,6 +32,7 @@ use super::spoke_task::{StopSignal, TaskShared};
 use super::state::{FleetState, Phase};
 use crate::access::ProviderSet;
 use crate::credentials::CredentialCache;
+use crate::inventory::audiences::{AudienceIndex, clash_reason};
 use crate::inventory::members::{Candidate, MemberIndex, Readiness, Role};
 use crate::inventory::watch::spoke_name;
 use crate::inventory::{Decision, InventoryEvent, InventoryOptions, SpokeSpec, evaluate};
@@ -128,6 +129,8 @@ struct Loop {
     slots: BTreeMap<String, Box<Slot>>,
     /// Listed profiles by member cluster (`inventory-member-id`): which one is engaged.
     members: MemberIndex,
+    /// The audience each profile would be engaged with: profiles sharing one are refused.
+    audiences: AudienceIndex,
     /// The inventory's first full listing arrived. Until then profiles with a member id are
     /// only recorded: acting on the first of a member's profiles to arrive would engage it
     /// and then hand over to an older one listed after it.
@@ -149,6 +152,7 @@ impl Loop {
             hub: sup.hub,
             slots: BTreeMap::new(),
             members: MemberIndex::default(),
+            audiences: AudienceIndex::default(),
             listed: false,
             tasks: JoinSet::new(),
             live: HashMap::new(),
@@ -240,20 +244,46 @@ impl Loop {
             .profile
             .as_ref()
             .is_some_and(|cp| cp.metadata.deletion_timestamp.is_some());
+        let role = self.members.role(name);
+        let decision = slot
+            .profile
+            .as_ref()
+            .filter(|_| !deleting)
+            .map(|cp| evaluate(cp, &self.providers, &self.shared.opts.inventory));
+        // The audience it would be engaged with, whether or not this replica leads: every
+        // replica refuses the same profiles.
+        let claim = match (&role, &decision) {
+            (Role::Engage, Some(Decision::Engage(spec))) => Some(spec.access.audience.as_str()),
+            _ => None,
+        };
+        let peers = self.audiences.set(name, claim);
         if self.leading
             && !deleting
-            && let Role::Duplicate { member_id, of } = self.members.role(name)
+            && let Role::Duplicate { member_id, of } = role
         {
             self.park_duplicate(name, member_id, of);
-            return;
+        } else {
+            self.clear_duplicate(name);
+            let clash = self
+                .audiences
+                .clash(name)
+                .map(|(audience, others)| clash_reason(name, audience, &others));
+            let Some(slot) = self.slots.get(name) else {
+                return;
+            };
+            let (providers, opts) = (&self.providers, &self.shared.opts.inventory);
+            let action = slot.on_profile_changed(self.leading, |cp| match (decision, clash) {
+                (Some(Decision::Engage(_)), Some(reason)) => Decision::Refused { reason },
+                (Some(d), _) => d,
+                (None, _) => evaluate(cp, providers, opts),
+            });
+            self.apply(name, action);
         }
-        self.clear_duplicate(name);
-        let Some(slot) = self.slots.get(name) else {
-            return;
-        };
-        let (providers, opts) = (&self.providers, &self.shared.opts.inventory);
-        let action = slot.on_profile_changed(self.leading, |cp| evaluate(cp, providers, opts));
-        self.apply(name, action);
+        // Profiles that shared, or now share, its audience are decided again (their own
+        // claims are unchanged, so this ends there).
+        for other in peers {
+            self.reconcile(&other);
+        }
     }
 
     /// Another engaged spoke without a member id that reaches the same server URL with the
@@ -358,6 +388,7 @@ impl Loop {
         // profile stays in the fleet, so its removal must not touch it.
         let successor = self.members.successor(name);
         let changed = self.members.remove(name);
+        let peers = self.audiences.set(name, None);
         let action = match self.slots.get_mut(name) {
             Some(slot) => slot.on_profile_deleted(self.leading),
             // Forgotten already; its published state goes all the same.
@@ -372,6 +403,9 @@ impl Loop {
             action => self.apply(name, action),
         }
         self.reconcile_members(name, changed);
+        for other in peers {
+            self.reconcile(&other);
+        }
     }
 
     /// Does what the spoke's slot decided.
