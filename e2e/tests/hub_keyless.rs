@@ -77,9 +77,12 @@ async fn mint(kleym: &str, s: &ClusterHandle, args: Vec<String>) -> String {
         ..ExecOptions::default()
     };
     let profile = format!("fleet/{}", s.name());
-    let c = run_plugin(&exec_access(&profile, &s.url(), PROVIDER, kleym, args), &opts)
-        .await
-        .unwrap();
+    let c = run_plugin(
+        &exec_access(&profile, &s.url(), PROVIDER, kleym, args),
+        &opts,
+    )
+    .await
+    .unwrap();
     c.token.unwrap().expose().to_string()
 }
 

@@ -3,8 +3,8 @@
 
 use base64::Engine as _;
 use kleym_hub::access::{
-    AccessProfile, AudiencePolicy, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion, ExecConfig,
-    ProfileProvider, ProviderConfig, ProviderSet, SelectError, SelectOptions,
+    AccessProfile, AudiencePolicy, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion,
+    ExecConfig, ProfileProvider, ProviderConfig, ProviderSet, SelectError, SelectOptions,
     provider_config::parse_provider_document, select,
 };
 use serde_json::{Value, json};
@@ -198,7 +198,10 @@ fn the_audience_is_the_hubs_unless_the_provider_allows_the_profiles() {
     assert_eq!(eff.audience, "https://spoke-b.example:6443");
     // Without one, the derived audience still applies.
     let bare = profile(
-        vec![offer("p", json!({"server": "https://spoke-b.example:6443"}))],
+        vec![offer(
+            "p",
+            json!({"server": "https://spoke-b.example:6443"}),
+        )],
         vec![],
     );
     assert_eq!(

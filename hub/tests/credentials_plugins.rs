@@ -102,7 +102,9 @@ async fn secret_reader_reads_the_token_named_by_cluster_name() {
             && excerpt.contains("kleym.io/cluster-profiles"),
         "{excerpt}"
     );
-    assert!(!err.to_string().contains(hub_sim::OTHER_TOKEN) && !excerpt.contains(hub_sim::OTHER_TOKEN));
+    assert!(
+        !err.to_string().contains(hub_sim::OTHER_TOKEN) && !excerpt.contains(hub_sim::OTHER_TOKEN)
+    );
 
     // Unknown Secret: the API error, never a token.
     let err = run_plugin(

@@ -258,7 +258,9 @@ async fn spiffe_jwt_reaches_the_spoke_it_names_and_no_other() {
     rotate(&["--revoke-old"]);
     docs.update_from_ring(&reread(client.clone()).await);
     assert_eq!(docs.kids().len(), 1);
-    let newest = run_plugin(&access(a.name(), &a.url(), args), &opts).await.unwrap();
+    let newest = run_plugin(&access(a.name(), &a.url(), args), &opts)
+        .await
+        .unwrap();
     let newest = newest.token.unwrap().expose().to_string();
     assert!(whoami_eventually(&a, &newest).await.is_some());
     assert_eq!(

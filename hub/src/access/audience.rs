@@ -64,7 +64,10 @@ mod tests {
         );
         // Namespace and name cannot trade characters: `/` is in neither.
         assert_ne!(derived_audience("a", "b-c"), derived_audience("a-b", "c"));
-        assert_ne!(derived_audience("fleet", "a"), derived_audience("fleet", "b"));
+        assert_ne!(
+            derived_audience("fleet", "a"),
+            derived_audience("fleet", "b")
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod shell_words;
 pub use flags::AccessFlags;
 pub use profile::{AccessProfile, ProfileProvider};
 pub use provider_config::{
-    AudiencePolicy, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion, ExecConfig, ProviderConfig,
-    ProviderConfigError, ProviderSet,
+    AudiencePolicy, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion, ExecConfig,
+    ProviderConfig, ProviderConfigError, ProviderSet,
 };
 pub use select::{ClusterAccess, EffectiveAccess, SelectError, SelectOptions, select};

@@ -752,7 +752,9 @@ fn validate_raw_provider(
         Some(other) => {
             return Err(invalid(
                 "profileSourcedAudiencePolicy",
-                format!("unsupported profileSourcedAudiencePolicy {other:?} (want Ignore or Allow)"),
+                format!(
+                    "unsupported profileSourcedAudiencePolicy {other:?} (want Ignore or Allow)"
+                ),
             ));
         }
     };

@@ -26,13 +26,15 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+use super::audience::{AUDIENCE_KEY, derived_audience, validate_audience};
 use super::extensions::{
     ADDITIONAL_ARGS_EXTENSION, ADDITIONAL_ENVS_EXTENSION, EXEC_EXTENSION, forbidden_env_rule,
     parse_additional_args, parse_additional_envs,
 };
-use super::audience::{AUDIENCE_KEY, derived_audience, validate_audience};
 use super::profile::{AccessProfile, ProfileProvider};
-use super::provider_config::{AudiencePolicy, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecConfig, ProviderSet};
+use super::provider_config::{
+    AudiencePolicy, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecConfig, ProviderSet,
+};
 
 /// Hub-level switches for what a ClusterProfile may ask for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -88,7 +88,10 @@ mod tests {
             for p in order {
                 let (aud, others) = idx.clash(p).unwrap();
                 assert_eq!(aud, "https://b");
-                assert_eq!(others, vec![if p == order[0] { order[1] } else { order[0] }]);
+                assert_eq!(
+                    others,
+                    vec![if p == order[0] { order[1] } else { order[0] }]
+                );
             }
         }
     }

@@ -262,8 +262,12 @@ mod tests {
         assert_eq!(c["jwt"][0]["issuer"]["audienceMatchPolicy"], "MatchAny");
         let err = spoke_target(&profile(json!({})), None, rule).unwrap_err();
         assert!(err.contains("fleet/a"), "{err}");
-        let err = spoke_target(&profile(json!({"server": "https://a"})), Some("other"), rule)
-            .unwrap_err();
+        let err = spoke_target(
+            &profile(json!({"server": "https://a"})),
+            Some("other"),
+            rule,
+        )
+        .unwrap_err();
         assert!(err.contains("\"other\""), "{err}");
     }
 
@@ -275,7 +279,9 @@ mod tests {
             audience: audience.into(),
             legacy_audience: None,
         };
-        assert!(check_distinct_audiences(&[target("fleet/a", "x"), target("fleet/b", "y")]).is_ok());
+        assert!(
+            check_distinct_audiences(&[target("fleet/a", "x"), target("fleet/b", "y")]).is_ok()
+        );
         let err = check_distinct_audiences(&[target("fleet/a", "x"), target("fleet/b", "x")])
             .unwrap_err();
         assert!(err.contains("fleet/a") && err.contains("fleet/b"), "{err}");

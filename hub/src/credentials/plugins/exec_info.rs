@@ -154,7 +154,10 @@ mod tests {
         let err = token_audience(&info, Some("https://b:6443"))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("fleet/a") && err.contains("--audience"), "{err}");
+        assert!(
+            err.contains("fleet/a") && err.contains("--audience"),
+            "{err}"
+        );
     }
 
     #[test]

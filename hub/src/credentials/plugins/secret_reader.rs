@@ -190,24 +190,45 @@ mod tests {
             .unwrap()
         };
         let i = info(serde_json::json!({"clusterName": "spoke-1"}));
-        assert!(check_secret_serves_profile(&secret(Some("fleet/spoke-1")), &i, "kleym", "spoke-1").is_ok());
         assert!(
-            check_secret_serves_profile(&secret(Some("other/x, fleet/spoke-1")), &i, "kleym", "spoke-1")
+            check_secret_serves_profile(&secret(Some("fleet/spoke-1")), &i, "kleym", "spoke-1")
                 .is_ok()
         );
-        for refused in [None, Some("fleet/spoke-2"), Some("fleet/spoke-10"), Some("")] {
+        assert!(
+            check_secret_serves_profile(
+                &secret(Some("other/x, fleet/spoke-1")),
+                &i,
+                "kleym",
+                "spoke-1"
+            )
+            .is_ok()
+        );
+        for refused in [
+            None,
+            Some("fleet/spoke-2"),
+            Some("fleet/spoke-10"),
+            Some(""),
+        ] {
             let err = check_secret_serves_profile(&secret(refused), &i, "kleym", "spoke-1")
                 .unwrap_err()
                 .to_string();
-            assert!(err.contains("fleet/spoke-1") && err.contains(PROFILES_ANNOTATION), "{err}");
+            assert!(
+                err.contains("fleet/spoke-1") && err.contains(PROFILES_ANNOTATION),
+                "{err}"
+            );
         }
         let unnamed = ExecInfo {
             hub_profile: None,
             ..i
         };
         assert!(
-            check_secret_serves_profile(&secret(Some("fleet/spoke-1")), &unnamed, "kleym", "spoke-1")
-                .is_err()
+            check_secret_serves_profile(
+                &secret(Some("fleet/spoke-1")),
+                &unnamed,
+                "kleym",
+                "spoke-1"
+            )
+            .is_err()
         );
     }
 
