@@ -21,9 +21,10 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
-use kleym_e2e::fixtures::keyless::{register_credentialless, trust_config};
+use kleym_e2e::fixtures::keyless::{exec_access, register_credentialless, trust_config};
 use kleym_e2e::fixtures::plugins::kleym_binary;
 use kleym_e2e::fixtures::profiles::{apply_profile, status};
+use kleym_hub::credentials::{ExecOptions, run_plugin};
 use kleym_hub::fleet::Phase;
 use kleym_spoke::reconciler::CancellationToken;
 use kleym_test_support::authn::{apply_rbac, whoami};
@@ -140,10 +141,12 @@ fn claims(token: &str) -> Value {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
 }
 
-/// B's answer to `token`: the HTTP status of a plain API request with it.
+/// A spoke's answer to `token`: the HTTP status of `GET /api` with it (discovery, which any
+/// authenticated user may read; `/version` would not do, kubesim serves it without looking at
+/// the token).
 async fn status_with(spoke: &ClusterHandle, token: &str) -> u16 {
     let client = spoke.client_for_token(token).await.unwrap();
-    match client.apiserver_version().await {
+    match client.list_core_api_versions().await {
         Ok(_) => 200,
         Err(kube::Error::Api(e)) => e.code,
         Err(e) => panic!("{}: {e}", spoke.name()),
@@ -337,6 +340,22 @@ async fn a_profile_cannot_steer_the_hubs_token_to_another_spoke() {
         .await
         .unwrap();
     }
+
+    // The probe tells an accepted token from a refused one: the hub's token for B itself is
+    // accepted.
+    let own = run_plugin(
+        &exec_access(
+            "fleet/spoke-b",
+            &b.url(),
+            PROVIDER,
+            &kleym,
+            spiffe_jwt_args(&issuer_url, &hub_kc),
+        ),
+        &ExecOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status_with(&b, own.token.unwrap().expose()).await, 200);
 
     let token = captured(&capture, 0, "a token at the capturing server").await;
     assert_eq!(claims(&token)["sub"], HUB_ID, "it is the hub's token");
