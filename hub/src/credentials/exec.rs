@@ -11,8 +11,9 @@
 //!
 //! Protocol: the plugin inherits the hub's environment, then the configured env on top, then
 //! kleym's `KLEYM_CLUSTER_AUDIENCE` and `KLEYM_CLUSTER_PROFILE` (see
-//! [`audience`](crate::access::audience)), then `KUBERNETES_EXEC_INFO` (`{"apiVersion", "kind": "ExecCredential", "spec": {"cluster"?,
-//! "interactive": false}}`); stdin is closed; stdout must hold one ExecCredential.
+//! [`audience`](crate::access::audience)), then `KUBERNETES_EXEC_INFO` (`{"apiVersion",
+//! "kind": "ExecCredential", "spec": {"cluster"?, "interactive": false}}`); stdin is closed;
+//! stdout must hold one ExecCredential.
 
 use std::process::Stdio;
 use std::time::Duration;
