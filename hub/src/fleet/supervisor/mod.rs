@@ -1103,6 +1103,82 @@ mod tests {
         Loop::new(sup, leading)
     }
 
+    /// A profile `fleet/<name>` offering provider `p` with `audience` in its exec extension.
+    fn with_audience(name: &str, audience: &str) -> InventoryEvent {
+        let cp: ClusterProfile = serde_json::from_value(json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "kind": "ClusterProfile",
+            "metadata": {"name": name, "namespace": "fleet", "uid": format!("uid-{name}")},
+            "spec": {"clusterManager": {"name": "t"}},
+            "status": {
+                "accessProviders": [{"name": "p", "cluster": {"server": "https://127.0.0.1:1",
+                    "extensions": [{"name": "client.authentication.k8s.io/exec",
+                                    "extension": {"audience": audience}}]}}],
+                "conditions": [{"type": "ControlPlaneHealthy", "status": "True", "reason": "R",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "properties": [{"name": "kleym.io/trust-domain", "value": "a.example"}]
+            }
+        }))
+        .unwrap();
+        InventoryEvent::Upsert(Box::new(cp))
+    }
+
+    #[tokio::test]
+    async fn profiles_sharing_an_audience_are_refused_until_one_changes() {
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
+        // A provider entry that lets profiles choose their audience.
+        let doc = r#"{"providers":[{"name":"p","execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"/bin/false"},"profileSourcedAudiencePolicy":"Allow"}]}"#;
+        let providers = crate::access::provider_config::parse_provider_document(doc).unwrap();
+        let providers = Arc::new(ProviderSet::new(providers).unwrap());
+        let cache = Arc::new(CredentialCache::new(
+            CacheOptions::default(),
+            CredentialMetrics::default(),
+        ));
+        let sup = Supervisor::new(
+            FleetOptions::default(),
+            providers,
+            cache,
+            FleetState::new(),
+            hub.client(),
+        );
+        let mut lp = Loop::new(sup, true);
+        let phase = |lp: &Loop, n: &str| lp.shared.state.get(n).map(|s| (s.phase, s.reason));
+        let refused_naming_both = |lp: &Loop, n: &str| {
+            let (p, reason) = phase(lp, n).unwrap();
+            let reason = reason.unwrap_or_default();
+            p == Phase::Refused
+                && reason.contains("fleet/a")
+                && reason.contains("fleet/b")
+                && reason.contains("\"x\"")
+        };
+        lp.on_event(with_audience("a", "x"));
+        assert_eq!(phase(&lp, "fleet/a").unwrap().0, Phase::Pending);
+        // b claims a's audience: both refused, whichever arrived first.
+        lp.on_event(with_audience("b", "x"));
+        assert!(
+            refused_naming_both(&lp, "fleet/a"),
+            "{:?}",
+            phase(&lp, "fleet/a")
+        );
+        assert!(
+            refused_naming_both(&lp, "fleet/b"),
+            "{:?}",
+            phase(&lp, "fleet/b")
+        );
+        assert!(lp.slots["fleet/a"].running().is_none());
+        // b chooses another audience: both engaged.
+        lp.on_event(with_audience("b", "y"));
+        assert_eq!(phase(&lp, "fleet/a").unwrap().0, Phase::Pending);
+        assert_eq!(phase(&lp, "fleet/b").unwrap().0, Phase::Pending);
+        // Back to a's, then b leaves the inventory: a is engaged again.
+        lp.on_event(with_audience("b", "x"));
+        assert!(refused_naming_both(&lp, "fleet/a"));
+        lp.on_event(InventoryEvent::Deleted("fleet/b".into()));
+        assert_eq!(phase(&lp, "fleet/a").unwrap().0, Phase::Pending);
+        lp.stop_all();
+        join_all(&mut lp).await;
+    }
+
     /// Engaged, left the selection (a removal job starts), selected again (the job goes
     /// quiet, a new engagement waits for it): the first engagement is still stopping, the
     /// job is in neither `running` nor `removing`.
