@@ -13,6 +13,7 @@ use kleym_e2e::fixtures::env::{self, NS};
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, grant_admin, hub_secret, wait_for};
 use kleym_e2e::fixtures::plugins::{count_runs, kleym_binary, static_token_plugin};
 use kleym_e2e::fixtures::profiles::{access_provider, apply_profile, status};
+use kleym_hub::access::audience::derived_audience;
 use kleym_hub::fleet::Phase;
 use serde_json::json;
 
@@ -49,8 +50,10 @@ async fn spokes_converge_through_bundled_and_script_plugins_and_reengage_only_on
         .unwrap();
     let (a, b, c) = (f.spoke("spoke-a"), f.spoke("spoke-b"), f.spoke("spoke-c"));
 
-    // spoke-a trusts the hub's ServiceAccount tokens minted for its URL.
-    a.trust_issuer(&f.hub, &[a.url()]).await.unwrap();
+    // spoke-a trusts the hub's ServiceAccount tokens minted for its profile's audience.
+    a.trust_issuer(&f.hub, &[derived_audience("fleet", a.name())])
+        .await
+        .unwrap();
     grant_admin(&a, &FleetHarness::hub_sa_user()).unwrap();
     // spoke-b: a static token, stored in the hub as Secret kleym/spoke-b.
     b.add_static_token("tok-b-0123456789", user("hub-b"));

@@ -17,6 +17,7 @@ use std::time::Duration;
 use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
 use kleym_e2e::fixtures::plugins::kleym_binary;
+use kleym_hub::access::audience::derived_audience;
 use kleym_hub::credentials::{ExecOptions, run_plugin};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::{Api, PostParams};
@@ -69,14 +70,19 @@ fn spiffe_jwt_args(issuer_url: &str, hub_kc: &str) -> Vec<String> {
     .collect()
 }
 
-async fn mint(kleym: &str, server: &str, args: Vec<String>) -> String {
+/// A JWT-SVID minted as the hub would for spoke `s` (ClusterProfile `fleet/<name>`).
+async fn mint(kleym: &str, s: &ClusterHandle, args: Vec<String>) -> String {
     let opts = ExecOptions {
         timeout: Duration::from_secs(30),
         ..ExecOptions::default()
     };
-    let c = run_plugin(&exec_access(server, PROVIDER, kleym, args), &opts)
-        .await
-        .unwrap();
+    let profile = format!("fleet/{}", s.name());
+    let c = run_plugin(
+        &exec_access(&profile, &s.url(), PROVIDER, kleym, args),
+        &opts,
+    )
+    .await
+    .unwrap();
     c.token.unwrap().expose().to_string()
 }
 
@@ -175,7 +181,7 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
             .iter()
             .find(|e| e["spoke"] == format!("fleet/{}", s.name()))
             .unwrap();
-        assert_eq!(entry["audience"], s.url());
+        assert_eq!(entry["audience"], derived_audience("fleet", s.name()));
         assert_eq!(entry["username"], format!("kleym:{HUB_ID}"));
         // The file written for the API server's --authentication-config.
         let file = dir
@@ -264,7 +270,7 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
     let args = spiffe_jwt_args(&issuer_url, &hub_kc);
     let mut minted = Vec::new();
     for (i, s) in spokes.iter().enumerate() {
-        let token = mint(&kleym, &s.url(), args.clone()).await;
+        let token = mint(&kleym, s, args.clone()).await;
         minted.push(token.clone());
         assert_eq!(
             whoami(s, &token).await.as_deref(),
@@ -319,7 +325,7 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
     };
     let execs_before = execs();
     for s in &spokes {
-        let token = mint(&kleym, &s.url(), args.clone()).await;
+        let token = mint(&kleym, s, args.clone()).await;
         let mut seen = None;
         for _ in 0..50 {
             seen = whoami(s, &token).await;
@@ -494,7 +500,7 @@ async fn kleym_hub_binary_serves_the_issuer_and_refuses_bad_issuer_input() {
             &json!({
                 "apiVersion": "apiserver.config.k8s.io/v1",
                 "kind": "AuthenticationConfiguration",
-                "jwt": [{"issuer": {"url": issuer_url, "audiences": [spoke.url()],
+                "jwt": [{"issuer": {"url": issuer_url, "audiences": [derived_audience("fleet", spoke.name())],
                                     "certificateAuthority": pki.ca_cert_pem()},
                          "claimMappings": {"username": {"claim": "sub", "prefix": "kleym:"}}}],
             })
@@ -516,12 +522,7 @@ async fn kleym_hub_binary_serves_the_issuer_and_refuses_bad_issuer_input() {
             );
             async move {
                 secrets.get_opt("kleym-issuer").await.ok().flatten()?;
-                let token = mint(
-                    &kleym_s,
-                    &spoke.url(),
-                    spiffe_jwt_args(&issuer_url, &hub_kc),
-                )
-                .await;
+                let token = mint(&kleym_s, &spoke, spiffe_jwt_args(&issuer_url, &hub_kc)).await;
                 whoami(&spoke, &token).await
             }
         },

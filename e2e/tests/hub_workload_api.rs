@@ -23,6 +23,7 @@ use kleym_e2e::fixtures::keyless::{exec_access, register_credentialless, trust_c
 use kleym_e2e::fixtures::plugins::kleym_binary;
 use kleym_e2e::fixtures::spire_agent::{AgentIdentity, JwtMinter, Mode, SpireAgent};
 use kleym_hub::access::EffectiveAccess;
+use kleym_hub::access::audience::derived_audience;
 use kleym_hub::credentials::{ExecOptions, run_plugin};
 use kleym_hub::issuer::keys::SigningKey;
 use kleym_hub::issuer::x509::HubCa;
@@ -32,8 +33,12 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
 
-/// The hub's SPIFFE ID as a SPIRE Kubernetes workload registrar would name it.
-const SPIRE_ID: &str = "spiffe://example.org/ns/kleym-system/sa/kleym-hub";
+/// The hub's SPIFFE ID in SPIRE, registered outside `/ns/` (the tenants' space, which the
+/// plugins refuse for the hub).
+const SPIRE_ID: &str = "spiffe://example.org/kleym/hub-spire";
+/// The ClusterProfile the probes below run the plugin for, and its derived audience.
+const PROBE: &str = "fleet/probe";
+const PROBE_AUDIENCE: &str = "kleym.io/clusterprofile/fleet/probe";
 /// The DNS name of the hub's registration entry: SPIRE puts it in the X.509-SVID's CN.
 const X509_USER: &str = "kleym-hub.example.org";
 const BINDINGS: usize = 2;
@@ -71,11 +76,14 @@ fn claims(token: &str) -> Value {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
 }
 
-/// Runs the real `kleym credential ARGS…` as the hub would, for a spoke at `server`.
+/// Runs the real `kleym credential ARGS…` as the hub would, for a spoke at `server` listed by
+/// ClusterProfile [`PROBE`].
 async fn plugin(kleym: &Path, args: &[&str], server: &str) -> std::process::Output {
     tokio::process::Command::new(kleym)
         .arg("credential")
         .args(args)
+        .env("KLEYM_CLUSTER_AUDIENCE", PROBE_AUDIENCE)
+        .env("KLEYM_CLUSTER_PROFILE", PROBE)
         .env(
             "KUBERNETES_EXEC_INFO",
             json!({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
@@ -91,7 +99,7 @@ async fn plugin(kleym: &Path, args: &[&str], server: &str) -> std::process::Outp
 }
 
 fn access(kleym: &Path, server: &str, provider: &str, args: Vec<String>) -> EffectiveAccess {
-    exec_access(server, provider, &kleym.display().to_string(), args)
+    exec_access(PROBE, server, provider, &kleym.display().to_string(), args)
 }
 
 fn stderr(out: &std::process::Output) -> String {
@@ -143,12 +151,12 @@ async fn plugins_take_svids_from_the_workload_api_and_refuse_wrong_ones() {
     let cred: Value = serde_json::from_slice(&out.stdout).unwrap();
     let token = cred["status"]["token"].as_str().unwrap();
     assert_eq!(claims(token)["sub"], SPIRE_ID);
-    assert_eq!(claims(token)["aud"], json!([server]));
+    assert_eq!(claims(token)["aud"], json!([PROBE_AUDIENCE]));
     assert!(cred["status"]["expirationTimestamp"].is_string());
     let calls = agent.calls();
     assert_eq!(calls.len(), 1, "{calls:?}");
     assert_eq!(calls[0].method, "/SpiffeWorkloadAPI/FetchJWTSVID");
-    assert_eq!(calls[0].audience, vec![server.to_string()]);
+    assert_eq!(calls[0].audience, vec![PROBE_AUDIENCE.to_string()]);
     assert_eq!(calls[0].spiffe_id, "");
     assert!(calls[0].security_header);
 
@@ -226,6 +234,34 @@ async fn plugins_take_svids_from_the_workload_api_and_refuse_wrong_ones() {
         )
         .await;
         let err = assert_failed(&out, 1, &["outside the trust domain", foreign]);
+        assert!(
+            !err.contains("eyJ"),
+            "{kind}: a token reached stderr: {err}"
+        );
+    }
+
+    // An SVID in the tenants' space (`/ns/...`, the registrar's default form) is refused for
+    // the hub: a tenant owning that namespace on any cluster could be issued it.
+    let tenants = "spiffe://example.org/ns/kleym-system/sa/kleym-hub";
+    agent.set_identities(vec![AgentIdentity {
+        spiffe_id: tenants.into(),
+        jwt: Some(mint.clone()),
+        x509: Some(x509_svid(&ca, tenants, X509_USER)),
+    }]);
+    for kind in ["spiffe-jwt", "spiffe-x509"] {
+        let out = plugin(
+            &kleym,
+            &[
+                kind,
+                "--workload-api-socket",
+                &socket,
+                "--trust-domain",
+                "example.org",
+            ],
+            server,
+        )
+        .await;
+        let err = assert_failed(&out, 1, &["/ns/", tenants]);
         assert!(
             !err.contains("eyJ"),
             "{kind}: a token reached stderr: {err}"
@@ -514,7 +550,8 @@ async fn hub_engages_spokes_with_jwt_svids_from_a_spire_agent() {
         assert!(
             calls
                 .iter()
-                .any(|c| c.audience == vec![s.url()] && c.security_header),
+                .any(|c| c.audience == vec![derived_audience("fleet", s.name())]
+                    && c.security_header),
             "{} never asked for: {calls:?}",
             s.name()
         );
@@ -544,7 +581,13 @@ async fn hub_engages_spokes_with_jwt_svids_from_a_spire_agent() {
     .collect();
     for (i, s) in spokes.iter().enumerate() {
         let c = run_plugin(
-            &access(&kleym, &s.url(), "kleym-spiffe-jwt", args.clone()),
+            &exec_access(
+                &format!("fleet/{}", s.name()),
+                &s.url(),
+                "kleym-spiffe-jwt",
+                &kleym.display().to_string(),
+                args.clone(),
+            ),
             &ExecOptions::default(),
         )
         .await

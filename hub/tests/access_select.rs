@@ -3,8 +3,8 @@
 
 use base64::Engine as _;
 use kleym_hub::access::{
-    AccessProfile, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion, ExecConfig,
-    ProfileProvider, ProviderConfig, ProviderSet, SelectError, SelectOptions,
+    AccessProfile, AudiencePolicy, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion,
+    ExecConfig, ProfileProvider, ProviderConfig, ProviderSet, SelectError, SelectOptions,
     provider_config::parse_provider_document, select,
 };
 use serde_json::{Value, json};
@@ -30,6 +30,7 @@ fn provider(name: &str, args: CliArgsPolicy, envs: EnvVarsPolicy) -> ProviderCon
         cli_args_policy: args,
         env_vars_policy: envs,
         env_vars_allow_list: None,
+        audience_policy: AudiencePolicy::Ignore,
     }
 }
 
@@ -168,6 +169,76 @@ fn without_policies_args_and_env_unchanged_and_exec_extension_passes_through() {
         eff.cluster.exec_extension.as_deref(),
         Some(r#"{"clusterName":"spoke-1"}"#)
     );
+}
+
+#[test]
+fn the_audience_is_the_hubs_unless_the_provider_allows_the_profiles() {
+    // The profile names another spoke's URL as its server and audience.
+    let cluster = json!({"server": "https://spoke-b.example:6443", "extensions": [
+        {"name": EXEC_EXT, "extension": {"audience": "https://spoke-b.example:6443"}}]});
+    let p = profile(vec![offer("p", cluster.clone())], vec![]);
+    let mut prov = provider("p", CliArgsPolicy::Ignore, EnvVarsPolicy::Ignore);
+    let eff = select(&set(vec![prov.clone()]), &p, &OPTS).unwrap();
+    assert_eq!(eff.audience, "kleym.io/clusterprofile/fleet/spoke-1");
+    // The same profile elsewhere gets another audience: it is the profile's identity.
+    let other = AccessProfile {
+        namespace: "other".into(),
+        ..p.clone()
+    };
+    assert_eq!(
+        select(&set(vec![prov.clone()]), &other, &OPTS)
+            .unwrap()
+            .audience,
+        "kleym.io/clusterprofile/other/spoke-1"
+    );
+    // Only a provider entry that allows it takes the profile's audience.
+    prov.audience_policy = AudiencePolicy::Allow;
+    let providers = set(vec![prov]);
+    let eff = select(&providers, &p, &OPTS).unwrap();
+    assert_eq!(eff.audience, "https://spoke-b.example:6443");
+    // Without one, the derived audience still applies.
+    let bare = profile(
+        vec![offer(
+            "p",
+            json!({"server": "https://spoke-b.example:6443"}),
+        )],
+        vec![],
+    );
+    assert_eq!(
+        select(&providers, &bare, &OPTS).unwrap().audience,
+        "kleym.io/clusterprofile/fleet/spoke-1"
+    );
+    // A malformed audience is refused, naming the extension.
+    for bad in [json!(5), json!(""), json!("a b")] {
+        let p = profile(
+            vec![offer(
+                "p",
+                json!({"server": "https://s:6443", "extensions": [
+                    {"name": EXEC_EXT, "extension": {"audience": bad}}]}),
+            )],
+            vec![],
+        );
+        let err = select(&providers, &p, &OPTS).unwrap_err().to_string();
+        assert!(err.contains(EXEC_EXT) && err.contains("audience"), "{err}");
+    }
+    // The provider file spells the policy; anything but Ignore/Allow is refused.
+    let doc = |policy: &str| {
+        format!(
+            r#"{{"providers":[{{"name":"p","execConfig":{{"apiVersion":"client.authentication.k8s.io/v1","command":"/bin/p"}},"profileSourcedAudiencePolicy":"{policy}"}}]}}"#
+        )
+    };
+    assert_eq!(
+        parse_provider_document(&doc("Allow")).unwrap()[0].audience_policy,
+        AudiencePolicy::Allow
+    );
+    assert_eq!(
+        parse_provider_document(&doc("")).unwrap()[0].audience_policy,
+        AudiencePolicy::Ignore
+    );
+    let err = parse_provider_document(&doc("Maybe"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("field profileSourcedAudiencePolicy"), "{err}");
 }
 
 #[test]

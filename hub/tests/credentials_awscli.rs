@@ -93,6 +93,7 @@ fn access(aws: PathBuf, api: ExecApiVersion, dir: &std::path::Path) -> Effective
             provide_cluster_info: true,
             install_hint: Some("run scripts/ensure-tools".into()),
         },
+        audience: "kleym.io/clusterprofile/fleet/eks".into(),
     }
 }
 

@@ -34,6 +34,7 @@ fn access(args: Vec<String>, api: ExecApiVersion, exec_extension: Option<&str>) 
             provide_cluster_info: true,
             install_hint: None,
         },
+        audience: "kleym.io/clusterprofile/fleet/spoke-1".into(),
     }
 }
 
@@ -84,6 +85,27 @@ async fn secret_reader_reads_the_token_named_by_cluster_name() {
         "{excerpt}"
     );
 
+    // The profile names another spoke's Secret: refused, the other token never read out.
+    let err = run_plugin(
+        &access(
+            args.clone(),
+            ExecApiVersion::V1,
+            Some(r#"{"clusterName":"spoke-2"}"#),
+        ),
+        &opts(),
+    )
+    .await
+    .unwrap_err();
+    let excerpt = err.stderr().unwrap().log_excerpt();
+    assert!(
+        excerpt.contains("not for ClusterProfile fleet/spoke-1")
+            && excerpt.contains("kleym.io/cluster-profiles"),
+        "{excerpt}"
+    );
+    assert!(
+        !err.to_string().contains(hub_sim::OTHER_TOKEN) && !excerpt.contains(hub_sim::OTHER_TOKEN)
+    );
+
     // Unknown Secret: the API error, never a token.
     let err = run_plugin(
         &access(args, ExecApiVersion::V1, Some(r#"{"clusterName":"other"}"#)),
@@ -101,7 +123,7 @@ async fn secret_reader_reads_the_token_named_by_cluster_name() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn token_request_uses_the_spoke_server_as_audience() {
+async fn token_request_uses_the_hubs_audience_never_the_server() {
     let hub = hub_sim::start(TOKEN).await;
     let dir = tempfile::tempdir().unwrap();
     let kc = hub_sim::write_kubeconfig(dir.path(), &hub);
@@ -121,8 +143,9 @@ async fn token_request_uses_the_spoke_server_as_audience() {
         (first.method.as_str(), first.path.as_str(), first.status),
         ("POST", hub_sim::TOKEN_PATH, 201)
     );
-    // The hub issued a ServiceAccount token for what the plugin asked: the spoke's server
-    // as its audience, valid one hour; the plugin reports the hub's expiry.
+    // The hub issued a ServiceAccount token for what the plugin asked: the audience the hub
+    // derived from the profile (not the server URL), valid one hour; the plugin reports the
+    // hub's expiry.
     let token = c.token.unwrap();
     let payload = token.expose().split('.').nth(1).unwrap();
     let claims: serde_json::Value = serde_json::from_slice(
@@ -133,7 +156,7 @@ async fn token_request_uses_the_spoke_server_as_audience() {
     .unwrap();
     assert_eq!(
         claims["aud"],
-        serde_json::json!(["https://spoke-1.example:6443"])
+        serde_json::json!(["kleym.io/clusterprofile/fleet/spoke-1"])
     );
     assert_eq!(claims["sub"], "system:serviceaccount:kleym:hub");
     let exp = claims["exp"].as_i64().unwrap();

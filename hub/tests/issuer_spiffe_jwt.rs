@@ -14,6 +14,7 @@ use kleym_test_support::authn::whoami;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
+use kleym_hub::access::audience::derived_audience;
 use kleym_hub::access::{ClusterAccess, EffectiveAccess, ExecApiVersion, ExecConfig};
 use kleym_hub::credentials::{ExecOptions, run_plugin};
 use kleym_hub::issuer::keys::Algorithm;
@@ -80,9 +81,10 @@ fn authn_config(issuer: &str, ca_pem: &str, audience: &str) -> String {
     .to_string()
 }
 
-fn access(server: &str, args: Vec<String>) -> EffectiveAccess {
+/// The access the hub would use for ClusterProfile `fleet/<profile>` at `server`.
+fn access(profile: &str, server: &str, args: Vec<String>) -> EffectiveAccess {
     EffectiveAccess {
-        spoke: "fleet/spoke".into(),
+        spoke: format!("fleet/{profile}"),
         provider: "kleym-spiffe-jwt".into(),
         cluster: ClusterAccess {
             server: server.into(),
@@ -101,6 +103,7 @@ fn access(server: &str, args: Vec<String>) -> EffectiveAccess {
             provide_cluster_info: true,
             install_hint: None,
         },
+        audience: derived_audience("fleet", profile),
     }
 }
 
@@ -166,10 +169,11 @@ async fn spiffe_jwt_reaches_the_spoke_it_names_and_no_other() {
         spokes.cluster("spoke-a").unwrap(),
         spokes.cluster("spoke-b").unwrap(),
     );
-    a.set_authentication_config(&authn_config(&issuer_url, &ca_pem, &a.url()))
-        .unwrap();
-    b.set_authentication_config(&authn_config(&issuer_url, &ca_pem, &b.url()))
-        .unwrap();
+    for s in [&a, &b] {
+        let audience = derived_audience("fleet", s.name());
+        s.set_authentication_config(&authn_config(&issuer_url, &ca_pem, &audience))
+            .unwrap();
+    }
 
     let kc = hub_sim::write_kubeconfig(dir.path(), &hub);
     let args = vec![
@@ -188,7 +192,7 @@ async fn spiffe_jwt_reaches_the_spoke_it_names_and_no_other() {
         timeout: Duration::from_secs(30),
         ..ExecOptions::default()
     };
-    let credential = run_plugin(&access(&a.url(), args.clone()), &opts)
+    let credential = run_plugin(&access(a.name(), &a.url(), args.clone()), &opts)
         .await
         .unwrap();
     let expires = credential.expires_at.expect("an expiry");
@@ -202,7 +206,7 @@ async fn spiffe_jwt_reaches_the_spoke_it_names_and_no_other() {
     // Audience confinement.
     assert_eq!(whoami(&b, &token).await, None);
     // And spoke B accepts its own.
-    let for_b = run_plugin(&access(&b.url(), args.clone()), &opts)
+    let for_b = run_plugin(&access(b.name(), &b.url(), args.clone()), &opts)
         .await
         .unwrap();
     assert!(whoami(&b, for_b.token.unwrap().expose()).await.is_some());
@@ -235,7 +239,7 @@ async fn spiffe_jwt_reaches_the_spoke_it_names_and_no_other() {
     docs.update_from_ring(&reread(client.clone()).await);
     assert_eq!(docs.kids().len(), 2);
     assert!(docs.kids().contains(&old_kid));
-    let after = run_plugin(&access(&a.url(), args.clone()), &opts)
+    let after = run_plugin(&access(a.name(), &a.url(), args.clone()), &opts)
         .await
         .unwrap();
     let after = after.token.unwrap().expose().to_string();
@@ -254,7 +258,9 @@ async fn spiffe_jwt_reaches_the_spoke_it_names_and_no_other() {
     rotate(&["--revoke-old"]);
     docs.update_from_ring(&reread(client.clone()).await);
     assert_eq!(docs.kids().len(), 1);
-    let newest = run_plugin(&access(&a.url(), args), &opts).await.unwrap();
+    let newest = run_plugin(&access(a.name(), &a.url(), args), &opts)
+        .await
+        .unwrap();
     let newest = newest.token.unwrap().expose().to_string();
     assert!(whoami_eventually(&a, &newest).await.is_some());
     assert_eq!(

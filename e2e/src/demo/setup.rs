@@ -136,9 +136,14 @@ pub async fn prepare_spoke(fleet: &FleetHarness, i: usize, _dir: &Path) -> Resul
         hub_secret(&fleet.hub, spoke.name(), &token).map_err(DemoError::Setup)?;
         json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "kleym-hub"})
     } else {
-        // The spoke trusts the hub's ServiceAccount issuer for its own audience only.
+        // The spoke trusts the hub's ServiceAccount issuer for its own audience only: the one
+        // the hub derives from its ClusterProfile.
+        let audience = kleym_hub::access::audience::derived_audience(
+            crate::fixtures::profiles::PROFILE_NS,
+            spoke.name(),
+        );
         spoke
-            .trust_issuer(&fleet.hub, &[spoke.url()])
+            .trust_issuer(&fleet.hub, &[audience])
             .await
             .map_err(|e| DemoError::Setup(e.to_string()))?;
         json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "User",

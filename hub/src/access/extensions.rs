@@ -171,6 +171,10 @@ pub const FORBIDDEN_ENV: &[(&str, &[EnvPattern])] = {
             "the exec protocol and in-cluster configuration",
             &[Prefix("KUBERNETES_")],
         ),
+        (
+            "kleym's own settings, and the spoke the hub runs the plugin for",
+            &[Prefix("KLEYM_")],
+        ),
     ]
 };
 
@@ -322,6 +326,8 @@ mod tests {
             "NO_PROXY",
             "npm_config_userconfig",
             "KUBERNETES_SERVICE_HOST",
+            "KLEYM_CLUSTER_AUDIENCE",
+            "KLEYM_TRUST_DOMAIN",
         ] {
             assert!(is_forbidden_env_name(n), "{n}");
         }

@@ -1,6 +1,7 @@
 //! Access providers (KEP-4322, formerly KEP-5339): the hub's provider configuration, the ClusterProfile view it
 //! is matched against, and the pure selection that yields one spoke's [`EffectiveAccess`].
 
+pub mod audience;
 pub mod extensions;
 pub mod flags;
 pub mod profile;
@@ -11,7 +12,7 @@ pub mod shell_words;
 pub use flags::AccessFlags;
 pub use profile::{AccessProfile, ProfileProvider};
 pub use provider_config::{
-    CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion, ExecConfig, ProviderConfig,
-    ProviderConfigError, ProviderSet,
+    AudiencePolicy, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecApiVersion, ExecConfig,
+    ProviderConfig, ProviderConfigError, ProviderSet,
 };
 pub use select::{ClusterAccess, EffectiveAccess, SelectError, SelectOptions, select};

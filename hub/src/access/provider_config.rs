@@ -71,6 +71,21 @@ pub enum EnvVarsPolicy {
     Replace,
 }
 
+/// Whether a ClusterProfile may choose the audience of the hub's tokens for its cluster
+/// (`profileSourcedAudiencePolicy`, a kleym extension of the file format).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum AudiencePolicy {
+    /// The audience is the hub's: derived from the profile's namespace and name (default).
+    #[default]
+    Ignore,
+    /// The `audience` of the profile's `client.authentication.k8s.io/exec` extension, when
+    /// it has one, replaces the derived audience. Whoever writes the profile's status then
+    /// chooses which spoke accepts the token, so allow it only for profiles whose status
+    /// writers the operator trusts as much as the hub; two engaged profiles with one
+    /// audience are refused.
+    Allow,
+}
+
 /// One environment variable for a plugin. Its `Debug` hides the value (provider env can hold
 /// secrets such as `AWS_SECRET_ACCESS_KEY`): it shows the name, the length and a short hash.
 #[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -164,6 +179,9 @@ pub struct ProviderConfig {
     /// `profileSourcedEnvVarsAllowList` (a kleym extension of the file format): when set,
     /// the only variable names a ClusterProfile may set (the deny list still applies).
     pub env_vars_allow_list: Option<Vec<String>>,
+    /// `profileSourcedAudiencePolicy` (a kleym extension of the file format): whether the
+    /// profile's exec extension may set the audience of the hub's tokens.
+    pub audience_policy: AudiencePolicy,
 }
 
 /// The validated, ordered set of access providers the hub knows.
@@ -399,6 +417,7 @@ const PROVIDER_KEYS: &[&str] = &[
     "profileSourcedCLIArgsPolicy",
     "profileSourcedEnvVarsPolicy",
     "profileSourcedEnvVarsAllowList",
+    "profileSourcedAudiencePolicy",
 ];
 /// client-go's `clientcmd/api.ExecConfig` JSON keys (`Config`, `StdinUnavailable` and
 /// `PluginPolicy` are `json:"-"` there, so they are unknown keys here as well).
@@ -549,6 +568,7 @@ pub fn parse_provider_flag(value: &str) -> Result<ProviderConfig, ProviderConfig
         cli_args_policy: CliArgsPolicy::Ignore,
         env_vars_policy: EnvVarsPolicy::Ignore,
         env_vars_allow_list: None,
+        audience_policy: AudiencePolicy::Ignore,
     })
 }
 
@@ -596,6 +616,8 @@ struct RawProvider {
     profile_sourced_env_vars_policy: Option<String>,
     #[serde(default)]
     profile_sourced_env_vars_allow_list: Option<Vec<String>>,
+    #[serde(default)]
+    profile_sourced_audience_policy: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -724,6 +746,18 @@ fn validate_raw_provider(
             ));
         }
     };
+    let audience_policy = match rp.profile_sourced_audience_policy.as_deref() {
+        None | Some("" | "Ignore") => AudiencePolicy::Ignore,
+        Some("Allow") => AudiencePolicy::Allow,
+        Some(other) => {
+            return Err(invalid(
+                "profileSourcedAudiencePolicy",
+                format!(
+                    "unsupported profileSourcedAudiencePolicy {other:?} (want Ignore or Allow)"
+                ),
+            ));
+        }
+    };
     let env_vars_allow_list = match rp.profile_sourced_env_vars_allow_list {
         None => None,
         Some(names) => {
@@ -759,6 +793,7 @@ fn validate_raw_provider(
         cli_args_policy,
         env_vars_policy,
         env_vars_allow_list,
+        audience_policy,
     })
 }
 

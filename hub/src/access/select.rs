@@ -26,12 +26,15 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+use super::audience::{AUDIENCE_KEY, derived_audience, validate_audience};
 use super::extensions::{
     ADDITIONAL_ARGS_EXTENSION, ADDITIONAL_ENVS_EXTENSION, EXEC_EXTENSION, forbidden_env_rule,
     parse_additional_args, parse_additional_envs,
 };
 use super::profile::{AccessProfile, ProfileProvider};
-use super::provider_config::{CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecConfig, ProviderSet};
+use super::provider_config::{
+    AudiencePolicy, CliArgsPolicy, EnvVar, EnvVarsPolicy, ExecConfig, ProviderSet,
+};
 
 /// Hub-level switches for what a ClusterProfile may ask for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,6 +82,9 @@ pub struct EffectiveAccess {
     pub cluster: ClusterAccess,
     /// The plugin invocation, after extension policies.
     pub exec: ExecConfig,
+    /// The audience of the tokens obtained for this spoke, decided by the hub (see
+    /// [`audience`](super::audience)): the plugin receives it in `KLEYM_CLUSTER_AUDIENCE`.
+    pub audience: String,
 }
 
 impl EffectiveAccess {
@@ -200,6 +206,7 @@ pub fn select(
         )?;
     }
     let exec_extension = parsed.extensions.get(EXEC_EXTENSION).map(|v| v.to_string());
+    let audience = effective_audience(&ctx, profile, provider.audience_policy, &parsed)?;
     Ok(EffectiveAccess {
         spoke: spoke.clone(),
         provider: provider.name.clone(),
@@ -213,7 +220,35 @@ pub fn select(
             exec_extension,
         },
         exec,
+        audience,
     })
+}
+
+/// The audience of the spoke's tokens: derived from the profile's namespace and name, or,
+/// where the provider allows it, the `audience` of the profile's exec extension.
+fn effective_audience(
+    ctx: &Ctx<'_>,
+    profile: &AccessProfile,
+    policy: AudiencePolicy,
+    parsed: &ParsedCluster,
+) -> Result<String, SelectError> {
+    let derived = derived_audience(&profile.namespace, &profile.name);
+    if policy == AudiencePolicy::Ignore {
+        return Ok(derived);
+    }
+    match parsed
+        .extensions
+        .get(EXEC_EXTENSION)
+        .and_then(|c| c.get(AUDIENCE_KEY))
+    {
+        None | Some(Value::Null) => Ok(derived),
+        Some(Value::String(a)) => {
+            validate_audience(a)
+                .map_err(|r| ctx.ext(EXEC_EXTENSION, format!("{AUDIENCE_KEY} {r}")))?;
+            Ok(a.clone())
+        }
+        Some(_) => Err(ctx.ext(EXEC_EXTENSION, format!("{AUDIENCE_KEY} must be a string"))),
+    }
 }
 
 struct Ctx<'a> {

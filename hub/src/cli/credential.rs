@@ -32,6 +32,11 @@ spec.cluster.config.clusterName, reads the Secret --namespace/--secret-name-patt
 replaced by that name) in the hub, and prints an ExecCredential with data[--key] as the token, \
 without expiry (the hub keeps it until the spoke answers 401).
 
+clusterName comes from the profile's status, so it cannot choose the Secret alone: the Secret \
+must carry the annotation kleym.io/cluster-profiles listing (comma-separated namespace/name) the \
+ClusterProfile the hub runs the plugin for, which the hub names in KLEYM_CLUSTER_PROFILE. \
+Whoever creates the Secret sets the annotation; any other Secret is refused.
+
 Needs: provideClusterInfo: true in the provider entry, and on each ClusterProfile a \
 client.authentication.k8s.io/exec extension {clusterName: <name>}.
 RBAC in the hub for the identity it runs as: get on secrets in --namespace, e.g. a Role with \
@@ -51,13 +56,13 @@ const TOKEN_REQUEST_LONG_ABOUT: &str = "\
 Return a short-lived token for a hub ServiceAccount, minted by the TokenRequest API.
 
 Runs as a client-go exec plugin: reads KUBERNETES_EXEC_INFO, requests a token for \
---service-account with audience --audience (default: the spoke's server URL, \
-spec.cluster.server) and lifetime --expiration-seconds, and prints an ExecCredential with the \
-token and its expirationTimestamp (the hub refreshes it before it expires). The spoke must trust \
-the hub's ServiceAccount issuer (structured authentication / OIDC discovery) and authorize \
-that ServiceAccount.
-
-Needs: provideClusterInfo: true in the provider entry unless --audience is given.
+--service-account with the audience the hub decided for the spoke (KLEYM_CLUSTER_AUDIENCE: \
+kleym.io/clusterprofile/<namespace>/<name> of its ClusterProfile, see `kleym trust-config`) and \
+lifetime --expiration-seconds, and prints an ExecCredential with the token and its \
+expirationTimestamp (the hub refreshes it before it expires). The spoke must trust the hub's \
+ServiceAccount issuer (structured authentication / OIDC discovery) for that audience and \
+authorize that ServiceAccount. --audience is for runs outside the hub; under the hub a \
+different --audience is refused.
 RBAC in the hub for the identity it runs as: create on serviceaccounts/token for that \
 ServiceAccount, e.g. a Role in its namespace with rules: [{apiGroups: [\"\"], \
 resources: [serviceaccounts/token], resourceNames: [<name>], verbs: [create]}].
@@ -80,14 +85,15 @@ is refused by every other spoke.
 Runs as a client-go exec plugin: reads KUBERNETES_EXEC_INFO, reads the signing key from the \
 issuer Secret in the hub (in memory only: never written to a file, a log, argv or the \
 environment) and prints an ExecCredential whose token has sub = the hub's SPIFFE ID \
-(--hub-spiffe-id, default spiffe://<trust domain>/kleym/hub), aud = [the spoke's server URL] \
-(or `audience` from the profile's client.authentication.k8s.io/exec extension), iss = \
---issuer-url, a lifetime of --lifetime-seconds (at most 900), iat, nbf, jti and the key's kid. \
+(--hub-spiffe-id, default spiffe://<trust domain>/kleym/hub), aud = [the audience the hub \
+decided for the spoke] (KLEYM_CLUSTER_AUDIENCE: kleym.io/clusterprofile/<namespace>/<name> of \
+its ClusterProfile, or the profile's exec extension `audience` where the provider entry says \
+profileSourcedAudiencePolicy: Allow), iss = --issuer-url, a lifetime of --lifetime-seconds (at most 900), iat, nbf, jti and the key's kid. \
 Its expirationTimestamp is a little before exp, so the hub refreshes it early.
 
 The spoke's API server must trust the issuer: `kleym trust-config` prints its \
-AuthenticationConfiguration and ClusterRoleBinding.
-Needs: provideClusterInfo: true in the provider entry (unless every profile gives an audience).
+AuthenticationConfiguration and ClusterRoleBinding. --audience is for runs outside the hub; \
+under the hub a different --audience is refused.
 RBAC in the hub for the identity it runs as: get on the issuer Secret, e.g. a Role with \
 rules: [{apiGroups: [\"\"], resources: [secrets], resourceNames: [<name>], verbs: [get]}].
 
@@ -103,8 +109,8 @@ Provider file entry:
         interactiveMode: Never
 
 From a SPIRE agent instead (--workload-api-socket unix:///PATH): the plugin asks the agent's \
-SPIFFE Workload API for a JWT-SVID (FetchJWTSVID, audience = the spoke's server URL or the \
-profile's `audience`, the SPIFFE ID of --hub-spiffe-id if given, else the agent's default \
+SPIFFE Workload API for a JWT-SVID (FetchJWTSVID, audience = the one the hub decided, the \
+SPIFFE ID of --hub-spiffe-id if given, else the agent's default \
 SVID), checks that its SPIFFE ID is inside --trust-domain and that its sub, aud and exp are \
 what was asked for, and prints it. No hub key, kubeconfig or hub RBAC is used: the hub pod \
 needs the agent's socket mounted and a registration entry. The spokes trust SPIRE's issuer \
@@ -318,6 +324,10 @@ pub struct SpiffeJwtArgs {
     /// Token lifetime in seconds (60 ..= 900).
     #[arg(long, default_value_t = DEFAULT_LIFETIME_SECONDS)]
     pub lifetime_seconds: i64,
+    /// The token's audience when run outside the hub. The hub names the audience of each
+    /// spoke itself (KLEYM_CLUSTER_AUDIENCE); a different --audience is then refused.
+    #[arg(long)]
+    pub audience: Option<String>,
     /// Kubeconfig for the hub [default: in-cluster config, else the usual kubeconfig].
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -347,7 +357,8 @@ pub struct TokenRequestArgs {
     /// The hub ServiceAccount, as `namespace/name`.
     #[arg(long)]
     pub service_account: String,
-    /// Token audience [default: the spoke's server URL from `spec.cluster.server`].
+    /// The token's audience when run outside the hub. The hub names the audience of each
+    /// spoke itself (KLEYM_CLUSTER_AUDIENCE); a different --audience is then refused.
     #[arg(long)]
     pub audience: Option<String>,
     /// Requested token lifetime in seconds (minimum 600).
@@ -405,7 +416,7 @@ async fn run_token_request(a: &TokenRequestArgs) -> anyhow::Result<String> {
 async fn run_spiffe_jwt(a: &SpiffeJwtArgs) -> anyhow::Result<String> {
     let info = exec_info_from_env()?;
     if let Some(opts) = a.workload_api.options(&a.hub_spiffe_id, &a.trust_domain) {
-        return Ok(spiffe_jwt_from_workload_api(&info, &opts).await?);
+        return Ok(spiffe_jwt_from_workload_api(&info, a.audience.as_deref(), &opts).await?);
     }
     // clap requires both when there is no socket; this is the message if that ever changes.
     let (Some(issuer_url), Some(secret)) = (&a.issuer_url, &a.issuer_key_secret) else {
@@ -422,6 +433,7 @@ async fn run_spiffe_jwt(a: &SpiffeJwtArgs) -> anyhow::Result<String> {
         hub_spiffe_id: a.hub_spiffe_id.clone(),
         trust_domain: a.trust_domain.clone(),
         lifetime_seconds: a.lifetime_seconds,
+        audience: a.audience.clone(),
     };
     Ok(spiffe_jwt(hub, &info, &opts).await?)
 }

@@ -11,8 +11,8 @@ use kleym_api::external::clusterprofile::ClusterProfileVersion;
 use kleym_hub::access::AccessProfile;
 use kleym_hub::credentials::plugins::spiffe_id::resolve_hub_spiffe_id;
 use kleym_hub::issuer::trust::{
-    SPOKE_CLUSTER_ROLE_YAML, SpokeTarget, TrustInputs, authentication_configuration,
-    cluster_role_binding, spoke_target,
+    AudienceRule, SPOKE_CLUSTER_ROLE_YAML, SpokeTarget, TrustInputs, authentication_configuration,
+    check_distinct_audiences, cluster_role_binding, spoke_target,
 };
 use kleym_hub::issuer::validate_issuer_url;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -68,6 +68,17 @@ pub struct Args {
     /// The credential the hub uses.
     #[arg(long, value_enum, default_value = "spiffe-jwt")]
     pub credential: Credential,
+    /// The provider entry says `profileSourcedAudiencePolicy: Allow`: a profile's exec
+    /// extension `audience` is its spoke's audience. By default the audience is
+    /// `kleym.io/clusterprofile/<namespace>/<name>`, which the profile's status cannot change.
+    #[arg(long)]
+    pub profile_sourced_audience: bool,
+    /// Also accept the spoke's server URL as an audience (`audienceMatchPolicy: MatchAny`),
+    /// the audience of kleym versions before the audience was the hub's: for the migration
+    /// only. While a spoke accepts it, a token an older hub minted for a forged profile still
+    /// logs in there; remove it once every hub replica is upgraded.
+    #[arg(long)]
+    pub legacy_server_audience: bool,
     /// With `--credential token-request`: the hub ServiceAccount, `namespace/name`, as
     /// `kleym credential token-request --service-account`.
     #[arg(
@@ -236,6 +247,21 @@ async fn profiles(args: &Args) -> anyhow::Result<Vec<AccessProfile>> {
     Ok(out)
 }
 
+/// Each profile's spoke and audience; profiles sharing an audience are refused.
+async fn targets(args: &Args) -> anyhow::Result<Vec<SpokeTarget>> {
+    let rule = AudienceRule {
+        profile_sourced: args.profile_sourced_audience,
+        legacy_server_audience: args.legacy_server_audience,
+    };
+    let targets = profiles(args)
+        .await?
+        .iter()
+        .map(|p| spoke_target(p, args.provider.as_deref(), rule).map_err(|e| anyhow!(e)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    check_distinct_audiences(&targets).map_err(|e| anyhow!(e))?;
+    Ok(targets)
+}
+
 /// Per spoke: (target, AuthenticationConfiguration, RBAC documents).
 pub fn documents(
     inputs: &TrustInputs,
@@ -314,11 +340,7 @@ async fn render(args: &Args) -> anyhow::Result<String> {
     if args.credential == Credential::SpiffeX509 {
         return render_x509(args, &inputs).await;
     }
-    let targets = profiles(args)
-        .await?
-        .iter()
-        .map(|p| spoke_target(p, args.provider.as_deref()).map_err(|e| anyhow!(e)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let targets = targets(args).await?;
     let docs = documents(&inputs, &targets)?;
     if let Some(dir) = &args.output_dir {
         for (t, authn, rbac) in &docs {
@@ -353,11 +375,12 @@ async fn render(args: &Args) -> anyhow::Result<String> {
             let mut out = String::new();
             for (t, authn, rbac) in &docs {
                 out.push_str(&format!(
-                    "# ClusterProfile {} (server {}): the hub connects as user {:?}.\n\
+                    "# ClusterProfile {} (server {}, audience {}): the hub connects as user {:?}.\n\
                      # 1. The API server's --authentication-config file (merge this jwt entry\n\
                      #    into an existing file):\n---\n",
                     t.spoke,
                     t.server,
+                    t.audience,
                     inputs.username()
                 ));
                 out.push_str(&yaml(authn)?);
@@ -374,11 +397,7 @@ async fn render(args: &Args) -> anyhow::Result<String> {
 
 async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String> {
     let ca = client_ca(args).await?;
-    let targets = profiles(args)
-        .await?
-        .iter()
-        .map(|p| spoke_target(p, args.provider.as_deref()).map_err(|e| anyhow!(e)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let targets = targets(args).await?;
     let docs = documents(inputs, &targets)?;
     if let Some(dir) = &args.output_dir {
         for (t, _, rbac) in &docs {

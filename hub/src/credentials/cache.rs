@@ -616,6 +616,7 @@ mod tests {
                 provide_cluster_info: false,
                 install_hint: None,
             },
+            audience: "kleym.io/clusterprofile/fleet/a".into(),
         }
     }
 

@@ -10,8 +10,10 @@
 //! redacted, is kept for the hub's log only ([`PluginStderr::log_excerpt`]).
 //!
 //! Protocol: the plugin inherits the hub's environment, then the configured env on top, then
-//! `KUBERNETES_EXEC_INFO` (`{"apiVersion", "kind": "ExecCredential", "spec": {"cluster"?,
-//! "interactive": false}}`); stdin is closed; stdout must hold one ExecCredential.
+//! kleym's `KLEYM_CLUSTER_AUDIENCE` and `KLEYM_CLUSTER_PROFILE` (see
+//! [`audience`](crate::access::audience)), then `KUBERNETES_EXEC_INFO` (`{"apiVersion",
+//! "kind": "ExecCredential", "spec": {"cluster"?, "interactive": false}}`); stdin is closed;
+//! stdout must hold one ExecCredential.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -27,6 +29,7 @@ use super::credential::Credential;
 use super::exec_output::{OutputError, parse_exec_output};
 use super::secret::redact_token_like;
 use crate::access::EffectiveAccess;
+use crate::access::audience::{AUDIENCE_ENV, PROFILE_ENV};
 
 /// Limits for one plugin run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -304,6 +307,10 @@ pub async fn run_plugin(
                 .iter()
                 .map(|e| (e.name.as_str(), e.value.as_str())),
         )
+        // Set last, over the configured and the profile's variables: which spoke the run is
+        // for, and the audience of its token, are the hub's to say.
+        .env(AUDIENCE_ENV, &access.audience)
+        .env(PROFILE_ENV, &access.spoke)
         .env("KUBERNETES_EXEC_INFO", info)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -8,6 +8,7 @@
 //! cluster as [`InventoryEvent`]s for the fleet supervisor, forwarding a profile only when
 //! its decision inputs change. [`InventorySynced`] records the first full listing.
 
+pub mod audiences;
 pub mod decide;
 pub mod members;
 pub mod selector;

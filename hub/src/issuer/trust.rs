@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::access::AccessProfile;
+use crate::access::audience::{AUDIENCE_KEY, derived_audience, validate_audience};
 
 /// The spoke ClusterRole (`deploy/spoke/clusterrole.yaml`), embedded.
 pub const SPOKE_CLUSTER_ROLE_YAML: &str = include_str!("../../../deploy/spoke/clusterrole.yaml");
@@ -42,9 +43,23 @@ pub struct SpokeTarget {
     pub spoke: String,
     /// The server URL as the profile gives it.
     pub server: String,
-    /// The audience the plugin will put in `aud`: the exec extension's `audience`, else the
-    /// server URL.
+    /// The audience the hub puts in the spoke's tokens: derived from the profile's namespace
+    /// and name (see [`crate::access::audience`]), or the exec extension's `audience` when
+    /// the provider entry allows it.
     pub audience: String,
+    /// During a migration from kleym versions whose audience was the server URL: that URL,
+    /// accepted as well.
+    pub legacy_audience: Option<String>,
+}
+
+/// How `kleym trust-config` chooses each spoke's audience; mirrors the provider entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AudienceRule {
+    /// The provider entry says `profileSourcedAudiencePolicy: Allow`: a profile's exec
+    /// extension `audience` is the audience.
+    pub profile_sourced: bool,
+    /// Also accept the server URL, the audience of earlier kleym versions.
+    pub legacy_server_audience: bool,
 }
 
 /// The spoke a profile describes, from its provider `provider` (else its first provider with a
@@ -52,6 +67,7 @@ pub struct SpokeTarget {
 pub fn spoke_target(
     profile: &AccessProfile,
     provider: Option<&str>,
+    rule: AudienceRule,
 ) -> Result<SpokeTarget, String> {
     let spoke = profile.spoke_name();
     let all = profile
@@ -79,7 +95,7 @@ pub fn spoke_target(
             )
         })?
         .to_string();
-    let audience = chosen
+    let from_profile = chosen
         .cluster
         .get("extensions")
         .and_then(Value::as_array)
@@ -88,30 +104,65 @@ pub fn spoke_target(
                 .find(|e| e.get("name").and_then(Value::as_str) == Some(EXEC_EXTENSION))
         })
         .and_then(|e| e.get("extension"))
-        .and_then(|e| e.get("audience"))
+        .and_then(|e| e.get(AUDIENCE_KEY))
         .and_then(Value::as_str)
-        .filter(|a| !a.is_empty())
-        .map_or_else(|| server.clone(), str::to_string);
+        .filter(|a| rule.profile_sourced && !a.is_empty());
+    let audience = match from_profile {
+        Some(a) => {
+            validate_audience(a).map_err(|r| {
+                format!("ClusterProfile {spoke}: the exec extension's {AUDIENCE_KEY} {r}")
+            })?;
+            a.to_string()
+        }
+        None => derived_audience(&profile.namespace, &profile.name),
+    };
     Ok(SpokeTarget {
         spoke,
+        legacy_audience: rule.legacy_server_audience.then(|| server.clone()),
         server,
         audience,
     })
+}
+
+/// Refuses targets that share an audience, naming both profiles: a token for one would be
+/// accepted by the other's cluster (the hub refuses such profiles too).
+pub fn check_distinct_audiences(targets: &[SpokeTarget]) -> Result<(), String> {
+    let mut seen: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    for t in targets {
+        let all = std::iter::once(&t.audience).chain(t.legacy_audience.as_ref());
+        for a in all {
+            if let Some(other) = seen.insert(a.as_str(), t.spoke.as_str())
+                && other != t.spoke
+            {
+                return Err(format!(
+                    "ClusterProfiles {other} and {} have the same audience {a:?}: a token for \
+                     one would be accepted by the other's cluster",
+                    t.spoke
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The `AuthenticationConfiguration` for one spoke: one `jwt` entry trusting the hub issuer
 /// for that spoke's audience only, `sub` pinned to the hub's SPIFFE ID, the username mapped
 /// with the prefix, and `system:` usernames refused.
 pub fn authentication_configuration(inputs: &TrustInputs, target: &SpokeTarget) -> Value {
+    let mut issuer = json!({
+        "url": inputs.issuer_url,
+        "audiences": [target.audience],
+        "certificateAuthority": inputs.issuer_ca_pem,
+    });
+    if let Some(legacy) = &target.legacy_audience {
+        issuer["audiences"] = json!([target.audience, legacy]);
+        issuer["audienceMatchPolicy"] = json!("MatchAny");
+    }
     json!({
         "apiVersion": "apiserver.config.k8s.io/v1",
         "kind": "AuthenticationConfiguration",
         "jwt": [{
-            "issuer": {
-                "url": inputs.issuer_url,
-                "audiences": [target.audience],
-                "certificateAuthority": inputs.issuer_ca_pem,
-            },
+            "issuer": issuer,
             "claimValidationRules": [{
                 "expression": format!("claims.sub == {}", cel_string(&inputs.subject)),
                 "message": format!("only the kleym hub ({}) is accepted", inputs.subject),
@@ -173,30 +224,88 @@ mod tests {
     }
 
     #[test]
-    fn audience_is_the_server_or_the_exec_extension_audience() {
-        let t = spoke_target(&profile(json!({"server": "https://a:6443"})), None).unwrap();
+    fn audience_is_the_profiles_identity_unless_the_provider_allows_its_own() {
+        let rule = AudienceRule::default();
+        let t = spoke_target(&profile(json!({"server": "https://a:6443"})), None, rule).unwrap();
         assert_eq!(
             (t.server.as_str(), t.audience.as_str()),
-            ("https://a:6443", "https://a:6443")
+            ("https://a:6443", "kleym.io/clusterprofile/fleet/a")
         );
-        let ext = json!({"server": "https://a:6443", "extensions": [{"name": EXEC_EXTENSION, "extension": {"audience": "spoke-a"}}]});
+        assert_eq!(t.legacy_audience, None);
+        // The profile names another spoke's URL as its audience: ignored by default.
+        let ext = json!({"server": "https://a:6443", "extensions": [{"name": EXEC_EXTENSION, "extension": {"audience": "https://b:6443"}}]});
         assert_eq!(
-            spoke_target(&profile(ext), None).unwrap().audience,
-            "spoke-a"
+            spoke_target(&profile(ext.clone()), None, rule)
+                .unwrap()
+                .audience,
+            "kleym.io/clusterprofile/fleet/a"
         );
-        let err = spoke_target(&profile(json!({})), None).unwrap_err();
+        let allow = AudienceRule {
+            profile_sourced: true,
+            ..rule
+        };
+        assert_eq!(
+            spoke_target(&profile(ext), None, allow).unwrap().audience,
+            "https://b:6443"
+        );
+        let legacy = AudienceRule {
+            legacy_server_audience: true,
+            ..rule
+        };
+        let t = spoke_target(&profile(json!({"server": "https://a:6443"})), None, legacy).unwrap();
+        assert_eq!(t.legacy_audience.as_deref(), Some("https://a:6443"));
+        let c = authentication_configuration(&inputs(), &t);
+        assert_eq!(
+            c["jwt"][0]["issuer"]["audiences"],
+            json!(["kleym.io/clusterprofile/fleet/a", "https://a:6443"])
+        );
+        assert_eq!(c["jwt"][0]["issuer"]["audienceMatchPolicy"], "MatchAny");
+        let err = spoke_target(&profile(json!({})), None, rule).unwrap_err();
         assert!(err.contains("fleet/a"), "{err}");
-        let err =
-            spoke_target(&profile(json!({"server": "https://a"})), Some("other")).unwrap_err();
+        let err = spoke_target(
+            &profile(json!({"server": "https://a"})),
+            Some("other"),
+            rule,
+        )
+        .unwrap_err();
         assert!(err.contains("\"other\""), "{err}");
     }
 
     #[test]
+    fn two_profiles_with_one_audience_are_refused_naming_both() {
+        let target = |spoke: &str, audience: &str| SpokeTarget {
+            spoke: spoke.into(),
+            server: "https://s".into(),
+            audience: audience.into(),
+            legacy_audience: None,
+        };
+        assert!(
+            check_distinct_audiences(&[target("fleet/a", "x"), target("fleet/b", "y")]).is_ok()
+        );
+        let err = check_distinct_audiences(&[target("fleet/a", "x"), target("fleet/b", "x")])
+            .unwrap_err();
+        assert!(err.contains("fleet/a") && err.contains("fleet/b"), "{err}");
+        // A legacy server audience counts too.
+        let mut b = target("fleet/b", "y");
+        b.legacy_audience = Some("x".into());
+        assert!(check_distinct_audiences(&[target("fleet/a", "x"), b]).is_err());
+    }
+
+    #[test]
     fn documents_pin_the_hub_and_one_audience() {
-        let t = spoke_target(&profile(json!({"server": "https://a:6443"})), None).unwrap();
+        let t = spoke_target(
+            &profile(json!({"server": "https://a:6443"})),
+            None,
+            AudienceRule::default(),
+        )
+        .unwrap();
         let c = authentication_configuration(&inputs(), &t);
         let jwt = &c["jwt"][0];
-        assert_eq!(jwt["issuer"]["audiences"], json!(["https://a:6443"]));
+        assert_eq!(
+            jwt["issuer"]["audiences"],
+            json!(["kleym.io/clusterprofile/fleet/a"])
+        );
+        assert!(jwt["issuer"].get("audienceMatchPolicy").is_none());
         assert_eq!(
             jwt["claimValidationRules"][0]["expression"],
             "claims.sub == 'spiffe://example.org/kleym/hub'"

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::PluginError;
 use crate::access::ExecApiVersion;
+use crate::access::audience::{AUDIENCE_ENV, PROFILE_ENV};
 
 /// What a bundled plugin needs from `KUBERNETES_EXEC_INFO`.
 #[derive(Clone, Debug, PartialEq)]
@@ -15,13 +16,48 @@ pub struct ExecInfo {
     pub server: Option<String>,
     /// `spec.cluster.config` (the `client.authentication.k8s.io/exec` extension).
     pub config: Option<Value>,
+    /// The audience the hub decided for this spoke (`KLEYM_CLUSTER_AUDIENCE`), when run by
+    /// the hub.
+    pub hub_audience: Option<String>,
+    /// The ClusterProfile (`namespace/name`) the hub runs the plugin for
+    /// (`KLEYM_CLUSTER_PROFILE`), when run by the hub.
+    pub hub_profile: Option<String>,
 }
 
-/// Reads `KUBERNETES_EXEC_INFO` from the environment.
+/// Reads `KUBERNETES_EXEC_INFO`, and what the hub says of the spoke (`KLEYM_CLUSTER_AUDIENCE`,
+/// `KLEYM_CLUSTER_PROFILE`), from the environment.
 pub fn exec_info_from_env() -> Result<ExecInfo, PluginError> {
     let raw = std::env::var("KUBERNETES_EXEC_INFO")
         .map_err(|_| PluginError::ExecInfo("not set (run me as a client-go exec plugin)".into()))?;
-    parse_exec_info(&raw)
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    Ok(ExecInfo {
+        hub_audience: var(AUDIENCE_ENV),
+        hub_profile: var(PROFILE_ENV),
+        ..parse_exec_info(&raw)?
+    })
+}
+
+/// The audience of the token to obtain: the hub's (`KLEYM_CLUSTER_AUDIENCE`) when the hub
+/// runs the plugin, else `--audience` (`flag`). Under the hub a different `--audience` is
+/// refused rather than used: a profile allowed to append arguments must not choose the
+/// audience, and an operator's fixed audience would be one audience for every spoke. Neither
+/// the profile's `server` nor its exec extension is ever read here: the hub has already
+/// applied the provider's `profileSourcedAudiencePolicy`.
+pub fn token_audience(info: &ExecInfo, flag: Option<&str>) -> Result<String, PluginError> {
+    let flag = flag.filter(|f| !f.is_empty());
+    match (&info.hub_audience, flag) {
+        (Some(hub), Some(f)) if hub != f => Err(PluginError::Input(format!(
+            "--audience {f:?} differs from the audience the hub decided for ClusterProfile {} \
+             ({hub:?}); when the hub runs the plugin the audience is the hub's: remove --audience",
+            info.hub_profile.as_deref().unwrap_or("(unnamed)")
+        ))),
+        (Some(hub), _) => Ok(hub.clone()),
+        (None, Some(f)) => Ok(f.to_string()),
+        (None, None) => Err(PluginError::Input(format!(
+            "no audience: {AUDIENCE_ENV} is not set (the kleym hub sets it on every run); \
+             outside the hub pass --audience"
+        ))),
+    }
 }
 
 /// Parses the `KUBERNETES_EXEC_INFO` document.
@@ -54,6 +90,8 @@ pub fn parse_exec_info(raw: &str) -> Result<ExecInfo, PluginError> {
         api_version,
         server,
         config,
+        hub_audience: None,
+        hub_profile: None,
     })
 }
 
@@ -92,6 +130,34 @@ mod tests {
         assert_eq!(bare.server, None);
         assert!(parse_exec_info("{}").is_err());
         assert!(parse_exec_info(r#"{"apiVersion":"x/v9","kind":"ExecCredential"}"#).is_err());
+    }
+
+    #[test]
+    fn the_audience_is_the_hubs_and_a_different_flag_is_refused() {
+        let mut info = parse_exec_info(
+            r#"{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","spec":{"cluster":{"server":"https://b:6443","config":{"audience":"https://b:6443"}}}}"#,
+        )
+        .unwrap();
+        // Outside the hub: only an explicit flag, never the server or the extension.
+        assert!(token_audience(&info, None).is_err());
+        assert_eq!(token_audience(&info, Some("x")).unwrap(), "x");
+        info.hub_audience = Some("kleym.io/clusterprofile/fleet/a".into());
+        info.hub_profile = Some("fleet/a".into());
+        assert_eq!(
+            token_audience(&info, None).unwrap(),
+            "kleym.io/clusterprofile/fleet/a"
+        );
+        assert_eq!(
+            token_audience(&info, Some("kleym.io/clusterprofile/fleet/a")).unwrap(),
+            "kleym.io/clusterprofile/fleet/a"
+        );
+        let err = token_audience(&info, Some("https://b:6443"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("fleet/a") && err.contains("--audience"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,11 +1,21 @@
 //! `kleym credential secret-reader`: the example plugin of KEP-4322 (formerly KEP-5339). Reads the token for the
 //! spoke named by `spec.cluster.config.clusterName` from a Secret in the hub.
+//!
+//! `clusterName` comes from the profile's status, so it does not choose the Secret alone:
+//! the Secret must carry the annotation [`PROFILES_ANNOTATION`], set by whoever creates it,
+//! listing the ClusterProfile the hub runs the plugin for (`KLEYM_CLUSTER_PROFILE`). Otherwise
+//! a profile's status writer could name any Secret of the namespace (another spoke's token,
+//! any other credential kept there) and have it sent to a server of theirs.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 
 use super::PluginError;
 use super::exec_info::{ExecInfo, render_credential};
+
+/// The annotation a Secret must carry to be read for a ClusterProfile: a comma-separated list
+/// of the `namespace/name`s of the profiles it serves.
+pub const PROFILES_ANNOTATION: &str = "kleym.io/cluster-profiles";
 
 /// Placeholder replaced by the cluster name in [`SecretReaderOptions::name_pattern`].
 pub const CLUSTER_NAME_PLACEHOLDER: &str = "{clusterName}";
@@ -104,6 +114,36 @@ pub fn token_from_secret(
     Ok(token.to_string())
 }
 
+/// Checks that `secret` may be read for `info`'s ClusterProfile: its
+/// [`PROFILES_ANNOTATION`] lists the profile the hub named (`KLEYM_CLUSTER_PROFILE`).
+pub fn check_secret_serves_profile(
+    secret: &Secret,
+    info: &ExecInfo,
+    namespace: &str,
+    name: &str,
+) -> Result<(), PluginError> {
+    let profile = info.hub_profile.as_deref().ok_or_else(|| {
+        PluginError::Input(format!(
+            "no ClusterProfile: {} is not set (the kleym hub sets it on every run; outside the \
+             hub set it to the namespace/name the Secret's {PROFILES_ANNOTATION} annotation lists)",
+            crate::access::audience::PROFILE_ENV
+        ))
+    })?;
+    let listed = secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PROFILES_ANNOTATION))
+        .is_some_and(|v| v.split(',').any(|p| p.trim() == profile));
+    if !listed {
+        return Err(PluginError::Input(format!(
+            "secret {namespace}/{name} is not for ClusterProfile {profile}: its annotation \
+             {PROFILES_ANNOTATION} does not list it (whoever creates the Secret sets it)"
+        )));
+    }
+    Ok(())
+}
+
 /// Runs the plugin against `hub`: returns the ExecCredential JSON to print.
 pub async fn secret_reader(
     hub: kube::Client,
@@ -119,6 +159,7 @@ pub async fn secret_reader(
             what: format!("failed to get secret {}/{name}", opts.namespace),
             source,
         })?;
+    check_secret_serves_profile(&secret, info, &opts.namespace, &name)?;
     let token = token_from_secret(&secret, &opts.namespace, &name, &opts.key)?;
     Ok(render_credential(info.api_version, &token, None))
 }
@@ -133,7 +174,62 @@ mod tests {
             api_version: ExecApiVersion::V1,
             server: Some("https://s".into()),
             config: Some(config),
+            hub_audience: None,
+            hub_profile: Some("fleet/spoke-1".into()),
         }
+    }
+
+    #[test]
+    fn the_secret_must_list_the_profile_the_hub_named() {
+        let secret = |annotation: Option<&str>| -> Secret {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "spoke-1", "namespace": "kleym",
+                             "annotations": annotation.map(|a| serde_json::json!({PROFILES_ANNOTATION: a}))},
+                "data": {"token": "dG9r"},
+            }))
+            .unwrap()
+        };
+        let i = info(serde_json::json!({"clusterName": "spoke-1"}));
+        assert!(
+            check_secret_serves_profile(&secret(Some("fleet/spoke-1")), &i, "kleym", "spoke-1")
+                .is_ok()
+        );
+        assert!(
+            check_secret_serves_profile(
+                &secret(Some("other/x, fleet/spoke-1")),
+                &i,
+                "kleym",
+                "spoke-1"
+            )
+            .is_ok()
+        );
+        for refused in [
+            None,
+            Some("fleet/spoke-2"),
+            Some("fleet/spoke-10"),
+            Some(""),
+        ] {
+            let err = check_secret_serves_profile(&secret(refused), &i, "kleym", "spoke-1")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("fleet/spoke-1") && err.contains(PROFILES_ANNOTATION),
+                "{err}"
+            );
+        }
+        let unnamed = ExecInfo {
+            hub_profile: None,
+            ..i
+        };
+        assert!(
+            check_secret_serves_profile(
+                &secret(Some("fleet/spoke-1")),
+                &unnamed,
+                "kleym",
+                "spoke-1"
+            )
+            .is_err()
+        );
     }
 
     #[test]

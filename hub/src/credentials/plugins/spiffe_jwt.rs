@@ -1,7 +1,7 @@
 //! `kleym credential spiffe-jwt`: an `ExecCredential` whose token is a JWT-SVID signed with
-//! the hub's issuer key. `sub` is the hub's SPIFFE ID, `aud` the spoke's server
-//! URL (or the `audience` of the profile's exec extension), `iss` the issuer URL; lifetime at
-//! most 15 minutes. The plugin reads the key from the issuer Secret in the hub cluster and
+//! the hub's issuer key. `sub` is the hub's SPIFFE ID, `aud` the audience the hub decided for
+//! the spoke (`KLEYM_CLUSTER_AUDIENCE`, see [`token_audience`]), `iss` the issuer URL;
+//! lifetime at most 15 minutes. The plugin reads the key from the issuer Secret in the hub cluster and
 //! keeps it in memory only: it never reaches a file, a log, argv or the environment; only the
 //! signed token is printed.
 
@@ -9,7 +9,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::{Value, json};
 
 use super::PluginError;
-use super::exec_info::{ExecInfo, render_credential};
+use super::exec_info::{ExecInfo, render_credential, token_audience};
 use super::spiffe_id::resolve_hub_spiffe_id;
 use super::workload_api::{WorkloadApiOptions, choose, fetch_jwt_svids};
 use crate::issuer::keys::{Algorithm, SigningKey};
@@ -36,6 +36,8 @@ pub struct SpiffeJwtOptions {
     pub trust_domain: Option<String>,
     /// Lifetime in seconds (60 ..= 900).
     pub lifetime_seconds: i64,
+    /// `--audience`: the audience when run outside the hub (see [`token_audience`]).
+    pub audience: Option<String>,
 }
 
 /// The SPIFFE ID the JWT-SVID names: `--hub-spiffe-id`, else
@@ -43,25 +45,6 @@ pub struct SpiffeJwtOptions {
 /// not a valid SPIFFE ID is refused.
 pub fn hub_spiffe_id(opts: &SpiffeJwtOptions) -> Result<String, PluginError> {
     resolve_hub_spiffe_id(opts.hub_spiffe_id.as_deref(), opts.trust_domain.as_deref())
-}
-
-/// The audience: the `audience` of the profile's exec extension
-/// (`spec.cluster.config.audience`), else the spoke's server URL.
-pub fn audience(info: &ExecInfo) -> Result<String, PluginError> {
-    let from_extension = info
-        .config
-        .as_ref()
-        .and_then(|c| c.get("audience"))
-        .and_then(Value::as_str)
-        .filter(|a| !a.is_empty());
-    from_extension
-        .map(str::to_string)
-        .or_else(|| info.server.clone())
-        .ok_or_else(|| {
-            PluginError::Input(
-                "no audience: set provideClusterInfo: true in the provider entry (spec.cluster.server), or an `audience` in the profile's exec extension".into(),
-            )
-        })
 }
 
 /// The JWT-SVID claims, and when the credential should be considered expired by the caller
@@ -113,7 +96,7 @@ pub fn sign_credential(
         )));
     }
     let sub = hub_spiffe_id(opts)?;
-    let aud = audience(info)?;
+    let aud = token_audience(info, opts.audience.as_deref())?;
     let (claims, refresh_at) = claims(
         &opts.issuer_url,
         &sub,
@@ -153,9 +136,10 @@ pub async fn spiffe_jwt(
 /// the answer, and returns the ExecCredential JSON to print.
 pub async fn spiffe_jwt_from_workload_api(
     info: &ExecInfo,
+    audience_flag: Option<&str>,
     opts: &WorkloadApiOptions,
 ) -> Result<String, PluginError> {
-    let aud = audience(info)?;
+    let aud = token_audience(info, audience_flag)?;
     let svids = fetch_jwt_svids(
         &opts.socket,
         &aud,
@@ -253,6 +237,7 @@ mod tests {
             hub_spiffe_id: None,
             trust_domain: Some("example.org".into()),
             lifetime_seconds: DEFAULT_LIFETIME_SECONDS,
+            audience: None,
         }
     }
 
@@ -261,6 +246,8 @@ mod tests {
             api_version: ExecApiVersion::V1,
             server: Some("https://spoke-a:6443".into()),
             config,
+            hub_audience: Some("kleym.io/clusterprofile/fleet/spoke-a".into()),
+            hub_profile: Some("fleet/spoke-a".into()),
         }
     }
 
@@ -286,15 +273,32 @@ mod tests {
     }
 
     #[test]
-    fn audience_from_extension_or_server() {
-        assert_eq!(audience(&info(None)).unwrap(), "https://spoke-a:6443");
-        let i = info(Some(json!({"audience": "spoke-a"})));
-        assert_eq!(audience(&i).unwrap(), "spoke-a");
-        let bare = ExecInfo {
-            server: None,
-            ..info(None)
+    fn the_audience_is_the_hubs_never_the_profiles() {
+        // The profile names another spoke as its audience and server: ignored.
+        let i = ExecInfo {
+            server: Some("https://spoke-b:6443".into()),
+            ..info(Some(json!({"audience": "https://spoke-b:6443"})))
         };
-        assert!(audience(&bare).is_err());
+        let (key, _) = SigningKey::generate_es256().unwrap();
+        let out = sign_credential(&key, &i, &opts(), Utc::now()).unwrap();
+        let cred: Value = serde_json::from_str(&out).unwrap();
+        let token = cred["status"]["token"].as_str().unwrap();
+        let claims: Value = serde_json::from_slice(
+            &URL_SAFE_NO_PAD
+                .decode(token.split('.').nth(1).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            claims["aud"],
+            json!(["kleym.io/clusterprofile/fleet/spoke-a"])
+        );
+        // Without the hub's audience there is no token.
+        let bare = ExecInfo {
+            hub_audience: None,
+            ..i
+        };
+        assert!(sign_credential(&key, &bare, &opts(), Utc::now()).is_err());
     }
 
     #[test]
@@ -317,7 +321,10 @@ mod tests {
             serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
         assert_eq!(header["kid"], key.kid());
         assert_eq!(claims["sub"], "spiffe://example.org/kleym/hub");
-        assert_eq!(claims["aud"], json!(["https://spoke-a:6443"]));
+        assert_eq!(
+            claims["aud"],
+            json!(["kleym.io/clusterprofile/fleet/spoke-a"])
+        );
         assert_eq!(claims["iss"], "https://hub.example.org");
         assert_eq!(
             claims["exp"].as_i64().unwrap() - claims["iat"].as_i64().unwrap(),

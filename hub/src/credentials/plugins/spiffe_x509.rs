@@ -203,6 +203,8 @@ mod tests {
             api_version: ExecApiVersion::V1,
             server: Some("https://spoke:6443".into()),
             config: None,
+            hub_audience: None,
+            hub_profile: None,
         };
         let mut opts = SpiffeX509Options {
             secret: SecretRef {
@@ -259,6 +261,8 @@ mod tests {
             api_version: ExecApiVersion::V1,
             server: Some("https://spoke:6443".into()),
             config: None,
+            hub_audience: None,
+            hub_profile: None,
         };
         let id = "spiffe://example.org/kleym/hub";
         let svid = agent_svid(&ca, id, "kleym-hub.example.org", now);

@@ -1,5 +1,6 @@
 //! `kleym credential token-request`: a short-lived token for a hub ServiceAccount via the
-//! TokenRequest API, with the spoke's server URL as audience by default. The spoke trusts the
+//! TokenRequest API, with the audience the hub decided for the spoke
+//! (`KLEYM_CLUSTER_AUDIENCE`, see [`token_audience`]). The spoke trusts the
 //! hub's ServiceAccount issuer (OIDC discovery/JWKS), so no long-lived secret exists anywhere.
 
 use chrono::{DateTime, Utc};
@@ -9,14 +10,14 @@ use kube::Api;
 use kube::api::PostParams;
 
 use super::PluginError;
-use super::exec_info::{ExecInfo, render_credential};
+use super::exec_info::{ExecInfo, render_credential, token_audience};
 
 /// Which ServiceAccount, for which audience, for how long.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TokenRequestOptions {
     /// `namespace/name` of the hub ServiceAccount.
     pub service_account: String,
-    /// Audience; default: `spec.cluster.server` of the request.
+    /// `--audience`: the audience when run outside the hub (see [`token_audience`]).
     pub audience: Option<String>,
     /// Requested lifetime (the API server may shorten it).
     pub expiration_seconds: i64,
@@ -34,11 +35,9 @@ pub fn parse_service_account(s: &str) -> Result<(String, String), PluginError> {
     }
 }
 
-/// The audience to request.
+/// The audience to request: the hub's, else `--audience` ([`token_audience`]).
 pub fn audience(opts: &TokenRequestOptions, info: &ExecInfo) -> Result<String, PluginError> {
-    opts.audience.clone().filter(|a| !a.is_empty()).or_else(|| info.server.clone()).ok_or_else(|| {
-        PluginError::Input("no audience: pass --audience or set provideClusterInfo so spec.cluster.server is known".into())
-    })
+    token_audience(info, opts.audience.as_deref())
 }
 
 /// The TokenRequest object sent to the hub.
@@ -110,19 +109,29 @@ mod tests {
         );
         assert!(parse_service_account("hub").is_err());
         assert!(parse_service_account("a/b/c").is_err());
-        let info = ExecInfo {
+        let mut info = ExecInfo {
             api_version: ExecApiVersion::V1,
             server: Some("https://spoke:6443".into()),
             config: None,
+            hub_audience: None,
+            hub_profile: None,
         };
         let mut opts = TokenRequestOptions {
             service_account: "a/b".into(),
             audience: None,
             expiration_seconds: 3600,
         };
-        assert_eq!(audience(&opts, &info).unwrap(), "https://spoke:6443");
+        // The server URL is never the audience.
+        assert!(audience(&opts, &info).is_err());
         opts.audience = Some("custom".into());
         assert_eq!(audience(&opts, &info).unwrap(), "custom");
+        info.hub_audience = Some("kleym.io/clusterprofile/fleet/a".into());
+        assert!(audience(&opts, &info).is_err(), "differs from the hub's");
+        opts.audience = None;
+        assert_eq!(
+            audience(&opts, &info).unwrap(),
+            "kleym.io/clusterprofile/fleet/a"
+        );
         let body = serde_json::to_value(token_request_body("aud", 3600)).unwrap();
         assert_eq!(body["spec"]["audiences"][0], "aud");
         assert_eq!(body["spec"]["expirationSeconds"], 3600);

@@ -32,6 +32,7 @@ use super::spoke_task::{StopSignal, TaskShared};
 use super::state::{FleetState, Phase};
 use crate::access::ProviderSet;
 use crate::credentials::CredentialCache;
+use crate::inventory::audiences::{AudienceIndex, clash_reason};
 use crate::inventory::members::{Candidate, MemberIndex, Readiness, Role};
 use crate::inventory::watch::spoke_name;
 use crate::inventory::{Decision, InventoryEvent, InventoryOptions, SpokeSpec, evaluate};
@@ -128,6 +129,8 @@ struct Loop {
     slots: BTreeMap<String, Box<Slot>>,
     /// Listed profiles by member cluster (`inventory-member-id`): which one is engaged.
     members: MemberIndex,
+    /// The audience each profile would be engaged with: profiles sharing one are refused.
+    audiences: AudienceIndex,
     /// The inventory's first full listing arrived. Until then profiles with a member id are
     /// only recorded: acting on the first of a member's profiles to arrive would engage it
     /// and then hand over to an older one listed after it.
@@ -149,6 +152,7 @@ impl Loop {
             hub: sup.hub,
             slots: BTreeMap::new(),
             members: MemberIndex::default(),
+            audiences: AudienceIndex::default(),
             listed: false,
             tasks: JoinSet::new(),
             live: HashMap::new(),
@@ -240,20 +244,46 @@ impl Loop {
             .profile
             .as_ref()
             .is_some_and(|cp| cp.metadata.deletion_timestamp.is_some());
+        let role = self.members.role(name);
+        let decision = slot
+            .profile
+            .as_ref()
+            .filter(|_| !deleting)
+            .map(|cp| evaluate(cp, &self.providers, &self.shared.opts.inventory));
+        // The audience it would be engaged with, whether or not this replica leads: every
+        // replica refuses the same profiles.
+        let claim = match (&role, &decision) {
+            (Role::Engage, Some(Decision::Engage(spec))) => Some(spec.access.audience.as_str()),
+            _ => None,
+        };
+        let peers = self.audiences.set(name, claim);
         if self.leading
             && !deleting
-            && let Role::Duplicate { member_id, of } = self.members.role(name)
+            && let Role::Duplicate { member_id, of } = role
         {
             self.park_duplicate(name, member_id, of);
-            return;
+        } else {
+            self.clear_duplicate(name);
+            let clash = self
+                .audiences
+                .clash(name)
+                .map(|(audience, others)| clash_reason(name, audience, &others));
+            let Some(slot) = self.slots.get(name) else {
+                return;
+            };
+            let (providers, opts) = (&self.providers, &self.shared.opts.inventory);
+            let action = slot.on_profile_changed(self.leading, |cp| match (decision, clash) {
+                (Some(Decision::Engage(_)), Some(reason)) => Decision::Refused { reason },
+                (Some(d), _) => d,
+                (None, _) => evaluate(cp, providers, opts),
+            });
+            self.apply(name, action);
         }
-        self.clear_duplicate(name);
-        let Some(slot) = self.slots.get(name) else {
-            return;
-        };
-        let (providers, opts) = (&self.providers, &self.shared.opts.inventory);
-        let action = slot.on_profile_changed(self.leading, |cp| evaluate(cp, providers, opts));
-        self.apply(name, action);
+        // Profiles that shared, or now share, its audience are decided again (their own
+        // claims are unchanged, so this ends there).
+        for other in peers {
+            self.reconcile(&other);
+        }
     }
 
     /// Another engaged spoke without a member id that reaches the same server URL with the
@@ -358,6 +388,7 @@ impl Loop {
         // profile stays in the fleet, so its removal must not touch it.
         let successor = self.members.successor(name);
         let changed = self.members.remove(name);
+        let peers = self.audiences.set(name, None);
         let action = match self.slots.get_mut(name) {
             Some(slot) => slot.on_profile_deleted(self.leading),
             // Forgotten already; its published state goes all the same.
@@ -372,6 +403,9 @@ impl Loop {
             action => self.apply(name, action),
         }
         self.reconcile_members(name, changed);
+        for other in peers {
+            self.reconcile(&other);
+        }
     }
 
     /// Does what the spoke's slot decided.
@@ -1067,6 +1101,82 @@ mod tests {
         ));
         let sup = Supervisor::new(opts, providers, cache, FleetState::new(), hub.client());
         Loop::new(sup, leading)
+    }
+
+    /// A profile `fleet/<name>` offering provider `p` with `audience` in its exec extension.
+    fn with_audience(name: &str, audience: &str) -> InventoryEvent {
+        let cp: ClusterProfile = serde_json::from_value(json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+            "kind": "ClusterProfile",
+            "metadata": {"name": name, "namespace": "fleet", "uid": format!("uid-{name}")},
+            "spec": {"clusterManager": {"name": "t"}},
+            "status": {
+                "accessProviders": [{"name": "p", "cluster": {"server": "https://127.0.0.1:1",
+                    "extensions": [{"name": "client.authentication.k8s.io/exec",
+                                    "extension": {"audience": audience}}]}}],
+                "conditions": [{"type": "ControlPlaneHealthy", "status": "True", "reason": "R",
+                    "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "properties": [{"name": "kleym.io/trust-domain", "value": "a.example"}]
+            }
+        }))
+        .unwrap();
+        InventoryEvent::Upsert(Box::new(cp))
+    }
+
+    #[tokio::test]
+    async fn profiles_sharing_an_audience_are_refused_until_one_changes() {
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
+        // A provider entry that lets profiles choose their audience.
+        let doc = r#"{"providers":[{"name":"p","execConfig":{"apiVersion":"client.authentication.k8s.io/v1","command":"/bin/false"},"profileSourcedAudiencePolicy":"Allow"}]}"#;
+        let providers = crate::access::provider_config::parse_provider_document(doc).unwrap();
+        let providers = Arc::new(ProviderSet::new(providers).unwrap());
+        let cache = Arc::new(CredentialCache::new(
+            CacheOptions::default(),
+            CredentialMetrics::default(),
+        ));
+        let sup = Supervisor::new(
+            FleetOptions::default(),
+            providers,
+            cache,
+            FleetState::new(),
+            hub.client(),
+        );
+        let mut lp = Loop::new(sup, true);
+        let phase = |lp: &Loop, n: &str| lp.shared.state.get(n).map(|s| (s.phase, s.reason));
+        let refused_naming_both = |lp: &Loop, n: &str| {
+            let (p, reason) = phase(lp, n).unwrap();
+            let reason = reason.unwrap_or_default();
+            p == Phase::Refused
+                && reason.contains("fleet/a")
+                && reason.contains("fleet/b")
+                && reason.contains("\"x\"")
+        };
+        lp.on_event(with_audience("a", "x"));
+        assert_eq!(phase(&lp, "fleet/a").unwrap().0, Phase::Pending);
+        // b claims a's audience: both refused, whichever arrived first.
+        lp.on_event(with_audience("b", "x"));
+        assert!(
+            refused_naming_both(&lp, "fleet/a"),
+            "{:?}",
+            phase(&lp, "fleet/a")
+        );
+        assert!(
+            refused_naming_both(&lp, "fleet/b"),
+            "{:?}",
+            phase(&lp, "fleet/b")
+        );
+        assert!(lp.slots["fleet/a"].running().is_none());
+        // b chooses another audience: both engaged.
+        lp.on_event(with_audience("b", "y"));
+        assert_eq!(phase(&lp, "fleet/a").unwrap().0, Phase::Pending);
+        assert_eq!(phase(&lp, "fleet/b").unwrap().0, Phase::Pending);
+        // Back to a's, then b leaves the inventory: a is engaged again.
+        lp.on_event(with_audience("b", "x"));
+        assert!(refused_naming_both(&lp, "fleet/a"));
+        lp.on_event(InventoryEvent::Deleted("fleet/b".into()));
+        assert_eq!(phase(&lp, "fleet/a").unwrap().0, Phase::Pending);
+        lp.stop_all();
+        join_all(&mut lp).await;
     }
 
     /// Engaged, left the selection (a removal job starts), selected again (the job goes
