@@ -17,6 +17,7 @@ use kleym_e2e::fixtures::harness::{FleetHarness, wait_for};
 use kleym_e2e::fixtures::hub_process::{HubProcess, log_tail};
 use kleym_e2e::fixtures::plugins::{count_runs, kleym_binary, static_token_plugin, write_script};
 use kleym_e2e::fixtures::profiles::register_admin_token_spoke;
+use kubesim::ErrorRule;
 use kubesim::faults::EndlessBody;
 use serde_json::json;
 
@@ -118,6 +119,16 @@ async fn an_endless_watch_line_or_body_costs_the_hub_a_bounded_amount_and_spares
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", log_tail(&log, 40)));
+    // From now on its lists just fail: what follows measures the endless watch alone.
+    list_faults.clear();
+    list_faults
+        .add_error_rule(ErrorRule {
+            verb: Some("list".into()),
+            resource: Some("inferencepools".into()),
+            rate: 1.0,
+            code: 500,
+        })
+        .unwrap();
     let before = peak_rss_kib(&hub);
 
     // Now every watch of namespaces streams 64 MiB of one line, and the open ones end.
