@@ -250,8 +250,9 @@ fn zombies_under(root: u32) -> Vec<u32> {
     zombies
 }
 
-/// As PID 1 of a pid namespace (`unshare --pid --fork --mount-proc`, as root here; the
-/// image runs kleym as its entrypoint, PID 1 of the container), the hub runs a plugin
+/// As PID 1 of a pid namespace (`unshare --pid --fork --mount-proc`, which needs root or
+/// CAP_SYS_ADMIN; the image runs kleym as its entrypoint, PID 1 of the container), the hub
+/// runs a plugin
 /// that starts a child in its process group and one in a session of its own, then hangs;
 /// each run is killed on timeout. Whatever those runs left behind is reaped: no zombie
 /// stays under the hub. Before kleym reaped as PID 1, every run left two zombies.
