@@ -34,5 +34,7 @@ COPY --from=build /out/licenses/ /usr/share/licenses/
 # 65532 = distroless nonroot; the chart and deploy/ also set runAsNonRoot.
 USER 65532:65532
 EXPOSE 8080 8443
+# No init in front: as PID 1, kleym forks an init of its own that reaps orphaned processes (a
+# killed credential plugin's children) and passes signals on (hub/src/init.rs).
 ENTRYPOINT ["/usr/local/bin/kleym"]
 CMD ["--help"]

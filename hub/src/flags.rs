@@ -199,6 +199,31 @@ pub struct RuntimeFlags {
     pub worker_threads: u16,
 }
 
+/// `--max-response-mib`, shared by `kleym hub` and `kleym spoke` (flattened into both).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ResponseLimitFlags {
+    /// The largest response body read from an API server, in MiB (lists, gets, the objects
+    /// writes return; a watch is read an event at a time, each at most 8 MiB). A larger
+    /// body fails its request (the error says so; it is retried with backoff). kleym lists
+    /// in pages of 500 objects, a few MiB for the largest real pages: the limit keeps a
+    /// compromised or broken API server, or whatever a ClusterProfile points at, from
+    /// growing the process without bound.
+    #[arg(
+        long,
+        default_value_t = 256,
+        value_name = "MIB",
+        value_parser = clap::value_parser!(u64).range(1..=65536)
+    )]
+    pub max_response_mib: u64,
+}
+
+impl ResponseLimitFlags {
+    /// The limit in bytes.
+    pub fn max_response_bytes(&self) -> u64 {
+        self.max_response_mib.saturating_mul(1024 * 1024)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

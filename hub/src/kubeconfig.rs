@@ -14,6 +14,21 @@ pub async fn client_from_flags(
     kubeconfig: Option<&std::path::Path>,
     context: Option<&str>,
 ) -> anyhow::Result<kube::Client> {
+    client_with_limit(
+        kubeconfig,
+        context,
+        kleym_spoke::reconciler::limits::DEFAULT_MAX_RESPONSE_BYTES,
+    )
+    .await
+}
+
+/// [`client_from_flags`], reading no response body larger than `max_response_bytes`
+/// (`--max-response-mib`; see [`kleym_spoke::reconciler::limits`]).
+pub async fn client_with_limit(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+    max_response_bytes: u64,
+) -> anyhow::Result<kube::Client> {
     let options = kube::config::KubeConfigOptions {
         context: context.map(str::to_string),
         ..Default::default()
@@ -43,6 +58,10 @@ pub async fn client_from_flags(
     };
     crate::credentials::proxy::apply_to_config(&mut config, explicit_proxy.as_deref())
         .context("the kubeconfig's proxy-url")?;
-    crate::credentials::transport::client(&config, crate::credentials::Keepalive::default())
-        .context("building the Kubernetes client")
+    crate::credentials::transport::client(
+        &config,
+        crate::credentials::Keepalive::default(),
+        max_response_bytes,
+    )
+    .context("building the Kubernetes client")
 }

@@ -8,6 +8,7 @@ pub mod credentials;
 pub mod flags;
 pub mod fleet;
 pub mod http;
+pub mod init;
 pub mod inventory;
 pub mod issuer;
 pub mod kubeconfig;

@@ -14,6 +14,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // First, before any thread exists: as the container's PID 1, fork an init that reaps
+    // orphaned processes (a killed plugin's children) and run kleym in the child.
+    if let Some(code) = kleym_hub::init::init_if_pid1() {
+        return code;
+    }
     // Before any client is built: every TLS client then offers AES-128-GCM first, as
     // client-go does (see the module).
     kleym_hub::credentials::transport::crypto::install_client_crypto_provider();

@@ -334,3 +334,86 @@ async fn a_rotated_client_certificate_opens_a_new_connection_and_the_old_one_dra
     create(&cluster, "ns-0", "after-rotation").await;
     until(&mut new_events, "after-rotation").await;
 }
+
+/// A response body larger than `max_response_bytes` fails its request with the limit named,
+/// over HTTP/2 and HTTP/1.1, for kube's client and the reconciler's writes alike, and the
+/// server stops sending once the client gave up; a watch's body is not limited by the
+/// transport (its lines are, where they are read), and responses under the limit pass.
+#[tokio::test]
+async fn a_response_body_over_the_limit_fails_its_request_but_a_watch_is_read_on() {
+    use kleym_spoke::reconciler::limits::{Oversized, too_large_in};
+    use kubesim::faults::EndlessBody;
+    let (_sim, cluster) = kubesim().await;
+    let dir = tempfile::tempdir().unwrap();
+    const LIMIT: u64 = 1024 * 1024;
+    const ENDLESS: u64 = 16 * 1024 * 1024;
+    let faults = cluster.faults();
+    for (verb, resource) in [
+        ("list", "configmaps"),
+        ("patch", "configmaps"),
+        ("watch", "secrets"),
+    ] {
+        faults.add_endless_body(EndlessBody {
+            verb: verb.into(),
+            resource: resource.into(),
+            bytes: if verb == "watch" { 3 * LIMIT } else { ENDLESS },
+        });
+    }
+    for h1_only in [false, true] {
+        faults.set_h1_only(h1_only);
+        let opts = ClientOptions {
+            max_response_bytes: LIMIT,
+            ..ClientOptions::default()
+        };
+        let spoke = client_for(&cluster, dir.path(), opts).await;
+        let client = spoke.client.clone();
+        // Under the limit (kubesim's own namespaces and the test's 8).
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let listed = namespaces.list(&ListParams::default()).await.unwrap();
+        assert!(listed.items.len() >= 8, "{}", listed.items.len());
+        // A list over it.
+        let before = faults.endless_stats();
+        let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), "ns-0");
+        let err = configmaps.list(&ListParams::default()).await.unwrap_err();
+        let too_large = too_large_in(&err).unwrap_or_else(|| panic!("h1 {h1_only}: {err}"));
+        assert_eq!(
+            (too_large.what, too_large.limit),
+            (Oversized::ResponseBody, LIMIT)
+        );
+        assert!(err.to_string().contains("--max-response-mib"), "{err}");
+        // A write's response over it, on the reconciler's own way.
+        let write = http::Request::patch("/api/v1/namespaces/ns-0/configmaps/x?fieldManager=kleym")
+            .header("content-type", "application/apply-patch+yaml")
+            .body(b"{}".to_vec())
+            .unwrap();
+        let writes = spoke.cluster_client().writes.unwrap();
+        let err = writes.send_write(write).await.unwrap_err();
+        assert!(too_large_in(&err).is_some(), "h1 {h1_only}: {err}");
+        // The server stopped sending: both bodies ended long before their 16 MiB.
+        let until_ended = async {
+            while faults.endless_stats().ended < before.ended + 2 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(PATIENCE, until_ended).await.unwrap();
+        let sent = faults.endless_stats().bytes_sent - before.bytes_sent;
+        assert!(sent < ENDLESS, "h1 {h1_only}: {sent} bytes sent");
+        // A watch's body is read past the limit, to its end.
+        let request = http::Request::get("/api/v1/namespaces/ns-0/secrets?watch=true")
+            .body(Vec::new())
+            .unwrap();
+        let mut body = client.request_stream(request).await.unwrap();
+        let mut read = 0u64;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = futures::AsyncReadExt::read(&mut body, &mut buf)
+                .await
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+            read += n as u64;
+        }
+        assert_eq!(read, 3 * LIMIT, "h1 {h1_only}");
+    }
+}

@@ -12,8 +12,8 @@ use anyhow::Context as _;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use kleym_hub::flags::{
-    RuntimeFlags, non_blank, parse_instance, parse_log_filter, parse_required_trust_domain,
-    parse_spire_class_name,
+    ResponseLimitFlags, RuntimeFlags, non_blank, parse_instance, parse_log_filter,
+    parse_required_trust_domain, parse_spire_class_name,
 };
 use kleym_hub::observe::health::{HealthListeners, ReadyCheck};
 use kleym_hub::observe::logging::{self, LogFormat};
@@ -71,6 +71,10 @@ pub struct Args {
     #[command(flatten)]
     pub runtime: RuntimeFlags,
 
+    /// `--max-response-mib`.
+    #[command(flatten)]
+    pub limits: ResponseLimitFlags,
+
     /// Seconds between discovery polls for CRDs installed or removed while running.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub discovery_interval_seconds: u64,
@@ -112,9 +116,10 @@ fn ready_check(readiness: CachesSynced) -> Arc<dyn ReadyCheck> {
 }
 
 async fn run_async(args: &Args) -> anyhow::Result<()> {
-    let client = kleym_hub::kubeconfig::client_from_flags(
+    let client = kleym_hub::kubeconfig::client_with_limit(
         args.kubeconfig.as_deref(),
         args.context.as_deref(),
+        args.limits.max_response_bytes(),
     )
     .await?;
     let mut registry = Registry::default();

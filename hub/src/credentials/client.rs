@@ -58,6 +58,9 @@ pub struct ClientOptions {
     pub write_timeout: Option<Duration>,
     /// HTTP/2 PING keepalive (dead-connection detection).
     pub keepalive: Keepalive,
+    /// The largest response body read, watches aside (see
+    /// [`kleym_spoke::reconciler::limits`]).
+    pub max_response_bytes: u64,
 }
 
 impl Default for ClientOptions {
@@ -67,6 +70,7 @@ impl Default for ClientOptions {
             read_timeout: Some(Duration::from_secs(295)),
             write_timeout: Some(Duration::from_secs(30)),
             keepalive: Keepalive::default(),
+            max_response_bytes: kleym_spoke::reconciler::limits::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 }
@@ -250,8 +254,8 @@ pub async fn build_spoke_client(
     config.read_timeout = opts.read_timeout;
     config.write_timeout = opts.write_timeout;
     let default_ns = config.default_namespace.clone();
-    let inner =
-        transport::service(&config, opts.keepalive).map_err(|e| config_err(e.to_string()))?;
+    let inner = transport::service(&config, opts.keepalive, opts.max_response_bytes)
+        .map_err(|e| config_err(e.to_string()))?;
     let auth = SharedAuthRetry(Arc::new(Mutex::new(AuthRetry::new(
         inner,
         credentials.clone(),

@@ -183,6 +183,7 @@ fn spoke_config(opts: &FleetOptions, spec: &SpokeSpec) -> SpokeConfig {
     c.discovery_interval = opts.discovery_interval;
     c.event_instance = opts.event_instance.clone();
     c.publish_events = opts.publish_events;
+    c.cluster = spec.name.clone();
     c
 }
 

@@ -143,6 +143,10 @@ pub struct HubArgs {
     #[command(flatten)]
     pub runtime: crate::flags::RuntimeFlags,
 
+    /// `--max-response-mib`: every spoke's responses, and the hub cluster's.
+    #[command(flatten)]
+    pub limits: crate::flags::ResponseLimitFlags,
+
     /// Spokes doing their initial cache sync at once, fleet-wide. Connecting (credential
     /// plugin, client) and the preflight requests are not limited by it, so a blackholed or
     /// failing spoke never holds a slot; a spoke whose initial lists fail gives its slot
@@ -231,6 +235,7 @@ impl HubArgs {
                     interval: Duration::from_secs(self.spoke_ping_interval_seconds),
                     timeout: Duration::from_secs(self.spoke_ping_timeout_seconds),
                 },
+                max_response_bytes: self.limits.max_response_bytes(),
                 ..ClientOptions::default()
             },
             backoff: BackoffOptions {
@@ -283,9 +288,13 @@ impl HubArgs {
 
 /// The hub cluster's client from `--kubeconfig`/`--context`, else the usual inference.
 pub async fn hub_client(args: &HubArgs) -> anyhow::Result<kube::Client> {
-    crate::kubeconfig::client_from_flags(args.kubeconfig.as_deref(), args.context.as_deref())
-        .await
-        .context("building the hub client")
+    crate::kubeconfig::client_with_limit(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+        args.limits.max_response_bytes(),
+    )
+    .await
+    .context("building the hub client")
 }
 
 #[cfg(test)]

@@ -30,6 +30,9 @@ pub struct SpokeConfig {
     pub event_instance: Option<String>,
     /// Publish Kubernetes events (refusals, collisions and their resolution).
     pub publish_events: bool,
+    /// The cluster's name in log lines (the hub's spoke name, `<namespace>/<name>`);
+    /// empty for `kleym spoke`, which has one cluster.
+    pub cluster: String,
 }
 
 impl SpokeConfig {
@@ -45,6 +48,7 @@ impl SpokeConfig {
             event_reporter: "kleym-spoke".to_string(),
             event_instance: None,
             publish_events: true,
+            cluster: String::new(),
         }
     }
 

@@ -11,6 +11,8 @@ use std::error::Error as StdError;
 
 use kleym_api::ErrorCategory;
 
+use super::limits::too_large_in;
+
 /// A failed reconcile or a failure to start the reconciler.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -117,6 +119,8 @@ pub fn categorize_status(code: u16) -> ErrorCategory {
 pub fn categorize_kube(err: &kube::Error) -> ErrorCategory {
     match err {
         kube::Error::Api(status) => categorize_status(status.code),
+        // The server sent more than kleym reads in one piece: it misbehaves.
+        other if too_large_in(other).is_some() => ErrorCategory::ServerError,
         other => {
             let text = chain_text(other).to_ascii_lowercase();
             if text.contains("certificate")

@@ -42,6 +42,7 @@ use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 
 use super::lean::from_json;
+use super::limits::{MAX_WATCH_EVENT_BYTES, Oversized, TooLarge};
 
 /// Objects per list page (kube-runtime's and client-go's default).
 const PAGE_SIZE: u32 = 500;
@@ -324,15 +325,38 @@ pub(crate) struct WatchEvents {
     /// The start of an event whose line has not ended in the chunks read so far.
     partial: Vec<u8>,
     ended: bool,
+    /// The longest line read ([`MAX_WATCH_EVENT_BYTES`] but in tests).
+    max_line: usize,
 }
 
 impl WatchEvents {
     fn new(body: impl AsyncBufRead + Send + 'static) -> Self {
+        Self::with_max_line(body, MAX_WATCH_EVENT_BYTES)
+    }
+
+    fn with_max_line(body: impl AsyncBufRead + Send + 'static, max_line: usize) -> Self {
         Self {
             body: Box::pin(body),
             partial: Vec::new(),
             ended: false,
+            max_line,
         }
+    }
+
+    /// Ends the watch on a line longer than [`WatchEvents::max_line`]: what was read of it
+    /// is freed, and the error is reported (the watcher resumes the watch with backoff; a
+    /// server that keeps streaming one endless line costs at most the limit each time).
+    fn too_long<T>(&mut self) -> Option<kube::Result<T>> {
+        self.ended = true;
+        self.partial = Vec::new();
+        let err = TooLarge {
+            what: Oversized::WatchEvent,
+            limit: self.max_line as u64,
+        };
+        Some(Err(kube::Error::ReadEvents(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            err,
+        ))))
     }
 
     /// The next event; `None` once the response ended (the watch is then resumed).
@@ -358,10 +382,13 @@ impl WatchEvents {
             let read = chunk.len();
             match memchr::memchr(b'\n', chunk) {
                 Some(end) => {
+                    if self.partial.len() + end > self.max_line {
+                        return self.too_long();
+                    }
                     let event = if self.partial.is_empty() {
                         decode_line(&chunk[..end], known)
                     } else {
-                        self.partial.extend_from_slice(&chunk[..end]);
+                        keep_partial(&mut self.partial, &chunk[..end], self.max_line);
                         // Taken, so the copy is freed with the line.
                         decode_line(&std::mem::take(&mut self.partial), known)
                     };
@@ -371,13 +398,31 @@ impl WatchEvents {
                     }
                 }
                 None => {
-                    self.partial.extend_from_slice(chunk);
+                    if self.partial.len() + read > self.max_line {
+                        return self.too_long();
+                    }
+                    keep_partial(&mut self.partial, chunk, self.max_line);
                     self.body.consume_unpin(read);
                 }
             }
         }
         None
     }
+}
+
+/// Appends the start of a split line to `partial`, its room never grown past `max_line`
+/// (the caller checked that the line fits): doubling alone would keep up to twice the
+/// limit for a line just under it.
+fn keep_partial(partial: &mut Vec<u8>, bytes: &[u8], max_line: usize) {
+    let needed = partial.len() + bytes.len();
+    if needed > partial.capacity() {
+        let room = needed
+            .max(partial.capacity().saturating_mul(2))
+            .min(max_line)
+            .max(needed);
+        partial.reserve_exact(room - partial.len());
+    }
+    partial.extend_from_slice(bytes);
 }
 
 /// A watch event's object and its resourceVersion.
@@ -752,6 +797,97 @@ mod tests {
         );
         // Then the watch has ended: it is resumed, not read again.
         assert!(events.next::<ConfigMap, Infallible>(None).await.is_none());
+    }
+
+    /// A line longer than the limit ends the watch with an error naming the limit, having
+    /// kept no more than the limit of it, whether it arrives whole, in pieces, or never
+    /// ends; a line of exactly the limit is still an event.
+    #[tokio::test]
+    async fn a_watch_line_longer_than_the_limit_ends_the_watch_and_keeps_at_most_the_limit() {
+        let first = event("a", "1");
+        let limit = first.len();
+        let at_limit = format!("{first}\n");
+        let mut events = WatchEvents::with_max_line(
+            stream::iter(vec![Ok::<_, std::io::Error>(at_limit.into_bytes())]).into_async_read(),
+            limit,
+        );
+        assert_eq!(names(&mut events).await, vec![Ok("a".to_string())]);
+
+        // An endless line, in 64 KiB chunks: far more than the limit is offered.
+        let endless = || {
+            let mut head = br#"{"type":"ADDED","object":{"metadata":{"name":""#.to_vec();
+            head.resize(64 * 1024, b'x');
+            let rest = std::iter::repeat_with(|| Ok::<_, std::io::Error>(vec![b'x'; 64 * 1024]))
+                .take(1000);
+            stream::iter(std::iter::once(Ok(head)).chain(rest))
+        };
+        let whole_line = format!("{}\n", "x".repeat(limit + 1));
+        let cases: Vec<(&str, WatchEvents)> = vec![
+            (
+                "endless",
+                WatchEvents::with_max_line(endless().into_async_read(), 200_000),
+            ),
+            (
+                "one chunk",
+                WatchEvents::with_max_line(
+                    stream::iter(vec![Ok::<_, std::io::Error>(
+                        whole_line.clone().into_bytes(),
+                    )])
+                    .into_async_read(),
+                    limit,
+                ),
+            ),
+            (
+                "split",
+                WatchEvents::with_max_line(
+                    stream::iter(
+                        whole_line
+                            .as_bytes()
+                            .chunks(7)
+                            .map(|c| Ok::<_, std::io::Error>(c.to_vec()))
+                            .collect::<Vec<_>>(),
+                    )
+                    .into_async_read(),
+                    limit,
+                ),
+            ),
+        ];
+        for (case, mut events) in cases {
+            let mut got = Vec::new();
+            while let Some(next) = events.next::<ConfigMap, Infallible>(None).await {
+                got.push(next);
+            }
+            assert_eq!(got.len(), 1, "{case}: {got:?}");
+            let Err(err) = &got[0] else {
+                panic!("{case}: {got:?}")
+            };
+            let too_large = crate::reconciler::limits::too_large_in(err)
+                .unwrap_or_else(|| panic!("{case}: {err}"));
+            assert_eq!(too_large.what, Oversized::WatchEvent, "{case}");
+            assert_eq!(too_large.limit, events.max_line as u64, "{case}");
+            assert_eq!(events.partial.capacity(), 0, "{case}: freed");
+            assert_eq!(
+                crate::reconciler::error::categorize_kube(err),
+                kleym_api::ErrorCategory::ServerError
+            );
+        }
+    }
+
+    #[test]
+    fn the_start_of_a_split_line_is_never_given_more_room_than_the_limit() {
+        let limit = 1_000_000;
+        let mut partial = Vec::new();
+        let mut kept = 0;
+        for piece in std::iter::repeat_n(16 * 1024 + 3, 61) {
+            keep_partial(&mut partial, &vec![b'x'; piece], limit);
+            kept += piece;
+            assert_eq!(partial.len(), kept);
+            assert!(
+                partial.capacity() <= limit,
+                "{} for {kept}",
+                partial.capacity()
+            );
+        }
     }
 
     fn binding_event(ty: &str, namespace: Option<&str>, name: &str, rv: &str) -> String {

@@ -26,6 +26,7 @@ pub mod events;
 pub mod finalizer;
 pub mod index;
 pub mod lean;
+pub mod limits;
 pub mod list_watch;
 pub mod metrics;
 pub mod ns_cache;

@@ -175,7 +175,7 @@ fn spawn<K>(
                         error: Arc::new(err),
                     };
                     // The watcher retries with backoff; make RBAC problems loud.
-                    tracing::warn!(resource = %failure.resource, category = failure.category().as_str(), error = %failure.error, "watch failed; retrying");
+                    tracing::warn!(cluster = %ctx.config.cluster, resource = %failure.resource, category = failure.category().as_str(), error = %failure.error, "watch failed; retrying");
                     // Before the first list completed, the sync is stuck on this: say why.
                     if !cache(&ctx).is_ready() {
                         ctx.state.watch_failures.record(failure);

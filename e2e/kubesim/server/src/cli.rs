@@ -43,6 +43,10 @@ FAULT INJECTION (admin only: group system:masters)
             "h1Only": true,                           ALPN http/1.1 only, refuse HTTP/2
             "silentConnection": true,                 open connections stop answering
                                                       (socket kept; false: close them)
+            "endlessBodies": [{"verb": "watch", "resource": "namespaces", "bytes": 67108864}],
+                                                      answer 200 with N bytes of one JSON
+                                                      string never closed, no newline
+                                                      (a hostile server; "*" matches all)
             "revokeTokens": ["<token>"],              revoke bearer tokens
             "revokeAllServiceAccountTokens": true,    revoke every SA token issued so far
             "tokenClockSkewSeconds": 7200,            verify tokens as if it were later

@@ -31,7 +31,13 @@
 //! - **silentConnection**: every connection open when it is switched on stops answering
 //!   (nothing read, nothing written, the socket kept open) until it is switched off, when
 //!   those connections are closed; connections opened meanwhile are served normally (add
-//!   `blackhole` for those).
+//!   `blackhole` for those);
+//! - **endlessBodies**: [`EndlessBody`] rules answer matching requests (by verb and
+//!   resource) with `200` and a body of `bytes` bytes that opens one JSON string and never
+//!   ends it, without a newline: a hostile or broken API server's endless watch line or
+//!   giant response. Not something kube-apiserver does; it is how a client's limits are
+//!   tested. [`FaultHandle::endless_stats`] counts the bodies started and ended (sent in full
+//!   or dropped by the client) and the bytes handed to the connection.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -105,6 +111,57 @@ impl CountedFault {
     }
 }
 
+/// Matching requests get an endless body (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndlessBody {
+    /// Kubernetes verb (`watch`, `list`, `get`, …); `"*"` matches every verb.
+    pub verb: String,
+    /// Resource plural or `plural.group`; `"*"` matches every resource.
+    pub resource: String,
+    /// Bytes the body holds before it ends (without ever closing its string or its line).
+    pub bytes: u64,
+}
+
+/// What the endless bodies did so far (see [`FaultHandle::endless_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndlessStats {
+    /// Bodies started.
+    pub started: u64,
+    /// Bodies ended: sent in full, or dropped because the client went away (reset the
+    /// stream, closed the connection).
+    pub ended: u64,
+    /// Bytes handed to the connections so far.
+    pub bytes_sent: u64,
+}
+
+/// The counters behind [`EndlessStats`], shared by the bodies.
+#[derive(Debug, Default)]
+pub struct EndlessCounters {
+    started: std::sync::atomic::AtomicU64,
+    ended: std::sync::atomic::AtomicU64,
+    bytes_sent: std::sync::atomic::AtomicU64,
+}
+
+impl EndlessCounters {
+    /// One more body started.
+    pub fn start(&self) {
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// One more body ended.
+    pub fn end(&self) {
+        self.ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `n` more bytes handed to a connection.
+    pub fn sent(&self, n: u64) {
+        self.bytes_sent
+            .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// The fault state of one cluster (what `GET /kubesim/faults` returns).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -145,6 +202,9 @@ pub struct FaultState {
     /// an older epoch goes silent when it changes.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub silence_epoch: u64,
+    /// Endless-body rules; the first matching one answers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endless_bodies: Vec<EndlessBody>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -203,6 +263,9 @@ pub struct FaultRequest {
     /// Switch silence of the open connections on (they stop answering) or off (they close).
     #[serde(default)]
     pub silent_connection: Option<bool>,
+    /// Replace the endless-body rules.
+    #[serde(default)]
+    pub endless_bodies: Option<Vec<EndlessBody>>,
 }
 
 /// Errors of a fault request.
@@ -219,6 +282,7 @@ pub enum FaultError {
 pub struct FaultHandle {
     state: Arc<watch::Sender<FaultState>>,
     on_drop_watches: Arc<dyn Fn() + Send + Sync>,
+    endless: Arc<EndlessCounters>,
 }
 
 impl std::fmt::Debug for FaultHandle {
@@ -236,6 +300,7 @@ impl FaultHandle {
         Self {
             state: Arc::new(watch::Sender::new(FaultState::default())),
             on_drop_watches,
+            endless: Arc::default(),
         }
     }
 
@@ -408,6 +473,48 @@ impl FaultHandle {
         });
     }
 
+    /// Answer requests matching `rule` with an endless body (added to the rules).
+    pub fn add_endless_body(&self, rule: EndlessBody) {
+        self.state.send_modify(|s| s.endless_bodies.push(rule));
+    }
+
+    /// The size of the endless body to answer this request with, if a rule matches, and
+    /// the counters the body updates.
+    pub fn endless_body(
+        &self,
+        verb: &str,
+        resource: Option<(&str, &str)>,
+    ) -> Option<(u64, Arc<EndlessCounters>)> {
+        let s = self.state.borrow();
+        if s.endless_bodies.is_empty() {
+            return None;
+        }
+        let bytes = s
+            .endless_bodies
+            .iter()
+            .find(|r| {
+                ErrorRule {
+                    verb: Some(r.verb.clone()),
+                    resource: Some(r.resource.clone()),
+                    rate: 1.0,
+                    code: 500,
+                }
+                .matches(verb, resource)
+            })?
+            .bytes;
+        Some((bytes, self.endless.clone()))
+    }
+
+    /// What the endless bodies did so far.
+    pub fn endless_stats(&self) -> EndlessStats {
+        use std::sync::atomic::Ordering::SeqCst;
+        EndlessStats {
+            started: self.endless.started.load(SeqCst),
+            ended: self.endless.ended.load(SeqCst),
+            bytes_sent: self.endless.bytes_sent.load(SeqCst),
+        }
+    }
+
     /// Whether `token` was revoked by [`FaultHandle::revoke_token`].
     pub fn is_token_revoked(&self, token: &str) -> bool {
         let s = self.state.borrow();
@@ -457,6 +564,9 @@ impl FaultHandle {
             }
             if let Some(v) = req.h1_only {
                 s.h1_only = v;
+            }
+            if let Some(v) = req.endless_bodies.clone() {
+                s.endless_bodies = v;
             }
         });
         if let Some(v) = req.silent_connection {
@@ -574,6 +684,34 @@ mod tests {
             })),
             n,
         )
+    }
+
+    #[test]
+    fn endless_bodies_match_by_verb_and_resource_and_are_set_over_http() {
+        let (h, _) = handle();
+        assert!(h.endless_body("watch", Some(("namespaces", ""))).is_none());
+        let req: FaultRequest = serde_json::from_value(serde_json::json!({
+            "endlessBodies": [{"verb": "watch", "resource": "namespaces", "bytes": 1024}]
+        }))
+        .unwrap();
+        h.apply(req).unwrap();
+        let (bytes, counters) = h.endless_body("watch", Some(("namespaces", ""))).unwrap();
+        assert_eq!(bytes, 1024);
+        assert!(h.endless_body("list", Some(("namespaces", ""))).is_none());
+        assert!(h.endless_body("watch", Some(("pods", ""))).is_none());
+        counters.start();
+        counters.sent(10);
+        counters.end();
+        assert_eq!(
+            h.endless_stats(),
+            EndlessStats {
+                started: 1,
+                ended: 1,
+                bytes_sent: 10
+            }
+        );
+        h.clear();
+        assert!(h.endless_body("watch", Some(("namespaces", ""))).is_none());
     }
 
     #[test]

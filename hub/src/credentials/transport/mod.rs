@@ -46,7 +46,7 @@ use session::SpokeSessions;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
@@ -55,6 +55,7 @@ use hyper_rustls::{FixedServerNameResolver, HttpsConnectorBuilder};
 use hyper_timeout::TimeoutConnector;
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use kleym_spoke::reconciler::limits::{Oversized, TooLarge};
 use kube::client::{Body, ConfigExt as _};
 use thiserror::Error;
 use tower::util::BoxCloneSyncService;
@@ -81,9 +82,13 @@ pub enum TransportError {
 }
 
 /// A `kube::Client` for `config` over the HTTP/2-capable transport described above.
-pub fn client(config: &kube::Config, keepalive: Keepalive) -> Result<kube::Client, TransportError> {
+pub fn client(
+    config: &kube::Config,
+    keepalive: Keepalive,
+    max_response_bytes: u64,
+) -> Result<kube::Client, TransportError> {
     Ok(kube::Client::new(
-        service(config, keepalive)?,
+        service(config, keepalive, max_response_bytes)?,
         config.default_namespace.clone(),
     ))
 }
@@ -93,12 +98,32 @@ pub fn client(config: &kube::Config, keepalive: Keepalive) -> Result<kube::Clien
 /// second client around this one would double them for every spoke).
 pub type TransportService = BoxCloneSyncService<Request<Body>, Response<ResponseBody>, BoxError>;
 
-/// A response body from either protocol.
-pub enum ResponseBody {
+/// A response body from either protocol, failing with [`TooLarge`] once it delivered more
+/// than its limit (see [`limit_for`]).
+pub struct ResponseBody {
+    inner: Received,
+    /// Bytes it may still deliver.
+    left: u64,
+    /// Its limit, for the error.
+    limit: u64,
+}
+
+/// The body as the protocol delivers it.
+enum Received {
     /// From hyper's pool (the server did not offer HTTP/2).
     Http1(Incoming),
     /// From the spoke's HTTP/2 connection.
     Http2(Http2Body),
+}
+
+impl ResponseBody {
+    fn new(inner: Received, limit: u64) -> Self {
+        Self {
+            inner,
+            left: limit,
+            limit,
+        }
+    }
 }
 
 impl http_body::Body for ResponseBody {
@@ -109,39 +134,75 @@ impl http_body::Body for ResponseBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, BoxError>>> {
-        match self.get_mut() {
-            Self::Http1(body) => Pin::new(body).poll_frame(cx).map_err(BoxError::from),
-            Self::Http2(body) => Pin::new(body).poll_frame(cx).map_err(BoxError::from),
+        let this = self.get_mut();
+        let frame = match &mut this.inner {
+            Received::Http1(body) => {
+                ready!(Pin::new(body).poll_frame(cx)).map(|f| f.map_err(BoxError::from))
+            }
+            Received::Http2(body) => {
+                ready!(Pin::new(body).poll_frame(cx)).map(|f| f.map_err(BoxError::from))
+            }
+        };
+        if let Some(Ok(f)) = &frame
+            && let Some(data) = f.data_ref()
+        {
+            // One subtraction per frame; a watch's limit is never reached (`limit_for`).
+            match this.left.checked_sub(data.len() as u64) {
+                Some(left) => this.left = left,
+                None => {
+                    this.left = 0;
+                    let err = TooLarge {
+                        what: Oversized::ResponseBody,
+                        limit: this.limit,
+                    };
+                    return Poll::Ready(Some(Err(BoxError::from(err))));
+                }
+            }
         }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        match self {
-            Self::Http1(body) => body.is_end_stream(),
-            Self::Http2(body) => body.is_end_stream(),
+        match &self.inner {
+            Received::Http1(body) => body.is_end_stream(),
+            Received::Http2(body) => body.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        match self {
-            Self::Http1(body) => body.size_hint(),
-            Self::Http2(body) => body.size_hint(),
+        match &self.inner {
+            Received::Http1(body) => body.size_hint(),
+            Received::Http2(body) => body.size_hint(),
         }
     }
+}
+
+/// The limit of the body of the response to `req`: `max_response_bytes`, but none for a
+/// watch (`watch=true` or `watch=1` in the query, as kube-apiserver reads it): a watch
+/// streams for minutes, and each of its lines is limited where it is read (the spoke's
+/// `list_watch`).
+fn limit_for(req: &Request<Body>, max_response_bytes: u64) -> u64 {
+    let watch = req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|pair| matches!(pair, "watch=true" | "watch=1"))
+    });
+    if watch { u64::MAX } else { max_response_bytes }
 }
 
 /// The transport for `config` as a [`TransportService`].
 pub fn service(
     config: &kube::Config,
     keepalive: Keepalive,
+    max_response_bytes: u64,
 ) -> Result<TransportService, TransportError> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
+    let limits = (keepalive, max_response_bytes);
     match config.proxy_url.as_ref() {
-        None => build(tcp, config, keepalive),
+        None => build(tcp, config, limits),
         Some(proxy) => match proxy.scheme_str() {
-            Some("http") => build(tunnel(proxy, tcp), config, keepalive),
+            Some("http") => build(tunnel(proxy, tcp), config, limits),
             Some("https") => {
                 // The proxy itself is reached over TLS (HTTP/1.1: CONNECT is not h2 here).
                 let tls = config.rustls_client_config()?;
@@ -150,7 +211,7 @@ pub fn service(
                     .https_or_http()
                     .enable_http1()
                     .wrap_connector(tcp);
-                build(tunnel(proxy, to_proxy), config, keepalive)
+                build(tunnel(proxy, to_proxy), config, limits)
             }
             other => Err(TransportError::ProxyScheme {
                 scheme: other.unwrap_or_default().to_string(),
@@ -210,7 +271,7 @@ fn percent_decode(s: &str) -> Vec<u8> {
 fn build<H>(
     connector: H,
     config: &kube::Config,
-    keepalive: Keepalive,
+    (keepalive, max_response_bytes): (Keepalive, u64),
 ) -> Result<TransportService, TransportError>
 where
     H: Service<Uri> + Clone + Send + Sync + 'static,
@@ -267,6 +328,7 @@ where
         h2,
         auto: Arc::new(auto),
         fallback,
+        max_response_bytes,
     };
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
@@ -402,6 +464,8 @@ struct Versions<A, B> {
     h2: Http2<A>,
     auto: Arc<HyperClient<B>>,
     fallback: Arc<AtomicBool>,
+    /// The limit of a response body that is not a watch's (see [`limit_for`]).
+    max_response_bytes: u64,
 }
 
 impl<A, B> Service<Request<Body>> for Versions<A, B>
@@ -423,18 +487,19 @@ where
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let limit = limit_for(&req, self.max_response_bytes);
         if self.fallback.load(Ordering::Relaxed) {
-            return http1(&self.auto, req);
+            return http1(&self.auto, req, limit);
         }
         let h2 = self.h2.clone();
         let auto = self.auto.clone();
         let fallback = self.fallback.clone();
         Box::pin(async move {
             match h2.send(req).await {
-                Ok(resp) => Ok(resp.map(ResponseBody::Http2)),
+                Ok(resp) => Ok(resp.map(|body| ResponseBody::new(Received::Http2(body), limit))),
                 // Nothing was sent: the connection was refused for its protocol.
                 Err(SendError::Unsent { request, .. }) if fallback.load(Ordering::Relaxed) => {
-                    http1(&auto, *request).await
+                    http1(&auto, *request, limit).await
                 }
                 Err(e) => Err(e.into()),
             }
@@ -442,14 +507,18 @@ where
     }
 }
 
-fn http1<B>(auto: &HyperClient<B>, req: Request<Body>) -> BoxFuture<Response<ResponseBody>>
+fn http1<B>(
+    auto: &HyperClient<B>,
+    req: Request<Body>,
+    limit: u64,
+) -> BoxFuture<Response<ResponseBody>>
 where
     B: hyper_util::client::legacy::connect::Connect + Clone + Send + Sync + 'static,
 {
     let sent = auto.request(req);
     Box::pin(async move {
         sent.await
-            .map(|resp| resp.map(ResponseBody::Http1))
+            .map(|resp| resp.map(|body| ResponseBody::new(Received::Http1(body), limit)))
             .map_err(BoxError::from)
     })
 }
@@ -471,7 +540,7 @@ mod tests {
     fn unsupported_proxy_scheme_is_refused() {
         let mut config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
         config.proxy_url = Some("socks5://127.0.0.1:2".parse().unwrap());
-        let Err(err) = client(&config, Keepalive::default()) else {
+        let Err(err) = client(&config, Keepalive::default(), u64::MAX) else {
             panic!("a socks5 proxy was accepted");
         };
         assert!(err.to_string().contains("socks5"), "{err}");

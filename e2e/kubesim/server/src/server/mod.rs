@@ -284,6 +284,9 @@ impl ClusterServer {
             let (reason, message) = reason_for_code(code);
             return response::error(&ApiError::new(code, reason, message));
         }
+        if let Some((bytes, counters)) = self.faults.endless_body(&info.verb, resource_for_faults) {
+            return watch::endless_response(bytes, counters);
+        }
 
         if let Err(resp) = authz::check(&self, &user, &info) {
             return *resp;

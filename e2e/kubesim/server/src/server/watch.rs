@@ -3,7 +3,7 @@
 
 use super::response::Body;
 use super::table::{IncludeObject, Representation, to_partial, to_table};
-use crate::faults::FaultState;
+use crate::faults::{EndlessCounters, FaultState};
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{HeaderValue, Response, header};
@@ -12,6 +12,7 @@ use hyper::body::Frame;
 use kubesim_store::{ApiError, ResourceInfo, WatchEvent, WatchStream};
 use serde_json::Value;
 use std::convert::Infallible;
+use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -79,6 +80,52 @@ pub fn stream_response(
     resp.headers_mut().insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache, private"),
+    );
+    resp
+}
+
+/// The body of an `endlessBodies` fault: `bytes` bytes that open a watch event and one
+/// JSON string, never closed, without a newline; sent in 64 KiB pieces as the client reads
+/// them (a client that stops reading stops the sending), counted in `counters`.
+pub fn endless_response(bytes: u64, counters: Arc<EndlessCounters>) -> Response<Body> {
+    const PIECE: usize = 64 * 1024;
+    /// Counts the body's end however it ends (sent in full, or dropped with the stream).
+    struct Ends(Arc<EndlessCounters>);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            self.0.end();
+        }
+    }
+    counters.start();
+    let head = br#"{"type":"ADDED","object":{"kind":"Hostile","metadata":{"name":""#;
+    let mut first = head.to_vec();
+    first.resize(PIECE, b'x');
+    let first = Bytes::from(first);
+    let filler = Bytes::from(vec![b'x'; PIECE]);
+    let ends = Ends(counters);
+    let pieces = futures::stream::unfold((0u64, ends), move |(sent, ends)| {
+        let piece = if sent == 0 {
+            first.clone()
+        } else {
+            filler.clone()
+        };
+        async move {
+            let left = bytes.saturating_sub(sent);
+            if left == 0 {
+                return None;
+            }
+            let n = usize::try_from(left).unwrap_or(PIECE).min(PIECE);
+            ends.0.sent(n as u64);
+            Some((
+                Ok::<_, Infallible>(Frame::data(piece.slice(..n))),
+                (sent + n as u64, ends),
+            ))
+        }
+    });
+    let mut resp = Response::new(BodyExt::boxed_unsync(StreamBody::new(pieces)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
     );
     resp
 }
