@@ -18,7 +18,10 @@ use kleym_api::hub_status::{
     BindingCounts, ClusterIdentityStatusStatus, DuplicateOf, ErrorCategory, FindingKind,
     FindingMember, FleetIdentityReportStatus, NonReadyBinding, Severity,
 };
-use kleym_api::{DiscriminatorType, InferenceIdentityBinding, InferenceIdentityBindingStatus};
+use kleym_api::{
+    DiscriminatorType, IdentityMode, InferenceIdentityBinding, InferenceIdentityBindingStatus,
+};
+use serde_json::Value;
 
 /// One aspect of the hub's view of a spoke (credentials, reachability, sync).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -745,6 +748,134 @@ pub fn compare_cluster(got: &ClusterIdentityStatusStatus, want: &ExpectedCluster
     d
 }
 
+// ---- within-spoke verdicts, from the objects ----------------------------------------------
+
+/// A binding's workload as its objects say: PerObjective, its container selector, its
+/// service account (the literal `k8s:sa:` template; `None` when templated or absent), its
+/// pool's labels (through its objective's `poolRef`; `None` when unresolved) and its
+/// selector templates (sorted).
+type Workload = (
+    bool,
+    Option<String>,
+    Option<String>,
+    Option<BTreeMap<String, String>>,
+    Vec<String>,
+);
+
+fn workload(b: &InferenceIdentityBinding, objectives: &[Value], pools: &[Value]) -> Workload {
+    let ns = b.metadata.namespace.clone().unwrap_or_default();
+    let in_ns = |o: &&Value, name: &str| {
+        o["metadata"]["namespace"].as_str() == Some(ns.as_str())
+            && o["metadata"]["name"].as_str() == Some(name)
+    };
+    let pool_name = objectives
+        .iter()
+        .find(|o| in_ns(o, &b.spec.target_ref.name))
+        .and_then(|o| o["spec"]["poolRef"]["name"].as_str());
+    let labels = pool_name
+        .and_then(|p| pools.iter().find(|o| in_ns(o, p)))
+        .and_then(|p| p["spec"]["selector"]["matchLabels"].as_object())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        });
+    let mut templates = b.spec.workload_selector_templates.clone();
+    templates.sort();
+    let sa = templates
+        .iter()
+        .find_map(|t| t.strip_prefix("k8s:sa:"))
+        .filter(|s| !s.contains("{{"))
+        .map(str::to_string);
+    let container = b
+        .spec
+        .container_discriminator
+        .as_ref()
+        .map(|d| format!("{:?}:{}", d.type_, d.value));
+    (
+        b.spec.mode == IdentityMode::PerObjective,
+        container,
+        sa,
+        labels,
+        templates,
+    )
+}
+
+fn is_ready(b: &InferenceIdentityBinding) -> bool {
+    read(b).ready
+}
+
+/// The spoke's collision verdicts (in the bindings' status) against the rule of the
+/// specification, applied pair by pair to the spoke's objects: two bindings named as each
+/// other's `IdentityCollision` peers are PerObjective and select the same pods (the same
+/// pool labels), service account and container; two Ready PerObjective bindings never do;
+/// two Ready bindings computing one SPIFFE ID render the same selectors. `objectives` and
+/// `pools` are the spoke's objects as JSON (llm-d `InferenceObjective`, v1
+/// `InferencePool`). Returns what is wrong, one line per pair.
+pub fn collision_verdicts(
+    bindings: &[InferenceIdentityBinding],
+    objectives: &[Value],
+    pools: &[Value],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for a in bindings {
+        for b in bindings {
+            let (Some(an), Some(bn)) = (&a.metadata.name, &b.metadata.name) else {
+                continue;
+            };
+            if an >= bn || a.metadata.namespace != b.metadata.namespace {
+                continue;
+            }
+            let ns = a.metadata.namespace.clone().unwrap_or_default();
+            let names = |x: &InferenceIdentityBinding, peer: &str| {
+                x.status.as_ref().is_some_and(|s| {
+                    s.conflict_peers
+                        .iter()
+                        .any(|p| p.name == peer && p.reason == "IdentityCollision")
+                })
+            };
+            let (wa, wb) = (
+                workload(a, objectives, pools),
+                workload(b, objectives, pools),
+            );
+            // Comparable when both service accounts are literal and both pools resolve.
+            let comparable = wa.2.is_some() && wb.2.is_some() && wa.3.is_some() && wb.3.is_some();
+            let same_workload =
+                comparable && wa.0 && wb.0 && wa.1 == wb.1 && wa.2 == wb.2 && wa.3 == wb.3;
+            if (names(a, bn) || names(b, an)) && comparable && !same_workload {
+                out.push(format!(
+                    "{ns}/{an} and {ns}/{bn} are IdentityCollision peers but their objects differ: {wa:?} vs {wb:?}"
+                ));
+            }
+            if is_ready(a) && is_ready(b) && same_workload && wa.4 == wb.4 {
+                out.push(format!(
+                    "{ns}/{an} and {ns}/{bn} are both Ready but select the same pods, service account and container: {wa:?}"
+                ));
+            }
+            if is_ready(a) && is_ready(b) {
+                let (ra, rb) = (read(a), read(b));
+                let shared = ra.ids.iter().any(|id| rb.ids.contains(id));
+                let sel = |x: &InferenceIdentityBinding| {
+                    let mut s = x
+                        .status
+                        .as_ref()
+                        .map(|s| s.rendered_selectors.clone())
+                        .unwrap_or_default();
+                    s.sort();
+                    s
+                };
+                if shared && sel(a) != sel(b) {
+                    out.push(format!(
+                        "{ns}/{an} and {ns}/{bn} are both Ready with one SPIFFE ID {:?} and different selectors",
+                        ra.ids
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -860,6 +991,56 @@ mod tests {
         assert_eq!(capped.findings.len(), 1);
         assert_eq!(capped.findings[0].members.len(), 2);
         assert_eq!(capped.findings[0].member_count, 3);
+    }
+
+    /// Two Ready bindings on one pool, service account and container are a missed
+    /// collision; peers whose service accounts differ are a wrong one; another container
+    /// is neither.
+    #[test]
+    fn collision_verdicts_are_checked_against_the_objects() {
+        let obj = |name: &str, sa: &str, container: &str, status: serde_json::Value| {
+            let mut b: InferenceIdentityBinding = serde_json::from_value(json!({
+                "apiVersion": "kleym.io/v1alpha1",
+                "kind": "InferenceIdentityBinding",
+                "metadata": {"name": name, "namespace": "ns", "generation": 1},
+                "spec": {"targetRef": {"name": format!("o-{name}")}, "mode": "PerObjective",
+                    "containerDiscriminator": {"type": "ContainerName", "value": container},
+                    "workloadSelectorTemplates": ["k8s:ns:{{ .Namespace }}", format!("k8s:sa:{sa}")]},
+            }))
+            .unwrap();
+            b.status = serde_json::from_value(status).unwrap();
+            b
+        };
+        let objectives: Vec<Value> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|n| {
+                json!({"metadata": {"namespace": "ns", "name": format!("o-{n}")},
+                "spec": {"poolRef": {"name": "pool"}}})
+            })
+            .collect();
+        let pools = vec![json!({"metadata": {"namespace": "ns", "name": "pool"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}}})];
+        let peer = |p: &str| {
+            json!({"observedGeneration": 1, "conflictPeers": [
+                {"name": p, "reason": "IdentityCollision"}]})
+        };
+        let fleet = vec![
+            obj("a", "s", "c1", ready("spiffe://td/a", "s")),
+            obj("b", "s", "c1", ready("spiffe://td/b", "s")),
+            obj("c", "s", "c2", ready("spiffe://td/c", "s")),
+            obj("d", "s", "c3", peer("e")),
+            obj("e", "other", "c3", peer("d")),
+        ];
+        let wrong = collision_verdicts(&fleet, &objectives, &pools);
+        assert_eq!(wrong.len(), 2, "{wrong:#?}");
+        assert!(
+            wrong[0].contains("ns/a and ns/b are both Ready"),
+            "{wrong:#?}"
+        );
+        assert!(
+            wrong[1].contains("ns/d and ns/e are IdentityCollision peers"),
+            "{wrong:#?}"
+        );
     }
 
     #[test]

@@ -19,11 +19,12 @@ use super::churn::FOREIGN_MANAGER;
 use super::oracle::{SpokeOracle, spoke_oracle, summarize};
 use crate::fixtures::profiles::PROFILE_NS;
 use crate::report_oracle::{
-    Aspect, Limits, SpokeInput, compare_cluster, compare_report, expected_cluster, expected_report,
+    Aspect, Limits, SpokeInput, collision_verdicts, compare_cluster, compare_report,
+    expected_cluster, expected_report,
 };
 
 /// The invariants, in report order.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 12] = [
     "binding_conditions",
     "binding_status_fields",
     "binding_status_current",
@@ -31,6 +32,7 @@ pub const NAMES: [&str; 11] = [
     "csid_missing_or_wrong",
     "csid_orphan",
     "csid_of_refused_binding",
+    "collision_verdicts",
     "foreign_untouched",
     "cluster_identity_status",
     "fleet_identity_report",
@@ -229,6 +231,17 @@ pub fn check_spoke(v: &mut Violations, spoke: &SpokeView<'_>, trust_domain: &str
                 }
             }
         }
+    }
+    // The collision verdicts the bindings show against the rule, pair by pair, from the
+    // objects (the report lifts these verdicts; the report oracle trusts them).
+    let objectives =
+        super::oracle::list_values(spoke.store, ("llm-d.ai", "v1alpha2", "inferenceobjectives"));
+    let pools = super::oracle::list_values(
+        spoke.store,
+        ("inference.networking.k8s.io", "v1", "inferencepools"),
+    );
+    for wrong in collision_verdicts(&o.listed, &objectives, &pools) {
+        v.add("collision_verdicts", || format!("{name}: {wrong}"));
     }
     // Orphans: proven kleym's (by the object alone), and no live binding wants it.
     for (cname, obj) in &o.csids {
