@@ -202,7 +202,9 @@ fn object(d: &BindingDesc) -> InferenceIdentityBinding {
     } else {
         format!("why {}", d.name)
     };
-    let (ready, refused): ((&str, &str, String), Option<(&str, &str)>) = match &d.status {
+    // Ready's (status, reason, message), and the refusal's (condition, reason).
+    type Ready<'a> = (&'a str, &'a str, String);
+    let (ready, refused): (Ready, Option<(&str, &str)>) = match &d.status {
         StatusDesc::Absent | StatusDesc::Ready => (("True", "Reconciled", message.clone()), None),
         StatusDesc::Refused(c, r) => {
             let (ty, reasons) = CONDITIONS[*c as usize];
