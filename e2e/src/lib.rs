@@ -4,6 +4,7 @@
 pub mod chaos;
 pub mod demo;
 pub mod fixtures;
+pub mod report_oracle;
 
 /// Single-cluster helpers (polling, creating objects and manifests, conditions), from
 /// `kleym-test-support`, which `kleym-spoke`'s tests share.

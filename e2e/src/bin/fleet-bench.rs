@@ -64,8 +64,9 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 to its ClusterSPIFFEID (the latency an operator feels) and the hub's writes per
                 new binding (its kleym_spoke_api_writes_total before and after).
   chaos         two hub replicas (leader election) under seeded churn and faults for
-                --duration-seconds, then invariants against an oracle (the pure compiler
-                over the final objects); defaults 50 spokes x 40 bindings; prints the seed
+                --duration-seconds, then invariants against oracles (the pure compiler
+                over the final objects; the report objects against an independent report
+                oracle); defaults 50 spokes x 40 bindings; prints the seed
                 first and a `summary: scenario=chaos seed=... violations=...` line last;
                 exits non-zero on any violation, keeping its temp dir (seed, report.txt,
                 the replicas' logs). See docs/benchmarks.md, section Chaos soak.

@@ -7,20 +7,24 @@ use std::fmt;
 use kleym_api::conditions::READY;
 use kleym_api::external::spiffeid::ClusterSPIFFEIDSpec;
 use kleym_api::hub_status::FLEET_REPORT_NAME;
-use kleym_hub::report::{Caps, FullReport, Health, SpokeObservation, bound_report, cluster_status};
+use kleym_api::hub_status::{ClusterIdentityStatusStatus, FleetIdentityReportStatus};
 use kleym_spoke::ownership::{self, Owner};
 use kleym_spoke::reconciler::context::DEFAULT_FIELD_MANAGER;
 use kleym_spoke::reconciler::finalizer::FINALIZER;
 use kube::ResourceExt;
 use kubesim_store::Cluster;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::churn::FOREIGN_MANAGER;
 use super::oracle::{SpokeOracle, spoke_oracle, summarize};
 use crate::fixtures::profiles::PROFILE_NS;
+use crate::report_oracle::{
+    Aspect, Limits, SpokeInput, collision_verdicts, compare_cluster, compare_report,
+    expected_cluster, expected_report,
+};
 
 /// The invariants, in report order.
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 12] = [
     "binding_conditions",
     "binding_status_fields",
     "binding_status_current",
@@ -28,6 +32,7 @@ pub const NAMES: [&str; 11] = [
     "csid_missing_or_wrong",
     "csid_orphan",
     "csid_of_refused_binding",
+    "collision_verdicts",
     "foreign_untouched",
     "cluster_identity_status",
     "fleet_identity_report",
@@ -227,6 +232,17 @@ pub fn check_spoke(v: &mut Violations, spoke: &SpokeView<'_>, trust_domain: &str
             }
         }
     }
+    // The collision verdicts the bindings show against the rule, pair by pair, from the
+    // objects (the report lifts these verdicts; the report oracle trusts them).
+    let objectives =
+        super::oracle::list_values(spoke.store, ("llm-d.ai", "v1alpha2", "inferenceobjectives"));
+    let pools = super::oracle::list_values(
+        spoke.store,
+        ("inference.networking.k8s.io", "v1", "inferencepools"),
+    );
+    for wrong in collision_verdicts(&o.listed, &objectives, &pools) {
+        v.add("collision_verdicts", || format!("{name}: {wrong}"));
+    }
     // Orphans: proven kleym's (by the object alone), and no live binding wants it.
     for (cname, obj) in &o.csids {
         if let Ok(owner) = ownership::proven_owner(obj, DEFAULT_FIELD_MANAGER) {
@@ -276,26 +292,28 @@ fn hub_get(hub: &Cluster, plural: &str, ns: Option<&str>, name: &str) -> Option<
 }
 
 /// Checks the hub's `ClusterIdentityStatus` of each spoke and the `FleetIdentityReport`:
-/// counts against the oracles', and every list against what the hub's pure report gives
-/// for the spokes' final bindings (the report objects are kleym's output of that state, so
-/// after settling they must equal it; a stale or lost report write shows here). Times and
-/// condition messages are left out; condition statuses are checked separately.
+/// binding counts and readiness against the spoke oracles (the compiler's verdict on the
+/// final objects), and every count, list, cap and condition against the report oracle
+/// ([`crate::report_oracle`], which shares no code with the hub's report) applied to the
+/// spokes' final bindings and the hub's view of their health: after settling every spoke
+/// is healthy (the faults are over). A stale or lost report write shows here. Times and
+/// message texts are left out (messages are checked for what they must say and their cap).
 pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracle)]) {
-    let caps = Caps::default();
-    let now = chrono::Utc::now();
-    let observations: Vec<SpokeObservation> = spokes
+    let limits = Limits::DOCUMENTED;
+    let inputs: Vec<SpokeInput> = spokes
         .iter()
-        .map(|(name, o)| SpokeObservation {
+        .map(|(name, o)| SpokeInput {
             cluster: format!("{PROFILE_NS}/{name}"),
-            credentials: Health::Ok,
-            reachable: Health::Ok,
-            synced: Health::Ok,
-            bindings: kleym_hub::report::shared(o.observed.clone()),
-            ..SpokeObservation::default()
+            credentials: Aspect::Up,
+            reachable: Aspect::Up,
+            synced: Aspect::Up,
+            error_message: None,
+            duplicate_of: None,
+            bindings: o.listed.clone(),
         })
         .collect();
     let mut total = 0i64;
-    for ((name, o), observed) in spokes.iter().zip(&observations) {
+    for ((name, o), input) in spokes.iter().zip(&inputs) {
         let want_total = o.expected.len() as i64;
         let want_ready = o.expected.values().filter(|e| e.ready).count() as i64;
         total += want_total;
@@ -318,45 +336,32 @@ pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracl
                 )
             });
         }
-        // Every count by category and the non-ready list, as the report gives them.
-        let want = cluster_status(observed, now, Some(&caps));
-        let want_lists = json!({
-            "bindings": want.bindings,
-            "nonReadyBindings": want.non_ready_bindings,
-            "nonReadyBindingsTruncated": want.non_ready_bindings_truncated,
-        });
-        let got_lists = json!({
-            "bindings": s["bindings"],
-            "nonReadyBindings": s.get("nonReadyBindings").cloned().unwrap_or_else(|| json!([])),
-            "nonReadyBindingsTruncated": s.get("nonReadyBindingsTruncated").cloned().unwrap_or(json!(false)),
-        });
-        if got_lists != want_lists {
-            v.add("cluster_identity_status", || {
-                format!(
-                    "{PROFILE_NS}/{name}: counts or non-ready list differ from the final bindings': {}",
-                    first_difference(&got_lists, &want_lists)
-                )
-            });
-        }
-        let cond = |t: &str| {
-            s["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|c| c["type"] == t)
-                .and_then(|c| c["status"].as_str())
-                .unwrap_or("absent")
-                .to_string()
-        };
-        for t in ["Reachable", "CredentialsAvailable", "Synced"] {
-            let st = cond(t);
-            if st != "True" {
-                v.add("cluster_identity_status", || {
-                    format!("{PROFILE_NS}/{name}: {t}={st} on a healthy spoke")
-                });
+        // Every count by category, the non-ready list and the conditions, as the report
+        // oracle reads the final bindings.
+        match serde_json::from_value::<ClusterIdentityStatusStatus>(s.clone()) {
+            Err(e) => v.add("cluster_identity_status", || {
+                format!("{PROFILE_NS}/{name}: status does not parse: {e}")
+            }),
+            Ok(status) => {
+                let d = compare_cluster(&status, &expected_cluster(input, &limits));
+                if !d.is_empty() {
+                    v.add("cluster_identity_status", || {
+                        format!(
+                            "{PROFILE_NS}/{name}: differs from the report oracle: {}",
+                            d.join("; ")
+                        )
+                    });
+                }
             }
         }
-        let ready = cond(READY);
+        let ready = s["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == READY)
+            .and_then(|c| c["status"].as_str())
+            .unwrap_or("absent")
+            .to_string();
         let want = if want_ready == want_total {
             "True"
         } else {
@@ -382,71 +387,26 @@ pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracl
                     )
                 });
             }
-            // Everything but the time: cluster counts, findings (collisions, duplicates,
-            // drift, warnings) and their counts, as the hub's pure analysis gives them for
-            // the final bindings.
-            let want = bound_report(&FullReport::build(&observations, now).summary, &caps);
-            let without_time = |mut v: Value| {
-                if let Some(o) = v.as_object_mut() {
-                    o.remove("generatedAt");
-                }
-                v
-            };
-            let want_findings = without_time(serde_json::to_value(&want).unwrap_or_default());
-            // Parsed and written back, so that defaults and omitted fields compare equal.
-            let got_findings = without_time(
-                serde_json::from_value::<kleym_api::hub_status::FleetIdentityReportStatus>(
-                    s.clone(),
-                )
-                .ok()
-                .and_then(|st| serde_json::to_value(st).ok())
-                .unwrap_or_else(|| s.clone()),
-            );
-            if got_findings != want_findings {
-                v.add("fleet_identity_report", || {
-                    format!(
-                        "the report differs from the report of the final bindings: {}",
-                        first_difference(&got_findings, &want_findings)
-                    )
-                });
-            }
-        }
-    }
-}
-
-/// Where `got` and `want` first differ, as `path: got … want …` (values cut short).
-fn first_difference(got: &Value, want: &Value) -> String {
-    fn walk(path: String, g: &Value, w: &Value) -> Option<String> {
-        match (g, w) {
-            (Value::Object(a), Value::Object(b)) => {
-                let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
-                keys.into_iter().find_map(|k| {
-                    walk(
-                        format!("{path}.{k}"),
-                        a.get(k).unwrap_or(&Value::Null),
-                        b.get(k).unwrap_or(&Value::Null),
-                    )
-                })
-            }
-            (Value::Array(a), Value::Array(b)) if a.len() == b.len() => a
-                .iter()
-                .zip(b)
-                .enumerate()
-                .find_map(|(i, (x, y))| walk(format!("{path}[{i}]"), x, y)),
-            _ if g == w => None,
-            _ => {
-                let cut = |v: &Value| {
-                    let s = v.to_string();
-                    match s.char_indices().nth(300) {
-                        Some((i, _)) => format!("{}…", &s[..i]),
-                        None => s,
+            // Cluster counts, findings (collisions, duplicates, drift, warnings), their
+            // counts and the caps, as the report oracle computes them.
+            match serde_json::from_value::<FleetIdentityReportStatus>(s.clone()) {
+                Err(e) => v.add("fleet_identity_report", || {
+                    format!("the report does not parse: {e}")
+                }),
+                Ok(status) => {
+                    let d = compare_report(&status, &expected_report(&inputs, &limits), &limits);
+                    if !d.is_empty() {
+                        v.add("fleet_identity_report", || {
+                            format!(
+                                "the report differs from the report oracle: {}",
+                                d.join("; ")
+                            )
+                        });
                     }
-                };
-                Some(format!("{path}: got {} want {}", cut(g), cut(w)))
+                }
             }
         }
     }
-    walk(String::new(), got, want).unwrap_or_else(|| "(equal)".into())
 }
 
 /// Stored writes per resource type of `store`, without the types in `except`.
@@ -532,7 +492,10 @@ mod tests {
     use super::*;
     use crate::chaos::churn::{Applied, Change, apply_store};
     use crate::fixtures::env;
-    use kleym_api::hub_status::{ClusterIdentityStatusStatus, FleetIdentityReportStatus};
+    use kleym_hub::report::{
+        BindingSnapshot, Caps, FullReport, Health, SpokeObservation, bound_report, cluster_status,
+        shared,
+    };
     use serde_json::json;
 
     /// A spoke no kleym ever reconciled, and a foreign object recorded at another
@@ -635,8 +598,9 @@ mod tests {
         .unwrap();
     }
 
-    /// The report objects are compared with the hub's pure report of the final bindings:
-    /// equal ones pass, and one changed entry of a list is one violation.
+    /// The report objects are compared with the report oracle's reading of the final
+    /// bindings: the hub's own report of them passes, and one changed entry of a list is one
+    /// violation.
     #[test]
     fn report_objects_must_equal_the_report_of_the_final_bindings() {
         let spoke = Cluster::new("spoke");
@@ -656,12 +620,13 @@ mod tests {
         )
         .unwrap();
         let o = spoke_oracle(&spoke, "chaos.example");
+        // What a hub writes of these bindings (the product's report, written by hand here).
         let observed = SpokeObservation {
             cluster: format!("{PROFILE_NS}/spoke"),
             credentials: Health::Ok,
             reachable: Health::Ok,
             synced: Health::Ok,
-            bindings: kleym_hub::report::shared(o.observed.clone()),
+            bindings: shared(o.listed.iter().map(BindingSnapshot::of)),
             ..SpokeObservation::default()
         };
         let caps = Caps::default();
@@ -700,8 +665,8 @@ mod tests {
             check_hub(&mut v, &hub, &[("spoke", &o)]);
             v
         };
-        // Never reconciled: the oracle wants both Ready, the final bindings are not (count
-        // and Ready condition), but the lists are the report of those bindings.
+        // Never reconciled: the spoke oracle wants both Ready, the final bindings are not
+        // (count and Ready condition), but the lists are the report of those bindings.
         let v = check();
         assert_eq!(v.count("cluster_identity_status"), 2, "{v}");
         assert_eq!(v.count("fleet_identity_report"), 0, "{v}");
@@ -715,21 +680,6 @@ mod tests {
         let v = check();
         assert_eq!(v.count("cluster_identity_status"), 3, "{v}");
         assert_eq!(v.count("fleet_identity_report"), 1, "{v}");
-        assert!(v.to_string().contains("nonReadyBindings[1].reason"), "{v}");
-    }
-
-    #[test]
-    fn first_difference_names_the_path() {
-        let got = json!({"a": [1, {"b": "x"}], "c": 1});
-        let want = json!({"a": [1, {"b": "y"}], "c": 1});
-        assert_eq!(
-            first_difference(&got, &want),
-            ".a[1].b: got \"x\" want \"y\""
-        );
-        assert_eq!(first_difference(&got, &got), "(equal)");
-        assert_eq!(
-            first_difference(&json!({"a": [1]}), &json!({"a": [1, 2]})),
-            ".a: got [1] want [1,2]"
-        );
+        assert!(v.to_string().contains("reason: \"Compiled\""), "{v}");
     }
 }

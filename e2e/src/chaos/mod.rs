@@ -8,7 +8,8 @@
 //!   the replicas.
 //! - [`replicas`]: the two hub processes, `kill -9` and restart, the Lease holder.
 //! - [`oracle`]: what the final objects imply, with the pure compiler.
-//! - [`invariants`]: the checks, in violations.
+//! - [`invariants`]: the checks, in violations; the hub's report objects are graded with
+//!   [`crate::report_oracle`], which shares no code with the hub's report.
 //! - [`report`]: the figures and the `summary:` line.
 //!
 //! `fleet-bench --scenario chaos` and `e2e/tests/chaos_short.rs` run it.

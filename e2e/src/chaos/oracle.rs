@@ -100,9 +100,9 @@ pub struct SpokeOracle {
     pub csids: BTreeMap<String, ClusterSPIFFEID>,
     /// Bindings whose object did not parse (name, error): should never happen.
     pub unreadable: Vec<String>,
-    /// The live bindings as the hub reads them from a spoke (the spoke's snapshot of each
-    /// binding's final status): what the hub's report objects must show of this spoke.
-    pub observed: Vec<kleym_hub::report::BindingSnapshot>,
+    /// The live bindings as listed (spec and final status): what the hub's report objects
+    /// must show of this spoke, as the report oracle (`crate::report_oracle`) reads them.
+    pub listed: Vec<InferenceIdentityBinding>,
 }
 
 /// Every object of `(group, version, plural)` in `store` (empty when not served).
@@ -141,8 +141,7 @@ pub fn spoke_oracle(store: &Cluster, trust_domain: &str) -> SpokeOracle {
         match serde_json::from_value::<InferenceIdentityBinding>(v) {
             Ok(b) if b.metadata.deletion_timestamp.is_some() => out.deleting.push(name),
             Ok(b) => {
-                out.observed
-                    .push(kleym_hub::report::BindingSnapshot::of(&b));
+                out.listed.push(b.clone());
                 bindings.push(b)
             }
             Err(e) => out.unreadable.push(format!("{name}: {e}")),

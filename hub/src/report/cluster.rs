@@ -9,6 +9,9 @@ use kleym_api::hub_status::{
     BindingCounts, ClusterIdentityStatusStatus, NonReadyBinding, condition_types, reasons,
 };
 
+use kleym_api::conditions;
+use kleym_spoke::compiler::Reason;
+
 use super::bound::{Caps, shorten};
 use super::input::{BindingSnapshot, Health, SpokeObservation};
 
@@ -75,22 +78,35 @@ pub fn binding_counts(bindings: &[Arc<BindingSnapshot>]) -> BindingCounts {
             continue;
         }
         c.not_ready += 1;
-        match b.reason.as_deref() {
-            Some(r) if r == kleym_api::conditions::CONFLICT || is_conflict_reason(r) => {
-                c.conflict += 1
-            }
-            Some(kleym_api::conditions::INVALID_REF) => c.invalid_ref += 1,
-            Some(kleym_api::conditions::UNSAFE_SELECTOR) => c.unsafe_selector += 1,
-            Some(kleym_api::conditions::RENDER_FAILURE) => c.render_failure += 1,
-            _ if !b.conflict_peers.is_empty() => c.conflict += 1,
+        match b.reason.as_deref().and_then(refusal_condition) {
+            Some(conditions::CONFLICT) => c.conflict += 1,
+            Some(conditions::INVALID_REF) => c.invalid_ref += 1,
+            Some(conditions::UNSAFE_SELECTOR) => c.unsafe_selector += 1,
+            Some(conditions::RENDER_FAILURE) => c.render_failure += 1,
             _ => c.other += 1,
         }
     }
     c
 }
 
-fn is_conflict_reason(r: &str) -> bool {
-    r == "IdentityCollision" || r == "DuplicateSPIFFEID"
+/// The refusal condition a binding's `Ready` reason belongs to. A refused binding's `Ready`
+/// carries the refusal's own reason (`TargetNotFound` is an `InvalidRef`,
+/// `EmptyPoolSelector` an `UnsafeSelector`), so the reason is looked up among the spoke's
+/// refusal reasons; a condition type as the reason counts as itself. Any other reason (an
+/// API error while applying, not reconciled yet) is no refusal, whatever else the status
+/// holds.
+fn refusal_condition(reason: &str) -> Option<&'static str> {
+    if let Some(r) = Reason::ALL.iter().find(|r| r.as_str() == reason) {
+        return Some(r.kind().condition_type());
+    }
+    [
+        conditions::CONFLICT,
+        conditions::INVALID_REF,
+        conditions::UNSAFE_SELECTOR,
+        conditions::RENDER_FAILURE,
+    ]
+    .into_iter()
+    .find(|t| *t == reason)
 }
 
 fn condition(type_: &str, status: &str, reason: &str, message: String, now: Time) -> Condition {

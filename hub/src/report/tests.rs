@@ -458,6 +458,54 @@ fn cluster_status_counts_and_caps_non_ready_bindings() {
     assert!(!uncapped.non_ready_bindings_truncated);
 }
 
+/// `notReady` is split by the refusal behind the `Ready` reason the spoke writes, which is
+/// the refusal's own reason (`TargetNotFound`, not `InvalidRef`). Before, only the two
+/// conflict reasons were recognised and every other refusal counted as `other`; and a
+/// binding not ready for another reason counted as a conflict when its status still listed
+/// conflict peers.
+#[test]
+fn non_ready_bindings_are_counted_by_the_refusal_behind_their_reason() {
+    let now = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
+    let not_ready = |name: &str, reason: &str, peers: &[&str]| {
+        let mut b = refused(
+            binding("n", name, &format!("{TD}/ns/n/o/{name}"), "sa", Some("c")),
+            "IdentityCollision",
+            peers,
+        );
+        b.reason = Some(reason.into());
+        b
+    };
+    let s = spoke(
+        "fleet/a",
+        vec![
+            not_ready("a", "TargetNotFound", &[]),
+            not_ready("b", "PoolNotFound", &[]),
+            not_ready("c", "EmptyPoolSelector", &[]),
+            not_ready("d", "SPIFFEIDOutsideNamespace", &[]),
+            not_ready("e", "TemplateError", &[]),
+            not_ready("f", "ForeignObjectHoldsName", &[]),
+            not_ready("g", "IdentityCollision", &["h"]),
+            not_ready("h", "DuplicateSPIFFEID", &["g"]),
+            not_ready("i", "InvalidRef", &[]),
+            // Not a refusal, though the status still names a peer.
+            not_ready("j", "ApplyFailed", &["g"]),
+        ],
+    );
+    let c = cluster_status(&s, now, None).bindings;
+    assert_eq!(
+        (
+            c.not_ready,
+            c.invalid_ref,
+            c.unsafe_selector,
+            c.render_failure,
+            c.conflict,
+            c.other
+        ),
+        (10, 3, 2, 2, 2, 1),
+        "{c:?}"
+    );
+}
+
 #[test]
 fn bounding_keeps_counts_and_marks_truncation() {
     let fleet = planted();
