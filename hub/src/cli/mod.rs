@@ -35,12 +35,15 @@ pub struct Cli {
 /// The subcommands of `kleym`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print kleym's CustomResourceDefinitions as multi-document YAML.
+    /// Print kleym's three CustomResourceDefinitions as multi-document YAML.
     #[command(
-        long_about = "Print kleym's CustomResourceDefinitions (InferenceIdentityBinding, \
-        kleym.io/v1alpha1) as multi-document YAML on stdout.\n\n\
-        Install them with `kleym crds | kubectl apply --server-side -f -`. The Helm chart's \
-        charts/kleym/crds/ holds the same documents, generated from this output."
+        long_about = "Print kleym's three CustomResourceDefinitions (group kleym.io, \
+        v1alpha1) as multi-document YAML on stdout: InferenceIdentityBinding (namespaced; \
+        every spoke, and the single cluster), ClusterIdentityStatus (namespaced) and \
+        FleetIdentityReport (cluster-scoped), which only the hub cluster needs.\n\n\
+        Install them with `kleym crds | kubectl apply --server-side -f -`; applying all \
+        three everywhere is harmless. The Helm chart's charts/kleym/crds/ holds the same \
+        documents, generated from this output."
     )]
     Crds(crds::Args),
     /// Run the single-cluster operator: compile this cluster's InferenceIdentityBindings
@@ -80,7 +83,7 @@ pub enum Command {
     )]
     Report(report::Args),
     /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`,
-    /// `token-request`, `spiffe-jwt`.
+    /// `token-request`, `spiffe-jwt`, `spiffe-x509`.
     ///
     /// These are client-go exec plugins (KEP-5339, `client.authentication.k8s.io` v1 or
     /// v1beta1): the hub (or kubectl, or any client-go based tool) runs them; they read the
@@ -90,28 +93,36 @@ pub enum Command {
     ///
     /// They talk to the hub cluster with --kubeconfig, else the in-cluster ServiceAccount, else
     /// the usual kubeconfig, and need RBAC there: `secret-reader` get on secrets,
-    /// `token-request` create on serviceaccounts/token, `spiffe-jwt` get on the issuer Secret
+    /// `token-request` create on serviceaccounts/token, `spiffe-jwt` and `spiffe-x509` get on
+    /// the issuer Secret
     /// (see each plugin's --help for the rules
     /// and an example provider entry). Configure them as access providers in the hub's
     /// --clusterprofile-provider-file with `provideClusterInfo: true`, so that
     /// `KUBERNETES_EXEC_INFO` carries `spec.cluster` (the spoke's server URL, and the
     /// `client.authentication.k8s.io/exec` extension as `spec.cluster.config`).
     Credential(credential::Args),
-    /// Print what each spoke's operator applies so that the spoke trusts the hub's
-    /// JWT-SVIDs: the AuthenticationConfiguration and the RBAC of the hub's user.
+    /// Print what each spoke's operator applies so that the spoke accepts the hub: the
+    /// AuthenticationConfiguration or client CA, and the one RBAC binding of the hub.
     #[command(
         long_about = "Print, per spoke, what its operator applies so that the spoke's \
-        API server trusts the JWT-SVIDs of `kleym credential spiffe-jwt`: an \
-        apiserver.config.k8s.io/v1 AuthenticationConfiguration for its --authentication-config \
-        (issuer URL and CA, audience = that spoke's server URL as its ClusterProfile gives it, or \
-        the exec extension's audience; a claim validation rule pinning sub to the hub's SPIFFE ID; \
-        the username mapped with --username-prefix; a user validation rule refusing system: \
-        names), and the spoke ClusterRole of deploy/spoke/ with a ClusterRoleBinding of that user.\n\n\
+        API server accepts the hub, for every credential method; the ClusterRoleBinding it \
+        prints (`kleym-hub-access`, to the spoke ClusterRole `kleym-spoke` of deploy/spoke/) is the \
+        one binding of the hub's identity in a spoke.\n\n\
+        --credential spiffe-jwt (default) and token-request: an AuthenticationConfiguration \
+        for the API server's --authentication-config (apiVersion from --apiserver-version: \
+        v1beta1 by default, v1 for 1.34+), with the issuer URL and CA, audience = that spoke's \
+        server URL as its ClusterProfile gives it (or the exec extension's audience), a claim \
+        validation rule pinning sub to the hub's SPIFFE ID (or its ServiceAccount), the \
+        username mapped with --username-prefix and a user validation rule refusing system: \
+        names. spiffe-x509: the CA bundle for the API server's --client-ca-file. external \
+        (secret-reader, aws eks get-token, gke-gcloud-auth-plugin, kubelogin): the RBAC \
+        alone, for the --user or --group the spoke's own authenticator yields.\n\n\
         Reads ClusterProfiles from the hub cluster (--kubeconfig/--context). See \
-        docs/keyless-access.md."
+        docs/install.md (step 5) and docs/keyless-access.md."
     )]
     TrustConfig(trust_config::Args),
-    /// Operate on the hub's issuer keys: `rotate [--revoke-old]`.
+    /// Operate on the hub's issuer keys and X.509 CA: `rotate [--revoke-old]`,
+    /// `rotate-ca [--finish]`.
     Issuer(issuer::Args),
 }
 
