@@ -401,6 +401,8 @@ async fn every_replica_answers_v1_behind_one_address() {
     assert!(!b.handle.view.leader().is_leader, "b follows");
 
     let (proxy, counts) = round_robin(vec![a.addr, b.addr]).await;
+    let requests = f.hub.requests();
+    requests.clear();
     let mut failures = Vec::new();
     for i in 0..100 {
         let r = get(proxy, "/v1/report", &token).await;
@@ -424,6 +426,17 @@ async fn every_replica_answers_v1_behind_one_address() {
         .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
         .collect();
     assert_eq!(served, vec![100, 100], "each replica got half of the calls");
+    // The follower answered its 100 calls from its watch caches: reads of the status
+    // objects in the hub cluster during the calls (the leader's status loop included)
+    // stay far below one per call.
+    let reads = requests
+        .with_method("GET")
+        .iter()
+        .filter(|r| {
+            r.path.contains("/fleetidentityreports") || r.path.contains("/clusteridentitystatuses")
+        })
+        .count();
+    assert!(reads < 50, "{reads} reads of the status objects for 100 follower calls");
     for r in [a, b] {
         r.shutdown.cancel();
         tokio::time::timeout(LIMIT, r.handle.task)
