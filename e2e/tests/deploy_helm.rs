@@ -483,7 +483,7 @@ fn fleet_mode_hub_is_hardened_and_its_args_parse() {
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
-    assert_eq!(c["resources"]["limits"]["memory"], "512Mi");
+    assert_eq!(c["resources"]["limits"]["memory"], "1Gi");
     let args = container_args(dep);
     assert_eq!(args[0], "hub");
     assert!(args.contains(&"--leader-elect=true".to_string()));
@@ -1502,7 +1502,9 @@ fn extra_args_and_env_reach_the_container_and_are_schema_checked() {
             "--initial-sync-timeout-seconds=120"
         ]
     );
-    assert_kleym_accepts(&args);
+    // The flags are those of `kleym hub` (same parser, in-process).
+    let parsed = kleym_e2e::fixtures::harness::parse_hub_args(&args[1..]).unwrap();
+    assert_eq!(parsed.initial_sync_timeout_seconds, 120);
     let env = &dep["spec"]["template"]["spec"]["containers"][0]["env"];
     assert!(
         env.as_array()
@@ -1510,11 +1512,11 @@ fn extra_args_and_env_reach_the_container_and_are_schema_checked() {
             .contains(&json!({"name": "HTTPS_PROXY", "value": "http://proxy:3128"})),
         "{env}"
     );
-    let docs = render(json!({"mode": "single-cluster", "spoke": {"extraArgs": ["--log-plugin-stderr"],
+    let docs = render(json!({"mode": "single-cluster", "spoke": {"extraArgs": ["--concurrency=8"],
         "extraEnv": [{"name": "A", "value": "b"}]}}));
     let dep = find(&docs, "Deployment", "kleym-spoke").unwrap();
     let args = container_args(dep);
-    assert_eq!(args.last().map(String::as_str), Some("--log-plugin-stderr"));
+    assert_eq!(args.last().map(String::as_str), Some("--concurrency=8"));
     assert_kleym_accepts(&args);
 
     let dir = tempfile::tempdir().unwrap();
