@@ -241,13 +241,10 @@ impl World {
             .iter()
             .filter(|d| !NOT_SERVED.contains(&d["kind"].as_str().unwrap_or_default()))
             .collect();
-        let file = self.work.join("rendered-served.json");
-        std::fs::write(
-            &file,
-            serde_json::to_string(&serde_json::json!({"apiVersion": "v1", "kind": "List", "items": served}))
-                .unwrap(),
-        )
-        .unwrap();
+        // JSON documents are YAML documents.
+        let file = self.work.join("rendered-served.yaml");
+        let stream: Vec<String> = served.iter().map(|d| d.to_string()).collect();
+        std::fs::write(&file, stream.join("\n---\n")).unwrap();
         self.bash(&format!(
             "kubectl --kubeconfig \"$HUB_KUBECONFIG\" apply -n {namespace} -f {}",
             file.display()
