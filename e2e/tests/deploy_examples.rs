@@ -137,7 +137,11 @@ fn example_provider_file_loads_like_the_hub_loads_it() {
                 continue;
             }
             // `by-hand.yaml` has no status: its providers are patched in (docs/install.md).
-            for p in d["status"]["accessProviders"].as_array().into_iter().flatten() {
+            for p in d["status"]["accessProviders"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 let n = p["name"].as_str().unwrap();
                 assert!(
                     names.contains(&n),
@@ -161,7 +165,10 @@ fn the_hub_access_binding_comes_from_trust_config_alone() {
     )
     .unwrap();
     let embedded: serde_json::Value = kleym_api::yaml::from_str(SPOKE_CLUSTER_ROLE_YAML).unwrap();
-    assert_eq!(embedded, role, "trust-config embeds deploy/spoke/clusterrole.yaml");
+    assert_eq!(
+        embedded, role,
+        "trust-config embeds deploy/spoke/clusterrole.yaml"
+    );
     let mut files = Vec::new();
     yaml_files(&repo_root().join("deploy"), &mut files);
     for f in &files {
@@ -177,7 +184,10 @@ fn the_hub_access_binding_comes_from_trust_config_alone() {
     // the spoke-access binding's name (a hub cluster can be its own spoke).
     for entry in std::fs::read_dir(repo_root().join("charts/kleym/templates")).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        assert!(!text.contains(BINDING_NAME), "chart template names {BINDING_NAME}");
+        assert!(
+            !text.contains(BINDING_NAME),
+            "chart template names {BINDING_NAME}"
+        );
     }
     // No second copy of the rules anywhere under deploy/ (the chart's copy is tested in
     // deploy_chart.rs): only deploy/spoke defines a ClusterRole.

@@ -52,7 +52,10 @@ const IMAGE_REPOSITORY: &str = "registry.example.com/kleym";
 /// `args` plus `--set image.repository=...` for the commands that render the chart.
 fn with_image(args: &[&str]) -> Vec<String> {
     let mut out: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    if matches!(args.first(), Some(&("template" | "lint" | "install" | "upgrade"))) {
+    if matches!(
+        args.first(),
+        Some(&("template" | "lint" | "install" | "upgrade"))
+    ) {
         out.push("--set".into());
         out.push(format!("image.repository={IMAGE_REPOSITORY}"));
     }
@@ -1512,8 +1515,10 @@ fn extra_args_and_env_reach_the_container_and_are_schema_checked() {
             .contains(&json!({"name": "HTTPS_PROXY", "value": "http://proxy:3128"})),
         "{env}"
     );
-    let docs = render(json!({"mode": "single-cluster", "spoke": {"extraArgs": ["--concurrency=8"],
-        "extraEnv": [{"name": "A", "value": "b"}]}}));
+    let docs = render(
+        json!({"mode": "single-cluster", "spoke": {"extraArgs": ["--concurrency=8"],
+        "extraEnv": [{"name": "A", "value": "b"}]}}),
+    );
     let dep = find(&docs, "Deployment", "kleym-spoke").unwrap();
     let args = container_args(dep);
     assert_eq!(args.last().map(String::as_str), Some("--concurrency=8"));
@@ -1530,7 +1535,13 @@ fn extra_args_and_env_reach_the_container_and_are_schema_checked() {
         let values = dir.path().join("bad.json");
         std::fs::write(&values, bad.to_string()).unwrap();
         let (ok, _, stderr) = helm_result(
-            &["template", "kleym", chart.to_str().unwrap(), "-f", values.to_str().unwrap()],
+            &[
+                "template",
+                "kleym",
+                chart.to_str().unwrap(),
+                "-f",
+                values.to_str().unwrap(),
+            ],
             dir.path(),
         );
         assert!(!ok, "{bad}: rendered");
@@ -1559,10 +1570,16 @@ fn default_resources_fit_the_measured_sizing() {
             q.strip_suffix("Mi").unwrap().parse().unwrap()
         }
     };
-    assert!(mib(&limit) >= 700 * 5 / 4, "limit {limit} leaves no headroom over 700 MiB");
+    assert!(
+        mib(&limit) >= 700 * 5 / 4,
+        "limit {limit} leaves no headroom over 700 MiB"
+    );
     let chart: Value = kleym_api::yaml::from_str(
         &std::fs::read_to_string(repo_root().join("charts/kleym/Chart.yaml")).unwrap(),
     )
     .unwrap();
-    assert_ne!(chart["version"], "0.2.0", "values changed: bump the chart version");
+    assert_ne!(
+        chart["version"], "0.2.0",
+        "values changed: bump the chart version"
+    );
 }

@@ -45,7 +45,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const SECTION: &str = "## Walkthrough: a self-managed fleet, end to end";
 const LIMIT: Duration = Duration::from_secs(60);
 /// Kinds `helm template` renders that kubesim does not serve (see `deploy_helm.rs`).
-const NOT_SERVED: [&str; 4] = ["Deployment", "Service", "ServiceMonitor", "PodDisruptionBudget"];
+const NOT_SERVED: [&str; 4] = [
+    "Deployment",
+    "Service",
+    "ServiceMonitor",
+    "PodDisruptionBudget",
+];
 
 /// The runnable blocks of the walkthrough section, in order.
 fn runnable_blocks(markdown: &str) -> Vec<String> {
@@ -362,7 +367,9 @@ impl World {
 
     /// `kubectl rollout status`: the hub process answers `/readyz` with 200.
     async fn rollout_status(&mut self) {
-        let addr = self.health_addr.expect("rollout status before helm install");
+        let addr = self
+            .health_addr
+            .expect("rollout status before helm install");
         let ready = wait_for("the hub's /readyz", LIMIT, || async move {
             let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
             s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -420,7 +427,9 @@ fn the_runnable_blocks_are_found_and_split_at_the_stand_ins() {
         .count();
     assert_eq!((helm, rollout), (1, 1), "{all:?}");
     assert_eq!(
-        steps("a \\\n  b\nhelm install x \\\n  --set a=b\nkubectl -n x rollout status deployment/y\nc\n"),
+        steps(
+            "a \\\n  b\nhelm install x \\\n  --set a=b\nkubectl -n x rollout status deployment/y\nc\n"
+        ),
         vec![
             Step::Shell("a \\\n  b\n".into()),
             Step::HelmInstall("helm install x \\\n  --set a=b".into()),
@@ -515,7 +524,8 @@ async fn the_install_walkthrough_reaches_a_converged_fleet_and_a_report() {
 
     // Converged: every binding of the example environment has its ClusterSPIFFEID, the
     // spoke is Ready with them all ready, and the fleet report counts it.
-    let environment = std::fs::read_to_string(repo_root().join("deploy/examples/gaie/environment.yaml")).unwrap();
+    let environment =
+        std::fs::read_to_string(repo_root().join("deploy/examples/gaie/environment.yaml")).unwrap();
     let bindings = documents(&environment)
         .unwrap()
         .iter()
@@ -572,4 +582,3 @@ async fn the_install_walkthrough_reaches_a_converged_fleet_and_a_report() {
         let _ = child.kill().await;
     }
 }
-

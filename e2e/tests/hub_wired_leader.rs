@@ -285,7 +285,10 @@ async fn follower_names_the_leader_writes_nothing_and_takes_over() {
 /// over its endpoints; returns its address and the connections each backend got.
 async fn round_robin(
     backends: Vec<SocketAddr>,
-) -> (SocketAddr, std::sync::Arc<Vec<std::sync::atomic::AtomicUsize>>) {
+) -> (
+    SocketAddr,
+    std::sync::Arc<Vec<std::sync::atomic::AtomicUsize>>,
+) {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -407,20 +410,30 @@ async fn every_replica_answers_v1_behind_one_address() {
     for i in 0..100 {
         let r = get(proxy, "/v1/report", &token).await;
         if !r.starts_with("HTTP/1.1 200") {
-            failures.push(format!("call {i}: {}", r.lines().next().unwrap_or_default()));
+            failures.push(format!(
+                "call {i}: {}",
+                r.lines().next().unwrap_or_default()
+            ));
             continue;
         }
         assert_eq!(report_content(&body_json(&r)), want, "call {i}");
         let c = get(proxy, "/v1/clusters", &token).await;
         if !c.starts_with("HTTP/1.1 200") {
-            failures.push(format!("clusters call {i}: {}", c.lines().next().unwrap_or_default()));
+            failures.push(format!(
+                "clusters call {i}: {}",
+                c.lines().next().unwrap_or_default()
+            ));
             continue;
         }
         let c = body_json(&c);
         assert_eq!(c["count"], 1, "{c}");
         assert_eq!(c["items"][0]["cluster"], "fleet/spoke", "{c}");
     }
-    assert_eq!(failures, Vec::<String>::new(), "calls failed behind one address");
+    assert_eq!(
+        failures,
+        Vec::<String>::new(),
+        "calls failed behind one address"
+    );
     let served: Vec<usize> = counts
         .iter()
         .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
@@ -436,7 +449,10 @@ async fn every_replica_answers_v1_behind_one_address() {
             r.path.contains("/fleetidentityreports") || r.path.contains("/clusteridentitystatuses")
         })
         .count();
-    assert!(reads < 50, "{reads} reads of the status objects for 100 follower calls");
+    assert!(
+        reads < 50,
+        "{reads} reads of the status objects for 100 follower calls"
+    );
     for r in [a, b] {
         r.shutdown.cancel();
         tokio::time::timeout(LIMIT, r.handle.task)

@@ -167,7 +167,9 @@ fn inputs(args: &Args) -> anyhow::Result<TrustInputs> {
         let (name, bind_group) = match (&args.user, &args.group) {
             (Some(u), None) => (u, false),
             (None, Some(g)) => (g, true),
-            _ => bail!("--credential external needs --user or --group: the identity the spoke authenticates the hub's credential as"),
+            _ => bail!(
+                "--credential external needs --user or --group: the identity the spoke authenticates the hub's credential as"
+            ),
         };
         if name.is_empty() {
             bail!("--user/--group must not be empty");
@@ -614,8 +616,11 @@ mod tests {
     #[test]
     fn apiserver_version_picks_the_authentication_config_version() {
         let ca = std::env::temp_dir().join(format!("kleym-tc-ca-{}.pem", std::process::id()));
-        std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n")
-            .unwrap();
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
         let ca = ca.to_str().unwrap().to_string();
         let with = |extra: &[&str]| {
             let mut v = vec![
@@ -641,10 +646,10 @@ mod tests {
                 .authentication_api_version,
             "apiserver.config.k8s.io/v1"
         );
-        let err = with(&["--apiserver-version", "1.28"]).unwrap_err().to_string();
+        let err = with(&["--apiserver-version", "1.28"])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("--apiserver-version"), "{err}");
-        assert!(
-            Cli::try_parse_from(["x", "--all", "--apiserver-version", "one.thirty"]).is_err()
-        );
+        assert!(Cli::try_parse_from(["x", "--all", "--apiserver-version", "one.thirty"]).is_err());
     }
 }

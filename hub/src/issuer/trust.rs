@@ -283,7 +283,10 @@ mod tests {
             bind_group: true,
             ..inputs()
         });
-        assert_eq!(g["subjects"][0], json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "eks:kleym-hub"}));
+        assert_eq!(
+            g["subjects"][0],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "eks:kleym-hub"})
+        );
         assert!(SPOKE_CLUSTER_ROLE_YAML.contains("name: kleym-spoke"));
         assert_eq!(cel_string("a'b\\c"), r"'a\'b\\c'");
     }

@@ -22,8 +22,8 @@ pub mod start;
 pub mod view;
 
 pub use args::{HubArgs, hub_client};
-pub use routers::{api_router, health_router, probe_router, ready_check, serve_health};
 pub use published::PublishedStatus;
+pub use routers::{api_router, health_router, probe_router, ready_check, serve_health};
 pub use run::run_hub;
 pub use start::{HubHandle, HubStartOptions, start_hub, start_hub_with};
 pub use view::{FleetCollector, FleetHubView, LeaderInfo, observe_lease};

@@ -145,9 +145,7 @@ impl FleetHubView {
 
     /// The published status to serve from: `Some` while this replica follows.
     fn following(&self) -> Option<&PublishedStatus> {
-        self.published
-            .as_ref()
-            .filter(|_| !self.leader().is_leader)
+        self.published.as_ref().filter(|_| !self.leader().is_leader)
     }
 
     /// Reports `version` (the ClusterProfile version the inventory reads) in `/readyz`; a
