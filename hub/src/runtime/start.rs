@@ -127,9 +127,9 @@ pub fn start_hub_with(
     let inventory_synced = InventorySynced::default();
     let mut view = FleetHubView::new(state.clone(), inventory_synced.clone(), leader_info)
         .with_inventory_version(inventory_version.clone());
-    if args.leader_elect {
+    if args.leader_elect && args.api.serves() {
         // Followers answer `/v1/*` from the published status objects, watched here (a
-        // replica that leads now may follow later).
+        // replica that leads now may follow later). Without the API nothing reads them.
         view = view.with_published(super::published::PublishedStatus::watch(
             client.clone(),
             shutdown.clone(),
