@@ -173,6 +173,107 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    fn about(cmd: &clap::Command) -> String {
+        format!(
+            "{} {}",
+            cmd.get_about().map(|a| a.to_string()).unwrap_or_default(),
+            cmd.get_long_about()
+                .map(|a| a.to_string())
+                .unwrap_or_default()
+        )
+    }
+
+    fn sub<'a>(cmd: &'a clap::Command, name: &str) -> &'a clap::Command {
+        cmd.find_subcommand(name)
+            .unwrap_or_else(|| panic!("no subcommand {name}"))
+    }
+
+    /// `kleym --help` names every bundled plugin and every issuer operation there is, read
+    /// from the command tree itself, so a new one cannot be left out of the summary.
+    #[test]
+    fn the_summary_names_every_plugin_and_issuer_operation() {
+        let mut cli = Cli::command();
+        cli.build();
+        for group in ["credential", "issuer"] {
+            let cmd = sub(&cli, group);
+            let summary = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
+            for op in cmd.get_subcommands().filter(|c| c.get_name() != "help") {
+                assert!(
+                    summary.contains(&format!("`{}", op.get_name())),
+                    "`kleym --help` line of {group} lacks {}: {summary}",
+                    op.get_name()
+                );
+            }
+        }
+    }
+
+    /// `kleym crds --help` says how many CRDs it prints and names each kind.
+    #[test]
+    fn crds_help_names_every_crd_it_prints() {
+        let cli = Cli::command();
+        let text = about(sub(&cli, "crds"));
+        let crds = kleym_api::crds::all();
+        assert_eq!(crds.len(), 3, "update the count in `kleym crds --help`");
+        assert!(text.contains("three"), "{text}");
+        for crd in crds {
+            assert!(
+                text.contains(&crd.spec.names.kind),
+                "{text} lacks {}",
+                crd.spec.names.kind
+            );
+        }
+    }
+
+    /// `kleym report --help` says which audience the token needs (the hub's default
+    /// `--api-audience`), and its example host is the chart's Service for a release
+    /// `kleym` in `kleym-system` (`<fullname>.<namespace>.svc`).
+    #[test]
+    fn report_help_names_the_audience_and_the_charts_service() {
+        let mut cli = Cli::command();
+        cli.build();
+        let report = sub(&cli, "report");
+        let text = format!(
+            "{}{}",
+            report
+                .get_after_long_help()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            report
+                .get_arguments()
+                .filter_map(|a| a.get_long_help().or(a.get_help()).map(|h| h.to_string()))
+                .collect::<String>()
+        );
+        let audience = sub(&cli, "hub")
+            .get_arguments()
+            .find(|a| a.get_id() == "api_audience")
+            .and_then(|a| a.get_default_values().first().cloned())
+            .expect("--api-audience has a default");
+        assert!(
+            text.contains(&format!("--audience {}", audience.to_string_lossy())),
+            "{text}"
+        );
+        assert!(
+            text.contains("https://kleym.kleym-system.svc:8443"),
+            "{text}"
+        );
+        assert!(!text.contains("kleym-hub.kleym.svc"), "{text}");
+    }
+
+    /// `--issuer-key-secret` names every verb the hub uses on the Secret: rotation updates it.
+    #[test]
+    fn issuer_key_secret_help_names_get_create_and_update() {
+        let mut cli = Cli::command();
+        cli.build();
+        let help = sub(&cli, "hub")
+            .get_arguments()
+            .find(|a| a.get_id() == "issuer_key_secret")
+            .and_then(|a| a.get_long_help().or(a.get_help()).map(|h| h.to_string()))
+            .expect("--issuer-key-secret help");
+        for verb in ["get", "create", "update"] {
+            assert!(help.contains(verb), "{help} lacks {verb}");
+        }
+    }
+
     #[test]
     fn worker_threads_default_to_one_and_size_the_runtime() {
         let threads = |argv: &[&str]| match Cli::try_parse_from(argv).map(|c| c.command) {
