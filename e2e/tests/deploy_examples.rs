@@ -1,6 +1,7 @@
 //! Every manifest under `deploy/` is accepted by an API server with every CRD installed
 //! (`kubectl apply --dry-run=server` against kubesim), the example provider file loads as
-//! the hub loads it, and the hub-access binding grants exactly `deploy/spoke/`'s ClusterRole.
+//! the hub loads it, and the one binding of the hub's identity in a spoke is the one `kleym
+//! trust-config` prints, granting exactly `deploy/spoke/`'s ClusterRole.
 
 mod deploy_support;
 
@@ -135,7 +136,12 @@ fn example_provider_file_loads_like_the_hub_loads_it() {
             if d["kind"] != "ClusterProfile" {
                 continue;
             }
-            for p in d["status"]["accessProviders"].as_array().unwrap() {
+            // `by-hand.yaml` has no status: its providers are patched in (docs/install.md).
+            for p in d["status"]["accessProviders"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
                 let n = p["name"].as_str().unwrap();
                 assert!(
                     names.contains(&n),
@@ -147,25 +153,46 @@ fn example_provider_file_loads_like_the_hub_loads_it() {
     }
 }
 
+/// One source of truth for the hub's access to a spoke: `kleym trust-config` prints the
+/// ClusterRoleBinding of the hub's identity (its subject depends on the credential method),
+/// binding exactly `deploy/spoke/`'s ClusterRole; no manifest under `deploy/` or the chart
+/// defines a binding of that name, which would overwrite it (or be overwritten) on apply.
 #[test]
-fn hub_access_binds_the_deploy_spoke_clusterrole() {
+fn the_hub_access_binding_comes_from_trust_config_alone() {
+    use kleym_hub::issuer::trust::{BINDING_NAME, SPOKE_CLUSTER_ROLE_YAML};
     let role: serde_json::Value = kleym_api::yaml::from_str(
         &std::fs::read_to_string(repo_root().join("deploy/spoke/clusterrole.yaml")).unwrap(),
     )
     .unwrap();
-    let binding: serde_json::Value = kleym_api::yaml::from_str(
-        &std::fs::read_to_string(repo_root().join("deploy/hub-access/clusterrolebinding.yaml"))
-            .unwrap(),
-    )
-    .unwrap();
-    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
-    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    let embedded: serde_json::Value = kleym_api::yaml::from_str(SPOKE_CLUSTER_ROLE_YAML).unwrap();
+    assert_eq!(
+        embedded, role,
+        "trust-config embeds deploy/spoke/clusterrole.yaml"
+    );
+    let mut files = Vec::new();
+    yaml_files(&repo_root().join("deploy"), &mut files);
+    for f in &files {
+        for d in documents(&std::fs::read_to_string(f).unwrap()).unwrap() {
+            assert!(
+                !(d["kind"] == "ClusterRoleBinding" && d["metadata"]["name"] == BINDING_NAME),
+                "{}: a second source of the ClusterRoleBinding {BINDING_NAME}",
+                f.display()
+            );
+        }
+    }
+    // The chart's templates name the hub's own bindings `<fullname>-hub...`: none may be
+    // the spoke-access binding's name (a hub cluster can be its own spoke).
+    for entry in std::fs::read_dir(repo_root().join("charts/kleym/templates")).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        assert!(
+            !text.contains(BINDING_NAME),
+            "chart template names {BINDING_NAME}"
+        );
+    }
     // No second copy of the rules anywhere under deploy/ (the chart's copy is tested in
     // deploy_chart.rs): only deploy/spoke defines a ClusterRole that is not aggregated into
     // the user-facing roles, and those of deploy/tenant-access/ grant nothing on the
     // objects only kleym writes.
-    let mut files = Vec::new();
-    yaml_files(&repo_root().join("deploy"), &mut files);
     let mut roles = Vec::new();
     for f in &files {
         for d in documents(&std::fs::read_to_string(f).unwrap()).unwrap() {

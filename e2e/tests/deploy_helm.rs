@@ -45,11 +45,29 @@ fn find_helm() -> PathBuf {
     test_tools::require(test_tools::Tool::Helm)
 }
 
+/// The image every render names: the chart refuses to render without `image.repository`
+/// (no image is published), as [`a_missing_image_fails_naming_the_value_and_the_fix`] shows.
+const IMAGE_REPOSITORY: &str = "registry.example.com/kleym";
+
+/// `args` plus `--set image.repository=...` for the commands that render the chart.
+fn with_image(args: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    if matches!(
+        args.first(),
+        Some(&("template" | "lint" | "install" | "upgrade"))
+    ) {
+        out.push("--set".into());
+        out.push(format!("image.repository={IMAGE_REPOSITORY}"));
+    }
+    out
+}
+
 /// Runs helm with private config/cache/data directories (no user state leaks in) and
-/// returns stdout; panics with helm's output on failure.
+/// returns stdout; panics with helm's output on failure. Renders name an image
+/// ([`with_image`]).
 fn helm(args: &[&str], home: &Path) -> String {
     let out = Command::new(find_helm())
-        .args(args)
+        .args(with_image(args))
         .env("HELM_CONFIG_HOME", home.join("config"))
         .env("HELM_CACHE_HOME", home.join("cache"))
         .env("HELM_DATA_HOME", home.join("data"))
@@ -70,6 +88,11 @@ fn helm(args: &[&str], home: &Path) -> String {
 /// Runs helm as [`helm`] does and returns whether it succeeded, its stdout and its stderr
 /// (for runs that are meant to fail).
 fn helm_result(args: &[&str], home: &Path) -> (bool, String, String) {
+    helm_result_exact(&with_image(args), home)
+}
+
+/// [`helm_result`] with exactly `args` (no image added).
+fn helm_result_exact(args: &[String], home: &Path) -> (bool, String, String) {
     let out = Command::new(find_helm())
         .args(args)
         .env("HELM_CONFIG_HOME", home.join("config"))
@@ -464,11 +487,11 @@ fn fleet_mode_hub_is_hardened_and_its_args_parse() {
         "RuntimeDefault"
     );
     let c = &pod["containers"][0];
-    assert_eq!(c["image"], "ghcr.io/kleym/kleym:0.1.0");
+    assert_eq!(c["image"], format!("{IMAGE_REPOSITORY}:0.1.0"));
     assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
     assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
-    assert_eq!(c["resources"]["limits"]["memory"], "512Mi");
+    assert_eq!(c["resources"]["limits"]["memory"], "1Gi");
     let args = container_args(dep);
     assert_eq!(args[0], "hub");
     assert!(args.contains(&"--leader-elect=true".to_string()));
@@ -814,7 +837,7 @@ fn optional_parts_render_as_valid_yaml() {
     let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
     assert_eq!(
         dep["spec"]["template"]["spec"]["containers"][0]["image"],
-        "ghcr.io/kleym/kleym:1.2.3"
+        format!("{IMAGE_REPOSITORY}:1.2.3")
     );
     let args = container_args(dep);
     assert!(args.contains(&"--spire-class-name=spire-system".to_string()));
@@ -959,7 +982,9 @@ fn notes_say_what_to_do_next() {
         "rollout status deployment/kleym-hub",
         "ClusterProfile",
         "kleym-hub-providers",
-        "ServiceAccount kleym-system/kleym-hub",
+        "kleym trust-config",
+        "--service-account kleym-system/kleym-hub",
+        "--credential external",
         "kubectl get clusteridentitystatuses -A",
         "kubectl get fleetidentityreports -A",
         "kleym report",
@@ -1542,4 +1567,128 @@ fn tenant_access_roles_match_deploy_and_follow_their_switch() {
             "{name} rendered when off"
         );
     }
+}
+
+/// No image is published, so the chart names none by default: a render without
+/// `image.repository` fails with a message naming the value and how to get an image.
+#[test]
+fn a_missing_image_fails_naming_the_value_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let chart = chart();
+    for mode in ["fleet", "single-cluster"] {
+        let args: Vec<String> = ["template", "kleym", chart.to_str().unwrap(), "--set"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([format!("mode={mode}")])
+            .collect();
+        let (ok, stdout, stderr) = helm_result_exact(&args, dir.path());
+        assert!(!ok, "{mode}: rendered without an image\n{stdout}");
+        assert!(
+            stderr.contains("image.repository is required") && stderr.contains("Dockerfile"),
+            "{mode}: {stderr}"
+        );
+    }
+}
+
+/// `hub.extraArgs`/`hub.extraEnv` (and the spoke's) reach the container after the chart's
+/// own arguments, the binary accepts the flags the docs name, and the schema refuses what
+/// is not a flag or not an EnvVar.
+#[test]
+fn extra_args_and_env_reach_the_container_and_are_schema_checked() {
+    let docs = render(json!({
+        "hub": {
+            "extraArgs": ["--log-plugin-stderr", "--engage-condition=ControlPlaneHealthy",
+                          "--clusterprofile-version=v1alpha1", "--initial-sync-timeout-seconds=120"],
+            "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+        }
+    }));
+    let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
+    let args = container_args(dep);
+    let tail: Vec<&str> = args[args.len() - 4..].iter().map(String::as_str).collect();
+    assert_eq!(
+        tail,
+        [
+            "--log-plugin-stderr",
+            "--engage-condition=ControlPlaneHealthy",
+            "--clusterprofile-version=v1alpha1",
+            "--initial-sync-timeout-seconds=120"
+        ]
+    );
+    // The flags are those of `kleym hub` (same parser, in-process).
+    let parsed = kleym_e2e::fixtures::harness::parse_hub_args(&args[1..]).unwrap();
+    assert_eq!(parsed.initial_sync_timeout_seconds, 120);
+    let env = &dep["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .unwrap()
+            .contains(&json!({"name": "HTTPS_PROXY", "value": "http://proxy:3128"})),
+        "{env}"
+    );
+    let docs = render(
+        json!({"mode": "single-cluster", "spoke": {"extraArgs": ["--concurrency=8"],
+        "extraEnv": [{"name": "A", "value": "b"}]}}),
+    );
+    let dep = find(&docs, "Deployment", "kleym-spoke").unwrap();
+    let args = container_args(dep);
+    assert_eq!(args.last().map(String::as_str), Some("--concurrency=8"));
+    assert_kleym_accepts(&args);
+
+    let dir = tempfile::tempdir().unwrap();
+    let chart = chart();
+    for bad in [
+        json!({"hub": {"extraArgs": ["log-plugin-stderr"]}}),
+        json!({"hub": {"extraArgs": [42]}}),
+        json!({"hub": {"extraEnv": [{"value": "no name"}]}}),
+        json!({"spoke": {"extraEnv": [{"name": "A", "valu": "typo"}]}}),
+    ] {
+        let values = dir.path().join("bad.json");
+        std::fs::write(&values, bad.to_string()).unwrap();
+        let (ok, _, stderr) = helm_result(
+            &[
+                "template",
+                "kleym",
+                chart.to_str().unwrap(),
+                "-f",
+                values.to_str().unwrap(),
+            ],
+            dir.path(),
+        );
+        assert!(!ok, "{bad}: rendered");
+        assert!(
+            stderr.contains("values don't meet the specifications of the schema"),
+            "{bad}: {stderr}"
+        );
+    }
+}
+
+/// The default memory limit fits the measured peak of the largest fleet the docs size
+/// (5000 spokes: about 700 MiB), and the chart's version moved with its values (so
+/// `helm upgrade --reuse-values` from 0.2.0 is not handed values it lacks unnoticed).
+#[test]
+fn default_resources_fit_the_measured_sizing() {
+    let docs = render(json!({}));
+    let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
+    let limit = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mib = |q: &str| -> u64 {
+        if let Some(n) = q.strip_suffix("Gi") {
+            n.parse::<u64>().unwrap() * 1024
+        } else {
+            q.strip_suffix("Mi").unwrap().parse().unwrap()
+        }
+    };
+    assert!(
+        mib(&limit) >= 700 * 5 / 4,
+        "limit {limit} leaves no headroom over 700 MiB"
+    );
+    let chart: Value = kleym_api::yaml::from_str(
+        &std::fs::read_to_string(repo_root().join("charts/kleym/Chart.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_ne!(
+        chart["version"], "0.2.0",
+        "values changed: bump the chart version"
+    );
 }

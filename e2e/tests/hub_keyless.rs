@@ -498,7 +498,7 @@ async fn kleym_hub_binary_serves_the_issuer_and_refuses_bad_issuer_input() {
     spoke
         .set_authentication_config(
             &json!({
-                "apiVersion": "apiserver.config.k8s.io/v1",
+                "apiVersion": "apiserver.config.k8s.io/v1beta1",
                 "kind": "AuthenticationConfiguration",
                 "jwt": [{"issuer": {"url": issuer_url, "audiences": [derived_audience("fleet", spoke.name())],
                                     "certificateAuthority": pki.ca_cert_pem()},

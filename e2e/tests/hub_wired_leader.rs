@@ -1,9 +1,11 @@
 //! Two wired hubs in process (status loop and hub API on each) sharing one Lease: the
-//! follower is ready (leadership known), answers `/v1/*` with 503 `NotLeader` naming the
-//! holder, and writes no status while following (its status loop runs, ticking: neither the
-//! `FleetIdentityReport` nor any `ClusterIdentityStatus`); once the leader stops, the
-//! follower takes over, serves `/v1/report` to an authorized token and writes the
-//! `FleetIdentityReport` and the spoke's `ClusterIdentityStatus`.
+//! follower is ready (leadership known), authenticates `/v1/*` callers like the leader and,
+//! with nothing published yet, answers 503 `NotPublished`; it writes no status while
+//! following (its status loop runs, ticking: neither the `FleetIdentityReport` nor any
+//! `ClusterIdentityStatus`); once the leader stops, the follower takes over, serves
+//! `/v1/report` to an authorized token and writes the `FleetIdentityReport` and the spoke's
+//! `ClusterIdentityStatus`. Behind one address (a round-robin proxy, as a Service spreads
+//! calls over its endpoints), both replicas answer every call with the same content.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -228,13 +230,13 @@ async fn follower_names_the_leader_writes_nothing_and_takes_over() {
             .collect::<Vec<_>>()
     );
 
+    // Nothing is published (a writes no status): the follower says so, but only to a
+    // caller that passed authentication.
     let follower = get(b.addr, "/v1/report", &token).await;
     assert!(follower.starts_with("HTTP/1.1 503"), "{follower}");
-    assert!(follower.contains("NotLeader"), "{follower}");
-    assert!(
-        follower.contains(&format!("x-kleym-leader: {leader}")),
-        "{follower}"
-    );
+    assert!(follower.contains("NotPublished"), "{follower}");
+    let anonymous = get(b.addr, "/v1/report", "not-a-token").await;
+    assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
     assert!(!b.handle.view.leader().is_leader);
     let led = get(a.addr, "/v1/report", &token).await;
     assert!(led.starts_with("HTTP/1.1 200"), "{led}");
@@ -277,4 +279,185 @@ async fn follower_names_the_leader_writes_nothing_and_takes_over() {
         .await
         .unwrap()
         .unwrap();
+}
+
+/// A round-robin TCP proxy on 127.0.0.1 over `backends`, as a Service spreads connections
+/// over its endpoints; returns its address and the connections each backend got.
+async fn round_robin(
+    backends: Vec<SocketAddr>,
+) -> (
+    SocketAddr,
+    std::sync::Arc<Vec<std::sync::atomic::AtomicUsize>>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let counts = std::sync::Arc::new(
+        (0..backends.len())
+            .map(|_| AtomicUsize::new(0))
+            .collect::<Vec<_>>(),
+    );
+    let seen = counts.clone();
+    tokio::spawn(async move {
+        let next = AtomicUsize::new(0);
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let i = next.fetch_add(1, Ordering::Relaxed) % backends.len();
+            seen[i].fetch_add(1, Ordering::Relaxed);
+            let backend = backends[i];
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(backend).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    (addr, counts)
+}
+
+/// The body of a raw HTTP/1.1 response, parsed as JSON.
+fn body_json(resp: &str) -> Value {
+    let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {resp}"))
+}
+
+/// What `/v1/report` says about the fleet, without the times at which it was built (the
+/// leader builds at request time, the published object at its last status pass).
+fn report_content(report: &Value) -> Value {
+    let spokes: Vec<Value> = report["spokes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    let conditions: Vec<Value> = s["status"]["conditions"]
+                        .as_array()
+                        .map(|c| {
+                            c.iter()
+                                .map(|c| json!([c["type"], c["status"], c["reason"]]))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    json!({"cluster": s["cluster"], "bindings": s["status"]["bindings"],
+                           "conditions": conditions,
+                           "nonReadyBindings": s["status"]["nonReadyBindings"]})
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "clusters": report["clusters"], "bindings": report["bindings"],
+        "findingCounts": report["findingCounts"], "findings": report["findings"],
+        "spokes": spokes,
+    })
+}
+
+/// Two replicas (one leads, one follows, both with the status loop and the API) behind one
+/// address: 100 calls of `/v1/report` and 100 of `/v1/clusters`, alternating between the
+/// replicas, all succeed, and every report says the same about the fleet as the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_replica_answers_v1_behind_one_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke"], dir.path()).await.unwrap();
+    let s = f.spoke("spoke");
+    register_admin_token_spoke(&f.hub_client, "spoke", &s, "ok", TOKEN, 3, 0..3)
+        .await
+        .unwrap();
+    let plugin = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
+    let pf = dir.path().join("providers.json");
+    std::fs::write(
+        &pf,
+        json!({"providers": [{"name": "ok", "execConfig": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": plugin.to_str().unwrap()}}]})
+        .to_string(),
+    )
+    .unwrap();
+    let token = reader_token(&f.hub_client).await;
+    let a = start_replica(&f, &pf, true).await;
+    let a_view = a.handle.view.clone();
+    wait_for("replica a leads", LIMIT, || {
+        let v = a_view.clone();
+        async move { v.leader().is_leader.then_some(()) }
+    })
+    .await
+    .unwrap();
+    let b = start_replica(&f, &pf, true).await;
+    // Converged: the leader's own report has the spoke ready with its three bindings, and
+    // the follower's (from the published objects) says the same.
+    let (a_addr, b_addr, tok) = (a.addr, b.addr, token.clone());
+    let want = wait_for("both replicas report the converged fleet", LIMIT, || {
+        let tok = tok.clone();
+        async move {
+            let led = get(a_addr, "/v1/report", &tok).await;
+            let followed = get(b_addr, "/v1/report", &tok).await;
+            if !(led.starts_with("HTTP/1.1 200") && followed.starts_with("HTTP/1.1 200")) {
+                return None;
+            }
+            let (led, followed) = (body_json(&led), body_json(&followed));
+            let content = report_content(&led);
+            (led["clusters"]["ready"] == 1
+                && led["bindings"] == 3
+                && report_content(&followed) == content)
+                .then_some(content)
+        }
+    })
+    .await
+    .unwrap();
+    assert!(!b.handle.view.leader().is_leader, "b follows");
+
+    let (proxy, counts) = round_robin(vec![a.addr, b.addr]).await;
+    let requests = f.hub.requests();
+    requests.clear();
+    let mut failures = Vec::new();
+    for i in 0..100 {
+        let r = get(proxy, "/v1/report", &token).await;
+        if !r.starts_with("HTTP/1.1 200") {
+            failures.push(format!(
+                "call {i}: {}",
+                r.lines().next().unwrap_or_default()
+            ));
+            continue;
+        }
+        assert_eq!(report_content(&body_json(&r)), want, "call {i}");
+        let c = get(proxy, "/v1/clusters", &token).await;
+        if !c.starts_with("HTTP/1.1 200") {
+            failures.push(format!(
+                "clusters call {i}: {}",
+                c.lines().next().unwrap_or_default()
+            ));
+            continue;
+        }
+        let c = body_json(&c);
+        assert_eq!(c["count"], 1, "{c}");
+        assert_eq!(c["items"][0]["cluster"], "fleet/spoke", "{c}");
+    }
+    assert_eq!(
+        failures,
+        Vec::<String>::new(),
+        "calls failed behind one address"
+    );
+    let served: Vec<usize> = counts
+        .iter()
+        .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    assert_eq!(served, vec![100, 100], "each replica got half of the calls");
+    // The follower answered its 100 calls from its watch caches: reads of the status
+    // objects in the hub cluster during the calls (the leader's status loop included)
+    // stay far below one per call.
+    let reads = requests
+        .with_method("GET")
+        .iter()
+        .filter(|r| {
+            r.path.contains("/fleetidentityreports") || r.path.contains("/clusteridentitystatuses")
+        })
+        .count();
+    assert!(
+        reads < 50,
+        "{reads} reads of the status objects for 100 follower calls"
+    );
+    for r in [a, b] {
+        r.shutdown.cancel();
+        tokio::time::timeout(LIMIT, r.handle.task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
 }

@@ -583,37 +583,53 @@ async fn off_serves_everything_without_reviews() {
     );
 }
 
+/// A follower serves `/v1/*` like the leader (from the published status), with the same
+/// authentication and authorization: no token is 401, an unauthorized caller 403, and a
+/// follower that cannot answer yet says so with 503 `NotPublished`, after the checks.
 #[tokio::test]
-async fn followers_answer_503_naming_the_leader_without_reviews() {
+async fn followers_serve_v1_behind_the_same_authentication_and_authorization() {
     let h = harness(AuthMode::Enforce);
     h.reviewer
         .with_user("good", "system:serviceaccount:ops:reader", true);
+    h.reviewer
+        .with_user("nosy", "system:serviceaccount:ops:nosy", false);
     h.view.set_leader(LeaderState {
         is_leader: false,
         leader_identity: Some("kleym-hub-7d9f-abcde".into()),
     });
     for path in ["/v1/report", "/v1/clusters", "/v1/clusters/fleet/spoke-1"] {
-        let r = get(&h.app, path, Some("good")).await;
-        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{path}");
-        let b = r.json();
-        assert_eq!(b["reason"], "NotLeader");
-        assert_eq!(b["leader"], "kleym-hub-7d9f-abcde");
-        assert!(
-            b["message"]
-                .as_str()
-                .unwrap()
-                .contains("kleym-hub-7d9f-abcde")
+        assert_eq!(
+            get(&h.app, path, None).await.status,
+            StatusCode::UNAUTHORIZED,
+            "{path}"
         );
-        assert_eq!(r.headers["x-kleym-leader"], "kleym-hub-7d9f-abcde");
+        assert_eq!(
+            get(&h.app, path, Some("nosy")).await.status,
+            StatusCode::FORBIDDEN,
+            "{path}"
+        );
     }
-    assert_eq!(h.reviewer.tokens(), 0);
+    let r = get(&h.app, "/v1/report", Some("good")).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json(), kleym_hub::http::HubView::report(h.view.as_ref()));
+    // Not able to answer yet: 503 NotPublished, but only to a caller who passed the checks.
+    h.view
+        .set_unavailable(Some("no FleetIdentityReport has been published yet".into()));
+    let r = get(&h.app, "/v1/report", Some("good")).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.json()["reason"], "NotPublished");
+    assert_eq!(r.headers["retry-after"], "1");
+    assert_eq!(
+        get(&h.app, "/v1/report", Some("nosy")).await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        get(&h.app, "/v1/report", None).await.status,
+        StatusCode::UNAUTHORIZED
+    );
     // Probes and metrics are served by followers too.
     assert_eq!(get(&h.app, "/healthz", None).await.status, StatusCode::OK);
     assert_eq!(get(&h.app, "/readyz", None).await.status, StatusCode::OK);
-    h.view.set_leader(LeaderState::default());
-    let r = get(&h.app, "/v1/report", Some("good")).await;
-    assert_eq!(r.json()["leader"], Value::Null);
-    assert!(r.json()["message"].as_str().unwrap().contains("not known"));
 }
 
 #[tokio::test]

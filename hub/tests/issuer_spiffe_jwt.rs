@@ -69,7 +69,7 @@ async fn serve_issuer(
 
 fn authn_config(issuer: &str, ca_pem: &str, audience: &str) -> String {
     serde_json::json!({
-        "apiVersion": "apiserver.config.k8s.io/v1",
+        "apiVersion": "apiserver.config.k8s.io/v1beta1",
         "kind": "AuthenticationConfiguration",
         "jwt": [{
             "issuer": {"url": issuer, "audiences": [audience], "certificateAuthority": ca_pem},
@@ -580,7 +580,7 @@ async fn publish_cluster_issuer_mirrors_the_hub_clusters_documents() {
     spoke
         .set_authentication_config(
             &serde_json::json!({
-                "apiVersion": "apiserver.config.k8s.io/v1",
+                "apiVersion": "apiserver.config.k8s.io/v1beta1",
                 "kind": "AuthenticationConfiguration",
                 "jwt": [{"issuer": {
                             "url": hub.cluster.url(),

@@ -95,7 +95,8 @@ app.kubernetes.io/component: {{ include "kleym.component" . }}
 
 {{/* The container image: `<repository>:<tag>`, the tag defaulting to the appVersion. */}}
 {{- define "kleym.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
+{{- $repo := required "image.repository is required: no kleym image is published; build it from the repository's Dockerfile, push it to your registry and set image.repository (docs/install.md, \"The image\")" .Values.image.repository }}
+{{- printf "%s:%s" $repo (.Values.image.tag | default .Chart.AppVersion | toString) }}
 {{- end }}
 
 {{/*

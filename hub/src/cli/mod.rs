@@ -35,12 +35,15 @@ pub struct Cli {
 /// The subcommands of `kleym`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print kleym's CustomResourceDefinitions as multi-document YAML.
+    /// Print kleym's three CustomResourceDefinitions as multi-document YAML.
     #[command(
-        long_about = "Print kleym's CustomResourceDefinitions (InferenceIdentityBinding, \
-        kleym.io/v1alpha1) as multi-document YAML on stdout.\n\n\
-        Install them with `kleym crds | kubectl apply --server-side -f -`. The Helm chart's \
-        charts/kleym/crds/ holds the same documents, generated from this output."
+        long_about = "Print kleym's three CustomResourceDefinitions (group kleym.io, \
+        v1alpha1) as multi-document YAML on stdout: InferenceIdentityBinding (namespaced; \
+        every spoke, and the single cluster), ClusterIdentityStatus (namespaced) and \
+        FleetIdentityReport (cluster-scoped), which only the hub cluster needs.\n\n\
+        Install them with `kleym crds | kubectl apply --server-side -f -`; applying all \
+        three everywhere is harmless. The Helm chart's charts/kleym/crds/ holds the same \
+        documents, generated from this output."
     )]
     Crds(crds::Args),
     /// Run the single-cluster operator: compile this cluster's InferenceIdentityBindings
@@ -80,7 +83,7 @@ pub enum Command {
     )]
     Report(report::Args),
     /// Run a bundled credential plugin (client-go exec protocol): `secret-reader`,
-    /// `token-request`, `spiffe-jwt`.
+    /// `token-request`, `spiffe-jwt`, `spiffe-x509`.
     ///
     /// These are client-go exec plugins (KEP-4322, formerly KEP-5339; `client.authentication.k8s.io` v1 or
     /// v1beta1): the hub (or kubectl, or any client-go based tool) runs them; they read the
@@ -90,28 +93,36 @@ pub enum Command {
     ///
     /// They talk to the hub cluster with --kubeconfig, else the in-cluster ServiceAccount, else
     /// the usual kubeconfig, and need RBAC there: `secret-reader` get on secrets,
-    /// `token-request` create on serviceaccounts/token, `spiffe-jwt` get on the issuer Secret
+    /// `token-request` create on serviceaccounts/token, `spiffe-jwt` and `spiffe-x509` get on
+    /// the issuer Secret
     /// (see each plugin's --help for the rules
     /// and an example provider entry). Configure them as access providers in the hub's
     /// --clusterprofile-provider-file with `provideClusterInfo: true`, so that
     /// `KUBERNETES_EXEC_INFO` carries `spec.cluster` (the spoke's server URL, and the
     /// `client.authentication.k8s.io/exec` extension as `spec.cluster.config`).
     Credential(credential::Args),
-    /// Print what each spoke's operator applies so that the spoke trusts the hub's
-    /// JWT-SVIDs: the AuthenticationConfiguration and the RBAC of the hub's user.
+    /// Print what each spoke's operator applies so that the spoke accepts the hub: the
+    /// AuthenticationConfiguration or client CA, and the one RBAC binding of the hub.
     #[command(
         long_about = "Print, per spoke, what its operator applies so that the spoke's \
-        API server trusts the JWT-SVIDs of `kleym credential spiffe-jwt`: an \
-        apiserver.config.k8s.io/v1 AuthenticationConfiguration for its --authentication-config \
-        (issuer URL and CA, audience = that spoke's server URL as its ClusterProfile gives it, or \
-        the exec extension's audience; a claim validation rule pinning sub to the hub's SPIFFE ID; \
-        the username mapped with --username-prefix; a user validation rule refusing system: \
-        names), and the spoke ClusterRole of deploy/spoke/ with a ClusterRoleBinding of that user.\n\n\
+        API server accepts the hub, for every credential method; the ClusterRoleBinding it \
+        prints (`kleym-hub-access`, to the spoke ClusterRole `kleym-spoke` of deploy/spoke/) is the \
+        one binding of the hub's identity in a spoke.\n\n\
+        --credential spiffe-jwt (default) and token-request: an AuthenticationConfiguration \
+        for the API server's --authentication-config (apiVersion from --apiserver-version: \
+        v1beta1 by default, v1 for 1.34+), with the issuer URL and CA, audience = that spoke's \
+        server URL as its ClusterProfile gives it (or the exec extension's audience), a claim \
+        validation rule pinning sub to the hub's SPIFFE ID (or its ServiceAccount), the \
+        username mapped with --username-prefix and a user validation rule refusing system: \
+        names. spiffe-x509: the CA bundle for the API server's --client-ca-file. external \
+        (secret-reader, aws eks get-token, gke-gcloud-auth-plugin, kubelogin): the RBAC \
+        alone, for the --user or --group the spoke's own authenticator yields.\n\n\
         Reads ClusterProfiles from the hub cluster (--kubeconfig/--context). See \
-        docs/keyless-access.md."
+        docs/install.md (step 5) and docs/keyless-access.md."
     )]
     TrustConfig(trust_config::Args),
-    /// Operate on the hub's issuer keys: `rotate [--revoke-old]`.
+    /// Operate on the hub's issuer keys and X.509 CA: `rotate [--revoke-old]`,
+    /// `rotate-ca [--finish]`.
     Issuer(issuer::Args),
 }
 
@@ -160,6 +171,107 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    fn about(cmd: &clap::Command) -> String {
+        format!(
+            "{} {}",
+            cmd.get_about().map(|a| a.to_string()).unwrap_or_default(),
+            cmd.get_long_about()
+                .map(|a| a.to_string())
+                .unwrap_or_default()
+        )
+    }
+
+    fn sub<'a>(cmd: &'a clap::Command, name: &str) -> &'a clap::Command {
+        cmd.find_subcommand(name)
+            .unwrap_or_else(|| panic!("no subcommand {name}"))
+    }
+
+    /// `kleym --help` names every bundled plugin and every issuer operation there is, read
+    /// from the command tree itself, so a new one cannot be left out of the summary.
+    #[test]
+    fn the_summary_names_every_plugin_and_issuer_operation() {
+        let mut cli = Cli::command();
+        cli.build();
+        for group in ["credential", "issuer"] {
+            let cmd = sub(&cli, group);
+            let summary = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
+            for op in cmd.get_subcommands().filter(|c| c.get_name() != "help") {
+                assert!(
+                    summary.contains(&format!("`{}", op.get_name())),
+                    "`kleym --help` line of {group} lacks {}: {summary}",
+                    op.get_name()
+                );
+            }
+        }
+    }
+
+    /// `kleym crds --help` says how many CRDs it prints and names each kind.
+    #[test]
+    fn crds_help_names_every_crd_it_prints() {
+        let cli = Cli::command();
+        let text = about(sub(&cli, "crds"));
+        let crds = kleym_api::crds::all();
+        assert_eq!(crds.len(), 3, "update the count in `kleym crds --help`");
+        assert!(text.contains("three"), "{text}");
+        for crd in crds {
+            assert!(
+                text.contains(&crd.spec.names.kind),
+                "{text} lacks {}",
+                crd.spec.names.kind
+            );
+        }
+    }
+
+    /// `kleym report --help` says which audience the token needs (the hub's default
+    /// `--api-audience`), and its example host is the chart's Service for a release
+    /// `kleym` in `kleym-system` (`<fullname>.<namespace>.svc`).
+    #[test]
+    fn report_help_names_the_audience_and_the_charts_service() {
+        let mut cli = Cli::command();
+        cli.build();
+        let report = sub(&cli, "report");
+        let text = format!(
+            "{}{}",
+            report
+                .get_after_long_help()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            report
+                .get_arguments()
+                .filter_map(|a| a.get_long_help().or(a.get_help()).map(|h| h.to_string()))
+                .collect::<String>()
+        );
+        let audience = sub(&cli, "hub")
+            .get_arguments()
+            .find(|a| a.get_id() == "api_audience")
+            .and_then(|a| a.get_default_values().first().cloned())
+            .expect("--api-audience has a default");
+        assert!(
+            text.contains(&format!("--audience {}", audience.to_string_lossy())),
+            "{text}"
+        );
+        assert!(
+            text.contains("https://kleym.kleym-system.svc:8443"),
+            "{text}"
+        );
+        assert!(!text.contains("kleym-hub.kleym.svc"), "{text}");
+    }
+
+    /// `--issuer-key-secret` names every verb the hub uses on the Secret: rotation updates it.
+    #[test]
+    fn issuer_key_secret_help_names_get_create_and_update() {
+        let mut cli = Cli::command();
+        cli.build();
+        let help = sub(&cli, "hub")
+            .get_arguments()
+            .find(|a| a.get_id() == "issuer_key_secret")
+            .and_then(|a| a.get_long_help().or(a.get_help()).map(|h| h.to_string()))
+            .expect("--issuer-key-secret help");
+        for verb in ["get", "create", "update"] {
+            assert!(help.contains(verb), "{help} lacks {verb}");
+        }
     }
 
     #[test]

@@ -36,8 +36,18 @@ EXIT STATUS:
 EXAMPLES:
   kleym report
   kleym report -o json --fail-on none
-  kleym report --server https://kleym-hub.kleym.svc:8443 \\
-      --token-file /var/run/secrets/tokens/kleym-report --ca-file ca.crt --fail-on warning")]
+  kleym report --server https://kleym.kleym-system.svc:8443 \\
+      --token-file /var/run/secrets/tokens/kleym-report --ca-file ca.crt --fail-on warning
+  (the Helm chart's Service is <fullname>.<namespace>.svc: `kleym` for a release named
+  kleym; any hub replica answers)
+
+TOKEN:
+  --token-file holds a ServiceAccount token whose audience is the hub's --api-audience
+  (default kleym-hub; the chart keeps the default): a token for the API server's default
+  audience is refused. Mint one with
+    kubectl create token <sa> -n <ns> --audience kleym-hub
+  or a projected volume with `audience: kleym-hub`; its user needs `get` on
+  fleetidentityreports.kleym.io.")]
 pub struct Args {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Table)]
@@ -58,8 +68,9 @@ pub struct Args {
     /// Read the full report from the hub API at this URL (`GET <URL>/v1/report`).
     #[arg(long, value_name = "URL", conflicts_with = "file")]
     pub server: Option<String>,
-    /// File holding the bearer token for --server (a ServiceAccount token with `get` on
-    /// fleetidentityreports). The token is never printed.
+    /// File holding the bearer token for --server: a ServiceAccount token minted for the
+    /// hub's --api-audience (default `kleym-hub`, e.g. `kubectl create token SA --audience
+    /// kleym-hub`) whose user may `get` fleetidentityreports. The token is never printed.
     #[arg(long, value_name = "FILE", requires = "server")]
     pub token_file: Option<PathBuf>,
     /// PEM CA bundle to verify --server's certificate (default: the system roots).

@@ -1,7 +1,7 @@
 //! `kleym trust-config`: per spoke, what its operator applies so that the spoke's API server
-//! trusts the hub's JWT-SVIDs (`kleym credential spiffe-jwt`): the
-//! `AuthenticationConfiguration` for `--authentication-config`, and the spoke ClusterRole with
-//! the ClusterRoleBinding of the hub's mapped user.
+//! accepts the hub: for `spiffe-jwt` and `token-request` the `AuthenticationConfiguration`
+//! for `--authentication-config`, for `spiffe-x509` the client CA, and for every credential
+//! the spoke ClusterRole with the one ClusterRoleBinding (`kleym-hub`) of the hub's identity.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,6 +30,11 @@ pub enum Credential {
     /// `system:serviceaccount:<ns>:<name>` of --service-account; the issuer is the hub
     /// cluster's ServiceAccount issuer).
     TokenRequest,
+    /// Any credential whose identity the spoke's own authenticators establish:
+    /// `secret-reader`'s stored token, `aws eks get-token`, `gke-gcloud-auth-plugin`,
+    /// `kubelogin`. Prints only the RBAC, binding --user or --group (which may be a
+    /// `system:serviceaccount:` name of a ServiceAccount in the spoke).
+    External,
 }
 
 /// Output format.
@@ -126,6 +131,27 @@ pub struct Args {
     /// Prefix of the username spokes map the hub to (must not start with `system:`).
     #[arg(long, default_value = "kleym:")]
     pub username_prefix: String,
+    /// With `--credential external`: the user the spoke authenticates the hub's credential
+    /// as (for `secret-reader` with a spoke ServiceAccount's token:
+    /// `system:serviceaccount:<ns>:<name>`; for cloud plugins: the user the cloud's IAM
+    /// mapping yields).
+    #[arg(long, value_name = "NAME", conflicts_with = "group")]
+    pub user: Option<String>,
+    /// With `--credential external`: bind this group instead of a user.
+    #[arg(long, value_name = "NAME")]
+    pub group: Option<String>,
+    /// Kubernetes version of the spokes' API servers (`1.30`, `v1.34.1`): decides the
+    /// apiVersion of the AuthenticationConfiguration. 1.29: `v1alpha1` (needs the
+    /// StructuredAuthenticationConfiguration feature gate); 1.30-1.33: `v1beta1`; 1.34 and
+    /// later: `v1`. The default, 1.30, prints `v1beta1`, which every release from 1.30 on
+    /// reads; name the oldest version in your fleet, or 1.34 once all run 1.34 or later.
+    #[arg(
+        long,
+        value_name = "VERSION",
+        default_value = "1.30",
+        value_parser = kleym_hub::issuer::trust::parse_kubernetes_minor
+    )]
+    pub apiserver_version: u32,
     /// Output format on stdout.
     #[arg(short = 'o', long, value_enum, default_value = "yaml")]
     pub output: Format,
@@ -150,6 +176,34 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 }
 
 fn inputs(args: &Args) -> anyhow::Result<TrustInputs> {
+    let authentication_api_version =
+        kleym_hub::issuer::trust::authentication_api_version(args.apiserver_version)
+            .map_err(|e| anyhow!("--apiserver-version: {e}"))?;
+    if args.credential == Credential::External {
+        let (name, bind_group) = match (&args.user, &args.group) {
+            (Some(u), None) => (u, false),
+            (None, Some(g)) => (g, true),
+            _ => bail!(
+                "--credential external needs --user or --group: the identity the spoke authenticates the hub's credential as"
+            ),
+        };
+        if name.is_empty() {
+            bail!("--user/--group must not be empty");
+        }
+        // The spoke's own authenticator made this name, so `system:` names (a spoke
+        // ServiceAccount) are legitimate here; kleym maps nothing.
+        return Ok(TrustInputs {
+            issuer_url: String::new(),
+            issuer_ca_pem: String::new(),
+            subject: name.clone(),
+            username_prefix: String::new(),
+            authentication_api_version,
+            bind_group,
+        });
+    }
+    if args.user.is_some() || args.group.is_some() {
+        bail!("--user and --group are only for --credential external");
+    }
     let (issuer_url, ca) = if args.credential == Credential::SpiffeX509 {
         (String::new(), String::new())
     } else {
@@ -180,6 +234,8 @@ fn inputs(args: &Args) -> anyhow::Result<TrustInputs> {
         issuer_ca_pem: ca,
         subject: subject(args)?,
         username_prefix: args.username_prefix.clone(),
+        authentication_api_version,
+        bind_group: false,
     };
     if let Some(name) = &args.x509_username {
         if args.credential != Credential::SpiffeX509 {
@@ -202,6 +258,7 @@ fn subject(args: &Args) -> anyhow::Result<String> {
             args.hub_spiffe_id.as_deref(),
             args.trust_domain.as_deref(),
         )?),
+        Credential::External => Ok(args.user.clone().or(args.group.clone()).unwrap_or_default()),
         Credential::TokenRequest => {
             let sa = args.service_account.as_deref().unwrap_or_default();
             let (ns, name) =
@@ -340,6 +397,9 @@ async fn render(args: &Args) -> anyhow::Result<String> {
     if args.credential == Credential::SpiffeX509 {
         return render_x509(args, &inputs).await;
     }
+    if args.credential == Credential::External {
+        return render_rbac_only(args, &inputs).await;
+    }
     let targets = targets(args).await?;
     let docs = documents(&inputs, &targets)?;
     if let Some(dir) = &args.output_dir {
@@ -451,6 +511,54 @@ async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String
     }
 }
 
+/// `--credential external`: per spoke only the ClusterRole and the binding.
+async fn render_rbac_only(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String> {
+    let targets = targets(args).await?;
+    let docs = documents(inputs, &targets)?;
+    let who = if inputs.bind_group { "group" } else { "user" };
+    if let Some(dir) = &args.output_dir {
+        for (t, _, rbac) in &docs {
+            let d = dir.join(t.spoke.replace('/', "_"));
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+            let rbac_text = rbac
+                .iter()
+                .map(yaml)
+                .collect::<anyhow::Result<Vec<_>>>()?
+                .join("---\n");
+            std::fs::write(d.join("rbac.yaml"), rbac_text)
+                .with_context(|| format!("writing {}", d.display()))?;
+        }
+    }
+    match args.output {
+        Format::Json => {
+            let arr: Vec<Value> = docs
+                .iter()
+                .map(|(t, _, rbac)| {
+                    json!({"spoke": t.spoke, "server": t.server, who: inputs.username(), "rbac": rbac})
+                })
+                .collect();
+            Ok(format!("{}\n", serde_json::to_string_pretty(&arr)?))
+        }
+        Format::Yaml => {
+            let mut out = String::new();
+            for (t, _, rbac) in &docs {
+                out.push_str(&format!(
+                    "# ClusterProfile {} (server {}): the spoke authenticates the hub as {who} {:?}.\n\
+                     # kubectl apply -f - on that spoke:\n",
+                    t.spoke,
+                    t.server,
+                    inputs.username()
+                ));
+                for doc in rbac {
+                    out.push_str("---\n");
+                    out.push_str(&yaml(doc)?);
+                }
+            }
+            Ok(out)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -511,5 +619,66 @@ mod tests {
             .unwrap()
             .args;
         assert!(inputs(&a).unwrap_err().to_string().contains("--issuer-url"));
+    }
+
+    #[test]
+    fn external_credentials_bind_the_named_identity_and_need_no_issuer() {
+        let ext = |extra: &[&str]| {
+            let mut v = vec!["x", "--all", "--credential", "external"];
+            v.extend_from_slice(extra);
+            Cli::try_parse_from(v).map(|c| c.args)
+        };
+        let a = ext(&["--user", "system:serviceaccount:kleym-system:kleym-hub"]).unwrap();
+        let i = inputs(&a).unwrap();
+        assert_eq!(i.username(), "system:serviceaccount:kleym-system:kleym-hub");
+        assert!(!i.bind_group);
+        let i = inputs(&ext(&["--group", "kleym-hubs"]).unwrap()).unwrap();
+        assert!(i.bind_group);
+        assert!(ext(&["--user", "a", "--group", "b"]).is_err());
+        let err = inputs(&ext(&[]).unwrap()).unwrap_err().to_string();
+        assert!(err.contains("--user or --group"), "{err}");
+        // --user belongs to external only.
+        let a = parse(&["--trust-domain", "example.org", "--user", "u"]).unwrap();
+        assert!(inputs(&a).is_err());
+    }
+
+    #[test]
+    fn apiserver_version_picks_the_authentication_config_version() {
+        let ca = std::env::temp_dir().join(format!("kleym-tc-ca-{}.pem", std::process::id()));
+        std::fs::write(
+            &ca,
+            "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let ca = ca.to_str().unwrap().to_string();
+        let with = |extra: &[&str]| {
+            let mut v = vec![
+                "x",
+                "--all",
+                "--issuer-url",
+                "https://i.example",
+                "--issuer-ca-file",
+                ca.as_str(),
+                "--trust-domain",
+                "example.org",
+            ];
+            v.extend_from_slice(extra);
+            inputs(&Cli::try_parse_from(v).unwrap().args)
+        };
+        assert_eq!(
+            with(&[]).unwrap().authentication_api_version,
+            "apiserver.config.k8s.io/v1beta1"
+        );
+        assert_eq!(
+            with(&["--apiserver-version", "1.34"])
+                .unwrap()
+                .authentication_api_version,
+            "apiserver.config.k8s.io/v1"
+        );
+        let err = with(&["--apiserver-version", "1.28"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--apiserver-version"), "{err}");
+        assert!(Cli::try_parse_from(["x", "--all", "--apiserver-version", "one.thirty"]).is_err());
     }
 }

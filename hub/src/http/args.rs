@@ -77,6 +77,12 @@ impl ApiArgs {
         c
     }
 
+    /// Whether these flags ask for the API listener at all (TLS files, or plain HTTP);
+    /// [`Self::tls`] says whether they are usable.
+    pub fn serves(&self) -> bool {
+        self.api_insecure_http || (self.tls_cert_file.is_some() && self.tls_key_file.is_some())
+    }
+
     /// The TLS configuration (`None` for `--api-insecure-http`); an error when neither TLS
     /// files nor `--api-insecure-http` were given.
     pub fn tls(&self) -> Result<Option<Arc<rustls::ServerConfig>>, HttpError> {

@@ -90,38 +90,27 @@ pub fn failure_response(f: &AuthFailure) -> Response {
     resp
 }
 
-/// Followers refuse first (no review is spent on a request they would not serve), then
-/// authentication and authorization per the mode.
+/// Authentication and authorization per the mode, the same on every replica (leader or
+/// follower), then the view's availability (a follower that has not read the published
+/// status yet answers 503 `NotPublished`).
 async fn guard_v1(State(s): State<ApiState>, mut req: Request, next: Next) -> Response {
-    let leader = s.view.leader();
-    if !leader.is_leader {
-        let name = leader.leader_identity.clone();
-        let message = match &name {
-            Some(l) => format!(
-                "this hub replica is a follower; the leader is {l:?}: send /v1 requests to it"
-            ),
-            None => "this hub replica is a follower and the leader is not known yet; retry later"
-                .to_string(),
-        };
-        let mut resp = error_body(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "NotLeader",
-            &message,
-            json!({"leader": name}),
-        );
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-        if let Some(v) = name.and_then(|n| HeaderValue::from_str(&n).ok()) {
-            resp.headers_mut().insert("x-kleym-leader", v);
-        }
-        return resp;
-    }
     match s.auth.check(req.headers()).await {
         AuthDecision::Deny(f) => failure_response(&f),
         AuthDecision::Allow { caller, warning } => {
             // Handlers may read the caller (`Extension<Caller>`), e.g. for audit logs.
             if let Some(c) = caller {
                 req.extensions_mut().insert(c);
+            }
+            if let Some(message) = s.view.v1_unavailable() {
+                let mut resp = error_body(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "NotPublished",
+                    &message,
+                    Value::Null,
+                );
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return resp;
             }
             let mut resp = next.run(req).await;
             if let Some(w) = warning {

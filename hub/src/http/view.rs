@@ -26,9 +26,9 @@ pub fn clusters_body(items: &[Value]) -> Result<Bytes, EncodeError> {
 /// This replica's view of leader election.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
 pub struct LeaderState {
-    /// Whether this replica holds the Lease (and so serves `/v1/*`).
+    /// Whether this replica holds the Lease (and so runs the spokes and writes status).
     pub is_leader: bool,
-    /// The Lease holder's identity, when known (named in a follower's 503).
+    /// The Lease holder's identity, when known.
     pub leader_identity: Option<String>,
 }
 
@@ -69,8 +69,15 @@ pub trait HubView: Send + Sync + 'static {
     fn cluster(&self, namespace: &str, name: &str) -> Option<Value>;
     /// `/readyz` inputs.
     fn ready(&self) -> HubReadiness;
-    /// Leader election state (followers answer `/v1/*` with 503).
+    /// Leader election state.
     fn leader(&self) -> LeaderState;
+
+    /// Why this replica cannot answer `/v1/*` right now (a `503 NotPublished` after the
+    /// caller was authenticated and authorized), e.g. a follower that has not read the
+    /// published status yet; `None` (the default) when it can.
+    fn v1_unavailable(&self) -> Option<String> {
+        None
+    }
 
     /// The `/v1/report` body: [`report`](Self::report) as JSON. Implementations over a large
     /// fleet keep the bytes until their state changes; called on a blocking thread.
@@ -97,6 +104,7 @@ struct StaticState {
     clusters: BTreeMap<(String, String), Value>,
     ready: HubReadiness,
     leader: LeaderState,
+    unavailable: Option<String>,
 }
 
 impl StaticHubView {
@@ -145,6 +153,11 @@ impl StaticHubView {
     pub fn set_leader(&self, leader: LeaderState) {
         self.write().leader = leader;
     }
+
+    /// Make `/v1/*` answer 503 with `message` (`None`: serve again).
+    pub fn set_unavailable(&self, message: Option<String>) {
+        self.write().unavailable = message;
+    }
 }
 
 impl HubView for StaticHubView {
@@ -169,5 +182,9 @@ impl HubView for StaticHubView {
 
     fn leader(&self) -> LeaderState {
         self.read().leader.clone()
+    }
+
+    fn v1_unavailable(&self) -> Option<String> {
+        self.read().unavailable.clone()
     }
 }

@@ -227,7 +227,8 @@ pub struct IssuerArgs {
     /// `namespace/name` of the hub Secret holding the issuer's signing keys (PKCS#8 PEM under
     /// `signing-keys.pem`, the first one signs). The hub creates it with a new ES256 key if
     /// absent; an existing Secret with malformed or foreign keys is refused and never
-    /// overwritten. RBAC: get and update on that Secret (create, the first time).
+    /// overwritten. RBAC: get, create and update on that Secret (update: the leader's key and
+    /// CA rotation write it, with its resourceVersion).
     #[arg(long, value_name = "NS/NAME", value_parser = secret::parse_issuer_key_secret, requires = "issuer_url")]
     pub issuer_key_secret: Option<secret::SecretRef>,
 

@@ -10,8 +10,10 @@ use crate::access::audience::{AUDIENCE_KEY, derived_audience, validate_audience}
 
 /// The spoke ClusterRole (`deploy/spoke/clusterrole.yaml`), embedded.
 pub const SPOKE_CLUSTER_ROLE_YAML: &str = include_str!("../../../deploy/spoke/clusterrole.yaml");
-/// Name of the ClusterRoleBinding printed for the hub's user.
-pub const BINDING_NAME: &str = "kleym-hub";
+/// Name of the ClusterRoleBinding printed for the hub's identity: apart from the hub
+/// chart's own `<release>-hub` ClusterRoleBinding, which a hub cluster that is also its own
+/// spoke holds beside it.
+pub const BINDING_NAME: &str = "kleym-hub-access";
 /// The kubeconfig extension the exec plugin reads as `spec.cluster.config`.
 pub const EXEC_EXTENSION: &str = "client.authentication.k8s.io/exec";
 
@@ -27,6 +29,12 @@ pub struct TrustInputs {
     pub subject: String,
     /// Prefix of the mapped username (e.g. `kleym:`).
     pub username_prefix: String,
+    /// `apiVersion` of the printed `AuthenticationConfiguration` (see
+    /// [`authentication_api_version`]).
+    pub authentication_api_version: &'static str,
+    /// Bind [`TrustInputs::subject`] as a group instead of a user (credentials whose
+    /// identity the spoke's own authenticators establish).
+    pub bind_group: bool,
 }
 
 impl TrustInputs {
@@ -34,6 +42,47 @@ impl TrustInputs {
     pub fn username(&self) -> String {
         format!("{}{}", self.username_prefix, self.subject)
     }
+}
+
+/// The `apiserver.config.k8s.io` version of `AuthenticationConfiguration` that a spoke API
+/// server of Kubernetes `1.<minor>` reads: `v1alpha1` from 1.29 (behind the
+/// `StructuredAuthenticationConfiguration` feature gate, off by default there), `v1beta1`
+/// from 1.30 (gate on by default) and `v1` from 1.34 (GA). Later servers still read
+/// `v1beta1`, so the oldest version a fleet runs decides.
+pub fn authentication_api_version(minor: u32) -> Result<&'static str, String> {
+    match minor {
+        0..=28 => Err(format!(
+            "Kubernetes 1.{minor} has no structured authentication configuration \
+             (--authentication-config needs 1.29 with the StructuredAuthenticationConfiguration \
+             feature gate, or 1.30 and later)"
+        )),
+        29 => Ok("apiserver.config.k8s.io/v1alpha1"),
+        30..=33 => Ok("apiserver.config.k8s.io/v1beta1"),
+        _ => Ok("apiserver.config.k8s.io/v1"),
+    }
+}
+
+/// Parses a Kubernetes version as `--apiserver-version` takes it (`1.30`, `v1.33`,
+/// `1.34.2`) into its minor number.
+pub fn parse_kubernetes_minor(text: &str) -> Result<u32, String> {
+    let bad = || format!("{text:?}: expected a Kubernetes version such as 1.30 or v1.34.1");
+    let rest = text.strip_prefix('v').unwrap_or(text);
+    let mut parts = rest.split('.');
+    let (Some(major), Some(minor)) = (parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    if major != "1" || parts.clone().count() > 1 {
+        return Err(bad());
+    }
+    if let Some(patch) = parts.next()
+        && (patch.is_empty() || !patch.bytes().all(|b| b.is_ascii_digit()))
+    {
+        return Err(bad());
+    }
+    if minor.is_empty() || !minor.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    minor.parse().map_err(|_| bad())
 }
 
 /// One spoke as the profile describes it.
@@ -159,7 +208,7 @@ pub fn authentication_configuration(inputs: &TrustInputs, target: &SpokeTarget) 
         issuer["audienceMatchPolicy"] = json!("MatchAny");
     }
     json!({
-        "apiVersion": "apiserver.config.k8s.io/v1",
+        "apiVersion": inputs.authentication_api_version,
         "kind": "AuthenticationConfiguration",
         "jwt": [{
             "issuer": issuer,
@@ -178,8 +227,10 @@ pub fn authentication_configuration(inputs: &TrustInputs, target: &SpokeTarget) 
     })
 }
 
-/// The ClusterRoleBinding of the hub's user to the spoke ClusterRole.
+/// The ClusterRoleBinding of the hub's user (or group) to the spoke ClusterRole: the one
+/// binding of the hub's identity in a spoke, whatever the credential.
 pub fn cluster_role_binding(inputs: &TrustInputs) -> Value {
+    let kind = if inputs.bind_group { "Group" } else { "User" };
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
@@ -188,7 +239,7 @@ pub fn cluster_role_binding(inputs: &TrustInputs) -> Value {
             "labels": {"app.kubernetes.io/name": "kleym", "app.kubernetes.io/component": "hub-access"},
         },
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kleym-spoke"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": inputs.username()}],
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": inputs.username()}],
     })
 }
 
@@ -208,6 +259,22 @@ mod tests {
             issuer_ca_pem: "-----BEGIN CERTIFICATE-----\n...\n".into(),
             subject: "spiffe://example.org/kleym/hub".into(),
             username_prefix: "kleym:".into(),
+            authentication_api_version: "apiserver.config.k8s.io/v1beta1",
+            bind_group: false,
+        }
+    }
+
+    #[test]
+    fn authentication_config_version_follows_the_spoke_kubernetes_version() {
+        let v = |t: &str| authentication_api_version(parse_kubernetes_minor(t).unwrap());
+        assert!(v("1.28").is_err());
+        assert_eq!(v("1.29").unwrap(), "apiserver.config.k8s.io/v1alpha1");
+        assert_eq!(v("v1.30").unwrap(), "apiserver.config.k8s.io/v1beta1");
+        assert_eq!(v("1.33.4").unwrap(), "apiserver.config.k8s.io/v1beta1");
+        assert_eq!(v("1.34").unwrap(), "apiserver.config.k8s.io/v1");
+        assert_eq!(v("1.40").unwrap(), "apiserver.config.k8s.io/v1");
+        for bad in ["", "1", "2.30", "1.x", "1.30.", "1.30.1.2", "v", "1..3"] {
+            assert!(parse_kubernetes_minor(bad).is_err(), "{bad:?}");
         }
     }
 
@@ -300,6 +367,7 @@ mod tests {
         )
         .unwrap();
         let c = authentication_configuration(&inputs(), &t);
+        assert_eq!(c["apiVersion"], "apiserver.config.k8s.io/v1beta1");
         let jwt = &c["jwt"][0];
         assert_eq!(
             jwt["issuer"]["audiences"],
@@ -317,6 +385,17 @@ mod tests {
             "kleym:spiffe://example.org/kleym/hub"
         );
         assert_eq!(b["roleRef"]["name"], "kleym-spoke");
+        assert_eq!(b["subjects"][0]["kind"], "User");
+        let g = cluster_role_binding(&TrustInputs {
+            subject: "eks:kleym-hub".into(),
+            username_prefix: String::new(),
+            bind_group: true,
+            ..inputs()
+        });
+        assert_eq!(
+            g["subjects"][0],
+            json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "eks:kleym-hub"})
+        );
         assert!(SPOKE_CLUSTER_ROLE_YAML.contains("name: kleym-spoke"));
         assert_eq!(cel_string("a'b\\c"), r"'a\'b\\c'");
     }

@@ -7,18 +7,22 @@
 //! - [`routers`]: the hub API ([`api_router`], on `--api-addr`) and the health routers
 //!   ([`health_router`] on `--metrics-addr`, [`probe_router`] on `--health-addr`);
 //! - [`run`]: [`run_hub`], all of it from flags until shutdown;
-//! - [`view`]: what the HTTP API serves, over the fleet state ([`FleetHubView`]).
+//! - [`view`]: what the HTTP API serves, over the fleet state ([`FleetHubView`]);
+//! - [`published`]: what a follower serves instead, the published status objects
+//!   ([`PublishedStatus`]).
 //!
 //! This is the top of the hub's dependency graph: it imports the domain modules, and none
 //! of them (nor its own children) imports it back.
 
 pub mod args;
+pub mod published;
 pub mod routers;
 pub mod run;
 pub mod start;
 pub mod view;
 
 pub use args::{HubArgs, hub_client};
+pub use published::PublishedStatus;
 pub use routers::{
     api_router, health_router, probe_router, ready_check, ready_check_with_issuer, serve_health,
 };

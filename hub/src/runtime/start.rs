@@ -125,10 +125,17 @@ pub fn start_hub_with(
         (leader::always_leader(), None, LeaderInfo::always_leader())
     };
     let inventory_synced = InventorySynced::default();
-    let view = Arc::new(
-        FleetHubView::new(state.clone(), inventory_synced.clone(), leader_info)
-            .with_inventory_version(inventory_version.clone()),
-    );
+    let mut view = FleetHubView::new(state.clone(), inventory_synced.clone(), leader_info)
+        .with_inventory_version(inventory_version.clone());
+    if args.leader_elect && args.api.serves() {
+        // Followers answer `/v1/*` from the published status objects, watched here (a
+        // replica that leads now may follow later). Without the API nothing reads them.
+        view = view.with_published(super::published::PublishedStatus::watch(
+            client.clone(),
+            shutdown.clone(),
+        ));
+    }
+    let view = Arc::new(view);
     // The loop writes only while `state.is_leader()`, which the supervisor keeps current.
     let status = options.status.map(|o| {
         tokio::spawn(run_status_loop(

@@ -1,6 +1,8 @@
 //! The real hub's [`HubView`] (what the HTTP API serves) over the supervisor's
 //! [`FleetState`], the inventory-synced flag and leader election, plus the scrape-time
-//! metrics collector of per-spoke state and findings. A leaf of the hub's assembly: it
+//! metrics collector of per-spoke state and findings. The leader serves its own fleet
+//! state; a follower (which runs no spokes) serves the leader's published status objects
+//! ([`PublishedStatus`]), so every replica behind the Service answers `/v1/*`. A leaf of the hub's assembly: it
 //! reads the fleet, inventory and leader state the start-up hands it and imports nothing of
 //! [`crate::runtime`].
 //!
@@ -27,6 +29,8 @@ use crate::http::view::{clusters_body, json_bytes};
 use crate::http::{EncodeError, HubReadiness, HubView, LeaderState};
 use crate::inventory::{InventorySynced, InventoryVersion};
 use crate::report::{FullReport, SpokeObservation, cluster_status};
+
+use super::published::PublishedStatus;
 
 /// What this replica knows of the Lease holder.
 #[derive(Debug, Clone, Default)]
@@ -111,6 +115,10 @@ pub struct FleetHubView {
     leader: LeaderInfo,
     report_body: Arc<CachedBody>,
     clusters_body: Arc<CachedBody>,
+    /// What a follower serves (`None`: no leader election, this replica always leads).
+    published: Option<PublishedStatus>,
+    published_report: Arc<CachedBody>,
+    published_clusters: Arc<CachedBody>,
 }
 
 impl FleetHubView {
@@ -123,7 +131,21 @@ impl FleetHubView {
             leader,
             report_body: Arc::default(),
             clusters_body: Arc::default(),
+            published: None,
+            published_report: Arc::default(),
+            published_clusters: Arc::default(),
         }
+    }
+
+    /// Serves `published` on `/v1/*` while this replica follows.
+    pub fn with_published(mut self, published: PublishedStatus) -> Self {
+        self.published = Some(published);
+        self
+    }
+
+    /// The published status to serve from: `Some` while this replica follows.
+    fn following(&self) -> Option<&PublishedStatus> {
+        self.published.as_ref().filter(|_| !self.leader().is_leader)
     }
 
     /// Reports `version` (the ClusterProfile version the inventory reads) in `/readyz`; a
@@ -163,11 +185,20 @@ impl FleetHubView {
 
 impl HubView for FleetHubView {
     fn report(&self) -> Value {
-        let report = FullReport::from_fleet(&self.state, chrono::Utc::now());
+        let report = match self.following() {
+            Some(p) => match p.report() {
+                Ok(r) => r,
+                Err(e) => return json!({"error": e.to_string()}),
+            },
+            None => FullReport::from_fleet(&self.state, chrono::Utc::now()),
+        };
         serde_json::to_value(report).unwrap_or_else(|e| json!({"error": e.to_string()}))
     }
 
     fn clusters(&self) -> Vec<Value> {
+        if let Some(p) = self.following() {
+            return p.clusters().unwrap_or_default();
+        }
         let now = chrono::Utc::now();
         self.state
             .spokes()
@@ -177,6 +208,9 @@ impl HubView for FleetHubView {
     }
 
     fn cluster(&self, namespace: &str, name: &str) -> Option<Value> {
+        if let Some(p) = self.following() {
+            return p.cluster(namespace, name).ok().flatten();
+        }
         self.state
             .get(&format!("{namespace}/{name}"))
             .map(|s| Self::cluster_value(&s, chrono::Utc::now()))
@@ -203,13 +237,40 @@ impl HubView for FleetHubView {
     /// Built once per fleet state change: `generatedAt` (and the status conditions' times)
     /// say when, i.e. the first request after the change.
     fn report_json(&self) -> Result<Bytes, EncodeError> {
+        if let Some(p) = self.following() {
+            return self
+                .published_report
+                .get_or_build(p.version(), || {
+                    p.report()
+                        .map_err(|e| EncodeError(e.to_string()))
+                        .and_then(|r| json_bytes(&r))
+                })
+                .as_ref()
+                .clone();
+        }
         self.cached(&self.report_body, || {
             json_bytes(&FullReport::from_fleet(&self.state, chrono::Utc::now()))
         })
     }
 
     fn clusters_json(&self) -> Result<Bytes, EncodeError> {
+        if let Some(p) = self.following() {
+            return self
+                .published_clusters
+                .get_or_build(p.version(), || {
+                    p.clusters()
+                        .map_err(|e| EncodeError(e.to_string()))
+                        .and_then(|items| clusters_body(&items))
+                })
+                .as_ref()
+                .clone();
+        }
         self.cached(&self.clusters_body, || clusters_body(&self.clusters()))
+    }
+
+    fn v1_unavailable(&self) -> Option<String> {
+        let p = self.following()?;
+        p.report().err().map(|e| e.to_string())
     }
 
     fn leader(&self) -> LeaderState {

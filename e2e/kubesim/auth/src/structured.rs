@@ -1,5 +1,8 @@
-//! Structured authentication: a real `apiserver.config.k8s.io/v1` `AuthenticationConfiguration`
-//! with `jwt[]` authenticators, validated and evaluated as kube-apiserver does.
+//! Structured authentication: a real `apiserver.config.k8s.io` `AuthenticationConfiguration`
+//! with `jwt[]` authenticators, validated and evaluated as kube-apiserver does. The API
+//! versions accepted are those of the Kubernetes release kubesim reports at `/version`
+//! (1.33): `v1beta1` and `v1alpha1`; `v1` is served from 1.34 on and refused here, as a
+//! 1.33 API server refuses it.
 //!
 //! Supported: `issuer.url`, `issuer.discoveryURL`, `issuer.certificateAuthority`,
 //! `issuer.audiences`, `issuer.audienceMatchPolicy`, `claimValidationRules` (`claim` +
@@ -24,9 +27,9 @@ use serde_json::{Map, Value, json};
 use crate::external::{ExternalIssuer, ExternalIssuerConfig};
 use crate::{AuthError, Result, UserInfo};
 
-/// The API versions of `AuthenticationConfiguration` accepted.
+/// The API versions of `AuthenticationConfiguration` accepted: those kube-apiserver 1.33
+/// decodes (`v1alpha1` since 1.29, `v1beta1` since 1.30; `v1` only from 1.34).
 pub const API_VERSIONS: &[&str] = &[
-    "apiserver.config.k8s.io/v1",
     "apiserver.config.k8s.io/v1beta1",
     "apiserver.config.k8s.io/v1alpha1",
 ];

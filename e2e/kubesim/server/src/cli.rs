@@ -78,7 +78,7 @@ pub struct Args {
     #[arg(long)]
     pub no_client_certs: bool,
     /// CLUSTER=FILE: that cluster also authenticates JWTs with the `jwt` authenticators of
-    /// FILE, an `apiserver.config.k8s.io/v1` `AuthenticationConfiguration` (kube-apiserver's
+    /// FILE, an `apiserver.config.k8s.io/v1beta1` (or `v1alpha1`) `AuthenticationConfiguration` (kube-apiserver's
     /// `--authentication-config`): OIDC discovery over HTTPS with `issuer.certificateAuthority`,
     /// JWKS refetch on an unknown `kid`, `iss`/`aud`/`exp`/`nbf`, `claimValidationRules`,
     /// `claimMappings` (username, groups, uid) and CEL `userValidationRules`. Fields kubesim

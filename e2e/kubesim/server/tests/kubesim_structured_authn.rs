@@ -12,7 +12,7 @@ use std::time::Duration;
 fn authn_config(issuer: &ClusterHandle, audience: &str) -> String {
     let ca = issuer.ca_pem().replace('\n', "\n          ");
     format!(
-        r#"apiVersion: apiserver.config.k8s.io/v1
+        r#"apiVersion: apiserver.config.k8s.io/v1beta1
 kind: AuthenticationConfiguration
 jwt:
   - issuer:
@@ -208,7 +208,7 @@ async fn kubesim_command_loads_and_reloads_the_authentication_config() {
     // Refused at start-up, field named.
     std::fs::write(
         &file,
-        "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt:\n  - issuer: {url: 'http://x', audiences: [a]}\n    claimMappings: {username: {claim: sub, prefix: ''}}\n",
+        "apiVersion: apiserver.config.k8s.io/v1beta1\nkind: AuthenticationConfiguration\njwt:\n  - issuer: {url: 'http://x', audiences: [a]}\n    claimMappings: {username: {claim: sub, prefix: ''}}\n",
     )
     .unwrap();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubesim"))
@@ -318,7 +318,7 @@ async fn kubesim_command_loads_and_reloads_the_authentication_config() {
     );
 
     // An invalid new file is refused; the previous configuration stays in force.
-    std::fs::write(&file, "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\njwt: [{issuer: {url: 'http://x'}}]\n").unwrap();
+    std::fs::write(&file, "apiVersion: apiserver.config.k8s.io/v1beta1\nkind: AuthenticationConfiguration\njwt: [{issuer: {url: 'http://x'}}]\n").unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(review(spoke.clone(), token.clone()).await.is_some());
     // And the file is still watched: a valid file that no longer trusts the hub takes effect.
@@ -345,7 +345,7 @@ async fn kubesim_command_loads_and_reloads_the_authentication_config() {
 
 fn authn_yaml(url: &str, ca: &str, audience: &str) -> String {
     serde_json::json!({
-        "apiVersion": "apiserver.config.k8s.io/v1",
+        "apiVersion": "apiserver.config.k8s.io/v1beta1",
         "kind": "AuthenticationConfiguration",
         "jwt": [{"issuer": {"url": url, "audiences": [audience], "certificateAuthority": ca},
                  "claimMappings": {"username": {"claim": "sub", "prefix": "kleym:"}}}],

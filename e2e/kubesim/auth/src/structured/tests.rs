@@ -118,7 +118,7 @@ fn publish(server: &DocServer, issuer: &str, keys: &[&Es256]) {
 /// The configuration `kleym trust-config` prints, for one spoke.
 fn config(issuer: &str, audience: &str) -> Value {
     json!({
-        "apiVersion": "apiserver.config.k8s.io/v1",
+        "apiVersion": "apiserver.config.k8s.io/v1beta1",
         "kind": "AuthenticationConfiguration",
         "jwt": [{
             "issuer": {
@@ -329,6 +329,22 @@ fn refuses_invalid_and_unsupported_configuration_naming_the_field() {
     refused(&|c| c["jwt"][0]["issuer"]["bogus"] = json!(1), "bogus");
     refused(&|c| c["anonymous"] = json!({"enabled": true}), "anonymous");
     refused(&|c| c["apiVersion"] = json!("v1"), "apiVersion");
+    // kubesim is Kubernetes 1.33, which serves v1alpha1 and v1beta1; v1 arrives in 1.34.
+    refused(
+        &|c| c["apiVersion"] = json!("apiserver.config.k8s.io/v1"),
+        "apiVersion",
+    );
+    for accepted in [
+        "apiserver.config.k8s.io/v1alpha1",
+        "apiserver.config.k8s.io/v1beta1",
+    ] {
+        let mut c = config("https://issuer.example", "https://spoke.example");
+        c["apiVersion"] = json!(accepted);
+        assert!(
+            AuthenticationConfiguration::from_value(&c).is_ok(),
+            "{accepted} must load"
+        );
+    }
     refused(
         &|c| {
             let j = c["jwt"][0].clone();
