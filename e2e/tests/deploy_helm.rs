@@ -16,7 +16,7 @@ mod deploy_support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use deploy_support::{assert_kleym_accepts, documents, repo_root};
+use deploy_support::{assert_kleym_accepts, documents, repo_root, run_kleym_without_cluster};
 use kleym_e2e::fixtures::all_crds;
 use kubesim::testing::Kubectl;
 use kubesim::{Kubesim, KubesimOptions};
@@ -889,10 +889,18 @@ fn single_cluster_mode_runs_the_spoke_with_the_deploy_spoke_rules() {
 
 #[test]
 fn the_spoke_check_rejects_flags_kleym_does_not_know() {
-    // assert_kleym_accepts can fail: an unknown flag is a usage error.
+    // What assert_kleym_accepts tells apart: an unknown flag is clap's usage error (exit 2,
+    // naming the flag), never the run stopping at the missing kubeconfig (exit 1).
     let bad = vec!["spoke".to_string(), "--trust-domainn=x".to_string()];
-    let outcome = std::panic::catch_unwind(|| assert_kleym_accepts(&bad));
-    assert!(outcome.is_err());
+    let (code, stderr) = run_kleym_without_cluster(&bad);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unexpected argument '--trust-domainn'"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("kubeconfig"), "{stderr}");
+    // The same command line with the flag spelled right reaches the kubeconfig.
+    assert_kleym_accepts(&["spoke".to_string(), "--trust-domain=x".to_string()]);
 }
 
 /// Copies the directory `from` into `to`, recursively.

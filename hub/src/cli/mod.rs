@@ -40,7 +40,8 @@ pub enum Command {
         long_about = "Print kleym's CustomResourceDefinitions (InferenceIdentityBinding, \
         kleym.io/v1alpha1) as multi-document YAML on stdout.\n\n\
         Install them with `kleym crds | kubectl apply --server-side -f -`. The Helm chart's \
-        charts/kleym/crds/ holds the same documents, generated from this output."
+        charts/kleym/crds/ holds the same documents, one file each, written by \
+        `kleym crds --write charts/kleym/crds`."
     )]
     Crds(crds::Args),
     /// Run the single-cluster operator: compile this cluster's InferenceIdentityBindings

@@ -44,7 +44,7 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     )?;
     let state = hub.state.clone();
-    let issuer = start_issuer(
+    let (issuer, issuer_addr) = start_issuer(
         args,
         hub.issuer_metrics.clone(),
         client.clone(),
@@ -52,10 +52,24 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     )
     .await?;
+    let mut bound = health.bound().context("reading the listeners' addresses")?;
+    if let Some(l) = &api_listener {
+        bound.push((
+            "api",
+            l.local_addr().context("reading --api-addr's address")?,
+        ));
+    }
+    if let Some(addr) = issuer_addr {
+        bound.push(("issuer", addr));
+    }
+    if let Some(path) = &args.listen_addrs_file {
+        crate::observe::listen_addrs::write(path, &bound)?;
+    }
     tracing::info!(
         metrics_addr = %args.metrics_addr,
         health_addr = ?health.health_addr(),
         api_addr = ?api_listener.as_ref().map(|_| args.api.api_addr),
+        listening = ?bound,
         api_auth_mode = ?args.api.auth_mode(),
         leader_elect = args.leader_elect,
         "kleym hub starting"
@@ -91,30 +105,40 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
 }
 
 /// With `--issuer-url`: binds `--issuer-listen-addr` and starts the issuer
-/// ([`crate::issuer::serve::start`]). Any configuration or key problem is fatal at start-up.
+/// ([`crate::issuer::serve::start`]); returns its task and the address it listens on. Any
+/// configuration or key problem is fatal at start-up.
 async fn start_issuer(
     args: &HubArgs,
     metrics: crate::issuer::metrics::IssuerMetrics,
     client: kube::Client,
     is_leader: crate::issuer::serve::IsLeader,
     shutdown: CancellationToken,
-) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+) -> anyhow::Result<(
+    Option<tokio::task::JoinHandle<()>>,
+    Option<std::net::SocketAddr>,
+)> {
     if let Some(mirror) = args.issuer.mirror_settings()? {
         let listener = tokio::net::TcpListener::bind(mirror.listen_addr)
             .await
             .with_context(|| format!("binding --issuer-listen-addr {}", mirror.listen_addr))?;
+        let addr = listener
+            .local_addr()
+            .context("reading --issuer-listen-addr's address")?;
         let (_, task) =
             crate::issuer::serve::start_mirror(&mirror, listener, client, shutdown).await?;
-        return Ok(Some(task));
+        return Ok((Some(task), Some(addr)));
     }
     let Some(mut settings) = args.issuer.settings()? else {
-        return Ok(None);
+        return Ok((None, None));
     };
     settings.metrics = metrics;
     let listener = tokio::net::TcpListener::bind(settings.listen_addr)
         .await
         .with_context(|| format!("binding --issuer-listen-addr {}", settings.listen_addr))?;
+    let addr = listener
+        .local_addr()
+        .context("reading --issuer-listen-addr's address")?;
     let (_, task) =
         crate::issuer::serve::start(&settings, listener, client, is_leader, shutdown).await?;
-    Ok(Some(task))
+    Ok((Some(task), Some(addr)))
 }
