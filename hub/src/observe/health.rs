@@ -221,6 +221,9 @@ mod tests {
         assert_eq!(separate_health_addr(None, metrics), None);
         assert_eq!(separate_health_addr(Some(other), metrics), Some(other));
         assert_eq!(separate_health_addr(Some(metrics), metrics), None);
+        // Port 0 twice asks for two ports of the system's choosing.
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(separate_health_addr(Some(any), any), Some(any));
     }
 
     /// Both listeners follow the check; only the `--metrics-addr` one serves `/metrics`,
