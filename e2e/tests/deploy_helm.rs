@@ -16,7 +16,7 @@ mod deploy_support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use deploy_support::{assert_kleym_accepts, documents, repo_root};
+use deploy_support::{assert_kleym_accepts, documents, repo_root, run_kleym_without_cluster};
 use kleym_e2e::fixtures::all_crds;
 use kubesim::testing::Kubectl;
 use kubesim::{Kubesim, KubesimOptions};
@@ -917,10 +917,18 @@ fn single_cluster_mode_runs_the_spoke_with_the_deploy_spoke_rules() {
 
 #[test]
 fn the_spoke_check_rejects_flags_kleym_does_not_know() {
-    // assert_kleym_accepts can fail: an unknown flag is a usage error.
+    // What assert_kleym_accepts tells apart: an unknown flag is clap's usage error (exit 2,
+    // naming the flag), never the run stopping at the missing kubeconfig (exit 1).
     let bad = vec!["spoke".to_string(), "--trust-domainn=x".to_string()];
-    let outcome = std::panic::catch_unwind(|| assert_kleym_accepts(&bad));
-    assert!(outcome.is_err());
+    let (code, stderr) = run_kleym_without_cluster(&bad);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("unexpected argument '--trust-domainn'"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("kubeconfig"), "{stderr}");
+    // The same command line with the flag spelled right reaches the kubeconfig.
+    assert_kleym_accepts(&["spoke".to_string(), "--trust-domain=x".to_string()]);
 }
 
 /// Copies the directory `from` into `to`, recursively.
@@ -1691,4 +1699,135 @@ fn default_resources_fit_the_measured_sizing() {
         chart["version"], "0.2.0",
         "values changed: bump the chart version"
     );
+}
+
+/// The paths of `rendered` (below `path`) that are missing from `typed`, the same object
+/// after a trip through its Kubernetes API type: fields the type does not have (a misspelled
+/// or invented field, which the API server would drop or refuse). `null`s are skipped (they
+/// mean "unset").
+fn dropped_fields(rendered: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
+    match (rendered, typed) {
+        (Value::Object(r), Value::Object(t)) => {
+            for (k, v) in r {
+                let here = format!("{path}.{k}");
+                match t.get(k) {
+                    _ if v.is_null() => {}
+                    None => out.push(here),
+                    Some(tv) => dropped_fields(v, tv, &here, out),
+                }
+            }
+        }
+        (Value::Array(r), Value::Array(t)) => {
+            for (i, v) in r.iter().enumerate() {
+                let here = format!("{path}[{i}]");
+                match t.get(i) {
+                    None => out.push(here),
+                    Some(tv) => dropped_fields(v, tv, &here, out),
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `doc` through the k8s-openapi type of its kind and back: the fields it has that the type
+/// does not, or the error when it does not fit the type at all (a wrong value type, a wrong
+/// apiVersion). `None` for a kind that is not a built-in type.
+fn fields_outside_the_api_type(doc: &Value) -> Option<Result<Vec<String>, String>> {
+    use k8s_openapi::api::{apps, core, policy, rbac};
+    fn trip<K: serde::de::DeserializeOwned + serde::Serialize>(
+        doc: &Value,
+    ) -> Result<Vec<String>, String> {
+        let typed: K = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
+        let back = serde_json::to_value(&typed).map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        dropped_fields(doc, &back, "", &mut out);
+        Ok(out)
+    }
+    let kind = (doc["apiVersion"].as_str()?, doc["kind"].as_str()?);
+    Some(match kind {
+        ("apps/v1", "Deployment") => trip::<apps::v1::Deployment>(doc),
+        ("v1", "ServiceAccount") => trip::<core::v1::ServiceAccount>(doc),
+        ("v1", "Service") => trip::<core::v1::Service>(doc),
+        ("v1", "ConfigMap") => trip::<core::v1::ConfigMap>(doc),
+        ("policy/v1", "PodDisruptionBudget") => trip::<policy::v1::PodDisruptionBudget>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => trip::<rbac::v1::ClusterRole>(doc),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            trip::<rbac::v1::ClusterRoleBinding>(doc)
+        }
+        ("rbac.authorization.k8s.io/v1", "Role") => trip::<rbac::v1::Role>(doc),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding") => trip::<rbac::v1::RoleBinding>(doc),
+        _ => return None,
+    })
+}
+
+/// Every object the chart renders, under every value set, has only fields of its Kubernetes
+/// API type (k8s-openapi, an independent copy of the API's types): a misspelled field
+/// (`imagePullPolicy` as `imagePulPolicy`, `readinessProbe` nested one level off) fails here,
+/// where helm and YAML parsing accept it and the API server would drop it silently.
+#[test]
+fn every_rendered_object_has_only_fields_of_its_kubernetes_type() {
+    let mut checked = std::collections::BTreeSet::new();
+    for case in cases() {
+        for doc in helm_template(&case, false) {
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            let name = doc["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            match fields_outside_the_api_type(&doc) {
+                Some(Ok(unknown)) => {
+                    assert!(
+                        unknown.is_empty(),
+                        "{}: {kind} {name} has fields its API type does not: {unknown:?}",
+                        case.what
+                    );
+                    checked.insert(kind);
+                }
+                Some(Err(e)) => panic!("{}: {kind} {name} is not a valid {kind}: {e}", case.what),
+                // The Prometheus Operator's CRD, not a built-in type: its fields are checked
+                // in `optional_parts_render_as_valid_yaml`.
+                None if kind == "ServiceMonitor" => {}
+                None => panic!(
+                    "{}: {kind} {name}: add its k8s-openapi type to fields_outside_the_api_type",
+                    case.what
+                ),
+            }
+        }
+    }
+    // Every built-in kind the chart has was checked under some value set.
+    for kind in [
+        "Deployment",
+        "ServiceAccount",
+        "Service",
+        "ConfigMap",
+        "PodDisruptionBudget",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ] {
+        assert!(checked.contains(kind), "no {kind} rendered: {checked:?}");
+    }
+}
+
+#[test]
+fn the_field_check_finds_a_misspelled_or_misplaced_field() {
+    let mut dep = render(json!({}))
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .unwrap();
+    assert_eq!(fields_outside_the_api_type(&dep), Some(Ok(vec![])));
+    let container = &mut dep["spec"]["template"]["spec"]["containers"][0];
+    container["imagePulPolicy"] = json!("Always");
+    dep["spec"]["template"]["spec"]["readinessProbe"] = json!({"httpGet": {"path": "/readyz"}});
+    assert_eq!(
+        fields_outside_the_api_type(&dep),
+        Some(Ok(vec![
+            ".spec.template.spec.containers[0].imagePulPolicy".to_string(),
+            ".spec.template.spec.readinessProbe".to_string(),
+        ]))
+    );
+    dep["spec"]["replicas"] = json!("two");
+    assert!(matches!(fields_outside_the_api_type(&dep), Some(Err(_))));
 }

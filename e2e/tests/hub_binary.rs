@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, wait_for};
+use kleym_e2e::fixtures::hub_process::read_listen_addrs;
 use kleym_e2e::fixtures::plugins::{kleym_binary, static_token_plugin};
 use kleym_e2e::fixtures::profiles::register_admin_token_spoke;
 use serde_json::json;
@@ -46,12 +47,8 @@ async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
     )
     .unwrap();
 
-    let free_port = || {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
-    let addr = free_port();
-    let health_addr = free_port();
+    // Both listeners on ports the child chooses; it names them in --listen-addrs-file.
+    let addrs_file = dir.path().join("listen-addrs.json");
     let mut child = tokio::process::Command::new(&kleym)
         .args(["hub", "--kubeconfig"])
         .arg(f.hub_kubeconfig())
@@ -65,8 +62,10 @@ async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
             "json",
         ])
         .args(["--log-level", "info,kleym_hub=trace,kleym_spoke=trace"])
-        .args(["--metrics-addr", &addr.to_string()])
-        .args(["--health-addr", &health_addr.to_string()])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .args(["--health-addr", "127.0.0.1:0"])
+        .arg("--listen-addrs-file")
+        .arg(&addrs_file)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -85,6 +84,11 @@ async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
         e
     });
 
+    let addrs = read_listen_addrs(&addrs_file, LIMIT)
+        .await
+        .expect("the hub names its listeners");
+    let (addr, health_addr) = (addrs["metrics"], addrs["health"]);
+    assert_ne!(addr, health_addr, "two listeners");
     wait_for("bindings compiled by the kleym binary", LIMIT, || {
         let store = store.clone();
         async move { env::converged(&store, 2).then_some(()) }

@@ -405,6 +405,9 @@ async fn kleym_hub_binary_serves_the_issuer_and_refuses_bad_issuer_input() {
     let (cert, key) = (dir.path().join("issuer.crt"), dir.path().join("issuer.key"));
     std::fs::write(&cert, pki.serving_cert_pem()).unwrap();
     std::fs::write(&key, pki.serving_key_pem()).unwrap();
+    // The one port chosen before the hub starts: the issuer URL names it, and the spoke and
+    // the plugin fetch from that URL, so it cannot be left to the hub (whose metrics port is
+    // its own choice, read back from its --listen-addrs-file by HubProcess).
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

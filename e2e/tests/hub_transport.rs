@@ -167,8 +167,20 @@ async fn an_engaged_spoke_holds_one_connection_and_survives_goaway_without_dupli
     })
     .await
     .unwrap();
-    // Let any straggling write land before counting.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Count once every write begun has been answered: each write is made by a reconcile, and
+    // a request resent after the GOAWAY is part of the reconcile that sent it, so with the
+    // binding converged and no reconcile running (seen on the reconciler's own counters),
+    // nothing is still on its way.
+    let metrics = state
+        .spoke_metrics()
+        .get("fleet/s1")
+        .expect("s1's reconciler");
+    wait_for("no reconcile running after converging", LIMIT, || {
+        let metrics = metrics.clone();
+        async move { metrics.no_reconcile_running().then_some(()) }
+    })
+    .await
+    .unwrap();
     let writes: Vec<String> = spoke
         .requests()
         .entries()

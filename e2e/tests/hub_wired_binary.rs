@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kleym_api::hub_status::{ClusterIdentityStatus, FLEET_REPORT_NAME, FleetIdentityReport};
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, wait_for};
+use kleym_e2e::fixtures::hub_process::read_listen_addrs;
 use kleym_e2e::fixtures::plugins::{kleym_binary, static_token_plugin};
 use kleym_e2e::fixtures::profiles::{PROFILE_NS, register_admin_token_spoke};
 use kube::api::{Api, PostParams};
@@ -44,11 +45,6 @@ async fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> Option<(u16, 
 /// axum with a known length).
 fn json_body(body: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
-}
-
-fn free_addr() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
 }
 
 async fn create<K>(api: &Api<K>, obj: Value)
@@ -122,7 +118,8 @@ async fn kleym_hub_binary_writes_status_and_serves_the_authenticated_api() {
     std::fs::write(&pf, json!({ "providers": providers }).to_string()).unwrap();
     setup_readers(&f.hub_client).await;
 
-    let (metrics_addr, api_addr) = (free_addr(), free_addr());
+    // Ports the child chooses, named in its --listen-addrs-file.
+    let addrs_file = dir.path().join("listen-addrs.json");
     let mut child = tokio::process::Command::new(&kleym)
         .args(["hub", "--kubeconfig"])
         .arg(f.hub_kubeconfig())
@@ -130,8 +127,10 @@ async fn kleym_hub_binary_writes_status_and_serves_the_authenticated_api() {
         .arg(&pf)
         .args(["--trust-domain", "wired.example", "--namespace", HUB_NS])
         .args(["--lease-duration-seconds", "3"])
-        .args(["--metrics-addr", &metrics_addr.to_string()])
-        .args(["--api-addr", &api_addr.to_string()])
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .args(["--api-addr", "127.0.0.1:0"])
+        .arg("--listen-addrs-file")
+        .arg(&addrs_file)
         .args(["--api-insecure-http", "--api-auth-mode", "enforce"])
         .args(["--log-level", "info"])
         .stdout(Stdio::null())
@@ -146,6 +145,10 @@ async fn kleym_hub_binary_writes_status_and_serves_the_authenticated_api() {
         e
     });
 
+    let addrs = read_listen_addrs(&addrs_file, LIMIT)
+        .await
+        .expect("the hub names its listeners");
+    let (metrics_addr, api_addr): (SocketAddr, SocketAddr) = (addrs["metrics"], addrs["api"]);
     // Ready once the inventory synced and this replica won the Lease.
     for addr in [metrics_addr, api_addr] {
         wait_for("/readyz 200", LIMIT, || async move {

@@ -35,18 +35,14 @@ fn csid_versions(store: &Cluster) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 /// `kleym spoke` with `args`, without inheriting the variables its flags read.
 fn kleym_spoke(kubeconfig: &std::path::Path, args: &[&str]) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(kleym_binary().expect("kleym binary"));
     cmd.arg("spoke")
         .arg("--kubeconfig")
         .arg(kubeconfig)
-        .args(["--metrics-addr", &free_addr()])
+        // A port of its own choosing: nothing here reads it.
+        .args(["--metrics-addr", "127.0.0.1:0"])
         .args(args)
         .env_remove("KLEYM_TRUST_DOMAIN")
         .env_remove("KLEYM_SPIRE_CLASS_NAME")

@@ -8,10 +8,11 @@
 //! generation 2, its ClusterSPIFFEID still the old spec). The reconcile that wrote now
 //! sees the edit in its response and queues the binding again.
 //!
-//! The timing is made, not hoped for: kubesim delays every request by a second (so the
-//! status write is in flight), every watch is dropped and answered 410 on reconnect (so
-//! the edit reaches the reconciler only through the relist), and the edit is written to
-//! the store directly, between the two.
+//! The timing is made, not hoped for: kubesim delays every request by a second, the test
+//! waits until it sees kleym's status write pending in kubesim, every watch is dropped and
+//! answered 410 on reconnect (so the edit reaches the reconciler only through the relist),
+//! and the edit is written to the store directly, between the two; the test checks that the
+//! write was still waiting out its delay when the edit landed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,22 @@ use kubesim_store::{PatchType, Subresource, WriteOptions};
 use serde_json::json;
 
 const TD: &str = "prod.example.org";
+/// The latency of every request while the race is set up.
+const LATENCY: Duration = Duration::from_secs(1);
+/// How long a step of the set-up may take on a loaded machine.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Polls `f` every 10 ms until it returns `Some`, or panics after [`LIMIT`] naming `what`.
+async fn wait_until<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
 const NS: &str = "llm";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,8 +85,11 @@ async fn an_edit_carried_only_by_the_response_of_our_status_write_is_reconciled(
         ..WriteOptions::default()
     };
     let faults = cluster.faults();
-    // Every request from now on waits a second before kubesim handles it.
-    faults.set_latency(Duration::from_secs(1));
+    let requests = cluster.requests();
+    let status_path =
+        format!("/apis/kleym.io/v1alpha1/namespaces/{NS}/inferenceidentitybindings/chat/status");
+    // Every request from now on waits LATENCY before kubesim handles it.
+    faults.set_latency(LATENCY);
     // The status removed (as by a tenant): kleym's reconcile writes it again, and that
     // write waits.
     store
@@ -83,7 +103,15 @@ async fn an_edit_carried_only_by_the_response_of_our_status_write_is_reconciled(
             &user,
         )
         .expect("status written");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Seen, not hoped for: kleym's status write has reached kubesim and waits out the latency.
+    let write_received = wait_until("kleym's status write is pending", || {
+        requests
+            .pending()
+            .into_iter()
+            .find(|p| p.method == "PATCH" && p.path == status_path)
+            .map(|p| p.since)
+    })
+    .await;
     // The watches break (their reconnects get 410, so the caches relist), then the spec is
     // edited: the only event left to carry the edit is the relist.
     faults.force_gone_on_next_watches(20);
@@ -99,9 +127,36 @@ async fn an_edit_carried_only_by_the_response_of_our_status_write_is_reconciled(
             &user,
         )
         .expect("spec edited");
+    let edited_at = tokio::time::Instant::now();
     assert_eq!(edited.object["metadata"]["generation"], json!(2));
-    // The status write and the relist are through after a few seconds of latency.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The race this test reproduces was hit: the write was still waiting out its latency
+    // when the edit landed, so kubesim handles it after the edit and its response carries
+    // generation 2; and every reconnecting watch, sent after the drop, is handled after the
+    // edit too.
+    assert!(
+        edited_at < write_received + LATENCY,
+        "the status write was received {:?} before the edit: it may have been handled \
+         before it, and the race is not reproduced",
+        edited_at - write_received
+    );
+    // Keep the latency until the status write is answered and a watch of the bindings has
+    // reconnected after the drop (both handled after the edit), then lift it.
+    wait_until(
+        "the status write answered, a bindings watch reconnected",
+        || {
+            let log = requests.entries();
+            let written = log
+                .iter()
+                .any(|r| r.method == "PATCH" && r.path == status_path && r.at > edited_at);
+            let relisted = log.iter().any(|r| {
+                r.method == "GET"
+                    && r.path.ends_with("/inferenceidentitybindings")
+                    && r.at > edited_at
+            });
+            (written && relisted).then_some(())
+        },
+    )
+    .await;
     faults.set_latency(Duration::ZERO);
 
     let after = wait_observed(&bindings, "chat", conditions::READY).await;

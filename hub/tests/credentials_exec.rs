@@ -468,9 +468,31 @@ async fn cancelling_the_caller_kills_the_plugin_group() {
 async fn a_plugin_still_open_for_writing_is_retried_not_failed() {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
+    // The exec's own debug log, to see its ETXTBSY retry happen (the runtime has one thread,
+    // so the spawned exec logs to this thread's subscriber).
+    #[derive(Clone, Default)]
+    struct Log(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl Write for Log {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let log = Log::default();
+    let writer = log.clone();
+    let _guard = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish(),
+    );
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("busy.sh");
-    // The executable stays open for writing for 40 ms: exec fails with ETXTBSY meanwhile, as
+    // The executable stays open for writing until the exec was seen failing with ETXTBSY, as
     // it does when another thread's forked child still holds a just-written plugin open.
     let mut f = std::fs::File::create(&path).unwrap();
     writeln!(
@@ -485,7 +507,14 @@ async fn a_plugin_still_open_for_writing_is_retried_not_failed() {
     access.exec.command = path.display().to_string();
     access.exec.args.clear();
     let run = tokio::spawn(async move { run_plugin(&access, &opts()).await });
-    tokio::time::sleep(Duration::from_millis(40)).await;
+    let busy = || String::from_utf8_lossy(&log.0.lock().unwrap()).contains("ETXTBSY");
+    for _ in 0..1000 {
+        if busy() || run.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(busy(), "the exec never met the busy executable");
     drop(f);
     let c = run.await.unwrap().expect("retried once the file is closed");
     assert_eq!(c.token.unwrap().expose(), "tok-busy");

@@ -159,9 +159,9 @@ pub fn exposition_sample_names(exposition: &str) -> BTreeSet<String> {
     out
 }
 
-/// Runs the `kleym` binary with `args` and a kubeconfig that does not exist: the command
-/// line parses (else clap exits 2 with a usage error) and the run stops at the kubeconfig.
-pub fn assert_kleym_accepts(args: &[String]) {
+/// Runs the `kleym` binary with `args` and a kubeconfig that does not exist; returns its exit
+/// code and stderr.
+pub fn run_kleym_without_cluster(args: &[String]) -> (Option<i32>, String) {
     let kleym = kleym_e2e::fixtures::plugins::kleym_binary().expect("kleym binary");
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(kleym)
@@ -171,7 +171,16 @@ pub fn assert_kleym_accepts(args: &[String]) {
         .env_remove("KUBECONFIG")
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs the `kleym` binary with `args` and a kubeconfig that does not exist: the command
+/// line parses (else clap exits 2 with a usage error) and the run stops at the kubeconfig.
+pub fn assert_kleym_accepts(args: &[String]) {
+    let (code, stderr) = run_kleym_without_cluster(args);
+    assert_eq!(code, Some(1), "{args:?}: {stderr}");
     assert!(stderr.contains("kubeconfig"), "{args:?}: {stderr}");
 }

@@ -43,7 +43,7 @@ pub enum Command {
         FleetIdentityReport (cluster-scoped), which only the hub cluster needs.\n\n\
         Install them with `kleym crds | kubectl apply --server-side -f -`; applying all \
         three everywhere is harmless. The Helm chart's charts/kleym/crds/ holds the same \
-        documents, generated from this output."
+        documents, one file each, written by `kleym crds --write charts/kleym/crds`."
     )]
     Crds(crds::Args),
     /// Run the single-cluster operator: compile this cluster's InferenceIdentityBindings

@@ -55,6 +55,14 @@ pub struct Args {
     #[arg(long, value_name = "ADDR")]
     pub health_addr: Option<SocketAddr>,
 
+    /// Once every listener is bound, write the address each one got to this file, as one
+    /// JSON object (`{"metrics": "127.0.0.1:41234", "health": ...}`,
+    /// the listeners started only): for a supervisor or test that passes port 0 (e.g.
+    /// `--metrics-addr 127.0.0.1:0`) and needs the port the system chose. Written whole
+    /// (beside the file, then renamed over it).
+    #[arg(long, value_name = "PATH")]
+    pub listen_addrs_file: Option<std::path::PathBuf>,
+
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
@@ -129,9 +137,14 @@ async fn run_async(args: &Args) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
 
     let health = HealthListeners::bind(args.metrics_addr, args.health_addr).await?;
+    let bound = health.bound().context("reading the listeners' addresses")?;
+    if let Some(path) = &args.listen_addrs_file {
+        kleym_hub::observe::listen_addrs::write(path, &bound)?;
+    }
     tracing::info!(
         addr = %args.metrics_addr,
         health_addr = ?health.health_addr(),
+        listening = ?bound,
         trust_domain = %args.trust_domain,
         "kleym spoke starting"
     );

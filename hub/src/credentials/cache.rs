@@ -165,6 +165,10 @@ struct Inner {
     // atomic so that `report_success`, called on every request, is one load when idle.
     probation: AtomicU64,
     state: Mutex<State>,
+    // How many 401 reports reached the point of taking the lock (a unit test waits for it to
+    // know the report is blocked on the lock it holds, instead of sleeping and hoping).
+    #[cfg(test)]
+    reports_at_lock: AtomicU64,
 }
 
 /// The credentials of one spoke.
@@ -422,6 +426,8 @@ impl SpokeCredentials {
                 metrics,
                 invalidated: AtomicU64::new(0),
                 probation: AtomicU64::new(0),
+                #[cfg(test)]
+                reports_at_lock: AtomicU64::new(0),
                 state: Mutex::new(State::default()),
             }),
         }
@@ -484,6 +490,8 @@ impl SpokeCredentials {
         }
         // Rejecting and setting the backoff under one lock: a caller deciding under the lock
         // must never see the credential rejected before the backoff that keeps it is set.
+        #[cfg(test)]
+        inner.reports_at_lock.fetch_add(1, Ordering::AcqRel);
         let mut st = inner.lock();
         let previous = inner.invalidated.fetch_max(generation, Ordering::AcqRel);
         if previous >= generation {
@@ -654,13 +662,17 @@ mod tests {
         creds.inner.probation.store(1, Ordering::Release);
 
         // Hold the lock as a caller deciding what to serve would, while the 401 is reported;
-        // the sleep gives the report every chance to get as far as it can without the lock.
+        // wait until the report has done all it does before taking the lock (it is then
+        // blocked on it), so whatever it does without the lock is visible here.
         let st = creds.inner.lock();
         let reporter = {
             let creds = Arc::clone(&creds);
             std::thread::spawn(move || creds.invalidate_after_401(1))
         };
-        std::thread::sleep(Duration::from_millis(200));
+        while creds.inner.reports_at_lock.load(Ordering::Acquire) == 0 {
+            assert!(!reporter.is_finished(), "the report ended without the lock");
+            std::thread::yield_now();
+        }
         let entry = st.current.as_ref().unwrap();
         // Rejected without the backoff that keeps it served, the caller would re-exec at once.
         assert!(

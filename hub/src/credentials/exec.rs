@@ -329,6 +329,12 @@ pub async fn run_plugin(
                 // 5 ms doubling to 200 ms: about a second in all, then the error stands.
                 let wait = (5u64 << busy_retries).min(200);
                 busy_retries += 1;
+                tracing::debug!(
+                    command = %command,
+                    retry = busy_retries,
+                    retry_in_ms = wait,
+                    "plugin executable busy (ETXTBSY); retrying"
+                );
                 tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
             }
             other => break other,

@@ -87,7 +87,8 @@ async fn encode_metrics(registry: Arc<Registry>) -> Response {
 /// The `--health-addr` to bind besides `--metrics-addr`: `health`, unless it is unset or the
 /// same address (the probes are served there already).
 pub fn separate_health_addr(health: Option<SocketAddr>, metrics: SocketAddr) -> Option<SocketAddr> {
-    health.filter(|h| *h != metrics)
+    // Port 0 asks for a port of its own, so `127.0.0.1:0` twice is two listeners.
+    health.filter(|h| *h != metrics || h.port() == 0)
 }
 
 /// A health listener that could not be bound, naming its flag.
@@ -132,6 +133,16 @@ impl HealthListeners {
     /// log line).
     pub fn health_addr(&self) -> Option<SocketAddr> {
         self.probes.as_ref().map(|(addr, _)| *addr)
+    }
+
+    /// The addresses the listeners got (port 0 resolved), named `metrics` and `health` as in
+    /// `--listen-addrs-file`.
+    pub fn bound(&self) -> std::io::Result<Vec<(&'static str, SocketAddr)>> {
+        let mut out = vec![("metrics", self.metrics.local_addr()?)];
+        if let Some((_, probes)) = &self.probes {
+            out.push(("health", probes.local_addr()?));
+        }
+        Ok(out)
     }
 
     /// Serves [`metrics_router`] and, when bound, [`probe_router`] until `shutdown`.
@@ -210,6 +221,9 @@ mod tests {
         assert_eq!(separate_health_addr(None, metrics), None);
         assert_eq!(separate_health_addr(Some(other), metrics), Some(other));
         assert_eq!(separate_health_addr(Some(metrics), metrics), None);
+        // Port 0 twice asks for two ports of the system's choosing.
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(separate_health_addr(Some(any), any), Some(any));
     }
 
     /// Both listeners follow the check; only the `--metrics-addr` one serves `/metrics`,

@@ -122,6 +122,14 @@ pub struct HubArgs {
     #[arg(long, value_name = "ADDR")]
     pub health_addr: Option<SocketAddr>,
 
+    /// Once every listener is bound, write the address each one got to this file, as one
+    /// JSON object (`{"metrics": "127.0.0.1:41234", "health": ..., "api": ..., "issuer": ...}`,
+    /// the listeners started only): for a supervisor or test that passes port 0 (e.g.
+    /// `--metrics-addr 127.0.0.1:0`) and needs the port the system chose. Written whole
+    /// (beside the file, then renamed over it).
+    #[arg(long, value_name = "PATH")]
+    pub listen_addrs_file: Option<std::path::PathBuf>,
+
     /// The hub API (`--api-addr`, TLS, auth). Without `--tls-cert-file`/`--tls-key-file`
     /// or `--api-insecure-http` the API listener is not started (a warning is logged).
     #[command(flatten)]

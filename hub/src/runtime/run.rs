@@ -55,7 +55,7 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     )?;
     let state = hub.state.clone();
-    let (issuer_docs, issuer) = start_issuer(
+    let (issuer_docs, issuer, issuer_addr) = start_issuer(
         args,
         hub.issuer_metrics.clone(),
         client.clone(),
@@ -63,11 +63,25 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         shutdown.clone(),
     )
     .await?
-    .map_or((None, None), |(d, t)| (d, Some(t)));
+    .map_or((None, None, None), |(d, t, a)| (d, Some(t), Some(a)));
+    let mut bound = health.bound().context("reading the listeners' addresses")?;
+    if let Some(l) = &api_listener {
+        bound.push((
+            "api",
+            l.local_addr().context("reading --api-addr's address")?,
+        ));
+    }
+    if let Some(addr) = issuer_addr {
+        bound.push(("issuer", addr));
+    }
+    if let Some(path) = &args.listen_addrs_file {
+        crate::observe::listen_addrs::write(path, &bound)?;
+    }
     tracing::info!(
         metrics_addr = %args.metrics_addr,
         health_addr = ?health.health_addr(),
         api_addr = ?api_listener.as_ref().map(|_| args.api.api_addr),
+        listening = ?bound,
         api_auth_mode = ?args.api.auth_mode(),
         leader_elect = args.leader_elect,
         "kleym hub starting"
@@ -102,15 +116,17 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
     Ok(())
 }
 
-/// The issuer's documents and task, when the hub is an issuer.
+/// The issuer's documents, task and listening address, when the hub is an issuer.
 type IssuerStarted = Option<(
     Option<crate::issuer::serve::IssuerDocuments>,
     tokio::task::JoinHandle<()>,
+    std::net::SocketAddr,
 )>;
 
 /// With `--issuer-url`: binds `--issuer-listen-addr` and starts the issuer
 /// ([`crate::issuer::serve::start`]). Any configuration or key problem is fatal at start-up.
-/// Returns the documents served (whose refresh state `/readyz` reports) and the task.
+/// Returns the documents served (whose refresh state `/readyz` reports), the task and the
+/// address it listens on.
 async fn start_issuer(
     args: &HubArgs,
     metrics: crate::issuer::metrics::IssuerMetrics,
@@ -122,9 +138,12 @@ async fn start_issuer(
         let listener = tokio::net::TcpListener::bind(mirror.listen_addr)
             .await
             .with_context(|| format!("binding --issuer-listen-addr {}", mirror.listen_addr))?;
+        let addr = listener
+            .local_addr()
+            .context("reading --issuer-listen-addr's address")?;
         let (docs, task) =
             crate::issuer::serve::start_mirror(&mirror, listener, client, shutdown).await?;
-        return Ok(Some((Some(docs), task)));
+        return Ok(Some((Some(docs), task, addr)));
     }
     let Some(mut settings) = args.issuer.settings()? else {
         return Ok(None);
@@ -133,7 +152,10 @@ async fn start_issuer(
     let listener = tokio::net::TcpListener::bind(settings.listen_addr)
         .await
         .with_context(|| format!("binding --issuer-listen-addr {}", settings.listen_addr))?;
+    let addr = listener
+        .local_addr()
+        .context("reading --issuer-listen-addr's address")?;
     let (docs, task) =
         crate::issuer::serve::start(&settings, listener, client, is_leader, shutdown).await?;
-    Ok(Some((Some(docs), task)))
+    Ok(Some((Some(docs), task, addr)))
 }

@@ -75,6 +75,7 @@ pub struct SpokeMetrics {
     /// The condition that holds for each binding (one of the five condition types, so a
     /// static string: an owned copy per binding of every spoke was heap for nothing).
     per_binding: Mutex<HashMap<ObjectKey, &'static str>>,
+    reconciles_started: AtomicU64,
     reconciles_total: AtomicU64,
     failures_total: AtomicU64,
     reconcile_nanos_total: AtomicU64,
@@ -110,6 +111,7 @@ impl Default for SpokeMetrics {
             bindings: Family::default(),
             writes: Family::default(),
             per_binding: Mutex::new(HashMap::new()),
+            reconciles_started: AtomicU64::new(0),
             reconciles_total: AtomicU64::new(0),
             failures_total: AtomicU64::new(0),
             reconcile_nanos_total: AtomicU64::new(0),
@@ -156,10 +158,25 @@ impl SpokeMetrics {
         m
     }
 
+    /// Records that a reconcile begins (its end is [`SpokeMetrics::observe_reconcile`]).
+    pub fn reconcile_started(&self) {
+        self.reconciles_started.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether no reconcile is running: every one that began has finished. Every API write
+    /// of the reconciler is made by a reconcile, so once this holds, each write begun before
+    /// has been answered (the transport's resends included). Not exported as a metric.
+    pub fn no_reconcile_running(&self) -> bool {
+        // Finished first, then begun: equal counts mean that when the first was read,
+        // nothing had begun that had not finished (finished never exceeds begun).
+        let finished = self.reconciles_total.load(Ordering::Acquire);
+        finished == self.reconciles_started.load(Ordering::Acquire)
+    }
+
     /// Records one finished reconcile.
     pub fn observe_reconcile(&self, elapsed: Duration, error_category: Option<&str>) {
         self.duration.observe(elapsed.as_secs_f64());
-        self.reconciles_total.fetch_add(1, Ordering::Relaxed);
+        self.reconciles_total.fetch_add(1, Ordering::AcqRel);
         self.reconcile_nanos_total.fetch_add(
             u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
             Ordering::Relaxed,

@@ -259,6 +259,7 @@ async fn worker(ctx: Arc<Context>, shutdown: CancellationToken) {
     }
     while let Some(key) = ctx.queue.next().await {
         let started = Instant::now();
+        ctx.effects.metrics.reconcile_started();
         // Boxed: a reconcile future is about 6 KB (every request it may await), and held
         // inline it made each worker about 12 KB for its whole life, most of it idle (four
         // workers per spoke: about 50 KB per spoke on a hub). Boxed, it exists only while a

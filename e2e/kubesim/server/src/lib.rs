@@ -23,4 +23,4 @@ mod yaml;
 pub use clusters::{ClusterHandle, Kubesim, KubesimOptions, install_crd, load_crds, parse_crds};
 pub use error::KubesimError;
 pub use faults::{ErrorRule, FaultHandle, FaultRequest, FaultState};
-pub use server::request_log::{LoggedRequest, RequestLog};
+pub use server::request_log::{LoggedRequest, PendingRequest, RequestLog};

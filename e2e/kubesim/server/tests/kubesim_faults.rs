@@ -172,6 +172,7 @@ async fn forced_gone_answers_the_next_watches_with_410() {
 async fn blackhole_accepts_but_never_answers_until_lifted() {
     let (_sim, c, _api) = start().await;
     c.faults().set_blackhole(true);
+    let before = c.server().connections.snapshot();
     // A fresh connection: TCP is accepted, but not even the TLS handshake is answered.
     let tcp = tokio::net::TcpStream::connect(c.server().addr).await;
     assert!(tcp.is_ok(), "blackhole accepts TCP");
@@ -179,8 +180,23 @@ async fn blackhole_accepts_but_never_answers_until_lifted() {
     let pending = tokio::spawn(async move {
         raw_request(&c2, Method::GET, "/version", None, None, HttpVersion::Http1).await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Seen, not waited for: kubesim holds both connections (the bare one and the request's).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while c.server().connections.snapshot().blackholed < before.blackholed + 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "kubesim never held the connections: {:?}",
+            c.server().connections.snapshot()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Held before its TLS handshake: the request cannot have been answered.
     assert!(!pending.is_finished(), "no answer while blackholed");
+    assert_eq!(
+        c.server().connections.snapshot().accepted,
+        before.accepted,
+        "no handshake completed while blackholed"
+    );
     c.faults().set_blackhole(false);
     let r = tokio::time::timeout(Duration::from_secs(10), pending)
         .await

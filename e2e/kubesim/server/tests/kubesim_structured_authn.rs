@@ -238,10 +238,20 @@ async fn kubesim_command_loads_and_reloads_the_authentication_config() {
         .arg("--authentication-config")
         .arg(format!("spoke={}", file.display()))
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    // kubesim's log lines (warnings and errors), as they come.
+    let (log_tx, mut log_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = stderr.next_line().await {
+            if log_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
     let mut stdout = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let ready = tokio::time::timeout(Duration::from_secs(60), stdout.next_line())
         .await
@@ -319,7 +329,23 @@ async fn kubesim_command_loads_and_reloads_the_authentication_config() {
 
     // An invalid new file is refused; the previous configuration stays in force.
     std::fs::write(&file, "apiVersion: apiserver.config.k8s.io/v1beta1\nkind: AuthenticationConfiguration\njwt: [{issuer: {url: 'http://x'}}]\n").unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Seen, not waited for: kubesim read the new file and logged that it keeps the previous
+    // configuration.
+    let refused_line = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = log_rx.recv().await {
+            if line.contains("invalid authentication configuration") {
+                return Some(line);
+            }
+        }
+        None
+    })
+    .await
+    .expect("kubesim logged the refused file in time")
+    .expect("kubesim's log ended before it refused the file");
+    assert!(
+        refused_line.contains("keeping the previous one"),
+        "{refused_line}"
+    );
     assert!(review(spoke.clone(), token.clone()).await.is_some());
     // And the file is still watched: a valid file that no longer trusts the hub takes effect.
     let unrelated_again = authn_yaml(

@@ -14,6 +14,7 @@ pub struct ConnectionStats {
     resumed: AtomicU64,
     open: AtomicU64,
     goaway_sent: AtomicU64,
+    blackholed: AtomicU64,
 }
 
 /// The counters at one instant.
@@ -29,6 +30,9 @@ pub struct ConnectionCounts {
     pub open: u64,
     /// Connections that were sent a `GOAWAY` (the `goaway` fault).
     pub goaway_sent: u64,
+    /// Connections accepted (TCP) and held unanswered by the `blackhole` fault since the
+    /// cluster started, counted when the hold begins.
+    pub blackholed: u64,
 }
 
 impl ConnectionStats {
@@ -51,6 +55,11 @@ impl ConnectionStats {
         self.goaway_sent.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a connection held by the blackhole.
+    pub fn blackholed(&self) {
+        self.blackholed.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The counters now.
     pub fn snapshot(&self) -> ConnectionCounts {
         ConnectionCounts {
@@ -59,6 +68,7 @@ impl ConnectionStats {
             resumed: self.resumed.load(Ordering::Relaxed),
             open: self.open.load(Ordering::Relaxed),
             goaway_sent: self.goaway_sent.load(Ordering::Relaxed),
+            blackholed: self.blackholed.load(Ordering::Relaxed),
         }
     }
 }

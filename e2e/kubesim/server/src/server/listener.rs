@@ -117,6 +117,7 @@ async fn connection(
 ) {
     // A blackholed connection is held open, unanswered, until the blackhole is lifted.
     if faults.borrow().blackhole {
+        server.connections.blackholed();
         tokio::select! {
             _ = faults.wait_for(|s| !s.blackhole) => {}
             () = kill.cancelled() => return,

@@ -177,13 +177,16 @@ impl ClusterServer {
     {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
+        let pending = self.requests.begin(method.as_str(), &path);
         let resp = self.clone().handle_inner(peer_user, req).await;
+        // Logged as answered before it stops being pending: a test never sees it in neither.
         self.requests.record(LoggedRequest {
             method: method.to_string(),
             path: path.clone(),
             status: resp.status().as_u16(),
             at: tokio::time::Instant::now(),
         });
+        drop(pending);
         // Access log (debug level); never the query string or headers, which may carry
         // credentials.
         tracing::debug!(

@@ -1,5 +1,6 @@
 //! An in-memory log of the requests a cluster answered, so a test can assert on what its
-//! client sent (methods, paths, answers) without a proxy in between. Bounded: the oldest
+//! client sent (methods, paths, answers) without a proxy in between, and of the requests it
+//! has received and not answered yet (so a test can see a request held by a fault). Bounded: the oldest
 //! entries go first, so a long-running `kubesim` never grows without limit. Never holds
 //! query strings, headers or bodies, which may carry credentials.
 
@@ -22,13 +23,77 @@ pub struct LoggedRequest {
     pub at: tokio::time::Instant,
 }
 
+/// A request received and not answered yet (waiting out a fault's latency or a blackhole,
+/// or being handled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingRequest {
+    /// The HTTP method.
+    pub method: String,
+    /// The path, without the query string.
+    pub path: String,
+    /// When it was received, on tokio's clock.
+    pub since: tokio::time::Instant,
+}
+
 /// The request log of one cluster. Cheap to clone (clones share the log).
 #[derive(Clone, Debug, Default)]
 pub struct RequestLog {
     entries: Arc<Mutex<VecDeque<LoggedRequest>>>,
+    pending: Arc<Mutex<Pending>>,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    next: u64,
+    requests: std::collections::BTreeMap<u64, PendingRequest>,
+}
+
+/// Holds one request in [`RequestLog::pending`] until dropped (when it was answered or
+/// abandoned).
+#[derive(Debug)]
+pub struct PendingGuard {
+    log: RequestLog,
+    id: u64,
+}
+
+impl Drop for PendingGuard {
+    fn drop(&mut self) {
+        self.log
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .requests
+            .remove(&self.id);
+    }
 }
 
 impl RequestLog {
+    /// Lists a received request as pending until the guard is dropped, so that a test can
+    /// see a request waiting (e.g. out a latency fault) rather than hope it is.
+    pub fn begin(&self, method: &str, path: &str) -> PendingGuard {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let id = pending.next;
+        pending.next += 1;
+        pending.requests.insert(
+            id,
+            PendingRequest {
+                method: method.to_string(),
+                path: path.to_string(),
+                since: tokio::time::Instant::now(),
+            },
+        );
+        PendingGuard {
+            log: self.clone(),
+            id,
+        }
+    }
+
+    /// The requests received and not answered yet, oldest first.
+    pub fn pending(&self) -> Vec<PendingRequest> {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        pending.requests.values().cloned().collect()
+    }
+
     /// Appends `r`, dropping the oldest entry when full.
     pub fn record(&self, r: LoggedRequest) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
@@ -86,5 +151,18 @@ mod tests {
         assert_eq!(log.with_method("PATCH").len(), CAPACITY / 2);
         log.clear();
         assert!(log.entries().is_empty());
+    }
+
+    #[test]
+    fn a_request_is_pending_until_its_guard_is_dropped() {
+        let log = RequestLog::default();
+        let first = log.begin("PATCH", "/a");
+        let second = log.begin("GET", "/b");
+        let paths: Vec<String> = log.pending().into_iter().map(|p| p.path).collect();
+        assert_eq!(paths, ["/a", "/b"]);
+        drop(first);
+        assert_eq!(log.pending()[0].method, "GET");
+        drop(second);
+        assert!(log.pending().is_empty());
     }
 }
