@@ -110,8 +110,9 @@ pub enum Command {
         one binding of the hub's identity in a spoke.\n\n\
         --credential spiffe-jwt (default) and token-request: an AuthenticationConfiguration \
         for the API server's --authentication-config (apiVersion from --apiserver-version: \
-        v1beta1 by default, v1 for 1.34+), with the issuer URL and CA, audience = that spoke's \
-        server URL as its ClusterProfile gives it (or the exec extension's audience), a claim \
+        v1beta1 by default, v1 for 1.34+), with the issuer URL and CA, audience = the one the \
+        hub decides for that spoke (kleym.io/clusterprofile/<namespace>/<name>, never the \
+        profile's server URL; see --profile-sourced-audience), a claim \
         validation rule pinning sub to the hub's SPIFFE ID (or its ServiceAccount), the \
         username mapped with --username-prefix and a user validation rule refusing system: \
         names. spiffe-x509: the CA bundle for the API server's --client-ca-file. external \
@@ -120,7 +121,7 @@ pub enum Command {
         Reads ClusterProfiles from the hub cluster (--kubeconfig/--context). See \
         docs/install.md (step 5) and docs/keyless-access.md."
     )]
-    TrustConfig(trust_config::Args),
+    TrustConfig(Box<trust_config::Args>),
     /// Operate on the hub's issuer keys and X.509 CA: `rotate [--revoke-old]`,
     /// `rotate-ca [--finish]`.
     Issuer(issuer::Args),
