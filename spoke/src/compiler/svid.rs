@@ -386,12 +386,13 @@ fn template_refusal(binding_desc: &str, field: &str, e: &template::TemplateError
     )
 }
 
-/// Go-like text of a whole number of seconds (`24h`, `90m`, `45s`).
+/// Go-like text of a maximum (`24h`, `90m`, `45s`, `1.5s`).
 fn duration_text(d: Duration) -> String {
     let s = d.as_secs();
-    if s > 0 && s % 3600 == 0 {
+    let whole = s > 0 && d.subsec_nanos() == 0;
+    if whole && s.is_multiple_of(3600) {
         format!("{}h", s / 3600)
-    } else if s > 0 && s % 60 == 0 {
+    } else if whole && s.is_multiple_of(60) {
         format!("{}m", s / 60)
     } else {
         format!("{}s", d.as_secs_f64())
