@@ -307,3 +307,106 @@ fn user(name: &str) -> kubesim_auth::UserInfo {
         ..Default::default()
     }
 }
+
+/// The hub's SVID policy flags reach every spoke's reconciler: with `--svid-dns-suffix
+/// example.org` and `--hub-x509-username kleym-hub.example.org`, a spoke's binding asking for
+/// `chat.example.org` is compiled, one asking for the hub's user name is refused
+/// (`ReservedHubIdentity`) and gets no ClusterSPIFFEID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hubs_svid_policy_reaches_its_spokes() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["spoke-a"], dir.path()).await.unwrap();
+    let a = f.spoke("spoke-a");
+    a.add_static_token("tok-a-0123456789", user("hub-a"));
+    grant_admin(&a, "hub-a").unwrap();
+    let script = static_token_plugin(dir.path(), "plugin.sh", "tok-a-0123456789", None).unwrap();
+    env::seed_environment(&a.store(), 2).unwrap();
+    let admin = a.kube_client().await.unwrap();
+    let bindings: kube::Api<kleym_api::InferenceIdentityBinding> = kube::Api::namespaced(admin, NS);
+    for (i, name) in [(0, "chat.example.org"), (1, "kleym-hub.example.org")] {
+        let mut b = env::binding(i);
+        b["spec"]["svid"] = json!({"dnsNameTemplates": [name]});
+        bindings
+            .create(
+                &kube::api::PostParams::default(),
+                &serde_json::from_value(b).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let pf = dir.path().join("providers.json");
+    let providers = json!({"providers": [{"name": "script", "execConfig": {
+        "apiVersion": "client.authentication.k8s.io/v1", "command": script,
+        "interactiveMode": "Never"}}]});
+    std::fs::write(&pf, providers.to_string()).unwrap();
+    apply_profile(
+        &f.hub_client,
+        "spoke-a",
+        status(
+            vec![access_provider("script", &a, None)],
+            true,
+            "2026-01-01T00:00:00Z",
+            &[],
+        ),
+    )
+    .await
+    .unwrap();
+    let hub = f
+        .start_hub(&[
+            "--clusterprofile-provider-file".into(),
+            pf.display().to_string(),
+            "--trust-domain".into(),
+            "fleet.example".into(),
+            "--leader-elect=false".into(),
+            "--svid-dns-suffix".into(),
+            "example.org".into(),
+            "--hub-x509-username".into(),
+            "kleym-hub.example.org".into(),
+        ])
+        .await
+        .unwrap();
+    let refused = wait_for("binding 1 refused", LIMIT, || {
+        let bindings = bindings.clone();
+        async move {
+            let b = bindings.get(&env::binding_name(1)).await.ok()?;
+            let ready = b
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready")?;
+            (ready.status == "False" && ready.reason == "ReservedHubIdentity").then_some(ready)
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        refused.message.contains("spec.svid.dnsNameTemplates[0]"),
+        "{}",
+        refused.message
+    );
+    let store = a.store();
+    wait_for("binding 0 compiled", LIMIT, || {
+        let store = store.clone();
+        async move {
+            env::csid_names(&store)
+                .contains(&env::csid_name(0))
+                .then_some(())
+        }
+    })
+    .await
+    .unwrap();
+    let names = env::csid_names(&store);
+    assert!(!names.contains(&env::csid_name(1)), "{names:?}");
+    let dns: Vec<String> = env::csids(&store)
+        .iter()
+        .flat_map(|o| {
+            o["spec"]["dnsNameTemplates"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    assert_eq!(dns, ["chat.example.org"]);
+    hub.stop().await.unwrap();
+}

@@ -6,8 +6,10 @@
 //! namespace's kleym output, a foreign object at the binding's own name — kleym (running
 //! with exactly `deploy/spoke/clusterrole.yaml`) leaves it untouched: same UID, same
 //! resourceVersion. Also: a foreign default identity carrying kleym's labels still gets the
-//! overlap warning, and an object an earlier kleym wrote (legacy UID annotation) is adopted
-//! and migrated in place.
+//! overlap warning, an object an earlier kleym wrote (legacy UID annotation) is adopted
+//! and migrated in place, kleym's labels (output, not proof) edited or stripped by someone
+//! else are restored on the object kleym proves its own, and a tenant's SVID DNS names stay
+//! within its namespace and never name the hub.
 //!
 //! The tenant acts through the API with its own ServiceAccount token, authorized by real
 //! RBAC; every wait is on a signal kleym writes (observedGeneration, conditions), never on
@@ -25,6 +27,7 @@ use k8s_openapi::api::events::v1::Event;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
 use kleym_spoke::compiler::output::cluster_spiffe_id_name;
+use kleym_spoke::compiler::{SvidPolicy, SvidPolicySettings};
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -56,6 +59,11 @@ struct Operator {
 
 impl Operator {
     async fn start(cluster: &ClusterHandle, admin: &Client) -> Self {
+        Self::start_with(cluster, admin, SpokeConfig::new(TD)).await
+    }
+
+    /// [`Operator::start`] with `config` (its timings are set here).
+    async fn start_with(cluster: &ClusterHandle, admin: &Client, mut config: SpokeConfig) -> Self {
         for doc in repo_yaml_docs("deploy/spoke/namespace.yaml")
             .into_iter()
             .chain(repo_yaml_docs("deploy/spoke/serviceaccount.yaml"))
@@ -65,7 +73,6 @@ impl Operator {
             create_manifest(admin, &doc).await;
         }
         let client = sa_client(cluster, "kleym-system", "kleym-spoke").await;
-        let mut config = SpokeConfig::new(TD);
         config.discovery_interval = Duration::from_millis(200);
         config.error_backoff = Duration::from_millis(100);
         let spoke = Spoke::new(client, config, Arc::new(SpokeMetrics::default())).unwrap();
@@ -503,6 +510,221 @@ async fn an_object_written_by_an_earlier_kleym_is_adopted_and_migrated() {
     assert!(
         !annotations.contains_key("kleym.io/binding-uid"),
         "the legacy annotation goes: {annotations:?}"
+    );
+    op.stop().await;
+}
+
+/// Labels are kleym's output: an administrator or a labelling tool that changes
+/// `kleym.io/binding-name` or removes `kleym.io/managed-by` (an update by another field
+/// manager), or takes a label over by a forced apply, does not make kleym's own object
+/// foreign. The owner annotation and kleym's field manager still prove it, so kleym puts
+/// its labels back on the same object (same UID) and the binding stays Ready (before: it
+/// was refused with `ForeignObjectHoldsName` for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kleyms_labels_edited_by_someone_else_are_restored_on_its_own_object() {
+    let (_sim, cluster, admin) = start_spoke(kleym_e2e::fixtures::all_crds().expect("CRDs")).await;
+    inference_namespace(&admin, TENANT_NS).await;
+    let op = Operator::start(&cluster, &admin).await;
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(admin.clone(), TENANT_NS);
+    create(&bindings, binding(TENANT_NS, "chat")).await;
+    wait_observed(&bindings, "chat", conditions::READY).await;
+    let name = cluster_spiffe_id_name(TENANT_NS, "chat");
+    let csids: Api<ClusterSPIFFEID> = Api::all(admin.clone());
+    let original = csids.get(&name).await.unwrap();
+    let uid = original.uid().unwrap();
+    let kleyms = original.labels().clone();
+    assert_eq!(kleyms.len(), 3, "{kleyms:?}");
+
+    let labeller = PatchParams {
+        field_manager: Some("labeller".into()),
+        ..PatchParams::default()
+    };
+    let edits = [
+        // An update by another manager: one label rewritten, one removed.
+        Patch::Merge(json!({"metadata": {"labels": {
+            "kleym.io/binding-name": "renamed",
+            "kleym.io/managed-by": null,
+            "team": "payments"
+        }}})),
+        // All of kleym's labels removed.
+        Patch::Merge(json!({"metadata": {"labels": {
+            "kleym.io/binding-name": null,
+            "kleym.io/binding-namespace": null,
+            "kleym.io/managed-by": null
+        }}})),
+    ];
+    for edit in edits {
+        let edited = csids.patch(&name, &labeller, &edit).await.unwrap();
+        assert_ne!(edited.labels(), &kleyms, "the edit took effect");
+        let restored = eventually("kleym's labels restored", || async {
+            let o = csids.get(&name).await.ok()?;
+            kleyms
+                .iter()
+                .all(|(k, v)| o.labels().get(k) == Some(v))
+                .then_some(o)
+        })
+        .await;
+        assert_eq!(
+            restored.uid().unwrap(),
+            uid,
+            "the same object, not a new one"
+        );
+        let b = bindings.get("chat").await.unwrap();
+        let (ready, reason, _) = condition(&b, conditions::READY).unwrap();
+        assert_eq!(
+            (ready.as_str(), reason.as_str()),
+            ("True", "Reconciled"),
+            "{b:?}"
+        );
+        assert_eq!(b.status.unwrap().cluster_spiffe_id.unwrap().uid, uid);
+    }
+    // Another manager's label is left as it is.
+    let o = csids.get(&name).await.unwrap();
+    assert_eq!(o.labels().get("team").map(String::as_str), Some("payments"));
+
+    // A forced apply by another manager that takes kleym's label over.
+    let forced = PatchParams::apply("labeller").force();
+    csids
+        .patch(
+            &name,
+            &forced,
+            &Patch::Apply(json!({
+                "apiVersion": "spire.spiffe.io/v1alpha1",
+                "kind": "ClusterSPIFFEID",
+                "metadata": {"name": name, "labels": {"kleym.io/binding-name": "taken"}}
+            })),
+        )
+        .await
+        .unwrap();
+    let restored = eventually("kleym's label taken back", || async {
+        let o = csids.get(&name).await.ok()?;
+        (o.labels().get("kleym.io/binding-name").map(String::as_str) == Some("chat")).then_some(o)
+    })
+    .await;
+    assert_eq!(restored.uid().unwrap(), uid);
+    op.stop().await;
+}
+
+/// The hub's X.509 user name on the spokes (`kleym trust-config --x509-username`).
+const HUB_USER: &str = "kleym-hub.example.org";
+
+/// A binding asking for its own SVID DNS names and `names` besides, with container
+/// discriminator `container` (so that bindings of one test never collide).
+fn binding_with_dns_names(ns: &str, name: &str, container: &str, names: &[&str]) -> Value {
+    let mut b = binding(ns, name);
+    b["spec"]["containerDiscriminator"]["value"] = json!(container);
+    let mut all = vec![format!("{container}.{ns}.svc.cluster.local")];
+    all.extend(names.iter().map(|n| n.to_string()));
+    b["spec"]["svid"] = json!({"dnsNameTemplates": all});
+    b
+}
+
+/// A tenant in `t1` cannot put another namespace's Service name or the hub's X.509 user
+/// name into its SVIDs (SPIRE would put it into the certificate, the first DNS name into
+/// its CN, which spokes trusting SPIRE's bundle map to the hub's user): the binding is
+/// `Ready=False` naming the field, and no ClusterSPIFFEID is written, or the one it had is
+/// withdrawn. A name in its own namespace, or under a suffix the operator allows, still
+/// works (before: every one was passed through to SPIRE).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_put_another_namespaces_or_the_hubs_name_into_its_svids() {
+    let (_sim, cluster, admin) = start_spoke(kleym_e2e::fixtures::all_crds().expect("CRDs")).await;
+    inference_namespace(&admin, OTHER_NS).await;
+    let mut config = SpokeConfig::new(TD);
+    config.svid_policy = Arc::new(
+        SvidPolicy::new(SvidPolicySettings {
+            dns_suffixes: vec!["example.org".into()],
+            hub_x509_usernames: vec![HUB_USER.into()],
+            ..SvidPolicySettings::default()
+        })
+        .unwrap(),
+    );
+    let op = Operator::start_with(&cluster, &admin, config).await;
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(admin.clone(), OTHER_NS);
+    let csids: Api<ClusterSPIFFEID> = Api::all(admin.clone());
+
+    // Allowed: its own Service name and a name under the operator's suffix.
+    create(
+        &bindings,
+        binding_with_dns_names(OTHER_NS, "allowed", "c1", &["chat.example.org"]),
+    )
+    .await;
+    wait_observed(&bindings, "allowed", conditions::READY).await;
+    let output = csids
+        .get(&cluster_spiffe_id_name(OTHER_NS, "allowed"))
+        .await
+        .unwrap();
+    assert_eq!(
+        output.spec.dns_name_templates,
+        Some(vec![
+            "c1.t1.svc.cluster.local".to_string(),
+            "chat.example.org".to_string()
+        ])
+    );
+
+    for (name, container, asked, reason) in [
+        (
+            "payments",
+            "c2",
+            "payments.t2.svc.cluster.local",
+            "DNSNameOutsideNamespace",
+        ),
+        ("hub", "c3", HUB_USER, "ReservedHubIdentity"),
+    ] {
+        create(
+            &bindings,
+            binding_with_dns_names(OTHER_NS, name, container, &[asked]),
+        )
+        .await;
+        let b = wait_observed(&bindings, name, conditions::UNSAFE_SELECTOR).await;
+        let (status, ready_reason, message) = condition(&b, conditions::READY).unwrap();
+        assert_eq!(status, "False");
+        assert_eq!(ready_reason, reason);
+        assert!(
+            message.contains("spec.svid.dnsNameTemplates[1]") && message.contains(asked),
+            "{message}"
+        );
+        assert!(
+            csids
+                .get_opt(&cluster_spiffe_id_name(OTHER_NS, name))
+                .await
+                .unwrap()
+                .is_none(),
+            "{name}: no ClusterSPIFFEID"
+        );
+    }
+
+    // The allowed binding edited to ask for the hub's name: its output is withdrawn.
+    bindings
+        .patch(
+            "allowed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"svid": {"dnsNameTemplates": [HUB_USER]}}})),
+        )
+        .await
+        .unwrap();
+    let b = wait_observed(&bindings, "allowed", conditions::UNSAFE_SELECTOR).await;
+    assert_eq!(
+        condition(&b, conditions::READY).unwrap().1,
+        "ReservedHubIdentity"
+    );
+    eventually("the allowed binding's output withdrawn", || async {
+        csids
+            .get_opt(&cluster_spiffe_id_name(OTHER_NS, "allowed"))
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let all = csids.list(&ListParams::default()).await.unwrap();
+    assert!(
+        all.items.iter().all(|o| o
+            .spec
+            .dns_name_templates
+            .iter()
+            .flatten()
+            .all(|n| n != HUB_USER && !n.contains(".t2."))),
+        "no ClusterSPIFFEID names the hub or t2"
     );
     op.stop().await;
 }

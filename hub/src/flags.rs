@@ -12,6 +12,7 @@
 
 use kleym_spoke::compiler::selectors::{is_dns1123_label, is_dns1123_subdomain};
 use kleym_spoke::compiler::spiffe_id::TrustDomain;
+use kleym_spoke::compiler::{SvidPolicy, SvidPolicyError, SvidPolicySettings};
 
 use crate::inventory::validate_label_selector;
 
@@ -224,6 +225,101 @@ impl ResponseLimitFlags {
     }
 }
 
+/// What a binding may ask for in its SVIDs, and the hub identities none may be issued:
+/// shared by `kleym hub` (passed into every spoke's reconciler) and `kleym spoke`
+/// (flattened into both). The compiler applies them (`kleym_spoke::compiler::svid`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SvidPolicyFlags {
+    /// The cluster's DNS domain. A binding in namespace N may put `<service>.N.svc` and
+    /// `<service>.N.svc.<domain>` into `svid.dnsNameTemplates`, and nothing else unless
+    /// `--svid-dns-suffix` or `--svid-namespace-dns-suffix` allows it.
+    #[arg(
+        long,
+        default_value = "cluster.local",
+        value_name = "DOMAIN",
+        env = "KLEYM_CLUSTER_DOMAIN"
+    )]
+    pub cluster_domain: String,
+
+    /// A DNS suffix every namespace may use in `svid.dnsNameTemplates` (repeatable): a
+    /// name ending in `.<suffix>` is allowed. It may not be, cover or lie under `svc` or the
+    /// cluster domain (that would give tenants other namespaces' names).
+    #[arg(long = "svid-dns-suffix", value_name = "SUFFIX")]
+    pub svid_dns_suffixes: Vec<String>,
+
+    /// `NAMESPACE=SUFFIX`: a DNS suffix one namespace may use in `svid.dnsNameTemplates`
+    /// (repeatable). It may lie under that namespace's own `N.svc[.<cluster domain>]` (e.g.
+    /// `web.N.svc.cluster.local` for a headless Service's pods), not another's.
+    #[arg(long = "svid-namespace-dns-suffix", value_name = "NAMESPACE=SUFFIX", value_parser = parse_namespace_suffix)]
+    pub svid_namespace_dns_suffixes: Vec<(String, String)>,
+
+    /// The longest X.509-SVID `svid.ttl` a binding may ask for (Go duration); a binding
+    /// asking for more is refused (`SvidOptionOutOfBounds`), not clamped.
+    #[arg(long, default_value = "24h", value_name = "DURATION", value_parser = parse_max_duration)]
+    pub svid_max_ttl: std::time::Duration,
+
+    /// The longest JWT-SVID `svid.jwtTtl` a binding may ask for (Go duration); a binding
+    /// asking for more is refused (`SvidOptionOutOfBounds`), not clamped.
+    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = parse_max_duration)]
+    pub svid_max_jwt_ttl: std::time::Duration,
+
+    /// A trust domain bindings may list in `svid.federatesWith` (repeatable). None by
+    /// default: a binding asking for federation is refused.
+    #[arg(long = "svid-federates-with", value_name = "TRUST_DOMAIN", value_parser = parse_required_trust_domain)]
+    pub svid_federates_with: Vec<String>,
+
+    /// A SPIFFE ID of the hub (repeatable; the `--hub-spiffe-id` of its SPIFFE credential
+    /// plugins and `kleym trust-config`): a binding whose SPIFFE ID is one of them is
+    /// refused (`ReservedHubIdentity`). The plugins' default `spiffe://<td>/kleym/hub` lies
+    /// outside every `/ns/<namespace>/`, where binding IDs must be.
+    #[arg(long = "hub-spiffe-id", value_name = "SPIFFE_ID")]
+    pub hub_spiffe_ids: Vec<String>,
+
+    /// The hub's X.509 user name on the spokes (repeatable; the `--x509-username` of
+    /// `kleym trust-config --credential spiffe-x509`, the CN of the hub's SPIRE SVID): a
+    /// binding naming it in `svid.dnsNameTemplates` is refused (`ReservedHubIdentity`),
+    /// since SPIRE puts the first DNS name into the certificate's CN.
+    #[arg(long = "hub-x509-username", value_name = "NAME")]
+    pub hub_x509_usernames: Vec<String>,
+}
+
+impl SvidPolicyFlags {
+    /// The checked policy these flags describe.
+    pub fn policy(&self) -> Result<SvidPolicy, SvidPolicyError> {
+        SvidPolicy::new(SvidPolicySettings {
+            cluster_domain: self.cluster_domain.clone(),
+            dns_suffixes: self.svid_dns_suffixes.clone(),
+            namespace_dns_suffixes: self.svid_namespace_dns_suffixes.clone(),
+            max_ttl: self.svid_max_ttl,
+            max_jwt_ttl: self.svid_max_jwt_ttl,
+            federates_with: self.svid_federates_with.clone(),
+            hub_spiffe_ids: self.hub_spiffe_ids.clone(),
+            hub_x509_usernames: self.hub_x509_usernames.clone(),
+        })
+    }
+}
+
+/// `NAMESPACE=SUFFIX` of `--svid-namespace-dns-suffix`.
+pub fn parse_namespace_suffix(value: &str) -> Result<(String, String), String> {
+    let Some((ns, suffix)) = value.split_once('=') else {
+        return Err(format!("{value:?} is not NAMESPACE=SUFFIX"));
+    };
+    let ns = parse_namespace(ns.trim())?;
+    Ok((ns, suffix.trim().to_string()))
+}
+
+/// A positive Go duration (`24h`, `90m`) of `--svid-max-ttl` and `--svid-max-jwt-ttl`.
+pub fn parse_max_duration(value: &str) -> Result<std::time::Duration, String> {
+    let d: kube::core::Duration = value
+        .trim()
+        .parse()
+        .map_err(|e| format!("{value:?} is not a duration (e.g. 24h, 90m): {e}"))?;
+    if d.is_negative() || std::time::Duration::from(d).is_zero() {
+        return Err(format!("{value:?}: must be more than zero"));
+    }
+    Ok(std::time::Duration::from(d))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,5 +407,75 @@ mod tests {
         assert!(parse_audience(" ").is_err());
         assert_eq!(non_blank(Some(&" ".to_string())), None);
         assert_eq!(non_blank(Some(&"x".to_string())).as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn svid_policy_flags_parse_and_hold_together() {
+        use clap::Parser;
+        #[derive(Debug, Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            svid: SvidPolicyFlags,
+        }
+        let w = Wrapper::try_parse_from(["kleym"]).unwrap();
+        assert_eq!(w.svid.policy().unwrap(), SvidPolicy::default());
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--cluster-domain",
+            "corp.internal",
+            "--svid-dns-suffix",
+            "apps.example.org",
+            "--svid-namespace-dns-suffix",
+            "t1=web.t1.svc.corp.internal",
+            "--svid-max-ttl",
+            "90m",
+            "--svid-max-jwt-ttl",
+            "5m",
+            "--svid-federates-with",
+            "partner.example",
+            "--hub-spiffe-id",
+            "spiffe://example.org/kleym/hub",
+            "--hub-x509-username",
+            "kleym-hub.example.org",
+        ])
+        .unwrap();
+        let p = w.svid.policy().unwrap();
+        assert_eq!(p.cluster_domain(), "corp.internal");
+        assert_eq!(p.max_ttl(), std::time::Duration::from_secs(5400));
+        assert_eq!(p.max_jwt_ttl(), std::time::Duration::from_secs(300));
+        assert!(p.is_hub_spiffe_id("spiffe://example.org/kleym/hub"));
+        // A suffix is checked against the cluster domain given with it.
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--cluster-domain",
+            "corp.internal",
+            "--svid-dns-suffix",
+            "corp.internal",
+        ])
+        .unwrap();
+        assert!(
+            w.svid
+                .policy()
+                .unwrap_err()
+                .to_string()
+                .contains("corp.internal")
+        );
+        for bad in [
+            ["--svid-max-ttl", "0s"],
+            ["--svid-max-ttl", "-1h"],
+            ["--svid-max-jwt-ttl", "soon"],
+            ["--svid-namespace-dns-suffix", "apps.example.org"],
+            ["--svid-namespace-dns-suffix", "T1=apps.example.org"],
+            ["--svid-federates-with", "spiffe://partner.example"],
+        ] {
+            assert!(
+                Wrapper::try_parse_from(["kleym", bad[0], bad[1]]).is_err(),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            parse_namespace_suffix(" t1 = apps.example.org ").unwrap(),
+            ("t1".to_string(), "apps.example.org".to_string())
+        );
     }
 }

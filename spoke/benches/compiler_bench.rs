@@ -86,6 +86,7 @@ fn main() {
     let config = ClusterConfig {
         trust_domain: "example.org".into(),
         class_name: Some("spire".into()),
+        ..ClusterConfig::default()
     };
     let inputs: Vec<BindingInput> = (0..n).map(input).collect();
 

@@ -12,14 +12,23 @@
 //!   UID makes a binding re-created under the same name a different owner);
 //! - kleym's field manager wrote that annotation by server-side apply (`managedFields`):
 //!   someone who copies the annotation with another tool does not make the object kleym's;
-//! - its name is the one the compiler gives that binding
-//!   ([`cluster_spiffe_id_name`]) and it carries kleym's labels for it ([`output_labels`]).
+//! - its name is the one the compiler gives that binding ([`cluster_spiffe_id_name`]).
+//!
+//! **Labels are output, not proof.** kleym's labels ([`output_labels`]) are for finding
+//! objects. Anyone who can set a label on a ClusterSPIFFEID can also write the annotation,
+//! and a tenant can do neither (every field of a cluster-scoped object is out of a
+//! namespace's reach), so requiring them added nothing to the proof; it only made an
+//! administrator's or a labelling tool's edit of a label leave the binding refused for
+//! good. When the proof above holds, the labels are restored by the next apply, like any
+//! other drift of kleym's output. Labels alone never prove anything: an object without
+//! kleym's annotation, applied by kleym's field manager, is foreign whatever it carries.
 //!
 //! **Migration.** Objects written before this rule carry the annotation
 //! [`LEGACY_BINDING_UID_ANNOTATION`] (the binding's UID alone) instead. Such an object is
 //! adopted when kleym's field manager wrote that annotation, its value is the binding's
-//! UID, and its name and labels are the ones the compiler gives the binding; the next
-//! apply replaces the legacy annotation with [`OWNER_ANNOTATION`] ([`Proof::Legacy`]).
+//! UID, and its name and labels are the ones the compiler gives the binding (the labels
+//! are the only place such an object names its binding); the next apply replaces the
+//! legacy annotation with [`OWNER_ANNOTATION`] ([`Proof::Legacy`]).
 
 use std::fmt;
 
@@ -267,6 +276,10 @@ pub fn verify(
             format!("binding {owner} names its ClusterSPIFFEID {expected}"),
         ));
     }
+    if proof == Proof::Annotated {
+        // The labels are output, restored by the next apply (module documentation).
+        return Ok(proof);
+    }
     let want = output_labels(&owner.namespace, &owner.name);
     if let Some((k, v)) = want.iter().find(|(k, v)| obj.label(k) != Some(*v)) {
         return Err(Foreign::new(
@@ -467,7 +480,7 @@ mod tests {
     }
 
     #[test]
-    fn name_and_labels_must_be_the_bindings() {
+    fn the_name_must_be_the_bindings_and_labels_prove_nothing() {
         let o = owner("t5", "chat", "u1");
         let mut renamed = applied(&o);
         renamed.metadata.name = Some("platform-default".into());
@@ -477,15 +490,26 @@ mod tests {
                 .why
                 .contains("names its")
         );
+        // Labels changed or stripped by someone else: still kleym's (they are output, and
+        // the apply restores them).
         let mut relabelled = applied(&o);
-        relabelled
+        let l = relabelled.metadata.labels.as_mut().unwrap();
+        l.insert(labels::BINDING_NAME.into(), "other".into());
+        l.remove(labels::MANAGED_BY);
+        assert_eq!(verify(&relabelled, FM, &o), Ok(Proof::Annotated));
+        assert_eq!(proven_owner(&relabelled, FM), Ok(o.clone()));
+        relabelled.metadata.labels = None;
+        assert_eq!(verify(&relabelled, FM, &o), Ok(Proof::Annotated));
+        // A legacy object names its binding only by its labels: they must still match.
+        let mut legacy_relabelled = legacy(&o);
+        legacy_relabelled
             .metadata
             .labels
             .as_mut()
             .unwrap()
             .insert(labels::BINDING_NAME.into(), "other".into());
         assert!(
-            verify(&relabelled, FM, &o)
+            verify(&legacy_relabelled, FM, &o)
                 .unwrap_err()
                 .why
                 .contains(labels::BINDING_NAME)

@@ -4,7 +4,13 @@ mod compiler_common;
 
 use compiler_common::*;
 use kleym_api::{DiscriminatorType, IdentityMode, SvidOptions, TargetKind};
-use kleym_spoke::compiler::{ClusterConfig, Lookup, Reason, RefusalKind, TargetView, compile};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kleym_spoke::compiler::{
+    ClusterConfig, Lookup, Reason, Refusal, RefusalKind, SvidPolicy, SvidPolicySettings,
+    TargetView, compile,
+};
 
 #[test]
 fn per_objective_default_output() {
@@ -66,6 +72,7 @@ fn pool_only_default_output_and_class_name() {
     let cfg = ClusterConfig {
         trust_domain: TD.into(),
         class_name: Some("spire-a".into()),
+        ..ClusterConfig::default()
     };
     let c = compile(&pool_only("p", "chat"), &cfg).unwrap();
     assert_eq!(c.spiffe_id(), "spiffe://example.org/ns/team-a/pool/pool");
@@ -118,7 +125,7 @@ fn svid_options_pass_through() {
         ],
         federates_with: vec!["z.example".into(), "a.example".into(), "z.example".into()],
     });
-    let spec = ok(&b).output.spec;
+    let spec = compile(&b, &permissive()).unwrap().output.spec;
     assert_eq!(spec.ttl.as_deref(), Some("1h"));
     assert_eq!(spec.jwt_ttl, None, "zero TTL is SPIRE's default: unset");
     assert_eq!(
@@ -533,6 +540,7 @@ fn invalid_trust_domain_config() {
         let cfg = ClusterConfig {
             trust_domain: td.into(),
             class_name: None,
+            ..ClusterConfig::default()
         };
         let r = compile(&binding("b", "chat", "vllm"), &cfg).unwrap_err();
         assert_eq!(r.reason, Reason::InvalidTrustDomain, "{td:?}");
@@ -549,4 +557,304 @@ fn no_output_ever_contains_template_syntax() {
     let json = serde_json::to_string(&c.output.spec).unwrap();
     assert!(!json.contains("{{"), "{json}");
     assert!(!c.selectors().iter().any(|s| s.contains(['{', '}'])));
+}
+
+/// The default config with an SVID policy made of `settings`.
+fn with_policy(f: impl FnOnce(&mut SvidPolicySettings)) -> ClusterConfig {
+    let mut settings = SvidPolicySettings::default();
+    f(&mut settings);
+    ClusterConfig {
+        svid: Arc::new(SvidPolicy::new(settings).unwrap()),
+        ..config()
+    }
+}
+
+/// A policy that allows the names and trust domains of `svid_options_pass_through`.
+fn permissive() -> ClusterConfig {
+    with_policy(|s| {
+        s.dns_suffixes = vec!["example".into()];
+        s.federates_with = vec!["a.example".into(), "z.example".into()];
+    })
+}
+
+/// The binding `b` with `svid.dnsNameTemplates` = `names`.
+fn with_dns_names(names: &[&str]) -> kleym_spoke::compiler::BindingInput {
+    let mut b = binding("b", "chat", "vllm");
+    b.spec.svid = Some(SvidOptions {
+        dns_name_templates: names.iter().map(|n| n.to_string()).collect(),
+        ..Default::default()
+    });
+    b
+}
+
+fn refusal_under(cfg: &ClusterConfig, b: &kleym_spoke::compiler::BindingInput) -> Refusal {
+    compile(b, cfg).expect_err("expected a refusal")
+}
+
+#[test]
+fn dns_names_are_confined_to_the_namespace_by_default() {
+    let c = ok(&with_dns_names(&[
+        "{{ .ObjectiveName }}.{{ .Namespace }}.svc",
+        "{{ .ObjectiveName }}.{{ .Namespace }}.svc.cluster.local",
+        "other-svc.team-a.svc.cluster.local",
+    ]));
+    assert_eq!(
+        c.output.spec.dns_name_templates,
+        Some(vec![
+            "chat.team-a.svc".into(),
+            "chat.team-a.svc.cluster.local".into(),
+            "other-svc.team-a.svc.cluster.local".into(),
+        ])
+    );
+    for outside in [
+        "payments.t2.svc.cluster.local",
+        "payments.t2.svc",
+        "kleym-hub.example.org",
+        // The namespace's domain itself, a host under a Service, another cluster domain.
+        "team-a.svc",
+        "team-a.svc.cluster.local",
+        "web-0.chat.team-a.svc.cluster.local",
+        "chat.team-a.svc.other.local",
+        // No dot boundary: longer namespace, longer `svc`, a suffix glued on.
+        "chat.team-ab.svc",
+        "chat.xteam-a.svc",
+        "chat.team-a.svcx",
+        "chat.team-a.svc.cluster.localx",
+        "chat.team-a.svc.evilcluster.local",
+        "chat.team-a.svc.cluster.local.evil.org",
+        // IDNA: an A-label as the Service name; not an RFC 1035 label.
+        "xn--80ak6aa92e.team-a.svc",
+        "1chat.team-a.svc",
+    ] {
+        let b = with_dns_names(&["chat.team-a.svc", outside]);
+        let (reason, message) = refused(&b);
+        assert_eq!(
+            reason,
+            Reason::DNSNameOutsideNamespace,
+            "{outside}: {message}"
+        );
+        assert_eq!(reason.kind(), RefusalKind::UnsafeSelector);
+        assert!(
+            message.contains("spec.svid.dnsNameTemplates[1]") && message.contains(outside),
+            "{message}"
+        );
+        if !outside.starts_with("xn--") && !outside.starts_with('1') {
+            assert!(
+                message.contains("<service>.team-a.svc or <service>.team-a.svc.cluster.local"),
+                "the rule is named: {message}"
+            );
+        }
+    }
+    // Tricks the syntax check already refuses: wildcard, trailing dot, uppercase, empty
+    // label, Unicode, underscore.
+    for bad in [
+        "*.team-a.svc",
+        "chat.team-a.svc.",
+        "Chat.team-a.svc",
+        "CHAT.TEAM-A.SVC",
+        "chat..team-a.svc",
+        ".chat.team-a.svc",
+        "chät.team-a.svc",
+        "_grpc.chat.team-a.svc",
+    ] {
+        let (reason, message) = refused(&with_dns_names(&[bad]));
+        assert_eq!(reason, Reason::InvalidSvidOption, "{bad}: {message}");
+        assert!(
+            message.contains("spec.svid.dnsNameTemplates[0]"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn the_cluster_domain_is_a_setting() {
+    let cfg = with_policy(|s| s.cluster_domain = "corp.internal".into());
+    assert!(compile(&with_dns_names(&["chat.team-a.svc.corp.internal"]), &cfg).is_ok());
+    let r = refusal_under(&cfg, &with_dns_names(&["chat.team-a.svc.cluster.local"]));
+    assert_eq!(r.reason, Reason::DNSNameOutsideNamespace);
+    assert!(
+        r.message.contains("<service>.team-a.svc.corp.internal"),
+        "{}",
+        r.message
+    );
+}
+
+#[test]
+fn operator_suffixes_allow_more_globally_or_per_namespace() {
+    let cfg = with_policy(|s| {
+        s.dns_suffixes = vec!["apps.example.org".into()];
+        s.namespace_dns_suffixes = vec![
+            ("team-a".into(), "team-a.example.net".into()),
+            ("team-a".into(), "chat.team-a.svc.cluster.local".into()),
+            ("t2".into(), "t2.example.net".into()),
+        ];
+    });
+    for allowed in [
+        "chat.apps.example.org",
+        "a.b.apps.example.org",
+        "x.team-a.example.net",
+        "web-0.chat.team-a.svc.cluster.local",
+    ] {
+        assert!(
+            compile(&with_dns_names(&[allowed]), &cfg).is_ok(),
+            "{allowed}"
+        );
+    }
+    for refused_name in [
+        // Equal to a suffix, no dot boundary, another namespace's suffix, IDNA label.
+        "apps.example.org",
+        "evilapps.example.org",
+        "x.evilapps.example.org",
+        "x.t2.example.net",
+        "team-a.example.net",
+        "xn--80ak6aa92e.apps.example.org",
+        "a.xn--80ak6aa92e.apps.example.org",
+        "apps.example.org.evil.org",
+    ] {
+        let r = refusal_under(&cfg, &with_dns_names(&[refused_name]));
+        assert_eq!(r.reason, Reason::DNSNameOutsideNamespace, "{refused_name}");
+        assert!(
+            r.message.contains("spec.svid.dnsNameTemplates[0]"),
+            "{}",
+            r.message
+        );
+    }
+    let r = refusal_under(&cfg, &with_dns_names(&["x.t2.example.net"]));
+    assert!(
+        r.message.contains(".apps.example.org") && r.message.contains(".team-a.example.net"),
+        "names what this namespace may use: {}",
+        r.message
+    );
+    assert!(!r.message.contains(".t2.example.net,"), "{}", r.message);
+}
+
+#[test]
+fn suffixes_that_would_reach_other_namespaces_are_refused_as_settings() {
+    for (ns, suffix) in [
+        (None, "cluster.local"),
+        (None, "local"),
+        (None, "svc"),
+        (None, "svc.cluster.local"),
+        (None, "t2.svc.cluster.local"),
+        (Some("team-a"), "t2.svc.cluster.local"),
+        (Some("team-a"), "svc.cluster.local"),
+    ] {
+        let mut s = SvidPolicySettings::default();
+        match ns {
+            None => s.dns_suffixes = vec![suffix.into()],
+            Some(n) => s.namespace_dns_suffixes = vec![(n.into(), suffix.into())],
+        }
+        let e = SvidPolicy::new(s).unwrap_err().to_string();
+        assert!(e.contains(suffix), "{ns:?} {suffix}: {e}");
+    }
+}
+
+#[test]
+fn hub_identities_are_reserved() {
+    let cfg = with_policy(|s| {
+        s.dns_suffixes = vec!["example.org".into()];
+        s.hub_x509_usernames = vec!["Kleym-Hub.example.org".into(), "hub.team-a.svc".into()];
+        s.hub_spiffe_ids = vec!["spiffe://example.org/ns/team-a/objective/hub".into()];
+    });
+    // The hub's user name, whatever its case, and even where the name is the tenant's own.
+    for name in ["kleym-hub.example.org", "hub.team-a.svc"] {
+        let r = refusal_under(&cfg, &with_dns_names(&["chat.team-a.svc", name]));
+        assert_eq!(r.reason, Reason::ReservedHubIdentity, "{name}");
+        assert_eq!(r.kind(), RefusalKind::UnsafeSelector);
+        assert!(
+            r.message.contains("spec.svid.dnsNameTemplates[1]")
+                && r.message.contains("X.509 user name"),
+            "{}",
+            r.message
+        );
+    }
+    // Without the setting the name is just outside the namespace (still refused).
+    let r = refusal_under(&config(), &with_dns_names(&["kleym-hub.example.org"]));
+    assert_eq!(r.reason, Reason::DNSNameOutsideNamespace);
+    // Another name under the allowed suffix is fine.
+    assert!(compile(&with_dns_names(&["chat.example.org"]), &cfg).is_ok());
+
+    // The hub's SPIFFE ID, rendered or default.
+    let mut b = binding("b", "hub", "vllm");
+    b.target = Lookup::Found(objective(NS, "hub", "pool"));
+    let r = refusal_under(&cfg, &b);
+    assert_eq!(r.reason, Reason::ReservedHubIdentity);
+    assert!(
+        r.message.contains("spec.spiffeIDTemplate") && r.message.contains("hub's SPIFFE ID"),
+        "{}",
+        r.message
+    );
+    let mut b = binding("b", "chat", "vllm");
+    b.spec.spiffe_id_template =
+        Some("spiffe://{{ .TrustDomain }}/ns/{{ .Namespace }}/objective/hub".into());
+    assert_eq!(refusal_under(&cfg, &b).reason, Reason::ReservedHubIdentity);
+    assert!(compile(&binding("b", "chat", "vllm"), &cfg).is_ok());
+}
+
+#[test]
+fn ttls_are_bounded_by_the_operator_maxima() {
+    let svid = |ttl: Option<&str>, jwt: Option<&str>| {
+        let mut b = binding("b", "chat", "vllm");
+        b.spec.svid = Some(SvidOptions {
+            ttl: ttl.map(str::to_string),
+            jwt_ttl: jwt.map(str::to_string),
+            ..Default::default()
+        });
+        b
+    };
+    // Defaults: 24h and 1h.
+    let c = ok(&svid(Some("24h"), Some("1h")));
+    assert_eq!(c.output.spec.ttl.as_deref(), Some("24h"));
+    assert_eq!(c.output.spec.jwt_ttl.as_deref(), Some("1h"));
+    for (b, field, max) in [
+        (svid(Some("24h0m1s"), None), "spec.svid.ttl", "24h"),
+        (svid(Some("720h"), None), "spec.svid.ttl", "24h"),
+        (svid(None, Some("61m")), "spec.svid.jwtTtl", "1h"),
+    ] {
+        let (reason, message) = refused(&b);
+        assert_eq!(reason, Reason::SvidOptionOutOfBounds, "{message}");
+        assert_eq!(reason.kind(), RefusalKind::RenderFailure);
+        assert!(
+            message.contains(field) && message.contains(&format!("maximum {max}")),
+            "{message}"
+        );
+    }
+    let cfg = with_policy(|s| {
+        s.max_ttl = Duration::from_secs(600);
+        s.max_jwt_ttl = Duration::from_secs(90);
+    });
+    assert!(compile(&svid(Some("10m"), Some("90s")), &cfg).is_ok());
+    let r = refusal_under(&cfg, &svid(Some("11m"), None));
+    assert!(r.message.contains("maximum 10m"), "{}", r.message);
+    let r = refusal_under(&cfg, &svid(None, Some("91s")));
+    assert!(r.message.contains("maximum 90s"), "{}", r.message);
+}
+
+#[test]
+fn federation_needs_the_operators_allow_list() {
+    let mut b = binding("b", "chat", "vllm");
+    b.spec.svid = Some(SvidOptions {
+        federates_with: vec!["partner.example".into(), "other.example".into()],
+        ..Default::default()
+    });
+    let (reason, message) = refused(&b);
+    assert_eq!(reason, Reason::SvidOptionOutOfBounds);
+    assert!(
+        message.contains("spec.svid.federatesWith[0]") && message.contains("allows no federation"),
+        "{message}"
+    );
+    let cfg = with_policy(|s| s.federates_with = vec!["partner.example".into()]);
+    let r = refusal_under(&cfg, &b);
+    assert!(
+        r.message.contains("spec.svid.federatesWith[1]")
+            && r.message.contains("\"other.example\"")
+            && r.message.contains("allowed are partner.example"),
+        "{}",
+        r.message
+    );
+    b.spec.svid.as_mut().unwrap().federates_with.pop();
+    assert_eq!(
+        compile(&b, &cfg).unwrap().output.spec.federates_with,
+        Some(vec!["partner.example".into()])
+    );
 }

@@ -3,8 +3,11 @@
 mod compiler_common;
 
 use compiler_common::*;
+use std::sync::Arc;
+
 use kleym_api::SvidOptions;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kleym_spoke::compiler::{ClusterConfig, SvidPolicy, SvidPolicySettings, compile};
 use kubesim_schema::CompiledSchema;
 
 fn upstream() -> CompiledSchema {
@@ -16,6 +19,17 @@ fn upstream() -> CompiledSchema {
 #[test]
 fn generated_objects_pass_the_upstream_schema_unchanged() {
     let schema = upstream();
+    // Federation is off unless the operator allows a trust domain.
+    let config = ClusterConfig {
+        svid: Arc::new(
+            SvidPolicy::new(SvidPolicySettings {
+                federates_with: vec!["other.example".into()],
+                ..SvidPolicySettings::default()
+            })
+            .unwrap(),
+        ),
+        ..config()
+    };
     let mut with_svid = binding("svid", "chat", "vllm");
     with_svid.spec.svid = Some(SvidOptions {
         ttl: Some("1h".into()),
@@ -28,7 +42,7 @@ fn generated_objects_pass_the_upstream_schema_unchanged() {
         pool_only("p", "chat"),
         with_svid,
     ] {
-        let c = ok(&input);
+        let c = compile(&input, &config).unwrap();
         let mut obj = ClusterSPIFFEID::new(&c.output_name(), c.output.spec.clone());
         obj.metadata.labels = Some(c.output_labels().to_btree_map());
         let value = serde_json::to_value(&obj).unwrap();

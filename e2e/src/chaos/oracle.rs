@@ -228,6 +228,7 @@ pub fn spoke_oracle(store: &Cluster, trust_domain: &str) -> SpokeOracle {
     let config = ClusterConfig {
         trust_domain: trust_domain.to_string(),
         class_name: None,
+        ..ClusterConfig::default()
     };
     let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     // Collisions are a namespace-wide property: one analysis per namespace.

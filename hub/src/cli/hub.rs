@@ -18,6 +18,9 @@ pub type Args = kleym_hub::runtime::HubArgs;
 /// Runs the hub until SIGTERM/SIGINT.
 pub fn run(args: &Args) -> anyhow::Result<()> {
     check_access_providers(args)?;
+    args.svid
+        .policy()
+        .map_err(|e| super::usage_error("hub", format!("invalid SVID policy: {e}")))?;
     logging::init(args.log_format, &args.log_level)?;
     let rt = super::runtime(args.runtime.worker_threads)?;
     rt.block_on(async {

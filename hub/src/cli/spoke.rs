@@ -12,7 +12,7 @@ use anyhow::Context as _;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use kleym_hub::flags::{
-    ResponseLimitFlags, RuntimeFlags, non_blank, parse_instance, parse_log_filter,
+    ResponseLimitFlags, RuntimeFlags, SvidPolicyFlags, non_blank, parse_instance, parse_log_filter,
     parse_required_trust_domain, parse_spire_class_name,
 };
 use kleym_hub::observe::health::{HealthListeners, ReadyCheck};
@@ -35,6 +35,11 @@ pub struct Args {
     /// whitespace is dropped; control characters are refused.
     #[arg(long, env = "KLEYM_SPIRE_CLASS_NAME", value_parser = parse_spire_class_name)]
     pub spire_class_name: Option<String>,
+
+    /// What bindings may ask for in their SVIDs, and the hub identities none may be
+    /// issued.
+    #[command(flatten)]
+    pub svid: SvidPolicyFlags,
 
     /// Kubeconfig file. Default: `KUBECONFIG`, then `~/.kube/config`, then the in-cluster
     /// ServiceAccount.
@@ -94,22 +99,29 @@ pub struct Args {
 }
 
 impl Args {
-    /// The reconciler configuration these arguments describe.
-    pub fn spoke_config(&self) -> SpokeConfig {
+    /// The reconciler configuration these arguments describe; an SVID policy that does not
+    /// hold together (a suffix reaching into other namespaces' names) is refused.
+    pub fn spoke_config(&self) -> Result<SpokeConfig, clap::Error> {
+        let policy = self
+            .svid
+            .policy()
+            .map_err(|e| super::usage_error("spoke", format!("invalid SVID policy: {e}")))?;
         let mut c = SpokeConfig::new(self.trust_domain.trim());
         c.class_name = non_blank(self.spire_class_name.as_ref());
+        c.svid_policy = Arc::new(policy);
         c.concurrency = usize::from(self.concurrency);
         c.discovery_interval = Duration::from_secs(self.discovery_interval_seconds);
         c.event_instance = non_blank(self.instance.as_ref());
-        c
+        Ok(c)
     }
 }
 
 /// Runs the operator until SIGTERM/SIGINT.
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    let config = args.spoke_config()?;
     logging::init(args.log_format, &args.log_level)?;
     let rt = super::runtime(args.runtime.worker_threads)?;
-    rt.block_on(run_async(args))
+    rt.block_on(run_async(args, config))
 }
 
 /// The spoke's `/readyz`: ready once the reconciler's caches synced.
@@ -123,7 +135,7 @@ fn ready_check(readiness: CachesSynced) -> Arc<dyn ReadyCheck> {
     })
 }
 
-async fn run_async(args: &Args) -> anyhow::Result<()> {
+async fn run_async(args: &Args, config: SpokeConfig) -> anyhow::Result<()> {
     let client = kleym_hub::kubeconfig::client_with_limit(
         args.kubeconfig.as_deref(),
         args.context.as_deref(),
@@ -132,7 +144,7 @@ async fn run_async(args: &Args) -> anyhow::Result<()> {
     .await?;
     let mut registry = Registry::default();
     let metrics = Arc::new(SpokeMetrics::register(&mut registry));
-    let spoke = Spoke::new(client, args.spoke_config(), metrics)?;
+    let spoke = Spoke::new(client, config, metrics)?;
     let readiness = spoke.readiness();
     let shutdown = CancellationToken::new();
 
@@ -184,7 +196,7 @@ mod tests {
             "json",
         ])
         .unwrap();
-        let c = w.args.spoke_config();
+        let c = w.args.spoke_config().unwrap();
         assert_eq!(c.trust_domain, "td.example");
         assert_eq!(c.class_name.as_deref(), Some("spire-a"));
         assert_eq!(c.concurrency, 8);
@@ -220,10 +232,37 @@ mod tests {
             "",
         ])
         .unwrap();
-        let c = w.args.spoke_config();
+        let c = w.args.spoke_config().unwrap();
         assert_eq!(c.trust_domain, "td.example");
         assert_eq!(c.class_name, None);
         assert_eq!(c.event_instance, None);
+    }
+
+    #[test]
+    fn the_svid_policy_reaches_the_config_and_a_bad_one_stops_start_up() {
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--trust-domain",
+            "td.example",
+            "--hub-x509-username",
+            "kleym-hub.example.org",
+            "--svid-max-ttl",
+            "2h",
+        ])
+        .unwrap();
+        let c = w.args.spoke_config().unwrap();
+        assert_eq!(c.svid_policy.max_ttl(), Duration::from_secs(7200));
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--trust-domain",
+            "td.example",
+            "--svid-dns-suffix",
+            "svc.cluster.local",
+        ])
+        .unwrap();
+        let e = w.args.spoke_config().unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("svc.cluster.local"), "{e}");
     }
 
     #[test]

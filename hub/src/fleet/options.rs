@@ -1,6 +1,9 @@
 //! Fleet supervisor settings.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use kleym_spoke::compiler::SvidPolicy;
 
 use super::removal::RemovalPolicy;
 use crate::backoff::BackoffOptions;
@@ -43,6 +46,8 @@ pub struct FleetOptions {
     pub publish_events: bool,
     /// The ClusterProfile version the inventory reads (the finalizer is written through it).
     pub profile_version: InventoryVersion,
+    /// What bindings may ask for in their SVIDs, in every spoke (the hub's flags).
+    pub svid_policy: Arc<SvidPolicy>,
 }
 
 impl Default for FleetOptions {
@@ -63,6 +68,7 @@ impl Default for FleetOptions {
             event_instance: None,
             publish_events: true,
             profile_version: InventoryVersion::default(),
+            svid_policy: Arc::default(),
         }
     }
 }

@@ -254,8 +254,11 @@ pub(crate) async fn removal_pass(
 type Outputs = BTreeMap<String, ClusterSPIFFEID>;
 
 /// Lists the ClusterSPIFFEIDs carrying kleym's label (every object kleym owns does: the
-/// ownership proof requires it) once per pass, so that Cleanup reads each object it may
-/// delete (the spoke role has `list`, not `get`). No CRD served: nothing to delete.
+/// spoke reconciler applies it, and restores it when someone else removed it) once per
+/// pass, so that Cleanup reads each object it may delete (the spoke role has `list`, not
+/// `get`). The label only finds candidates; each is deleted only when `ownership::verify`
+/// proves it the binding's. An object whose label was removed after its spoke's reconciler
+/// stopped is not found, and stays. No CRD served: nothing to delete.
 async fn list_outputs(client: &kube::Client, bounds: PassBounds) -> Result<Outputs, RemovalError> {
     let api: Api<ClusterSPIFFEID> = Api::all(client.clone());
     let lp = ListParams::default().labels(&format!(

@@ -179,6 +179,7 @@ async fn connect(shared: &TaskShared, spec: &SpokeSpec) -> Result<SpokeClient, E
 fn spoke_config(opts: &FleetOptions, spec: &SpokeSpec) -> SpokeConfig {
     let mut c = SpokeConfig::new(spec.settings.trust_domain.clone());
     c.class_name = spec.settings.spire_class_name.clone();
+    c.svid_policy = Arc::clone(&opts.svid_policy);
     c.concurrency = opts.spoke_concurrency.max(1);
     c.discovery_interval = opts.discovery_interval;
     c.event_instance = opts.event_instance.clone();

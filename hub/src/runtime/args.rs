@@ -12,8 +12,9 @@ use crate::access::{AccessFlags, SelectOptions};
 use crate::backoff::BackoffOptions;
 use crate::credentials::{CacheOptions, ClientOptions, ExecOptions, Keepalive};
 use crate::flags::{
-    non_blank, parse_engage_condition, parse_instance, parse_label_selector, parse_lease_name,
-    parse_log_filter, parse_namespace, parse_spire_class_name, parse_trust_domain,
+    SvidPolicyFlags, non_blank, parse_engage_condition, parse_instance, parse_label_selector,
+    parse_lease_name, parse_log_filter, parse_namespace, parse_spire_class_name,
+    parse_trust_domain,
 };
 use crate::fleet::{FleetOptions, RemovalPolicy};
 use crate::http::ApiArgs;
@@ -82,6 +83,11 @@ pub struct HubArgs {
     /// surrounding whitespace is dropped, blank means none, control characters are refused.
     #[arg(long, env = "KLEYM_SPIRE_CLASS_NAME", value_parser = parse_spire_class_name)]
     pub spire_class_name: Option<String>,
+
+    /// What bindings may ask for in their SVIDs, and the hub identities none may be
+    /// issued, in every spoke.
+    #[command(flatten)]
+    pub svid: SvidPolicyFlags,
 
     /// What to do with a spoke's objects when its ClusterProfile is deleted.
     #[arg(long, value_enum, default_value = "orphan")]

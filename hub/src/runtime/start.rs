@@ -95,6 +95,11 @@ pub fn start_hub_with(
     let supervisor = Supervisor::new(
         FleetOptions {
             profile_version: inventory_version.clone(),
+            svid_policy: Arc::new(
+                args.svid
+                    .policy()
+                    .context("the SVID policy flags (--cluster-domain, --svid-*, --hub-*)")?,
+            ),
             ..args.fleet_options()
         },
         providers,

@@ -6,13 +6,29 @@ use kleym_api::label_map::LabelMap;
 use kleym_api::{InferenceIdentityBindingSpec, TargetKind};
 use kube::ResourceExt;
 
+use super::svid::SvidPolicy;
+use std::sync::Arc;
+
 /// Per-cluster compiler configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct ClusterConfig {
     /// The cluster's SPIFFE trust domain (required).
     pub trust_domain: String,
     /// SPIRE Controller Manager `className` to put on generated objects.
     pub class_name: Option<String>,
+    /// What bindings may ask for in their SVIDs (shared: the reconciler builds a config
+    /// per reconcile).
+    pub svid: Arc<SvidPolicy>,
+}
+
+impl ClusterConfig {
+    /// The configuration of trust domain `trust_domain`, no class, the default SVID policy.
+    pub fn new(trust_domain: impl Into<String>) -> Self {
+        ClusterConfig {
+            trust_domain: trust_domain.into(),
+            ..ClusterConfig::default()
+        }
+    }
 }
 
 /// The outcome of looking an object up in a cache.

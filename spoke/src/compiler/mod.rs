@@ -2,8 +2,8 @@
 //! ClusterSPIFFEID that registers its identity, or to a [`Refusal`].
 //!
 //! - [`compile`] handles one binding: resolution ([`resolve`]), templates ([`template`]),
-//!   SPIFFE ID rules ([`spiffe_id`]), confinement proofs ([`selectors`]) and the output
-//!   object ([`output`]).
+//!   SPIFFE ID rules ([`spiffe_id`]), confinement proofs ([`selectors`]), what a tenant may
+//!   ask for in its SVIDs ([`svid`]) and the output object ([`output`]).
 //! - [`analyze`] looks at all compiled bindings of a cluster at once for collisions,
 //!   duplicates and warnings ([`collisions`]).
 //! - [`conditions`] turns a verdict into the binding's status conditions.
@@ -19,6 +19,7 @@ pub mod refusal;
 pub mod resolve;
 pub mod selectors;
 pub mod spiffe_id;
+pub mod svid;
 pub mod template;
 
 use std::collections::BTreeSet;
@@ -34,6 +35,7 @@ pub use input::{BindingInput, ClusterConfig, Lookup, PoolRefView, PoolView, Targ
 pub use output::ClusterSpiffeIdOutput;
 pub use refusal::{Reason, Refusal, RefusalKind};
 pub use resolve::PoolKey;
+pub use svid::{SvidPolicy, SvidPolicyError, SvidPolicySettings};
 
 use spiffe_id::{SpiffeId, TrustDomain};
 use template::Variables;
@@ -190,6 +192,14 @@ pub fn compile(input: &BindingInput, config: &ClusterConfig) -> Result<CompiledI
     )?;
 
     let spiffe_id = compile_spiffe_id(&binding_desc, input, target, pool, &vars, &trust_domain)?;
+    if config.svid.is_hub_spiffe_id(&spiffe_id) {
+        return Err(Refusal::new(
+            Reason::ReservedHubIdentity,
+            format!(
+                "{binding_desc}: spec.spiffeIDTemplate renders to {spiffe_id:?}, which is the hub's SPIFFE ID: no binding may be issued the hub's identity"
+            ),
+        ));
+    }
 
     let selectors: Vec<String> = rendered
         .into_iter()
@@ -200,7 +210,7 @@ pub fn compile(input: &BindingInput, config: &ClusterConfig) -> Result<CompiledI
         .into_iter()
         .collect();
 
-    let svid = compile_svid(&binding_desc, spec.svid.as_ref(), &vars)?;
+    let svid = svid::compile_svid(&binding_desc, ns, spec.svid.as_ref(), &vars, &config.svid)?;
     let hint = match spec.mode {
         IdentityMode::PoolOnly => pool.name.clone(),
         IdentityMode::PerObjective => target.name.clone(),
@@ -285,74 +295,4 @@ fn compile_spiffe_id(
         ));
     }
     Ok(id.to_string())
-}
-
-struct CompiledSvid {
-    dns_names: Vec<String>,
-    ttl: Option<String>,
-    jwt_ttl: Option<String>,
-    federates_with: Vec<String>,
-}
-
-fn compile_svid(
-    binding_desc: &str,
-    svid: Option<&kleym_api::SvidOptions>,
-    vars: &Variables<'_>,
-) -> Result<CompiledSvid, Refusal> {
-    let Some(svid) = svid else {
-        return Ok(CompiledSvid {
-            dns_names: Vec::new(),
-            ttl: None,
-            jwt_ttl: None,
-            federates_with: Vec::new(),
-        });
-    };
-    let mut dns_names = BTreeSet::new();
-    for (i, t) in svid.dns_name_templates.iter().enumerate() {
-        let field = format!("spec.svid.dnsNameTemplates[{i}]");
-        let name =
-            template::render(t, vars).map_err(|e| template_refusal(binding_desc, &field, &e))?;
-        if !selectors::is_dns_name(&name) {
-            return Err(Refusal::new(
-                Reason::InvalidSvidOption,
-                format!("{binding_desc}: {field} renders to {name:?}, which is not a DNS name"),
-            ));
-        }
-        dns_names.insert(name);
-    }
-    let mut federates_with = BTreeSet::new();
-    for (i, td) in svid.federates_with.iter().enumerate() {
-        TrustDomain::parse(td).map_err(|e| {
-            Refusal::new(
-                Reason::InvalidSvidOption,
-                format!(
-                    "{binding_desc}: spec.svid.federatesWith[{i}] {td:?} is not a trust domain: {e}"
-                ),
-            )
-        })?;
-        federates_with.insert(td.clone());
-    }
-    let duration = |field: &str, value: Option<&String>| -> Result<Option<String>, Refusal> {
-        let Some(v) = value else { return Ok(None) };
-        let parsed: kube::core::Duration = v.parse().map_err(|e| {
-            Refusal::new(
-                Reason::InvalidSvidOption,
-                format!("{binding_desc}: {field} {v:?} is not a duration: {e}"),
-            )
-        })?;
-        if parsed.is_negative() {
-            return Err(Refusal::new(
-                Reason::InvalidSvidOption,
-                format!("{binding_desc}: {field} {v:?} is negative"),
-            ));
-        }
-        // Zero means "SPIRE's default", the same as unset.
-        Ok((!std::time::Duration::from(parsed).is_zero()).then(|| v.clone()))
-    };
-    Ok(CompiledSvid {
-        dns_names: dns_names.into_iter().collect(),
-        ttl: duration("spec.svid.ttl", svid.ttl.as_ref())?,
-        jwt_ttl: duration("spec.svid.jwtTtl", svid.jwt_ttl.as_ref())?,
-        federates_with: federates_with.into_iter().collect(),
-    })
 }

@@ -88,6 +88,12 @@ reasons! {
     UnprovableSelector => UnsafeSelector,
     /// The SPIFFE ID path is not under `/ns/<namespace>/`.
     SPIFFEIDOutsideNamespace => UnsafeSelector,
+    /// An `svid.dnsNameTemplates` name is outside the binding's namespace's Service names
+    /// and the operator's allowed suffixes.
+    DNSNameOutsideNamespace => UnsafeSelector,
+    /// The SPIFFE ID or a DNS name is one of the hub's own identities (its SPIFFE ID, its
+    /// X.509 user name).
+    ReservedHubIdentity => UnsafeSelector,
     /// A template does not follow the template grammar.
     TemplateError => RenderFailure,
     /// A rendered selector is not `type:value`.
@@ -104,6 +110,9 @@ reasons! {
     InvalidContainerDiscriminator => RenderFailure,
     /// An `svid` option is invalid (DNS name, federated trust domain, TTL).
     InvalidSvidOption => RenderFailure,
+    /// An `svid` option exceeds the operator's bounds (a TTL above the maximum, a
+    /// federated trust domain not on the allow-list).
+    SvidOptionOutOfBounds => RenderFailure,
     /// The ClusterSPIFFEID CRD is not served.
     ClusterSPIFFEIDCRDMissing => RenderFailure,
     /// An object kleym did not create holds the ClusterSPIFFEID name.

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use kube::runtime::events::Reporter;
 
+use crate::compiler::SvidPolicy;
+
 /// Field manager kleym uses for every write.
 pub const DEFAULT_FIELD_MANAGER: &str = "kleym";
 
@@ -16,6 +18,9 @@ pub struct SpokeConfig {
     pub trust_domain: String,
     /// SPIRE Controller Manager `className` for generated ClusterSPIFFEIDs, if any.
     pub class_name: Option<String>,
+    /// What bindings may ask for in their SVIDs (DNS names, TTLs, federation) and the hub
+    /// identities none may be issued.
+    pub svid_policy: Arc<SvidPolicy>,
     /// Field manager for server-side apply (`kleym`).
     pub field_manager: String,
     /// Reconciles running at once.
@@ -41,6 +46,7 @@ impl SpokeConfig {
         Self {
             trust_domain: trust_domain.into(),
             class_name: None,
+            svid_policy: Arc::default(),
             field_manager: DEFAULT_FIELD_MANAGER.to_string(),
             concurrency: 4,
             discovery_interval: Duration::from_secs(30),

@@ -39,8 +39,9 @@ impl SpecDigest {
 }
 
 /// The values of kleym's own labels ([`kleym_api::labels`]) on a ClusterSPIFFEID: the
-/// only labels anything reads of a cached one (the plan's up-to-date check and the
-/// ownership proof ask for these three keys). Kept as three values rather than a label
+/// only labels anything reads of a cached one (the plan's up-to-date check, which restores
+/// them, and the ownership proof of objects an earlier kleym wrote ask for these three
+/// keys). Kept as three values rather than a label
 /// map: the map held each key's text too, about 270 bytes of heap per ClusterSPIFFEID.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct KleymLabels {
@@ -317,7 +318,10 @@ mod tests {
         let observed = ObservedOutput::observe(tampered, FM);
         assert_eq!(observed.label(labels::BINDING_NAME), Some("other"));
         assert_eq!(observed.label(labels::MANAGED_BY), None);
-        assert!(ownership::verify(&observed, FM, &owner()).is_err());
+        // Labels are output, not proof: the object is still kleym's (the next apply puts
+        // the labels back), and so has no overlap view.
+        assert!(ownership::verify(&observed, FM, &owner()).is_ok());
+        assert!(observed.foreign().is_none());
     }
 
     #[test]

@@ -412,6 +412,41 @@ mod tests {
     }
 
     #[test]
+    fn owned_output_with_edited_labels_is_applied_back() {
+        let d = desired("spiffe://td/ns/a/o");
+        for edit in [
+            |l: &mut BTreeMap<String, String>| {
+                l.insert(kleym_api::labels::BINDING_NAME.into(), "other".into());
+            },
+            |l: &mut BTreeMap<String, String>| {
+                l.remove(kleym_api::labels::MANAGED_BY);
+            },
+            |l: &mut BTreeMap<String, String>| l.clear(),
+        ] {
+            let mut obj = live(&d, &owner(), "u1");
+            edit(obj.metadata.labels.get_or_insert_default());
+            let plan = plan_binding(
+                verdict(Some(d.clone())),
+                &owner(),
+                true,
+                Some(&observed(obj)),
+                None,
+                FM,
+            );
+            assert_eq!(plan.refusal, None);
+            assert_eq!(plan.owned, Some(owned("u1")));
+            let write = plan.write.expect("the labels are applied back");
+            assert!(!write.creates);
+            assert_eq!(write.object.metadata.uid.as_deref(), Some("u1"));
+            assert_eq!(
+                write.object.metadata.labels,
+                Some(d.labels.to_btree_map()),
+                "kleym's labels, all three"
+            );
+        }
+    }
+
+    #[test]
     fn unproven_objects_at_our_name_are_foreign_and_untouched() {
         let d = desired("spiffe://td/ns/a/o");
         // Our labels but no owner annotation (labels can be copied by anyone).

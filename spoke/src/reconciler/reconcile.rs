@@ -232,6 +232,7 @@ pub fn cluster_config(config: &SpokeConfig) -> ClusterConfig {
     ClusterConfig {
         trust_domain: config.trust_domain.clone(),
         class_name: config.class_name.clone(),
+        svid: Arc::clone(&config.svid_policy),
     }
 }
 

@@ -19,6 +19,7 @@ pub fn config() -> ClusterConfig {
     ClusterConfig {
         trust_domain: TD.into(),
         class_name: None,
+        ..ClusterConfig::default()
     }
 }
 
