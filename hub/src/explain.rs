@@ -138,7 +138,15 @@ pub async fn explain_pod(
         .await
         .map_err(read(format!("InferenceIdentityBindings in {namespace}")))?
         .items;
-    explain_objects(&pod, &ns, node.as_ref(), &objects, &bindings, manager, field_manager)
+    explain_objects(
+        &pod,
+        &ns,
+        node.as_ref(),
+        &objects,
+        &bindings,
+        manager,
+        field_manager,
+    )
 }
 
 /// Explain from objects already read (the pure half of [`explain_pod`]).
@@ -191,9 +199,9 @@ fn binding_verdict(
     containers: &[ContainerSvids],
 ) -> BindingVerdict {
     let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
-    let output = candidates.iter().find(|c| {
-        matches!(&c.ownership, Ownership::Proven { binding } if *binding == key)
-    });
+    let output = candidates
+        .iter()
+        .find(|c| matches!(&c.ownership, Ownership::Proven { binding } if *binding == key));
     let mut why_not = Vec::new();
     let mut selects_pod = false;
     match output {
@@ -208,9 +216,8 @@ fn binding_verdict(
                     "the binding is refused: {}: {}",
                     c.reason, c.message
                 )),
-                _ => why_not.push(
-                    "no ClusterSPIFFEID is proven to be this binding's output".to_string(),
-                ),
+                _ => why_not
+                    .push("no ClusterSPIFFEID is proven to be this binding's output".to_string()),
             }
         }
         Some(c) => match &c.verdict {
@@ -233,9 +240,10 @@ fn binding_verdict(
                             .iter()
                             .find(|e| Some(e.spiffe_id.as_str()) == spiffe_id)
                             .and_then(|e| match &e.applies {
-                                Applies::No { selector } => {
-                                    Some(format!("container {}: {selector} does not hold", k.container))
-                                }
+                                Applies::No { selector } => Some(format!(
+                                    "container {}: {selector} does not hold",
+                                    k.container
+                                )),
                                 _ => None,
                             })
                     })
@@ -328,7 +336,11 @@ pub fn render_text(e: &PodExplanation, out: &mut impl Write) -> io::Result<()> {
         e.pod.namespace,
         e.pod.name,
         e.pod.uid,
-        if e.pod.node.is_empty() { "<none>" } else { &e.pod.node },
+        if e.pod.node.is_empty() {
+            "<none>"
+        } else {
+            &e.pod.node
+        },
         e.pod.service_account
     )?;
     writeln!(out, "\nSVIDs per container:")?;
@@ -363,7 +375,11 @@ pub fn render_text(e: &PodExplanation, out: &mut impl Write) -> io::Result<()> {
         writeln!(out, "  none")?;
     }
     for k in &e.entries {
-        writeln!(out, "  {}  (declared by {})", k.entry.spiffe_id, k.declared_by)?;
+        writeln!(
+            out,
+            "  {}  (declared by {})",
+            k.entry.spiffe_id, k.declared_by
+        )?;
         writeln!(out, "    parent    {}", k.entry.parent_id)?;
         writeln!(out, "    selectors {}", k.entry.selectors.join(", "))?;
         if !k.masks.is_empty() {
@@ -386,7 +402,12 @@ pub fn render_text(e: &PodExplanation, out: &mut impl Write) -> io::Result<()> {
         };
         writeln!(out, "  {}{kind} ({owner})", c.name)?;
         if let Some(entry) = &c.entry {
-            writeln!(out, "    renders {} [{}]", entry.spiffe_id, entry.selectors.join(", "))?;
+            writeln!(
+                out,
+                "    renders {} [{}]",
+                entry.spiffe_id,
+                entry.selectors.join(", ")
+            )?;
         }
         writeln!(out, "    {}", verdict_text(&c.verdict))?;
     }

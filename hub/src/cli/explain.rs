@@ -125,9 +125,7 @@ fn run_pod(args: &PodArgs, out: &mut impl Write) -> anyhow::Result<()> {
             args.context.as_deref(),
         )
         .await?;
-        anyhow::Ok(
-            explain_pod(&client, namespace, name, &manager, &args.field_manager).await?,
-        )
+        anyhow::Ok(explain_pod(&client, namespace, name, &manager, &args.field_manager).await?)
     })?;
     match args.output {
         Output::Text => render_text(&explanation, out).context("writing the explanation")?,

@@ -14,7 +14,9 @@ pub enum GoTemplateError {
     #[error("unclosed action starting at byte {0}")]
     Unclosed(usize),
     /// Syntax kleym does not evaluate (SPIRE may accept it).
-    #[error("unsupported template syntax {0:?}: kleym explains only field access like {{{{ .PodMeta.Name }}}}")]
+    #[error(
+        "unsupported template syntax {0:?}: kleym explains only field access like {{{{ .PodMeta.Name }}}}"
+    )]
     Unsupported(String),
     /// A field the Go type does not have: SPIRE fails the same way at render time.
     #[error("can't evaluate field {field} in {path}")]
@@ -25,7 +27,9 @@ pub enum GoTemplateError {
         path: String,
     },
     /// The value is a struct or list, which Go would print in its own `%v` format.
-    #[error("{0} is not a scalar value; kleym does not reproduce Go's formatting of structs and lists")]
+    #[error(
+        "{0} is not a scalar value; kleym does not reproduce Go's formatting of structs and lists"
+    )]
     NotScalar(String),
 }
 
@@ -260,27 +264,51 @@ mod tests {
             ("{{.PodMeta.UID}}", "u-1"),
             ("{{ .PodMeta.Labels.app }}", "a"),
             ("{{ .PodMeta.Labels.missing }}", "<no value>"),
-            ("{{ .PodSpec.DNSPolicy }}/{{ .NodeSpec.PodCIDR }}", "X/10.0.0.0/24"),
-            ("{{ .NodeMeta.UID }}:{{ .ClusterName }}.{{ .ClusterDomain }}", "nu:c1.cluster.local"),
+            (
+                "{{ .PodSpec.DNSPolicy }}/{{ .NodeSpec.PodCIDR }}",
+                "X/10.0.0.0/24",
+            ),
+            (
+                "{{ .NodeMeta.UID }}:{{ .ClusterName }}.{{ .ClusterDomain }}",
+                "nu:c1.cluster.local",
+            ),
             ("a {{- .PodMeta.Name -}} b", "apb"),
             ("{{ .PodSpec.Hostname }}", ""),
             ("no actions", "no actions"),
         ];
         for (template, want) in cases {
-            assert_eq!(with(|d| render(template, d)), Ok(want.to_string()), "{template}");
+            assert_eq!(
+                with(|d| render(template, d)),
+                Ok(want.to_string()),
+                "{template}"
+            );
         }
     }
 
     #[test]
     fn unsupported_syntax_and_bad_fields_fail_clearly() {
         let cases: [(&str, fn(&GoTemplateError) -> bool); 7] = [
-            ("{{ printf \"%s\" .PodMeta.Name }}", |e| matches!(e, GoTemplateError::Unsupported(_))),
-            ("{{ if .PodMeta.Name }}x{{ end }}", |e| matches!(e, GoTemplateError::Unsupported(_))),
-            ("{{ .PodMeta.Name | lower }}", |e| matches!(e, GoTemplateError::Unsupported(_))),
-            ("{{ .PodMeta.Nmae }}", |e| matches!(e, GoTemplateError::NoField { .. })),
-            ("{{ .Pod.Name }}", |e| matches!(e, GoTemplateError::NoField { .. })),
-            ("{{ .PodMeta.Labels }}", |e| matches!(e, GoTemplateError::NotScalar(_))),
-            ("{{ .PodMeta.Name ", |e| matches!(e, GoTemplateError::Unclosed(0))),
+            ("{{ printf \"%s\" .PodMeta.Name }}", |e| {
+                matches!(e, GoTemplateError::Unsupported(_))
+            }),
+            ("{{ if .PodMeta.Name }}x{{ end }}", |e| {
+                matches!(e, GoTemplateError::Unsupported(_))
+            }),
+            ("{{ .PodMeta.Name | lower }}", |e| {
+                matches!(e, GoTemplateError::Unsupported(_))
+            }),
+            ("{{ .PodMeta.Nmae }}", |e| {
+                matches!(e, GoTemplateError::NoField { .. })
+            }),
+            ("{{ .Pod.Name }}", |e| {
+                matches!(e, GoTemplateError::NoField { .. })
+            }),
+            ("{{ .PodMeta.Labels }}", |e| {
+                matches!(e, GoTemplateError::NotScalar(_))
+            }),
+            ("{{ .PodMeta.Name ", |e| {
+                matches!(e, GoTemplateError::Unclosed(0))
+            }),
         ];
         for (template, check) in cases {
             let err = with(|d| render(template, d)).expect_err(template);

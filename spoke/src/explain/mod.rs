@@ -240,7 +240,11 @@ pub struct KeptEntry {
 impl PodModel {
     /// The distinct SPIFFE IDs the pod's entries carry (before per-container selectors).
     pub fn spiffe_ids(&self) -> Vec<String> {
-        let mut ids: Vec<String> = self.entries.iter().map(|e| e.entry.spiffe_id.clone()).collect();
+        let mut ids: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| e.entry.spiffe_id.clone())
+            .collect();
         ids.dedup();
         ids
     }
@@ -318,7 +322,11 @@ pub fn explain_pod(
     for i in evaluation {
         let obj = order[i];
         let fallback = obj.spec.fallback.unwrap_or(false);
-        let additive = obj.annotations().get(ADDITIVE_ANNOTATION).map(String::as_str) == Some("true");
+        let additive = obj
+            .annotations()
+            .get(ADDITIVE_ANNOTATION)
+            .map(String::as_str)
+            == Some("true");
         let (entry, verdict) = evaluate(
             obj,
             inputs,
@@ -347,7 +355,11 @@ pub fn explain_pod(
     for (i, c) in candidates.iter().enumerate() {
         if let (Some(e), Verdict::Entry) = (&c.entry, &c.verdict) {
             by_key
-                .entry((e.spiffe_id.clone(), e.parent_id.clone(), e.selectors.clone()))
+                .entry((
+                    e.spiffe_id.clone(),
+                    e.parent_id.clone(),
+                    e.selectors.clone(),
+                ))
                 .or_default()
                 .push(i);
         }
@@ -498,8 +510,8 @@ pub fn render_entry(
     );
     let rendered = render(&obj.spec.spiffe_id_template, &data)
         .map_err(|e| format!("failed to render SPIFFE ID: {e}"))?;
-    let id = SpiffeId::parse(&rendered)
-        .map_err(|e| format!("invalid SPIFFE ID {rendered:?}: {e}"))?;
+    let id =
+        SpiffeId::parse(&rendered).map_err(|e| format!("invalid SPIFFE ID {rendered:?}: {e}"))?;
     if id.trust_domain().as_str() != config.trust_domain {
         return Err(format!(
             "invalid SPIFFE ID: expected trust domain {:?} but got {:?}",
@@ -523,8 +535,16 @@ pub fn render_entry(
                     "invalid workload selector {s:?}: expected at least one colon separate the type from the value"
                 ));
             }
-            Some(("", _)) => return Err(format!("invalid workload selector {s:?}: type cannot be empty")),
-            Some((_, "")) => return Err(format!("invalid workload selector {s:?}: value cannot be empty")),
+            Some(("", _)) => {
+                return Err(format!(
+                    "invalid workload selector {s:?}: type cannot be empty"
+                ));
+            }
+            Some((_, "")) => {
+                return Err(format!(
+                    "invalid workload selector {s:?}: value cannot be empty"
+                ));
+            }
             Some(_) => selectors.push(s),
         }
     }

@@ -96,7 +96,10 @@ fn object(d: &ObjectDesc) -> ClusterSPIFFEID {
     let mut spec = json!({"spiffeIDTemplate": d.template, "fallback": d.fallback});
     let optional = [
         ("className", d.class_name.as_ref().map(|v| json!(v))),
-        ("workloadSelectorTemplates", d.selectors.as_ref().map(|v| json!(v))),
+        (
+            "workloadSelectorTemplates",
+            d.selectors.as_ref().map(|v| json!(v)),
+        ),
         ("dnsNameTemplates", d.dns.as_ref().map(|v| json!(v))),
         ("ttl", d.ttl.as_ref().map(|v| json!(v))),
         ("namespaceSelector", d.namespace_selector.clone()),
@@ -135,7 +138,13 @@ fn upstream_cases_hold() {
     assert!(cases.cases.len() >= 20, "the table lost cases");
     for case in &cases.cases {
         let u = &case.upstream;
-        let at = format!("{} ({} @ {}: {})", case.name, u.file, &u.commit[..12], u.test);
+        let at = format!(
+            "{} ({} @ {}: {})",
+            case.name,
+            u.file,
+            &u.commit[..12],
+            u.test
+        );
         assert_eq!(u.commit.len(), 40, "{at}: cite a full commit");
         let mut config = json!({"trustDomain": "example.org", "clusterName": "cluster",
             "clusterDomain": "cluster.local", "className": "", "watchClassless": true,
@@ -202,7 +211,10 @@ fn upstream_cases_hold() {
                     panic!("{at}: an expected entry is not an object")
                 };
                 for (k, v) in want {
-                    let g = got.get("entry").and_then(|e| e.get(k)).or_else(|| got.get(k));
+                    let g = got
+                        .get("entry")
+                        .and_then(|e| e.get(k))
+                        .or_else(|| got.get(k));
                     assert_eq!(g, Some(v), "{at}: entry field {k}");
                 }
             }
@@ -211,7 +223,11 @@ fn upstream_cases_hold() {
             let Some(c) = model.candidates.iter().find(|c| &c.name == name) else {
                 panic!("{at}: no candidate {name}")
             };
-            assert_eq!(&verdict_tag(&c.verdict), want, "{at}: verdict of {name}: {c:?}");
+            assert_eq!(
+                &verdict_tag(&c.verdict),
+                want,
+                "{at}: verdict of {name}: {c:?}"
+            );
         }
         for (name, by) in &e.masked_by {
             let Some(c) = model.candidates.iter().find(|c| &c.name == name) else {
