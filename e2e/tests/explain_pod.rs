@@ -251,9 +251,9 @@ async fn explain_pod_matches_hand_computed_entries() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("spoke.kubeconfig");
     std::fs::write(&kubeconfig, cluster.kubeconfig_yaml()).unwrap();
-    let run = |pod: &str| {
+    let run = |pod: &str, format: &str| {
         let mut cmd = tokio::process::Command::new(kleym_binary().expect("kleym binary"));
-        cmd.args(["explain", "pod", pod, "-o", "json", "--trust-domain", TD])
+        cmd.args(["explain", "pod", pod, "-o", format, "--trust-domain", TD])
             .args([
                 "--cluster-name",
                 CLUSTER,
@@ -265,7 +265,7 @@ async fn explain_pod_matches_hand_computed_entries() {
             .kill_on_drop(true);
         cmd.output()
     };
-    let out = run(&format!("{NS}/vllm-0")).await.unwrap();
+    let out = run(&format!("{NS}/vllm-0"), "json").await.unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -274,7 +274,22 @@ async fn explain_pod_matches_hand_computed_entries() {
     let from_binary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(from_binary["entries"], doc["entries"]);
     assert_eq!(from_binary["containers"], doc["containers"]);
-    let missing = run(&format!("{NS}/nope")).await.unwrap();
+    let text = run(&format!("{NS}/vllm-0"), "text").await.unwrap();
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    for line in [
+        format!("  sidecar: spiffe://{TD}/extra/model-server\n"),
+        format!("    not {kleym_id} ({winner}): k8s:container-name:chat does not hold\n"),
+        format!("  {loser} ("),
+        "    masked by the older ClusterSPIFFEID".to_string(),
+        "  other-class (foreign)\n    its className \"other\" is not the controller manager's\n"
+            .to_string(),
+        "  broken (no output): does not reach the pod\n    the binding is refused: TargetNotFound"
+            .to_string(),
+    ] {
+        assert!(text.contains(&line), "{line:?} not in:\n{text}");
+    }
+    let missing = run(&format!("{NS}/nope"), "json").await.unwrap();
     assert_eq!(missing.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&missing.stderr);
     assert!(stderr.contains("pod serving/nope not found"), "{stderr}");

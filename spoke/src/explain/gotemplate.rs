@@ -287,7 +287,8 @@ mod tests {
 
     #[test]
     fn unsupported_syntax_and_bad_fields_fail_clearly() {
-        let cases: [(&str, fn(&GoTemplateError) -> bool); 7] = [
+        type Check = fn(&GoTemplateError) -> bool;
+        let cases: [(&str, Check); 7] = [
             ("{{ printf \"%s\" .PodMeta.Name }}", |e| {
                 matches!(e, GoTemplateError::Unsupported(_))
             }),

@@ -311,7 +311,7 @@ pub fn explain_pod(
 ) -> Result<PodModel, ExplainError> {
     let ignored = config.ignores(&inputs.namespace.name_any())?;
     let mut order: Vec<&ClusterSPIFFEID> = objects.iter().collect();
-    order.sort_by(|a, b| a.name_any().cmp(&b.name_any()));
+    order.sort_by_key(|a| a.name_any());
     // Non-fallback objects first, as the manager evaluates them: a fallback's fate depends
     // on what they rendered.
     let mut evaluation: Vec<usize> = (0..order.len()).collect();
