@@ -5,6 +5,7 @@
 pub mod access;
 pub mod backoff;
 pub mod credentials;
+pub mod explain;
 pub mod flags;
 pub mod fleet;
 pub mod http;

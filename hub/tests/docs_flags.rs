@@ -27,6 +27,7 @@ const COMMANDS: &[&str] = &[
     "credential token-request",
     "credential spiffe-jwt",
     "credential spiffe-x509",
+    "explain pod",
 ];
 
 /// Flags `--help` shows that no table needs to list, with the reason: `(command, flag, why)`;

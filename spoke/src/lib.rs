@@ -2,5 +2,6 @@
 //! into SPIRE `ClusterSPIFFEID`s, and the per-cluster reconciler built on it.
 
 pub mod compiler;
+pub mod explain;
 pub mod ownership;
 pub mod reconciler;

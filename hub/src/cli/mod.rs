@@ -3,12 +3,13 @@
 //! Each subcommand lives in its own module with an `Args` struct and a `run` function;
 //! add a variant to [`Command`] and an arm to [`run`] to add one. The subcommands are
 //! `crds`, `spoke`, `hub`, `report`, `credential` (the bundled exec credential plugins) and
-//! `trust-config` (the spoke side of keyless access).
+//! `trust-config` (the spoke side of keyless access), `issuer` and `explain`.
 
 use clap::{CommandFactory, Parser, Subcommand};
 
 pub mod crds;
 pub mod credential;
+pub mod explain;
 pub mod hub;
 pub mod issuer;
 pub mod report;
@@ -125,6 +126,9 @@ pub enum Command {
     /// Operate on the hub's issuer keys and X.509 CA: `rotate [--revoke-old]`,
     /// `rotate-ca [--finish]`.
     Issuer(issuer::Args),
+    /// Explain which SPIRE identities a pod gets, from which ClusterSPIFFEIDs, and why
+    /// others do not apply: `pod NAMESPACE/NAME`.
+    Explain(explain::Args),
 }
 
 /// A usage error found after parsing (a check spanning several flags, or of a file a flag
@@ -162,6 +166,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Report(args) => report::run(&args),
         Command::TrustConfig(args) => trust_config::run(&args),
         Command::Issuer(args) => issuer::run(&args),
+        Command::Explain(args) => explain::run(&args),
     }
 }
 

@@ -181,6 +181,8 @@ pub fn builtins() -> Vec<ResourceInfo> {
     vec![
         namespaces,
         builtin("", "pods", "pod", "Pod", true, &["po"], &["all"], true),
+        // Cluster-scoped as in kube-apiserver; read by tools that render a pod's node data.
+        builtin("", "nodes", "node", "Node", false, &["no"], &[], true),
         serviceaccounts,
         builtin("", "secrets", "secret", "Secret", true, &[], &[], false),
         builtin(

@@ -1,0 +1,430 @@
+//! `kleym explain pod`: read one pod, its namespace and node, every ClusterSPIFFEID and the
+//! bindings of the pod's namespace from one cluster, and explain with the spoke's pure model
+//! (`kleym_spoke::explain`) which SVIDs the pod gets and why. Reads only, with the caller's
+//! own credentials: it needs `get` on the pod, its namespace and its node, `list` on
+//! ClusterSPIFFEIDs and on the namespace's InferenceIdentityBindings.
+
+use std::io::{self, Write};
+
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kleym_api::InferenceIdentityBinding;
+use kleym_api::conditions::READY;
+use kleym_api::external::spiffeid::ClusterSPIFFEID;
+use kleym_spoke::explain::containers::{Applies, ContainerSvids, per_container};
+use kleym_spoke::explain::{
+    Candidate, KeptEntry, ManagerConfig, Ownership, PodInputs, Verdict, explain_pod as model,
+};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use serde::{Deserialize, Serialize};
+
+/// Why a pod could not be explained.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    /// The pod does not exist.
+    #[error("pod {namespace}/{name} not found")]
+    PodNotFound {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
+    /// Reading an object failed.
+    #[error("reading {what}: {source}")]
+    Read {
+        /// What was read.
+        what: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// The model refused its input.
+    #[error(transparent)]
+    Model(#[from] kleym_spoke::explain::ExplainError),
+}
+
+/// `kleym explain pod`'s answer: the `-o json|yaml` document (schema in docs/explain.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodExplanation {
+    /// The pod.
+    pub pod: PodRef,
+    /// The SPIRE Controller Manager configuration the answer assumes.
+    pub manager: ManagerConfig,
+    /// Every ClusterSPIFFEID of the cluster and what it does for the pod.
+    #[serde(rename = "clusterSPIFFEIDs")]
+    pub cluster_spiffe_ids: Vec<Candidate>,
+    /// The entries SPIRE receives for the pod.
+    pub entries: Vec<KeptEntry>,
+    /// Per container, which entries apply.
+    pub containers: Vec<ContainerSvids>,
+    /// The distinct SPIFFE IDs of the pod's entries.
+    pub svids: Vec<String>,
+    /// Each binding of the pod's namespace and whether it gives the pod its identity.
+    pub bindings: Vec<BindingVerdict>,
+}
+
+/// The pod explained.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// UID.
+    pub uid: String,
+    /// Node (empty: not scheduled).
+    pub node: String,
+    /// Service account.
+    pub service_account: String,
+}
+
+/// One binding of the pod's namespace, seen from the pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingVerdict {
+    /// Binding name.
+    pub name: String,
+    /// The ClusterSPIFFEID proven to be its output, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_spiffe_id: Option<String>,
+    /// Whether its identity reaches the pod (an entry SPIRE receives, for some container).
+    pub selects_pod: bool,
+    /// Why not, when it does not (empty when it does).
+    pub why_not: Vec<String>,
+}
+
+/// Read the cluster through `client` and explain pod `namespace/name`.
+pub async fn explain_pod(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    manager: &ManagerConfig,
+    field_manager: &str,
+) -> Result<PodExplanation, ExplainError> {
+    let read = |what: String| move |source| ExplainError::Read { what, source };
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(read(format!("pod {namespace}/{name}")))?
+        .ok_or_else(|| ExplainError::PodNotFound {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })?;
+    let ns = Api::<Namespace>::all(client.clone())
+        .get(namespace)
+        .await
+        .map_err(read(format!("namespace {namespace}")))?;
+    let node_name = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let node = if node_name.is_empty() {
+        None
+    } else {
+        Api::<Node>::all(client.clone())
+            .get_opt(&node_name)
+            .await
+            .map_err(read(format!("node {node_name}")))?
+    };
+    let objects = Api::<ClusterSPIFFEID>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(read("ClusterSPIFFEIDs".to_string()))?
+        .items;
+    let bindings = Api::<InferenceIdentityBinding>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(read(format!("InferenceIdentityBindings in {namespace}")))?
+        .items;
+    explain_objects(
+        &pod,
+        &ns,
+        node.as_ref(),
+        &objects,
+        &bindings,
+        manager,
+        field_manager,
+    )
+}
+
+/// Explain from objects already read (the pure half of [`explain_pod`]).
+pub fn explain_objects(
+    pod: &Pod,
+    namespace: &Namespace,
+    node: Option<&Node>,
+    objects: &[ClusterSPIFFEID],
+    bindings: &[InferenceIdentityBinding],
+    manager: &ManagerConfig,
+    field_manager: &str,
+) -> Result<PodExplanation, ExplainError> {
+    let inputs = PodInputs {
+        pod,
+        namespace,
+        node,
+    };
+    let m = model(inputs, objects, manager, field_manager)?;
+    let containers = per_container(pod, &m.entries);
+    let svids = m.spiffe_ids();
+    let spec = pod.spec.as_ref();
+    let bindings = bindings
+        .iter()
+        .map(|b| binding_verdict(b, pod, objects, &m.candidates, &containers))
+        .collect();
+    Ok(PodExplanation {
+        pod: PodRef {
+            namespace: pod.namespace().unwrap_or_default(),
+            name: pod.name_any(),
+            uid: pod.uid().unwrap_or_default(),
+            node: spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
+            service_account: spec
+                .and_then(|s| s.service_account_name.clone())
+                .unwrap_or_else(|| "default".to_string()),
+        },
+        manager: manager.clone(),
+        cluster_spiffe_ids: m.candidates,
+        entries: m.entries,
+        containers,
+        svids,
+        bindings,
+    })
+}
+
+fn binding_verdict(
+    b: &InferenceIdentityBinding,
+    pod: &Pod,
+    objects: &[ClusterSPIFFEID],
+    candidates: &[Candidate],
+    containers: &[ContainerSvids],
+) -> BindingVerdict {
+    let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
+    let output = candidates
+        .iter()
+        .find(|c| matches!(&c.ownership, Ownership::Proven { binding } if *binding == key));
+    let mut why_not = Vec::new();
+    let mut selects_pod = false;
+    match output {
+        None => {
+            let ready = b
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter())
+                .find(|c| c.type_ == READY);
+            match ready {
+                Some(c) if c.status != "True" => why_not.push(format!(
+                    "the binding is refused: {}: {}",
+                    c.reason, c.message
+                )),
+                _ => why_not
+                    .push("no ClusterSPIFFEID is proven to be this binding's output".to_string()),
+            }
+        }
+        Some(c) => match &c.verdict {
+            Verdict::Entry | Verdict::Masked { .. } => {
+                if let Verdict::Masked { by } = &c.verdict {
+                    why_not.push(format!(
+                        "its entry is masked by the older ClusterSPIFFEID {by}, which declares the same entry"
+                    ));
+                }
+                let applies_somewhere = containers.iter().any(|k| {
+                    k.entries.iter().any(|e| {
+                        e.declared_by == c.name && !matches!(e.applies, Applies::No { .. })
+                    })
+                });
+                let spiffe_id = c.entry.as_ref().map(|e| e.spiffe_id.as_str());
+                let no_container: Vec<String> = containers
+                    .iter()
+                    .filter_map(|k| {
+                        k.entries
+                            .iter()
+                            .find(|e| Some(e.spiffe_id.as_str()) == spiffe_id)
+                            .and_then(|e| match &e.applies {
+                                Applies::No { selector } => Some(format!(
+                                    "container {}: {selector} does not hold",
+                                    k.container
+                                )),
+                                _ => None,
+                            })
+                    })
+                    .collect();
+                if matches!(c.verdict, Verdict::Entry) && applies_somewhere {
+                    selects_pod = true;
+                } else if !applies_somewhere {
+                    why_not.push(format!(
+                        "no container matches its workload selectors ({})",
+                        no_container.join("; ")
+                    ));
+                }
+            }
+            Verdict::PodNotSelected => {
+                why_not.push(format!(
+                    "its podSelector does not select the pod's labels{}",
+                    label_mismatch(c, pod, objects)
+                ));
+            }
+            other => why_not.push(verdict_text(other)),
+        },
+    }
+    BindingVerdict {
+        name: b.name_any(),
+        cluster_spiffe_id: output.map(|c| c.name.clone()),
+        selects_pod,
+        why_not,
+    }
+}
+
+/// The label pairs the kleym ClusterSPIFFEID requires that the pod lacks (kleym writes the
+/// pool's labels as `matchLabels`).
+fn label_mismatch(c: &Candidate, pod: &Pod, objects: &[ClusterSPIFFEID]) -> String {
+    let Some(obj) = objects.iter().find(|o| o.name_any() == c.name) else {
+        return String::new();
+    };
+    let labels = pod.labels();
+    let missing: Vec<String> = obj
+        .spec
+        .pod_selector
+        .iter()
+        .flat_map(|s| s.match_labels.iter().flatten())
+        .filter(|(k, v)| labels.get(*k).map(String::as_str) != Some(*v))
+        .map(|(k, v)| match labels.get(k) {
+            Some(have) => format!("{k}={v} (the pod has {k}={have})"),
+            None => format!("{k}={v} (the pod has no {k})"),
+        })
+        .collect();
+    if missing.is_empty() {
+        String::new()
+    } else {
+        format!(": needs {}", missing.join(", "))
+    }
+}
+
+fn verdict_text(v: &Verdict) -> String {
+    match v {
+        Verdict::OtherClass { class_name } if class_name.is_empty() => {
+            "it has no className, and the controller manager does not watch classless objects"
+                .to_string()
+        }
+        Verdict::OtherClass { class_name } => {
+            format!("its className {class_name:?} is not the controller manager's")
+        }
+        Verdict::InvalidSpec { error } => format!("SPIRE cannot parse its spec: {error}"),
+        Verdict::NamespaceNotSelected => {
+            "its namespaceSelector does not select the pod's namespace".to_string()
+        }
+        Verdict::NamespaceIgnored => {
+            "the controller manager ignores the pod's namespace".to_string()
+        }
+        Verdict::PodNotSelected => "its podSelector does not select the pod".to_string(),
+        Verdict::FallbackNotApplied { because_of } => format!(
+            "a fallback, not applied: {} give the pod an entry",
+            because_of.join(", ")
+        ),
+        Verdict::NotScheduled => "the pod is not scheduled yet".to_string(),
+        Verdict::NodeMissing { node } => format!("the pod's node {node} was not found"),
+        Verdict::RenderFailed { error } => format!("rendering failed: {error}"),
+        Verdict::Entry => "declares an entry SPIRE receives".to_string(),
+        Verdict::Masked { by } => format!("masked by the older ClusterSPIFFEID {by}"),
+    }
+}
+
+/// Write `e` as readable text.
+pub fn render_text(e: &PodExplanation, out: &mut impl Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "Pod {}/{} (UID {}, node {}, service account {})",
+        e.pod.namespace,
+        e.pod.name,
+        e.pod.uid,
+        if e.pod.node.is_empty() {
+            "<none>"
+        } else {
+            &e.pod.node
+        },
+        e.pod.service_account
+    )?;
+    writeln!(out, "\nSVIDs per container:")?;
+    for c in &e.containers {
+        let init = if c.init { " (init)" } else { "" };
+        let ids = if c.svids.is_empty() {
+            "none".to_string()
+        } else {
+            c.svids.join(", ")
+        };
+        writeln!(out, "  {}{init}: {ids}", c.container)?;
+        for ce in &c.entries {
+            match &ce.applies {
+                Applies::Yes => {}
+                Applies::No { selector } => writeln!(
+                    out,
+                    "    not {} ({}): {selector} does not hold",
+                    ce.spiffe_id, ce.declared_by
+                )?,
+                Applies::Depends { selectors } => writeln!(
+                    out,
+                    "    maybe {} ({}): the agent decides {}",
+                    ce.spiffe_id,
+                    ce.declared_by,
+                    selectors.join(", ")
+                )?,
+            }
+        }
+    }
+    writeln!(out, "\nEntries SPIRE receives for the pod:")?;
+    if e.entries.is_empty() {
+        writeln!(out, "  none")?;
+    }
+    for k in &e.entries {
+        writeln!(
+            out,
+            "  {}  (declared by {})",
+            k.entry.spiffe_id, k.declared_by
+        )?;
+        writeln!(out, "    parent    {}", k.entry.parent_id)?;
+        writeln!(out, "    selectors {}", k.entry.selectors.join(", "))?;
+        if !k.masks.is_empty() {
+            writeln!(out, "    masks     {}", k.masks.join(", "))?;
+        }
+    }
+    writeln!(out, "\nClusterSPIFFEIDs:")?;
+    for c in &e.cluster_spiffe_ids {
+        let owner = match &c.ownership {
+            Ownership::Proven { binding } => format!("kleym, binding {binding}"),
+            Ownership::Claimed { binding, why } => {
+                format!("claimed by binding {binding}, not proven: {why}")
+            }
+            Ownership::Foreign => "foreign".to_string(),
+        };
+        let kind = match (c.fallback, c.additive) {
+            (true, _) => " [fallback]",
+            (false, true) => " [additive]",
+            _ => "",
+        };
+        writeln!(out, "  {}{kind} ({owner})", c.name)?;
+        if let Some(entry) = &c.entry {
+            writeln!(
+                out,
+                "    renders {} [{}]",
+                entry.spiffe_id,
+                entry.selectors.join(", ")
+            )?;
+        }
+        writeln!(out, "    {}", verdict_text(&c.verdict))?;
+    }
+    writeln!(out, "\nBindings in namespace {}:", e.pod.namespace)?;
+    if e.bindings.is_empty() {
+        writeln!(out, "  none")?;
+    }
+    for b in &e.bindings {
+        let output = b.cluster_spiffe_id.as_deref().unwrap_or("no output");
+        if b.selects_pod {
+            writeln!(out, "  {} ({output}): gives the pod its identity", b.name)?;
+        } else {
+            writeln!(out, "  {} ({output}): does not reach the pod", b.name)?;
+        }
+        for why in &b.why_not {
+            writeln!(out, "    {why}")?;
+        }
+    }
+    Ok(())
+}
