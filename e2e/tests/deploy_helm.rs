@@ -1470,7 +1470,7 @@ fn spire_agent_values_mount_the_socket_and_add_workload_api_providers() {
 
     let docs = render(
         json!({"trustDomain": "prod.example.org", "spireAgent": {"enabled": true,
-        "hubSpiffeId": "spiffe://prod.example.org/ns/kleym-system/sa/kleym-hub",
+        "hubSpiffeId": "spiffe://prod.example.org/kleym/hub",
         "timeoutSeconds": 5}}),
     );
     let (volume, mount) = socket_volume(&docs);
@@ -1496,13 +1496,16 @@ fn spire_agent_values_mount_the_socket_and_add_workload_api_providers() {
                 &format!("--workload-api-socket={socket}"),
                 "--workload-api-timeout-seconds=5",
                 "--trust-domain=prod.example.org",
-                "--hub-spiffe-id=spiffe://prod.example.org/ns/kleym-system/sa/kleym-hub",
+                "--hub-spiffe-id=spiffe://prod.example.org/kleym/hub",
             ]
         );
         // The real binary accepts every flag (a usage error would exit 2) and fails only at
-        // the socket, which does not exist here, naming it.
+        // the socket, which does not exist here, naming it. The hub sets the audience it
+        // decided for the spoke on every run; so does this.
         let out = Command::new(&kleym)
             .args(&argv[1..])
+            .env("KLEYM_CLUSTER_AUDIENCE", "kleym.io/clusterprofile/fleet/spoke-a")
+            .env("KLEYM_CLUSTER_PROFILE", "fleet/spoke-a")
             .env(
                 "KUBERNETES_EXEC_INFO",
                 json!({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
