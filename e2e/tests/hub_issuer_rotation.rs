@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, parse_hub_args, wait_for};
 use kleym_e2e::fixtures::plugins::kleym_binary;
+use kleym_hub::access::audience::derived_audience;
 use kleym_hub::issuer::keys::SigningKey;
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;
@@ -308,7 +309,7 @@ async fn jwt_key_rotates_twice_under_load_without_a_401() {
         let mapped = format!("kleym:{HUB_ID}");
         let mut seen = None;
         for _ in 0..150 {
-            let c_token = sign(key_c, &issuer_url, &s.url());
+            let c_token = sign(key_c, &issuer_url, &derived_audience("fleet", s.name()));
             seen = whoami(s, &c_token).await;
             if seen.is_some() {
                 break;
@@ -322,15 +323,22 @@ async fn jwt_key_rotates_twice_under_load_without_a_401() {
             s.name()
         );
         assert_eq!(
-            whoami(s, &sign(key_b, &issuer_url, &s.url()))
-                .await
-                .as_deref(),
+            whoami(
+                s,
+                &sign(key_b, &issuer_url, &derived_audience("fleet", s.name()))
+            )
+            .await
+            .as_deref(),
             Some(mapped.as_str()),
             "{} accepts B, published until C has signed for {RETIRE_AFTER} s",
             s.name()
         );
         assert_eq!(
-            whoami(s, &sign(key_a, &issuer_url, &s.url())).await,
+            whoami(
+                s,
+                &sign(key_a, &issuer_url, &derived_audience("fleet", s.name()))
+            )
+            .await,
             None,
             "{} refuses a token signed by the retired key",
             s.name()
