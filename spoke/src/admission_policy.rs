@@ -121,9 +121,7 @@ pub fn admission_policy(opts: &PolicyOptions) -> Vec<Value> {
             "'spec.downstream is set: kleym never writes downstream identities'",
         ),
         on_write(
-            &format!(
-                "variables.ns != '' && size(variables.nsLabels) == 1 && (!has(variables.spec.namespaceSelector.matchExpressions) || size(variables.spec.namespaceSelector.matchExpressions) == 0)"
-            ),
+            "variables.ns != '' && size(variables.nsLabels) == 1 && (!has(variables.spec.namespaceSelector.matchExpressions) || size(variables.spec.namespaceSelector.matchExpressions) == 0)",
             &format!(
                 "'spec.namespaceSelector must pin exactly one namespace by the label {} and nothing else'",
                 crate::compiler::output::NAMESPACE_NAME_LABEL
