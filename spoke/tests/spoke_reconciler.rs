@@ -15,7 +15,11 @@ use kleym_api::external::objective::llmd;
 use kleym_api::external::pool::v1 as pool_v1;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
-use kleym_spoke::compiler::output::cluster_spiffe_id_name;
+use kleym_spoke::admission_policy::{
+    PolicyOptions, SPOKE_POLICY_NAME, SPOKE_USERNAME, admission_policy,
+};
+use kleym_spoke::compiler::output::{cluster_spiffe_id_name, output_labels};
+use kleym_spoke::ownership::OWNER_ANNOTATION;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kleym_test_support::single::{condition, create, create_manifest, eventually, repo_yaml_docs};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -634,12 +638,162 @@ async fn operator_client(cluster: &ClusterHandle, admin: &Client, role: Value) -
     cluster.client_for_token(&token).await.unwrap()
 }
 
+/// The spoke admission policy for the `kleym spoke` ServiceAccount, in this test's trust
+/// domain.
+async fn install_admission_policy(admin: &Client) {
+    for doc in admission_policy(&PolicyOptions {
+        name: SPOKE_POLICY_NAME.into(),
+        usernames: vec![SPOKE_USERNAME.into()],
+        trust_domain: TD.into(),
+        cluster_domain: "cluster.local".into(),
+    }) {
+        create_manifest(admin, &doc).await;
+    }
+}
+
+/// A ClusterSPIFFEID exactly as kleym would write it for binding `NS/direct`.
+fn kleym_shaped(binding: &str) -> Value {
+    json!({
+        "apiVersion": "spire.spiffe.io/v1alpha1",
+        "kind": "ClusterSPIFFEID",
+        "metadata": {
+            "name": cluster_spiffe_id_name(NS, binding),
+            "labels": output_labels(NS, binding),
+            "annotations": {OWNER_ANNOTATION: format!("{NS}/{binding}/0b6c9a52-2f4e-4d7e-9a43-6f1d0c2b9e11")},
+        },
+        "spec": {
+            "spiffeIDTemplate": format!("spiffe://{TD}/ns/{NS}/pool/qwen-pool"),
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
+            "podSelector": {"matchLabels": {"app": "vllm-qwen"}},
+            "workloadSelectorTemplates": [format!("k8s:ns:{NS}"), "k8s:sa:model-server"],
+            "dnsNameTemplates": [format!("qwen.{NS}.svc"), format!("qwen.{NS}.svc.cluster.local")],
+        }
+    })
+}
+
+/// The policy's denial of `err`, checked as kube-apiserver words it; returns the rule's part.
+fn denial(err: kube::Error, name: &str) -> String {
+    let kube::Error::Api(ae) = err else {
+        panic!("expected an API error, got {err}");
+    };
+    assert_eq!((ae.code, ae.reason.as_str()), (403, "Forbidden"), "{ae:?}");
+    let prefix = format!(
+        "clusterspiffeids.spire.spiffe.io \"{name}\" is forbidden: ValidatingAdmissionPolicy '{SPOKE_POLICY_NAME}' with binding '{SPOKE_POLICY_NAME}' denied request: ClusterSPIFFEID {name}: "
+    );
+    ae.message
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{:?} does not start with {prefix:?}", ae.message))
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admission_policy_refuses_what_kleym_would_never_write() {
+    let (_sim, cluster, admin) = start_cluster(true).await;
+    environment(&admin).await;
+    let role = repo_yaml_docs("deploy/spoke/clusterrole.yaml").remove(0);
+    let kleym = operator_client(&cluster, &admin, role).await;
+    install_admission_policy(&admin).await;
+    let as_kleym: Api<ClusterSPIFFEID> = Api::all(kleym);
+    let as_admin: Api<ClusterSPIFFEID> = Api::all(admin.clone());
+    let typed = |v: Value| -> ClusterSPIFFEID { serde_json::from_value(v).unwrap() };
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+
+    // What kleym writes passes (so each refusal below is its one change's doing) ...
+    let base = kleym_shaped("direct");
+    let name = base["metadata"]["name"].as_str().unwrap().to_string();
+    as_kleym.create(&dry, &typed(base.clone())).await.unwrap();
+    // ... and each thing kleym never writes is refused, naming the rule.
+    let cases: [(&str, &str, Value, &str); 5] = [
+        ("admin", "/spec/admin", json!(true), "spec.admin is set"),
+        (
+            "downstream",
+            "/spec/downstream",
+            json!(true),
+            "spec.downstream is set",
+        ),
+        (
+            "cross-namespace selector",
+            "/spec/namespaceSelector",
+            json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [NS, "other"]}]}),
+            "spec.namespaceSelector must pin exactly one namespace",
+        ),
+        (
+            "ID outside the namespace",
+            "/spec/spiffeIDTemplate",
+            json!(format!("spiffe://{TD}/ns/other/pool/qwen-pool")),
+            "spec.spiffeIDTemplate must be under",
+        ),
+        (
+            "foreign DNS name",
+            "/spec/dnsNameTemplates",
+            json!(["api.bank.example.com"]),
+            "spec.dnsNameTemplates may only name services of llm",
+        ),
+    ];
+    for (what, pointer, value, rule) in cases {
+        let mut bad = base.clone();
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        bad.pointer_mut(parent).unwrap()[key] = value;
+        for params in [&dry, &PostParams::default()] {
+            let err = as_kleym
+                .create(params, &typed(bad.clone()))
+                .await
+                .unwrap_err();
+            let why = denial(err, &name);
+            assert!(why.starts_with(rule), "{what}: {why}");
+        }
+    }
+    assert!(
+        as_admin.get_opt(&name).await.unwrap().is_none(),
+        "nothing was stored"
+    );
+
+    // A platform admin is not bounded: it creates a foreign (admin) ClusterSPIFFEID ...
+    let mut foreign = base.clone();
+    foreign["metadata"] = json!({"name": "platform-admin-id"});
+    foreign["spec"]["admin"] = json!(true);
+    as_admin
+        .create(&PostParams::default(), &typed(foreign))
+        .await
+        .unwrap();
+    // ... which kleym's user may neither edit nor delete.
+    let err = as_kleym
+        .patch(
+            "platform-admin-id",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"admin": false}})),
+        )
+        .await
+        .unwrap_err();
+    let why = denial(err, "platform-admin-id");
+    assert!(why.contains("kleym may not change it"), "{why}");
+    let err = as_kleym
+        .delete("platform-admin-id", &DeleteParams::default())
+        .await
+        .unwrap_err();
+    let why = denial(err, "platform-admin-id");
+    assert!(why.contains("kleym may not delete it"), "{why}");
+    assert!(
+        as_admin
+            .get_opt("platform-admin-id")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn works_with_exactly_the_shipped_cluster_role() {
     let (_sim, cluster, admin) = start_cluster(true).await;
     environment(&admin).await;
     let role = repo_yaml_docs("deploy/spoke/clusterrole.yaml").remove(0);
     let client = operator_client(&cluster, &admin, role).await;
+    // With the admission policy that bounds kleym's own user installed: kleym never writes
+    // what its policy forbids (creates, updates and deletes below).
+    install_admission_policy(&admin).await;
     let op = Operator::start(client);
     let bindings: Api<InferenceIdentityBinding> = Api::namespaced(admin.clone(), NS);
     create(&bindings, per_objective("chat-id", "chat", "chat")).await;

@@ -152,6 +152,10 @@ pub struct Args {
         value_parser = kleym_hub::issuer::trust::parse_kubernetes_minor
     )]
     pub apiserver_version: u32,
+    /// The spokes' cluster DNS domain: the admission policy lets the hub write DNS names
+    /// `<service>.<namespace>.svc` and `<service>.<namespace>.svc.<this>` only.
+    #[arg(long, value_name = "DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
     /// Output format on stdout.
     #[arg(short = 'o', long, value_enum, default_value = "yaml")]
     pub output: Format,
@@ -342,6 +346,61 @@ fn yaml(v: &Value) -> anyhow::Result<String> {
     kleym_api::yaml::to_string(v).map_err(|e| anyhow!("rendering YAML: {e}"))
 }
 
+/// The spoke admission policy bounding the hub's user (`kleym_spoke::admission_policy`), or
+/// `None` when the spokes' trust domain is unknown (`--trust-domain` not given and not in
+/// the hub's SPIFFE ID).
+pub fn admission_policy_documents(args: &Args, inputs: &TrustInputs) -> Option<Vec<Value>> {
+    let from_subject = inputs
+        .subject
+        .strip_prefix("spiffe://")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|td| !td.is_empty())
+        .map(str::to_string);
+    let trust_domain = args.trust_domain.clone().or(from_subject)?;
+    Some(kleym_spoke::admission_policy::admission_policy(
+        &kleym_spoke::admission_policy::PolicyOptions {
+            name: kleym_spoke::admission_policy::HUB_POLICY_NAME.into(),
+            usernames: vec![inputs.username()],
+            trust_domain,
+            cluster_domain: args.cluster_domain.clone(),
+        },
+    ))
+}
+
+/// The admission policy section of the YAML output.
+fn policy_yaml(policy: Option<&Vec<Value>>) -> anyhow::Result<String> {
+    let Some(docs) = policy else {
+        return Ok(
+            "# 3. No admission policy: pass --trust-domain (the spokes' SPIFFE trust domain) to\n\
+                   #    print the ValidatingAdmissionPolicy that bounds the hub's user.\n"
+                .into(),
+        );
+    };
+    let mut out = String::from(
+        "# 3. kubectl apply -f - on that spoke (Kubernetes 1.30+): the admission policy that\n\
+         #    lets the hub's user write only what kleym writes (docs/keyless-access.md):\n",
+    );
+    for doc in docs {
+        out.push_str("---\n");
+        out.push_str(&yaml(doc)?);
+    }
+    Ok(out)
+}
+
+/// Writes `<dir>/admission-policy.yaml` when there is a policy.
+fn write_policy(dir: &std::path::Path, policy: Option<&Vec<Value>>) -> anyhow::Result<()> {
+    if let Some(docs) = policy {
+        let text = docs
+            .iter()
+            .map(yaml)
+            .collect::<anyhow::Result<Vec<_>>>()?
+            .join("---\n");
+        std::fs::write(dir.join("admission-policy.yaml"), text)
+            .with_context(|| format!("writing {}", dir.display()))?;
+    }
+    Ok(())
+}
+
 /// The client CA bundle the spokes add (spiffe-x509): `--client-ca-file`, else the hub CA of
 /// the issuer Secret.
 async fn client_ca(args: &Args) -> anyhow::Result<String> {
@@ -402,6 +461,7 @@ async fn render(args: &Args) -> anyhow::Result<String> {
     }
     let targets = targets(args).await?;
     let docs = documents(&inputs, &targets)?;
+    let policy = admission_policy_documents(args, &inputs);
     if let Some(dir) = &args.output_dir {
         for (t, authn, rbac) in &docs {
             let d = dir.join(t.spoke.replace('/', "_"));
@@ -415,6 +475,7 @@ async fn render(args: &Args) -> anyhow::Result<String> {
                 .join("---\n");
             std::fs::write(d.join("rbac.yaml"), rbac_text)
                 .with_context(|| format!("writing {}", d.display()))?;
+            write_policy(&d, policy.as_ref())?;
         }
     }
     match args.output {
@@ -426,6 +487,7 @@ async fn render(args: &Args) -> anyhow::Result<String> {
                         "spoke": t.spoke, "server": t.server, "audience": t.audience,
                         "username": inputs.username(),
                         "authenticationConfiguration": authn, "rbac": rbac,
+                        "admissionPolicy": policy,
                     })
                 })
                 .collect();
@@ -449,6 +511,7 @@ async fn render(args: &Args) -> anyhow::Result<String> {
                     out.push_str("---\n");
                     out.push_str(&yaml(doc)?);
                 }
+                out.push_str(&policy_yaml(policy.as_ref())?);
             }
             Ok(out)
         }
@@ -459,6 +522,7 @@ async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String
     let ca = client_ca(args).await?;
     let targets = targets(args).await?;
     let docs = documents(inputs, &targets)?;
+    let policy = admission_policy_documents(args, inputs);
     if let Some(dir) = &args.output_dir {
         for (t, _, rbac) in &docs {
             let d = dir.join(t.spoke.replace('/', "_"));
@@ -472,6 +536,7 @@ async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String
                 .join("---\n");
             std::fs::write(d.join("rbac.yaml"), rbac_text)
                 .with_context(|| format!("writing {}", d.display()))?;
+            write_policy(&d, policy.as_ref())?;
         }
     }
     match args.output {
@@ -481,7 +546,7 @@ async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String
                 .map(|(t, _, rbac)| {
                     json!({
                         "spoke": t.spoke, "server": t.server, "username": inputs.username(),
-                        "clientCA": ca, "rbac": rbac,
+                        "clientCA": ca, "rbac": rbac, "admissionPolicy": policy,
                     })
                 })
                 .collect();
@@ -505,6 +570,7 @@ async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String
                     out.push_str("---\n");
                     out.push_str(&yaml(doc)?);
                 }
+                out.push_str(&policy_yaml(policy.as_ref())?);
             }
             Ok(out)
         }
@@ -680,5 +746,50 @@ mod tests {
             .to_string();
         assert!(err.contains("--apiserver-version"), "{err}");
         assert!(Cli::try_parse_from(["x", "--all", "--apiserver-version", "one.thirty"]).is_err());
+    }
+
+    #[test]
+    fn the_admission_policy_bounds_the_mapped_user_in_the_trust_domain() {
+        let a = Cli::try_parse_from([
+            "x",
+            "--all",
+            "--credential",
+            "spiffe-x509",
+            "--hub-spiffe-id",
+            "spiffe://fleet.example/kleym/hub",
+            "--cluster-domain",
+            "c.example",
+        ])
+        .unwrap()
+        .args;
+        let i = inputs(&a).unwrap();
+        let docs = admission_policy_documents(&a, &i).expect("trust domain from the SPIFFE ID");
+        let text = serde_json::to_string(&docs).unwrap();
+        assert_eq!(docs[0]["kind"], "ValidatingAdmissionPolicy");
+        assert_eq!(docs[1]["spec"]["validationActions"], json!(["Deny"]));
+        assert_eq!(
+            docs[0]["spec"]["matchConditions"][0]["expression"],
+            "request.userInfo.username in ['kleym:spiffe://fleet.example/kleym/hub']"
+        );
+        assert!(text.contains("spiffe://fleet.example/ns/"), "{text}");
+        assert!(text.contains("c[.]example"), "{text}");
+        // A ServiceAccount subject names no trust domain: without --trust-domain, no policy.
+        let a = parse(&[
+            "--credential",
+            "token-request",
+            "--service-account",
+            "k/hub",
+        ])
+        .unwrap();
+        let i = TrustInputs {
+            issuer_url: String::new(),
+            issuer_ca_pem: String::new(),
+            subject: subject(&a).unwrap(),
+            username_prefix: a.username_prefix.clone(),
+            authentication_api_version: "apiserver.config.k8s.io/v1beta1",
+            bind_group: false,
+        };
+        assert!(admission_policy_documents(&a, &i).is_none());
+        assert!(policy_yaml(None).unwrap().contains("pass --trust-domain"));
     }
 }

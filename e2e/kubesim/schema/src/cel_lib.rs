@@ -921,6 +921,83 @@ fn cidr_contains_cidr<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v
     ))
 }
 
+/// The identifiers `expr` uses that no comprehension or binding macro binds (the variables
+/// its environment must declare), sorted. A namespace of a namespaced call (`math.abs`) is
+/// not one.
+pub(crate) fn free_variables(expr: &IdedExpr) -> Vec<String> {
+    let mut free = Vec::new();
+    free_walk(expr, &mut Vec::new(), &mut free);
+    free.sort();
+    free.dedup();
+    free
+}
+
+fn free_walk(e: &IdedExpr, bound: &mut Vec<String>, free: &mut Vec<String>) {
+    match &e.expr {
+        Expr::Ident(v) if !bound.contains(v) => free.push(v.clone()),
+        Expr::Call(call) => {
+            match call.target.as_deref() {
+                Some(IdedExpr {
+                    expr: Expr::Ident(ns),
+                    ..
+                }) if !bound.contains(ns) && is_supported(&format!("{ns}.{}", call.func_name)) => {}
+                Some(target) => free_walk(target, bound, free),
+                None => {}
+            }
+            let before = bound.len();
+            let binds = BINDING_CALLS.contains(&call.func_name.as_str());
+            for (i, a) in call.args.iter().enumerate() {
+                match &a.expr {
+                    Expr::Ident(v) if binds && i + 1 < call.args.len() => bound.push(v.clone()),
+                    _ => free_walk(a, bound, free),
+                }
+            }
+            bound.truncate(before);
+        }
+        Expr::Comprehension(c) => {
+            free_walk(&c.iter_range, bound, free);
+            free_walk(&c.accu_init, bound, free);
+            let before = bound.len();
+            bound.push(c.iter_var.clone());
+            if let Some(v) = &c.iter_var2 {
+                bound.push(v.clone());
+            }
+            bound.push(c.accu_var.clone());
+            free_walk(&c.loop_cond, bound, free);
+            free_walk(&c.loop_step, bound, free);
+            free_walk(&c.result, bound, free);
+            bound.truncate(before);
+        }
+        Expr::List(l) => {
+            for x in &l.elements {
+                free_walk(x, bound, free);
+            }
+        }
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                free_entry(&entry.expr, bound, free);
+            }
+        }
+        Expr::Struct(st) => {
+            for entry in &st.entries {
+                free_entry(&entry.expr, bound, free);
+            }
+        }
+        Expr::Select(sel) => free_walk(&sel.operand, bound, free),
+        _ => {}
+    }
+}
+
+fn free_entry(e: &EntryExpr, bound: &mut Vec<String>, free: &mut Vec<String>) {
+    match e {
+        EntryExpr::StructField(f) => free_walk(&f.value, bound, free),
+        EntryExpr::MapEntry(m) => {
+            free_walk(&m.key, bound, free);
+            free_walk(&m.value, bound, free);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

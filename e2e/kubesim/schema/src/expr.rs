@@ -51,6 +51,11 @@ impl CelExpression {
         self.program.references().has_variable(name)
     }
 
+    /// The free variables the expression names (comprehension variables excluded), sorted.
+    pub fn variables(&self) -> Vec<String> {
+        crate::cel_lib::free_variables(self.program.expression())
+    }
+
     /// Evaluates with `variables` bound (each a JSON value, numbers as int when integral)
     /// and returns the result as JSON.
     pub fn evaluate(&self, variables: &[(&str, &Value)]) -> Result<Value, String> {
@@ -78,6 +83,16 @@ mod tests {
             json!({"sub": "spiffe://example.org/kleym/hub", "n": 3, "email_verified": false});
         let e = CelExpression::compile("claims.sub == 'spiffe://example.org/kleym/hub'").unwrap();
         assert!(e.uses_variable("claims"));
+        assert_eq!(e.variables(), vec!["claims".to_string()]);
+        let free = |t: &str| CelExpression::compile(t).unwrap().variables();
+        assert_eq!(
+            free("request.userInfo.groups.exists(g, g == object.x)"),
+            vec!["object".to_string(), "request".to_string()]
+        );
+        assert_eq!(
+            free("[1].all(x, x > 0) && math.abs(y) > 0"),
+            vec!["y".to_string()]
+        );
         assert_eq!(e.evaluate(&[("claims", &claims)]).unwrap(), json!(true));
         let e = CelExpression::compile("'kleym:' + claims.sub").unwrap();
         assert_eq!(

@@ -99,6 +99,17 @@ impl Inner {
                 name,
             ));
         }
+        self.validating_admission(&crate::admission::AdmissionRequest {
+            operation: "DELETE",
+            res,
+            subresource: None,
+            namespace: ns,
+            name,
+            object: None,
+            old_object: Some(&obj),
+            user: opts.user.as_ref(),
+            dry_run: opts.dry_run,
+        })?;
         if opts.dry_run || deleting {
             return Ok(Deleted::Pending(obj));
         }

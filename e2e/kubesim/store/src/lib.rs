@@ -73,6 +73,7 @@
 
 #![warn(missing_docs)]
 
+mod admission;
 pub mod cluster;
 mod convert;
 pub mod crd;
@@ -86,6 +87,7 @@ mod state;
 pub mod watch;
 mod write;
 
+pub use admission::RequestUser;
 pub use cluster::Cluster;
 pub use error::ApiError;
 pub use registry::{ResourceInfo, SubresourceInfo};
@@ -143,6 +145,9 @@ pub struct WriteOptions {
     pub force: bool,
     /// `?fieldValidation=`.
     pub field_validation: FieldValidation,
+    /// The requesting user, as validating admission policies see it (`request.userInfo`);
+    /// `None` for in-process writes, which policies see as an empty user.
+    pub user: Option<RequestUser>,
 }
 
 /// The result of a write: the stored (or dry-run) object and warnings for the `Warning` header.
@@ -212,4 +217,6 @@ pub struct DeleteOptions {
     pub propagation_policy: Option<String>,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// The requesting user, as validating admission policies see it.
+    pub user: Option<RequestUser>,
 }

@@ -135,6 +135,9 @@ fn virtual_create_only(group: &str, plural: &str, kind: &str, namespaced: bool) 
     r
 }
 
+/// Group of `ValidatingAdmissionPolicy` and its bindings.
+pub const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
+
 /// The built-in resources every simulated cluster serves.
 pub fn builtins() -> Vec<ResourceInfo> {
     let rbac = "rbac.authorization.k8s.io";
@@ -178,6 +181,16 @@ pub fn builtins() -> Vec<ResourceInfo> {
         true,
     );
     crds.categories = vec!["api-extensions".to_string()];
+    let admission_policies = builtin(
+        ADMISSION_GROUP,
+        "validatingadmissionpolicies",
+        "validatingadmissionpolicy",
+        "ValidatingAdmissionPolicy",
+        false,
+        &[],
+        &["api-extensions"],
+        true,
+    );
     vec![
         namespaces,
         builtin("", "pods", "pod", "Pod", true, &["po"], &["all"], true),
@@ -248,6 +261,17 @@ pub fn builtins() -> Vec<ResourceInfo> {
             false,
         ),
         crds,
+        admission_policies,
+        builtin(
+            ADMISSION_GROUP,
+            "validatingadmissionpolicybindings",
+            "validatingadmissionpolicybinding",
+            "ValidatingAdmissionPolicyBinding",
+            false,
+            &[],
+            &["api-extensions"],
+            false,
+        ),
         virtual_create_only(
             "authentication.k8s.io",
             "tokenreviews",

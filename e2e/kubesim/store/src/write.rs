@@ -377,6 +377,12 @@ impl Inner {
                 Err(errs) => causes.extend(errs),
             }
         }
+        if ctx.key == crate::admission::POLICIES {
+            causes.extend(crate::admission::policy_causes(obj));
+        }
+        if ctx.key == crate::admission::BINDINGS {
+            causes.extend(crate::admission::binding_causes(obj));
+        }
         if let Some(old) = old
             && (ctx.key == "configmaps" || ctx.key == "secrets")
         {
@@ -567,6 +573,17 @@ impl Inner {
             &mut warnings,
             causes,
         )?;
+        self.validating_admission(&crate::admission::AdmissionRequest {
+            operation: "CREATE",
+            res: &ctx.res,
+            subresource: None,
+            namespace: &ns,
+            name: &name,
+            object: Some(&obj),
+            old_object: None,
+            user: opts.user.as_ref(),
+            dry_run: opts.dry_run,
+        })?;
         let now = meta::now_rfc3339();
         obj["metadata"]["uid"] = Value::from(meta::new_uid());
         obj["metadata"]["creationTimestamp"] = Value::from(now.clone());
@@ -747,6 +764,17 @@ impl Inner {
             &mut warnings,
             Vec::new(),
         )?;
+        self.validating_admission(&crate::admission::AdmissionRequest {
+            operation: "UPDATE",
+            res: &ctx.res,
+            subresource: (sub == Subresource::Status).then_some("status"),
+            namespace: &ns_scoped,
+            name,
+            object: Some(&new),
+            old_object: Some(&old),
+            user: opts.user.as_ref(),
+            dry_run: opts.dry_run,
+        })?;
         let now = meta::now_rfc3339();
         if let Mode::Update(manager) = mode {
             let subname = (sub == Subresource::Status).then_some("status");

@@ -10,8 +10,8 @@ use bytes::Bytes;
 use http::{HeaderMap, Response, header};
 use kubesim_auth::UserInfo;
 use kubesim_store::{
-    ApiError, DeleteOptions, FieldValidation, ListOptions, PatchType, ResourceInfo, Subresource,
-    WatchOptions, WriteOptions, WriteResult,
+    ApiError, DeleteOptions, FieldValidation, ListOptions, PatchType, RequestUser, ResourceInfo,
+    Subresource, WatchOptions, WriteOptions, WriteResult,
 };
 use serde_json::Value;
 
@@ -140,7 +140,7 @@ async fn dispatch(
             }
             let obj = decode_body(headers, &body)?;
             check_namespace_matches(&obj, ns, &res)?;
-            let opts = write_options(query, headers, false)?;
+            let opts = write_options(query, headers, false)?.by(user);
             let r = server.store.create(&res, ns, obj, &opts)?;
             Ok(write_response(r))
         }
@@ -155,7 +155,7 @@ async fn dispatch(
                     "the name of the object ({body_name}) does not match the name on the URL ({name})"
                 )));
             }
-            let opts = write_options(query, headers, false)?;
+            let opts = write_options(query, headers, false)?.by(user);
             let r = server.store.update(&res, ns, name, obj, sub, &opts)?;
             Ok(write_response(r))
         }
@@ -167,13 +167,14 @@ async fn dispatch(
                 _ => serde_json::from_slice(&body)
                     .map_err(|e| bad_request(format!("error decoding patch: {e}")))?,
             };
-            let opts = write_options(query, headers, pt == PatchType::Apply)?;
+            let opts = write_options(query, headers, pt == PatchType::Apply)?.by(user);
             let r = server.store.patch(&res, ns, name, pt, &patch, sub, &opts)?;
             Ok(write_response(r))
         }
         "delete" => {
             let name = info.name.as_deref().unwrap_or_default();
-            let opts = delete_options(query, &body)?;
+            let mut opts = delete_options(query, &body)?;
+            opts.user = Some(request_user(user));
             let obj = server.store.delete(&res, ns, name, &opts)?;
             let pending = obj.pointer("/metadata/deletionTimestamp").is_some()
                 && obj
@@ -183,7 +184,8 @@ async fn dispatch(
             Ok(response::json(if pending { 202 } else { 200 }, &obj))
         }
         "deletecollection" => {
-            let opts = delete_options(query, &body)?;
+            let mut opts = delete_options(query, &body)?;
+            opts.user = Some(request_user(user));
             let list = server
                 .store
                 .delete_collection(&res, ns, &list_options(query), &opts)?;
@@ -363,7 +365,29 @@ fn write_options(
         field_manager,
         force,
         field_validation,
+        user: None,
     })
+}
+
+/// The authenticated user as validating admission policies see it.
+fn request_user(user: &UserInfo) -> RequestUser {
+    RequestUser {
+        username: user.username.clone(),
+        uid: user.uid.clone(),
+        groups: user.groups.clone(),
+    }
+}
+
+/// Sets the requesting user of write options.
+trait ByUser {
+    fn by(self, user: &UserInfo) -> Self;
+}
+
+impl ByUser for WriteOptions {
+    fn by(mut self, user: &UserInfo) -> Self {
+        self.user = Some(request_user(user));
+        self
+    }
 }
 
 fn list_options(query: &Query) -> ListOptions {
