@@ -136,6 +136,9 @@ async fn read_head(r: &mut (impl AsyncRead + Unpin)) -> std::io::Result<String> 
     Ok(String::from_utf8_lossy(&head).into_owned())
 }
 
+/// The host name under which the attacker's profile names spoke B behind its proxy.
+const B_HOST_NAME: &str = "spoke-b.fleet.test";
+
 fn claims(token: &str) -> Value {
     let payload = token.split('.').nth(1).unwrap();
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
@@ -290,8 +293,10 @@ async fn a_profile_cannot_steer_the_hubs_token_to_another_spoke() {
         }
     }
 
-    // The attacker's server, with a certificate for 127.0.0.1 from the attacker's own CA.
-    let attacker = kubesim_auth::pki::ClusterPki::generate("attacker").unwrap();
+    // The attacker's server, with a certificate for 127.0.0.1 and for the host name under
+    // which the attacker's profile names B (below) from the attacker's own CA.
+    let attacker =
+        kubesim_auth::pki::ClusterPki::generate_with_names("attacker", &[B_HOST_NAME]).unwrap();
     let capture = Capture::start(attacker.serving_cert_pem(), attacker.serving_key_pem()).await;
     let attacker_ca = STANDARD.encode(attacker.ca_cert_pem());
 
@@ -371,12 +376,21 @@ async fn a_profile_cannot_steer_the_hubs_token_to_another_spoke() {
         "B refused it"
     );
 
-    // 2. Server: B's URL, through the attacker's proxy, with the attacker's CA.
+    // 2. Server: B, through the attacker's proxy, with the attacker's CA. Clients never
+    //    proxy loopback addresses, so the profile names B by a host name (a real spoke's
+    //    URL is one); the hub resolves nothing itself, the proxy gets the CONNECT.
     let before = capture.tokens().len();
+    let b_port = b
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_string();
     evil(
         &f.hub_client,
         PROVIDER,
-        json!({"server": b.url(), "certificate-authority-data": attacker_ca,
+        json!({"server": format!("https://{B_HOST_NAME}:{b_port}"), "certificate-authority-data": attacker_ca,
                "proxy-url": format!("http://{}", capture.addr)}),
     )
     .await;

@@ -59,6 +59,16 @@ fn examples_are_refused_only_for_the_placeholder_ca() {
     assert!(profiles.len() >= 5, "{}", profiles.len());
     let ca = ca_b64();
     for (file, doc) in profiles {
+        // `by-hand.yaml` is metadata and spec only: its status, with the access providers,
+        // is patched through the subresource (docs/install.md), so it holds no CA at all.
+        let parsed: ClusterProfile = kleym_api::yaml::from_str(&doc).unwrap();
+        if parsed.status.is_none() {
+            assert!(
+                file.ends_with("by-hand.yaml"),
+                "{file}: a profile without status"
+            );
+            continue;
+        }
         assert!(doc.contains(PLACEHOLDER), "{file}: no placeholder CA");
         assert!(
             doc.contains("# PLACEHOLDER: replace with the spoke API server's CA bundle"),

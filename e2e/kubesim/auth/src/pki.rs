@@ -69,6 +69,13 @@ impl ClusterPki {
     /// Generates a CA (`CN=kubesim-<cluster_name>-ca`) and a serving certificate for
     /// `127.0.0.1`, `::1` and `localhost` signed by it.
     pub fn generate(cluster_name: &str) -> Result<Self> {
+        Self::generate_with_names(cluster_name, &[])
+    }
+
+    /// As [`ClusterPki::generate`], with `dns_names` also in the serving certificate: for a
+    /// server that tests reach under a host name that is not loopback's (through a proxy,
+    /// which clients never use for loopback addresses).
+    pub fn generate_with_names(cluster_name: &str, dns_names: &[&str]) -> Result<Self> {
         let now = SystemTime::now();
         let ca_key = KeyPair::generate().map_err(|e| pki_err("generate CA key", e))?;
         let mut ca_params = CertificateParams::default();
@@ -101,6 +108,11 @@ impl ClusterPki {
                     .map_err(|e| pki_err("SAN", e))?,
             ),
         ];
+        for name in dns_names {
+            params.subject_alt_names.push(SanType::DnsName(
+                name.to_string().try_into().map_err(|e| pki_err("SAN", e))?,
+            ));
+        }
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let issuer = Issuer::from_params(&ca_params, &ca_key);
         let serving = params
