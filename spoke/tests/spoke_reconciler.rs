@@ -1008,6 +1008,19 @@ async fn the_policy_takes_the_operators_svid_settings_as_parameters() {
         .await
         .unwrap()
         .resource_version();
+    // kleym's own user cannot widen its bounds: the shipped ClusterRole grants no ConfigMaps.
+    let err = Api::<ConfigMap>::namespaced(kleym.clone(), "kleym-system")
+        .patch(
+            SPOKE_POLICY_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"maxTtl": "8760h"}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(ae) if ae.code == 403),
+        "{err}"
+    );
     let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "kleym-system");
     let wide = json!({"ttl": "36h", "dnsNameTemplates": ["a.apps.example.org"], "federatesWith": ["partner.example"]});
     try_spec(&as_kleym, wide.clone()).await.unwrap();
