@@ -199,6 +199,14 @@ fn cases() -> Vec<Case> {
         ),
         case("single-cluster mode", json!({"mode": "single-cluster"})),
         case(
+            "single-cluster mode with SVID bounds",
+            json!({"mode": "single-cluster", "spoke": {"svid": wider_svid_values()}}),
+        ),
+        case(
+            "single-cluster mode without the admission policy",
+            json!({"mode": "single-cluster", "spoke": {"admissionPolicy": {"enabled": false}}}),
+        ),
+        case(
             "single-cluster mode with ServiceMonitor, SPIRE class, scheduling and a named ServiceAccount",
             json!({"mode": "single-cluster", "serviceMonitor": {"enabled": true},
                    "spireClassName": "spire-system",
@@ -872,7 +880,12 @@ fn grafana_dashboard_ships_behind_its_switch() {
     assert_eq!(shipped, file);
     // Only the hub has these metrics.
     let spoke = render(json!({"mode": "single-cluster", "grafanaDashboard": {"enabled": true}}));
-    assert!(of_kind(&spoke, "ConfigMap").is_empty());
+    assert!(
+        of_kind(&spoke, "ConfigMap")
+            .iter()
+            .all(|c| c["data"].get("kleym-hub.json").is_none())
+    );
+    assert!(find(&spoke, "ConfigMap", "kleym-spoke-dashboard").is_none());
 }
 
 #[test]
@@ -913,6 +926,96 @@ fn single_cluster_mode_runs_the_spoke_with_the_deploy_spoke_rules() {
         "spoke"
     );
     assert_eq!(svc["spec"]["ports"][0]["port"], 9100);
+}
+
+/// `spoke.svid` values beyond the defaults (lists in the order kleym writes them).
+fn wider_svid_values() -> Value {
+    json!({
+        "clusterDomain": "corp.internal",
+        "dnsSuffixes": ["apps.example.org", "b.example"],
+        "namespaceDNSSuffixes": ["web=web.web.svc.corp.internal", "web=x.example"],
+        "maxTtl": "48h",
+        "maxJwtTtl": "90m",
+        "federatesWith": ["partner.example"],
+    })
+}
+
+/// The chart's spoke mode installs the admission policy of `kleym_spoke::admission_policy`
+/// for its own ServiceAccount and trust domain, and the ConfigMap of its parameters holds
+/// exactly what the spoke's rendered flags configure (parsed by kleym's own flag parser).
+#[test]
+fn single_cluster_mode_installs_the_admission_policy_of_the_spokes_flags() {
+    use clap::Parser;
+    use kleym_spoke::admission_policy::{ParamsRef, PolicyOptions, admission_policy_with};
+    #[derive(Parser)]
+    struct SvidOnly {
+        #[command(flatten)]
+        svid: kleym_hub::flags::SvidPolicyFlags,
+    }
+    for overrides in [
+        json!({"mode": "single-cluster", "trustDomain": "prod.example.org"}),
+        json!({"mode": "single-cluster", "serviceAccount": {"name": "spoke-sa"},
+               "spoke": {"svid": wider_svid_values()}}),
+    ] {
+        let docs = render(overrides.clone());
+        let dep = find(&docs, "Deployment", "kleym-spoke").expect("spoke Deployment");
+        let args = container_args(dep);
+        assert_kleym_accepts(&args);
+        let svid_args = args.iter().filter(|a| {
+            a.starts_with("--cluster-domain=")
+                || a.starts_with("--svid-")
+                || a.starts_with("--hub-")
+        });
+        let flags =
+            SvidOnly::try_parse_from(std::iter::once(&"kleym".to_string()).chain(svid_args))
+                .unwrap_or_else(|e| panic!("{overrides}: {e}"));
+        let svid = flags.svid.policy().unwrap();
+        let sa = dep["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap();
+        let td = args
+            .iter()
+            .find_map(|a| a.strip_prefix("--trust-domain="))
+            .unwrap();
+        let want = admission_policy_with(
+            &PolicyOptions {
+                name: "kleym-spoke".into(),
+                usernames: vec![format!("system:serviceaccount:kleym-system:{sa}")],
+                trust_domain: td.into(),
+                cluster_domain: svid.cluster_domain().into(),
+            },
+            &ParamsRef {
+                namespace: "kleym-system".into(),
+                name: "kleym-spoke".into(),
+            },
+            &svid,
+        );
+        let policy = find(&docs, "ValidatingAdmissionPolicy", "kleym-spoke").expect("policy");
+        assert_eq!(policy["spec"], want[0]["spec"], "{overrides}");
+        let binding =
+            find(&docs, "ValidatingAdmissionPolicyBinding", "kleym-spoke").expect("binding");
+        assert_eq!(binding["spec"], want[1]["spec"], "{overrides}");
+        let cm = find(&docs, "ConfigMap", "kleym-spoke").expect("parameters");
+        assert_eq!(cm["metadata"]["namespace"], "kleym-system");
+        assert_eq!(
+            cm["data"], want[2]["data"],
+            "{overrides}: flags and ConfigMap agree"
+        );
+    }
+    // Switched off, or in fleet mode: none of the three.
+    for overrides in [
+        json!({"mode": "single-cluster", "spoke": {"admissionPolicy": {"enabled": false}}}),
+        json!({}),
+    ] {
+        let docs = render(overrides);
+        for kind in [
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ] {
+            assert!(of_kind(&docs, kind).is_empty(), "{kind}");
+        }
+        assert!(find(&docs, "ConfigMap", "kleym-spoke").is_none());
+    }
 }
 
 #[test]
@@ -1737,7 +1840,7 @@ fn dropped_fields(rendered: &Value, typed: &Value, path: &str, out: &mut Vec<Str
 /// does not, or the error when it does not fit the type at all (a wrong value type, a wrong
 /// apiVersion). `None` for a kind that is not a built-in type.
 fn fields_outside_the_api_type(doc: &Value) -> Option<Result<Vec<String>, String>> {
-    use k8s_openapi::api::{apps, core, policy, rbac};
+    use k8s_openapi::api::{admissionregistration, apps, core, policy, rbac};
     fn trip<K: serde::de::DeserializeOwned + serde::Serialize>(
         doc: &Value,
     ) -> Result<Vec<String>, String> {
@@ -1760,6 +1863,12 @@ fn fields_outside_the_api_type(doc: &Value) -> Option<Result<Vec<String>, String
         }
         ("rbac.authorization.k8s.io/v1", "Role") => trip::<rbac::v1::Role>(doc),
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => trip::<rbac::v1::RoleBinding>(doc),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+            trip::<admissionregistration::v1::ValidatingAdmissionPolicy>(doc)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+            trip::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>(doc)
+        }
         _ => return None,
     })
 }

@@ -230,6 +230,30 @@ impl ResponseLimitFlags {
 /// (flattened into both). The compiler applies them (`kleym_spoke::compiler::svid`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SvidPolicyFlags {
+    /// The DNS, TTL and federation bounds (also the admission policy's parameters).
+    #[command(flatten)]
+    pub bounds: SvidBoundsFlags,
+
+    /// A SPIFFE ID of the hub (repeatable; the `--hub-spiffe-id` of its SPIFFE credential
+    /// plugins and `kleym trust-config`): a binding whose SPIFFE ID is one of them is
+    /// refused (`ReservedHubIdentity`). The plugins' default `spiffe://<td>/kleym/hub` lies
+    /// outside every `/ns/<namespace>/`, where binding IDs must be.
+    #[arg(long = "hub-spiffe-id", value_name = "SPIFFE_ID")]
+    pub hub_spiffe_ids: Vec<String>,
+
+    /// The hub's X.509 user name on the spokes (repeatable; the `--x509-username` of
+    /// `kleym trust-config --credential spiffe-x509`, the CN of the hub's SPIRE SVID): a
+    /// binding naming it in `svid.dnsNameTemplates` is refused (`ReservedHubIdentity`),
+    /// since SPIRE puts the first DNS name into the certificate's CN.
+    #[arg(long = "hub-x509-username", value_name = "NAME")]
+    pub hub_x509_usernames: Vec<String>,
+}
+
+/// The DNS names, TTLs and federation a binding may ask for: part of [`SvidPolicyFlags`]
+/// (`kleym spoke`, `kleym hub`), and the parameters of the spoke admission policy `kleym
+/// trust-config` prints, under the same names.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SvidBoundsFlags {
     /// The cluster's DNS domain. A binding in namespace N may put `<service>.N.svc` and
     /// `<service>.N.svc.<domain>` into `svid.dnsNameTemplates`, and nothing else unless
     /// `--svid-dns-suffix` or `--svid-namespace-dns-suffix` allows it.
@@ -267,35 +291,35 @@ pub struct SvidPolicyFlags {
     /// default: a binding asking for federation is refused.
     #[arg(long = "svid-federates-with", value_name = "TRUST_DOMAIN", value_parser = parse_required_trust_domain)]
     pub svid_federates_with: Vec<String>,
-
-    /// A SPIFFE ID of the hub (repeatable; the `--hub-spiffe-id` of its SPIFFE credential
-    /// plugins and `kleym trust-config`): a binding whose SPIFFE ID is one of them is
-    /// refused (`ReservedHubIdentity`). The plugins' default `spiffe://<td>/kleym/hub` lies
-    /// outside every `/ns/<namespace>/`, where binding IDs must be.
-    #[arg(long = "hub-spiffe-id", value_name = "SPIFFE_ID")]
-    pub hub_spiffe_ids: Vec<String>,
-
-    /// The hub's X.509 user name on the spokes (repeatable; the `--x509-username` of
-    /// `kleym trust-config --credential spiffe-x509`, the CN of the hub's SPIRE SVID): a
-    /// binding naming it in `svid.dnsNameTemplates` is refused (`ReservedHubIdentity`),
-    /// since SPIRE puts the first DNS name into the certificate's CN.
-    #[arg(long = "hub-x509-username", value_name = "NAME")]
-    pub hub_x509_usernames: Vec<String>,
 }
 
-impl SvidPolicyFlags {
-    /// The checked policy these flags describe.
-    pub fn policy(&self) -> Result<SvidPolicy, SvidPolicyError> {
-        SvidPolicy::new(SvidPolicySettings {
+impl SvidBoundsFlags {
+    /// The settings these flags describe, with the hub identities given.
+    pub fn settings(
+        &self,
+        hub_spiffe_ids: Vec<String>,
+        hub_x509_usernames: Vec<String>,
+    ) -> SvidPolicySettings {
+        SvidPolicySettings {
             cluster_domain: self.cluster_domain.clone(),
             dns_suffixes: self.svid_dns_suffixes.clone(),
             namespace_dns_suffixes: self.svid_namespace_dns_suffixes.clone(),
             max_ttl: self.svid_max_ttl,
             max_jwt_ttl: self.svid_max_jwt_ttl,
             federates_with: self.svid_federates_with.clone(),
-            hub_spiffe_ids: self.hub_spiffe_ids.clone(),
-            hub_x509_usernames: self.hub_x509_usernames.clone(),
-        })
+            hub_spiffe_ids,
+            hub_x509_usernames,
+        }
+    }
+}
+
+impl SvidPolicyFlags {
+    /// The checked policy these flags describe.
+    pub fn policy(&self) -> Result<SvidPolicy, SvidPolicyError> {
+        SvidPolicy::new(
+            self.bounds
+                .settings(self.hub_spiffe_ids.clone(), self.hub_x509_usernames.clone()),
+        )
     }
 }
 

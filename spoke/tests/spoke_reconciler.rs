@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kleym_api::external::objective::llmd;
@@ -16,13 +16,17 @@ use kleym_api::external::pool::v1 as pool_v1;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{InferenceIdentityBinding, conditions};
 use kleym_spoke::admission_policy::{
-    PolicyOptions, SPOKE_POLICY_NAME, SPOKE_USERNAME, admission_policy,
+    PolicyOptions, SPOKE_POLICY_NAME, SPOKE_USERNAME, admission_policy_with, spoke_params_ref,
 };
 use kleym_spoke::compiler::output::{cluster_spiffe_id_name, output_labels};
+use kleym_spoke::compiler::{SvidPolicy, SvidPolicySettings};
 use kleym_spoke::ownership::OWNER_ANNOTATION;
 use kleym_spoke::reconciler::{CancellationToken, Spoke, SpokeConfig, SpokeMetrics};
 use kleym_test_support::single::{condition, create, create_manifest, eventually, repo_yaml_docs};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use kube::{Client, ResourceExt};
 use kubesim::{ClusterHandle, Kubesim};
 use serde_json::{Value, json};
@@ -52,7 +56,13 @@ struct Operator {
 
 impl Operator {
     fn start(client: Client) -> Self {
+        Self::start_with(client, SvidPolicy::default())
+    }
+
+    /// Starts the reconciler with the operator's SVID settings `svid`.
+    fn start_with(client: Client, svid: SvidPolicy) -> Self {
         let mut config = SpokeConfig::new(TD);
+        config.svid_policy = Arc::new(svid);
         config.discovery_interval = Duration::from_millis(200);
         config.error_backoff = Duration::from_millis(100);
         let metrics = Arc::new(SpokeMetrics::default());
@@ -639,14 +649,24 @@ async fn operator_client(cluster: &ClusterHandle, admin: &Client, role: Value) -
 }
 
 /// The spoke admission policy for the `kleym spoke` ServiceAccount, in this test's trust
-/// domain.
+/// domain, with the default SVID settings as its parameters.
 async fn install_admission_policy(admin: &Client) {
-    for doc in admission_policy(&PolicyOptions {
-        name: SPOKE_POLICY_NAME.into(),
-        usernames: vec![SPOKE_USERNAME.into()],
-        trust_domain: TD.into(),
-        cluster_domain: "cluster.local".into(),
-    }) {
+    install_admission_policy_with(admin, &SvidPolicy::default()).await;
+}
+
+/// The spoke admission policy, its parameters the settings `svid` (in `kleym-system`, as
+/// `deploy/spoke/`).
+async fn install_admission_policy_with(admin: &Client, svid: &SvidPolicy) {
+    for doc in admission_policy_with(
+        &PolicyOptions {
+            name: SPOKE_POLICY_NAME.into(),
+            usernames: vec![SPOKE_USERNAME.into()],
+            trust_domain: TD.into(),
+            cluster_domain: svid.cluster_domain().into(),
+        },
+        &spoke_params_ref(),
+        svid,
+    ) {
         create_manifest(admin, &doc).await;
     }
 }
@@ -783,6 +803,303 @@ async fn the_admission_policy_refuses_what_kleym_would_never_write() {
             .unwrap()
             .is_some()
     );
+}
+
+/// SVID settings beyond the defaults: suffixes for every namespace and for `NS`, longer
+/// TTLs, a federation partner, a reserved hub name.
+fn wider_svid_settings() -> SvidPolicy {
+    SvidPolicy::new(SvidPolicySettings {
+        cluster_domain: "corp.internal".into(),
+        dns_suffixes: vec!["apps.example.org".into(), "b.example".into()],
+        namespace_dns_suffixes: vec![
+            (NS.into(), format!("web.{NS}.svc.corp.internal")),
+            (NS.into(), "xn--q.b.example".into()),
+            ("other".into(), "other.example".into()),
+        ],
+        max_ttl: Duration::from_secs(48 * 3600),
+        max_jwt_ttl: Duration::from_secs(2 * 3600),
+        federates_with: vec!["partner.example".into()],
+        hub_x509_usernames: vec!["hub.apps.example.org".into()],
+        ..SvidPolicySettings::default()
+    })
+    .unwrap()
+}
+
+/// Dry-run creates of `kleym_shaped` with `spec` fields replaced, as kleym's user (sent as
+/// written: the typed ClusterSPIFFEID drops a zero TTL): `Ok` or the policy's denial (the
+/// rule's part).
+async fn try_spec(as_kleym: &Api<DynamicObject>, fields: Value) -> Result<(), String> {
+    let mut obj = kleym_shaped("direct");
+    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+    // A name of every cluster domain, so that each case's one change decides.
+    obj["spec"]["dnsNameTemplates"] = json!([format!("qwen.{NS}.svc")]);
+    for (k, v) in fields.as_object().unwrap() {
+        obj["spec"][k] = v.clone();
+    }
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    match as_kleym
+        .create(&dry, &serde_json::from_value(obj).unwrap())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) => Err(denial(e, &name)),
+    }
+}
+
+/// With a DNS suffix, longer TTLs and federation configured on the spoke AND as the policy's
+/// parameters, kleym converges under the policy; a direct write as kleym's user outside the
+/// parameters is denied with the rule named; the policy enforces exactly the compiler's DNS
+/// rule (name by name); and editing the ConfigMap alone changes what is allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_takes_the_operators_svid_settings_as_parameters() {
+    let (_sim, cluster, admin) = start_cluster(true).await;
+    environment(&admin).await;
+    let role = repo_yaml_docs("deploy/spoke/clusterrole.yaml").remove(0);
+    let kleym = operator_client(&cluster, &admin, role).await;
+    let svid = wider_svid_settings();
+    install_admission_policy_with(&admin, &svid).await;
+
+    // kleym converges writing what only the wider settings allow.
+    let op = Operator::start_with(kleym.clone(), svid.clone());
+    let bindings: Api<InferenceIdentityBinding> = Api::namespaced(admin.clone(), NS);
+    let mut b = per_objective("chat-id", "chat", "chat");
+    b["spec"]["svid"] = json!({
+        "dnsNameTemplates": ["chat.apps.example.org", format!("x.web.{NS}.svc.corp.internal"), format!("qwen.{NS}.svc.corp.internal")],
+        "ttl": "36h",
+        "jwtTtl": "90m",
+        "federatesWith": ["partner.example"],
+    });
+    create(&bindings, b).await;
+    let ready = wait_ready(&bindings, "chat-id", "True").await;
+    let owned = ready.status.unwrap().cluster_spiffe_id.unwrap();
+    let csids: Api<ClusterSPIFFEID> = Api::all(admin.clone());
+    let written = serde_json::to_value(csids.get(&owned.name).await.unwrap()).unwrap();
+    assert_eq!(written["spec"]["ttl"], "36h");
+    assert_eq!(written["spec"]["federatesWith"], json!(["partner.example"]));
+    op.settle().await;
+    assert_eq!(op.metrics.failures_total(), 0, "no write was denied");
+    op.stop().await;
+
+    let as_kleym: Api<DynamicObject> =
+        Api::all_with(kleym.clone(), &ApiResource::erase::<ClusterSPIFFEID>(&()));
+    let at = "ConfigMap kleym-system/kleym-spoke-bounds";
+    // Outside the parameters: each denied, naming the rule.
+    let cases = [
+        (
+            json!({"dnsNameTemplates": ["api.bank.example.com"]}),
+            format!(
+                "spec.dnsNameTemplates may only name services of llm (<service>.llm.svc[.corp.internal]) or names under the DNS suffixes allowed to llm in {at}: apps.example.org, b.example, web.llm.svc.corp.internal, xn--q.b.example"
+            ),
+        ),
+        (
+            json!({"dnsNameTemplates": ["qwen.llm.svc.cluster.local"]}),
+            "spec.dnsNameTemplates may only name".into(),
+        ),
+        (
+            json!({"dnsNameTemplates": ["hub.apps.example.org"]}),
+            format!(
+                "spec.dnsNameTemplates names one of the reserved names (the hub's X.509 user names, reservedDNSNames in {at})"
+            ),
+        ),
+        (
+            json!({"ttl": "49h"}),
+            format!("spec.ttl 49h is not a positive duration of at most 48h (maxTtl in {at})"),
+        ),
+        (
+            json!({"ttl": "0s"}),
+            "spec.ttl 0s is not a positive duration".into(),
+        ),
+        (
+            json!({"ttl": "-1h"}),
+            "spec.ttl -1h is not a positive duration".into(),
+        ),
+        (json!({"ttl": "1h 2m"}), "spec.ttl 1h 2m is not".into()),
+        (json!({"ttl": "+1h"}), "spec.ttl +1h is not".into()),
+        (
+            json!({"jwtTtl": "121m"}),
+            format!(
+                "spec.jwtTtl 121m is not a positive duration of at most 2h (maxJwtTtl in {at})"
+            ),
+        ),
+        (
+            json!({"federatesWith": ["evil.example"]}),
+            format!(
+                "spec.federatesWith may only list the trust domains {at} allows (federatesWith): partner.example"
+            ),
+        ),
+        (
+            json!({"autoPopulateDNSNames": true}),
+            "spec.autoPopulateDNSNames is set".into(),
+        ),
+    ];
+    for (fields, rule) in cases {
+        let why = try_spec(&as_kleym, fields.clone())
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{fields} was allowed"));
+        assert!(why.starts_with(&rule), "{fields}: {why}");
+    }
+    // Within them: what the binding CRD lets a tenant write and the compiler passes on.
+    for fields in [
+        json!({"ttl": "48h", "jwtTtl": "2h"}),
+        json!({"ttl": "1h30m", "jwtTtl": "1.5h"}),
+        json!({"ttl": "1\u{b5}s", "jwtTtl": "500ms"}),
+        json!({"federatesWith": ["partner.example"]}),
+    ] {
+        try_spec(&as_kleym, fields.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{fields}: {e}"));
+    }
+    // The DNS rule is the compiler's, name by name (suffix order, IDNA labels, Service
+    // names, the cluster domain, other namespaces' suffixes).
+    for name in [
+        "chat.llm.svc",
+        "chat.llm.svc.corp.internal",
+        "chat.llm.svc.cluster.local",
+        "1chat.llm.svc",
+        "xn--80ak6aa92e.llm.svc",
+        "ab--c.llm.svc",
+        "a.b.llm.svc",
+        "llm.svc",
+        "chat.other.svc",
+        "a.apps.example.org",
+        "a.b.apps.example.org",
+        "apps.example.org",
+        "evilapps.example.org",
+        "xn--80ak6aa92e.apps.example.org",
+        "a.xn--80ak6aa92e.apps.example.org",
+        "x.web.llm.svc.corp.internal",
+        "a.x.web.llm.svc.corp.internal",
+        "web.llm.svc.corp.internal",
+        "a.xn--q.b.example",
+        "xn--z.xn--q.b.example",
+        "q.b.example",
+        "x.other.example",
+        "hub.apps.example.org",
+        "Chat.llm.svc",
+        "chat..llm.svc",
+        &format!("{}.apps.example.org", "a".repeat(64)),
+    ] {
+        let policy = try_spec(&as_kleym, json!({"dnsNameTemplates": [name]})).await;
+        assert_eq!(
+            policy.is_ok(),
+            svid.allows_dns_name(NS, name),
+            "{name}: the policy says {policy:?}"
+        );
+    }
+
+    // Editing the ConfigMap, and nothing else, changes what is allowed.
+    let policies: Api<DynamicObject> = Api::all_with(
+        admin.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingAdmissionPolicy",
+            ),
+            "validatingadmissionpolicies",
+        ),
+    );
+    let policy_version = policies
+        .get(SPOKE_POLICY_NAME)
+        .await
+        .unwrap()
+        .resource_version();
+    // kleym's own user cannot widen its bounds: the shipped ClusterRole grants no ConfigMaps.
+    let err = Api::<ConfigMap>::namespaced(kleym.clone(), "kleym-system")
+        .patch(
+            SPOKE_POLICY_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"maxTtl": "8760h"}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(ae) if ae.code == 403),
+        "{err}"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "kleym-system");
+    let wide = json!({"ttl": "36h", "dnsNameTemplates": ["a.apps.example.org"], "federatesWith": ["partner.example"]});
+    try_spec(&as_kleym, wide.clone()).await.unwrap();
+    cms.patch(
+        SPOKE_POLICY_NAME,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"maxTtl": "12h", "dnsSuffixes": "", "federatesWith": "partner.example, other.example"}})),
+    )
+    .await
+    .unwrap();
+    let why = try_spec(&as_kleym, json!({"ttl": "36h"}))
+        .await
+        .unwrap_err();
+    assert!(
+        why.starts_with("spec.ttl 36h is not a positive duration of at most 12h"),
+        "{why}"
+    );
+    let why = try_spec(
+        &as_kleym,
+        json!({"dnsNameTemplates": ["a.apps.example.org"]}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        why.ends_with(&format!(
+            "allowed to llm in {at}: web.llm.svc.corp.internal, xn--q.b.example"
+        )),
+        "only the namespace's suffixes are left: {why}"
+    );
+    try_spec(
+        &as_kleym,
+        json!({"ttl": "12h", "federatesWith": ["other.example"]}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        policies
+            .get(SPOKE_POLICY_NAME)
+            .await
+            .unwrap()
+            .resource_version(),
+        policy_version,
+        "the policy itself was not edited"
+    );
+
+    // Without its ConfigMap the policy denies every write of kleym's user ...
+    cms.delete(SPOKE_POLICY_NAME, &DeleteParams::default())
+        .await
+        .unwrap();
+    // (even one exactly as kleym writes it). The API server looks the parameters up before
+    // it evaluates the match conditions, so other users' writes are refused as well: the
+    // policy fails closed for everyone until the ConfigMap is back.
+    let mut base = kleym_shaped("direct");
+    base["spec"]["dnsNameTemplates"] = json!([format!("qwen.{NS}.svc")]);
+    let base: ClusterSPIFFEID = serde_json::from_value(base).unwrap();
+    let typed_kleym = Api::<ClusterSPIFFEID>::all(kleym);
+    for api in [&typed_kleym, &csids] {
+        let err = api.create(&PostParams::default(), &base).await.unwrap_err();
+        let kube::Error::Api(ae) = err else {
+            panic!("expected an API error, got {err}");
+        };
+        assert!(
+            ae.message.ends_with(&format!(
+                "ValidatingAdmissionPolicy '{SPOKE_POLICY_NAME}' with binding '{SPOKE_POLICY_NAME}' denied request: no params found for policy binding with `Deny` parameterNotFoundAction"
+            )),
+            "{ae:?}"
+        );
+    }
+    assert_eq!(csids.get_opt(&base.name_any()).await.unwrap(), None);
+    // Restored, the same write of kleym's user passes.
+    create_manifest(
+        &admin,
+        &kleym_spoke::admission_policy::params_config_map(&spoke_params_ref(), &svid),
+    )
+    .await;
+    typed_kleym
+        .create(&PostParams::default(), &base)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

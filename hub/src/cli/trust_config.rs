@@ -152,10 +152,10 @@ pub struct Args {
         value_parser = kleym_hub::issuer::trust::parse_kubernetes_minor
     )]
     pub apiserver_version: u32,
-    /// The spokes' cluster DNS domain: the admission policy lets the hub write DNS names
-    /// `<service>.<namespace>.svc` and `<service>.<namespace>.svc.<this>` only.
-    #[arg(long, value_name = "DOMAIN", default_value = "cluster.local")]
-    pub cluster_domain: String,
+    /// The SVID bounds of the spokes, as the hub's flags of the same names: the parameters
+    /// of the admission policy (its ConfigMap `kube-system/kleym-hub-bounds`).
+    #[command(flatten)]
+    pub svid: kleym_hub::flags::SvidBoundsFlags,
     /// Output format on stdout.
     #[arg(short = 'o', long, value_enum, default_value = "yaml")]
     pub output: Format,
@@ -346,25 +346,41 @@ fn yaml(v: &Value) -> anyhow::Result<String> {
     kleym_api::yaml::to_string(v).map_err(|e| anyhow!("rendering YAML: {e}"))
 }
 
-/// The spoke admission policy bounding the hub's user (`kleym_spoke::admission_policy`), or
-/// `None` when the spokes' trust domain is unknown (`--trust-domain` not given and not in
-/// the hub's SPIFFE ID).
-pub fn admission_policy_documents(args: &Args, inputs: &TrustInputs) -> Option<Vec<Value>> {
+/// The spoke admission policy bounding the hub's user (`kleym_spoke::admission_policy`) with
+/// its parameters' ConfigMap, or `None` when the spokes' trust domain is unknown
+/// (`--trust-domain` not given and not in the hub's SPIFFE ID). Settings the hub would
+/// refuse (`--svid-dns-suffix` covering other namespaces' names) are refused here too.
+pub fn admission_policy_documents(
+    args: &Args,
+    inputs: &TrustInputs,
+) -> anyhow::Result<Option<Vec<Value>>> {
     let from_subject = inputs
         .subject
         .strip_prefix("spiffe://")
         .and_then(|rest| rest.split('/').next())
         .filter(|td| !td.is_empty())
         .map(str::to_string);
-    let trust_domain = args.trust_domain.clone().or(from_subject)?;
-    Some(kleym_spoke::admission_policy::admission_policy(
+    let Some(trust_domain) = args.trust_domain.clone().or(from_subject) else {
+        return Ok(None);
+    };
+    // With X.509-SVIDs the mapped user is the certificate's CN: no DNS name may be it.
+    let reserved = match args.credential {
+        Credential::SpiffeX509 => vec![inputs.username()],
+        _ => Vec::new(),
+    };
+    let svid = kleym_spoke::compiler::SvidPolicy::new(args.svid.settings(Vec::new(), reserved))
+        .map_err(|e| anyhow!("--cluster-domain/--svid-*: {e}"))?;
+    let name = kleym_spoke::admission_policy::HUB_POLICY_NAME;
+    Ok(Some(kleym_spoke::admission_policy::admission_policy_with(
         &kleym_spoke::admission_policy::PolicyOptions {
-            name: kleym_spoke::admission_policy::HUB_POLICY_NAME.into(),
+            name: name.into(),
             usernames: vec![inputs.username()],
             trust_domain,
-            cluster_domain: args.cluster_domain.clone(),
+            cluster_domain: args.svid.cluster_domain.clone(),
         },
-    ))
+        &kleym_spoke::admission_policy::ParamsRef::default_for(name),
+        &svid,
+    )))
 }
 
 /// The admission policy section of the YAML output.
@@ -378,7 +394,9 @@ fn policy_yaml(policy: Option<&Vec<Value>>) -> anyhow::Result<String> {
     };
     let mut out = String::from(
         "# 3. kubectl apply -f - on that spoke (Kubernetes 1.30+): the admission policy that\n\
-         #    lets the hub's user write only what kleym writes (docs/keyless-access.md):\n",
+         #    lets the hub's user write only what kleym writes (docs/keyless-access.md), and\n\
+         #    the ConfigMap of its parameters: keep it equal to the hub's --cluster-domain\n\
+         #    and --svid-* flags (edit it to change what the policy allows).\n",
     );
     for doc in docs {
         out.push_str("---\n");
@@ -461,7 +479,7 @@ async fn render(args: &Args) -> anyhow::Result<String> {
     }
     let targets = targets(args).await?;
     let docs = documents(&inputs, &targets)?;
-    let policy = admission_policy_documents(args, &inputs);
+    let policy = admission_policy_documents(args, &inputs)?;
     if let Some(dir) = &args.output_dir {
         for (t, authn, rbac) in &docs {
             let d = dir.join(t.spoke.replace('/', "_"));
@@ -522,7 +540,7 @@ async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String
     let ca = client_ca(args).await?;
     let targets = targets(args).await?;
     let docs = documents(inputs, &targets)?;
-    let policy = admission_policy_documents(args, inputs);
+    let policy = admission_policy_documents(args, inputs)?;
     if let Some(dir) = &args.output_dir {
         for (t, _, rbac) in &docs {
             let d = dir.join(t.spoke.replace('/', "_"));
@@ -763,7 +781,9 @@ mod tests {
         .unwrap()
         .args;
         let i = inputs(&a).unwrap();
-        let docs = admission_policy_documents(&a, &i).expect("trust domain from the SPIFFE ID");
+        let docs = admission_policy_documents(&a, &i)
+            .unwrap()
+            .expect("trust domain from the SPIFFE ID");
         let text = serde_json::to_string(&docs).unwrap();
         assert_eq!(docs[0]["kind"], "ValidatingAdmissionPolicy");
         assert_eq!(docs[1]["spec"]["validationActions"], json!(["Deny"]));
@@ -772,7 +792,65 @@ mod tests {
             "request.userInfo.username in ['kleym:spiffe://fleet.example/kleym/hub']"
         );
         assert!(text.contains("spiffe://fleet.example/ns/"), "{text}");
-        assert!(text.contains("c[.]example"), "{text}");
+        // The settings are the parameters, in the ConfigMap the binding names.
+        assert_eq!(
+            docs[1]["spec"]["paramRef"],
+            json!({"name": "kleym-hub-bounds", "namespace": "kube-system", "parameterNotFoundAction": "Deny"})
+        );
+        assert_eq!(docs[2]["kind"], "ConfigMap");
+        assert_eq!(docs[2]["data"]["clusterDomain"], "c.example");
+        assert_eq!(docs[2]["data"]["maxTtl"], "24h");
+        assert_eq!(docs[2]["data"]["federatesWith"], "");
+        let with_bounds = |extra: &[&str]| {
+            let mut argv = vec![
+                "x",
+                "--all",
+                "--trust-domain",
+                "fleet.example",
+                "--credential",
+                "spiffe-x509",
+            ];
+            argv.extend_from_slice(extra);
+            let a = Cli::try_parse_from(argv).map(|c| c.args)?;
+            let i = inputs(&a).unwrap();
+            Ok::<_, clap::Error>(admission_policy_documents(&a, &i))
+        };
+        let docs = with_bounds(&[
+            "--svid-dns-suffix",
+            "apps.example.org",
+            "--svid-namespace-dns-suffix",
+            "t1=web.t1.svc.cluster.local",
+            "--svid-max-ttl",
+            "90m",
+            "--svid-max-jwt-ttl",
+            "5m",
+            "--svid-federates-with",
+            "partner.example",
+        ])
+        .unwrap()
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            docs[2]["data"],
+            json!({
+                "clusterDomain": "cluster.local",
+                "dnsSuffixes": "apps.example.org",
+                "namespaceDNSSuffixes": "t1=web.t1.svc.cluster.local",
+                "maxTtl": "90m",
+                "maxJwtTtl": "5m",
+                "federatesWith": "partner.example",
+                // The X.509 user is no DNS name here (`kleym:spiffe://...`): nothing to reserve.
+                "reservedDNSNames": "",
+            })
+        );
+        // The hub's own validators, and its rule that a suffix stays out of other namespaces.
+        assert!(with_bounds(&["--svid-max-ttl", "0s"]).is_err());
+        assert!(with_bounds(&["--svid-federates-with", "spiffe://p"]).is_err());
+        let err = with_bounds(&["--svid-dns-suffix", "svc.cluster.local"])
+            .unwrap()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("svc.cluster.local"), "{err}");
         // A ServiceAccount subject names no trust domain: without --trust-domain, no policy.
         let a = parse(&[
             "--credential",
@@ -789,7 +867,7 @@ mod tests {
             authentication_api_version: "apiserver.config.k8s.io/v1beta1",
             bind_group: false,
         };
-        assert!(admission_policy_documents(&a, &i).is_none());
+        assert!(admission_policy_documents(&a, &i).unwrap().is_none());
         assert!(policy_yaml(None).unwrap().contains("pass --trust-domain"));
     }
 }

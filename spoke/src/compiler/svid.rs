@@ -231,6 +231,33 @@ impl SvidPolicy {
         self.max_jwt_ttl
     }
 
+    /// The DNS suffixes every namespace may use (sorted, de-duplicated).
+    pub fn dns_suffixes(&self) -> &[String] {
+        &self.dns_suffixes
+    }
+
+    /// The DNS suffixes per namespace (each list sorted, de-duplicated).
+    pub fn namespace_dns_suffixes(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.namespace_dns_suffixes
+    }
+
+    /// The trust domains a binding may federate with.
+    pub fn federates_with(&self) -> &BTreeSet<String> {
+        &self.federates_with
+    }
+
+    /// The hub's X.509 user names (lower-cased): no DNS name may be one.
+    pub fn hub_x509_usernames(&self) -> &BTreeSet<String> {
+        &self.hub_x509_usernames
+    }
+
+    /// Would the compiler write `name` into `svid.dnsNameTemplates` of a binding in
+    /// namespace `ns` (its syntax check and the rules above)? The spoke admission policy
+    /// must agree (its tests compare the two).
+    pub fn allows_dns_name(&self, ns: &str, name: &str) -> bool {
+        selectors::is_dns_name(name) && self.dns_name_refusal(ns, name).is_none()
+    }
+
     /// Is `id` (a parsed, canonical SPIFFE ID) one of the hub's?
     pub fn is_hub_spiffe_id(&self, id: &str) -> bool {
         !self.hub_spiffe_ids.is_empty() && self.hub_spiffe_ids.contains(id)
@@ -386,8 +413,9 @@ fn template_refusal(binding_desc: &str, field: &str, e: &template::TemplateError
     )
 }
 
-/// Go-like text of a maximum (`24h`, `90m`, `45s`, `1.5s`).
-fn duration_text(d: Duration) -> String {
+/// Go-like text of a maximum (`24h`, `90m`, `45s`, `1.5s`), which Go's
+/// `time.ParseDuration` reads back.
+pub(crate) fn duration_text(d: Duration) -> String {
     let s = d.as_secs();
     let whole = s > 0 && d.subsec_nanos() == 0;
     if whole && s.is_multiple_of(3600) {
