@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use crate::fleet::state::FleetState;
 use crate::http::cached::Versioned;
 use crate::http::view::{clusters_body, json_bytes};
-use crate::http::{EncodeError, HubReadiness, HubView, LeaderState};
+use crate::http::{EncodeError, HubReadiness, HubView, LeaderState, SpokeReach};
 use crate::inventory::{InventorySynced, InventoryVersion};
 use crate::report::{FullReport, SpokeObservation, cluster_status};
 
@@ -266,6 +266,28 @@ impl HubView for FleetHubView {
                 .clone();
         }
         self.cached(&self.clusters_body, || clusters_body(&self.clusters()))
+    }
+
+    /// The spoke's client while this replica engages it. The one ownership check is
+    /// [`FleetState::spoke_client`]: only a replica that runs the spoke has its client, so
+    /// a follower (and, once the hub is sharded, a replica that does not own the cluster)
+    /// never reaches it.
+    fn spoke_reach(&self, namespace: &str, name: &str) -> SpokeReach {
+        let key = format!("{namespace}/{name}");
+        if let Some(client) = self.state.spoke_client(&key) {
+            return SpokeReach::Client(client);
+        }
+        if self.cluster(namespace, name).is_none() {
+            return SpokeReach::Unknown;
+        }
+        match self.following() {
+            Some(_) => SpokeReach::NotHere(format!(
+                "this replica does not run cluster {key}'s spoke; the leader does"
+            )),
+            None => SpokeReach::NotHere(format!(
+                "cluster {key} is not engaged right now (see /v1/clusters/{key})"
+            )),
+        }
     }
 
     fn v1_unavailable(&self) -> Option<String> {
