@@ -100,7 +100,11 @@ pub struct OutputRef {
 
 /// The pool a binding targets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "resolved")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "resolved"
+)]
 pub enum PoolResolution {
     /// Target and pool found.
     #[serde(rename = "true")]

@@ -190,7 +190,26 @@ async fn explain(
     kind: Kind,
 ) -> Response {
     let cluster = format!("{cluster_ns}/{cluster_name}");
-    // Authorization first: nothing about the cluster or the namespace is answered before.
+    let query = match parse_query(raw_query.as_deref()) {
+        Ok(q) => q,
+        Err(message) => {
+            return error_body(StatusCode::BAD_REQUEST, "BadRequest", &message, Value::Null);
+        }
+    };
+    // Whether the cluster exists is no secret to a caller past the /v1 guard (it lists
+    // /v1/clusters); anything about the namespace needs the further check first.
+    let reach = s.view.spoke_reach(&cluster_ns, &cluster_name);
+    let unknown = || {
+        error_body(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("cluster {cluster} is not in the hub's inventory"),
+            json!({"cluster": {"namespace": cluster_ns, "name": cluster_name}}),
+        )
+    };
+    if let SpokeReach::Unknown = reach {
+        return unknown();
+    }
     let check = AccessCheck {
         verb: "get".into(),
         group: EXPLAIN_GROUP.into(),
@@ -201,22 +220,10 @@ async fn explain(
     if let Err(f) = s.auth.authorize_also(caller.as_ref(), &check).await {
         return failure_response(&f);
     }
-    let query = match parse_query(raw_query.as_deref()) {
-        Ok(q) => q,
-        Err(message) => {
-            return error_body(StatusCode::BAD_REQUEST, "BadRequest", &message, Value::Null);
-        }
-    };
-    // The one ownership check: only a replica that runs the spoke holds its client.
-    let client = match s.view.spoke_reach(&cluster_ns, &cluster_name) {
-        SpokeReach::Unknown => {
-            return error_body(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                &format!("cluster {cluster} is not in the hub's inventory"),
-                json!({"cluster": {"namespace": cluster_ns, "name": cluster_name}}),
-            );
-        }
+    // The one ownership check: only a replica that runs the spoke holds its client (in a
+    // sharded hub, only the replica that owns the cluster).
+    let client = match reach {
+        SpokeReach::Client(c) => c,
         SpokeReach::NotHere(why) => {
             return error_body(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -225,7 +232,7 @@ async fn explain(
                 json!({"cluster": {"namespace": cluster_ns, "name": cluster_name}}),
             );
         }
-        SpokeReach::Client(c) => c,
+        SpokeReach::Unknown => return unknown(),
     };
     let m = &query.manager;
     let fm = query.field_manager.as_str();
