@@ -496,6 +496,40 @@ mod tests {
         assert!(always.leader().is_leader);
     }
 
+    #[tokio::test]
+    async fn explain_reaches_only_spokes_this_replica_engages() {
+        let state = fleet();
+        let view = FleetHubView::new(
+            state.clone(),
+            InventorySynced::default(),
+            LeaderInfo::always_leader(),
+        );
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        assert!(matches!(
+            view.spoke_reach("fleet", "nope"),
+            SpokeReach::Unknown
+        ));
+        let not_here = |r: SpokeReach| match r {
+            SpokeReach::NotHere(why) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(not_here(view.spoke_reach("fleet", "a")).contains("not engaged"));
+        let guard = state.reach_spoke("fleet/a", client);
+        assert!(matches!(
+            view.spoke_reach("fleet", "a"),
+            SpokeReach::Client(_)
+        ));
+        assert!(matches!(
+            view.spoke_reach("fleet", "b"),
+            SpokeReach::NotHere(_)
+        ));
+        // The spoke task's attempt ended (or the task was aborted): the client goes with it.
+        drop(guard);
+        assert!(not_here(view.spoke_reach("fleet", "a")).contains("not engaged"));
+    }
+
     #[test]
     fn clusters_and_report_come_from_the_fleet_state() {
         let view = FleetHubView::new(fleet(), InventorySynced::default(), LeaderInfo::default());
