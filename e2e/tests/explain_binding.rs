@@ -326,6 +326,30 @@ async fn explain_binding_and_the_hub_path_agree_with_the_objects() {
         "a pod outside the pool is not listed: {all:#}"
     );
 
+    // The text form says the same.
+    let text = tokio::process::Command::new(kleym_binary().expect("kleym binary"))
+        .args([
+            "explain",
+            "binding",
+            "serving/chat-id",
+            "--trust-domain",
+            TD,
+        ])
+        .args(["--cluster-name", CLUSTER, "--kubeconfig", kc])
+        .output()
+        .await
+        .unwrap();
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    for line in [
+        format!("ClusterSPIFFEID: {output} (ownership proven for serving/chat-id)\n"),
+        "Pods it reaches: 1\n  vllm-0 (node node-a): chat\n".to_string(),
+        "Pods of its pool it does not reach: 3\n".to_string(),
+        "  vllm-3\n    the pod is not scheduled yet\n".to_string(),
+    ] {
+        assert!(text.contains(&line), "{line:?} not in:\n{text}");
+    }
+
     // A refused binding: the pool does not resolve, for the compiler's reason.
     let (code, broken, err) = kleym(&["binding", "serving/broken", "--kubeconfig", kc]).await;
     assert_eq!(code, Some(0), "{err}");
