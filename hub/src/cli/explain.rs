@@ -297,6 +297,10 @@ async fn hub_get(
         ));
     }
     let mut config = kube::Config::new(uri);
+    // kube's default retries a 503 for minutes (up to 15 times, honouring Retry-After): an
+    // operator asking once wants the hub's answer, e.g. that this replica does not reach the
+    // spoke, at once.
+    config.default_retry = false;
     if let Some(pem) = ca_pem {
         let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(pem)
             .map(|c| c.map(|c| c.to_vec()))
