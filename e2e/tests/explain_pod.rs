@@ -152,9 +152,16 @@ async fn explain_pod_matches_hand_computed_entries() {
         watch_classless: false,
         ignore_namespaces: vec!["^kube-system$".into()],
     };
-    let explained = kleym_hub::explain::explain_pod(&admin, NS, "vllm-0", &manager, "kleym")
-        .await
-        .unwrap();
+    let explained = kleym_hub::explain::explain_pod(
+        &admin,
+        NS,
+        "vllm-0",
+        &manager,
+        "kleym",
+        kleym_hub::explain::Scope::Cluster,
+    )
+    .await
+    .unwrap();
     let doc = serde_json::to_value(&explained).unwrap();
 
     // By hand: the two entries SPIRE receives.

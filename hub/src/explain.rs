@@ -29,6 +29,14 @@ pub enum ExplainError {
         /// Name.
         name: String,
     },
+    /// The binding does not exist.
+    #[error("binding {namespace}/{name} not found")]
+    BindingNotFound {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+    },
     /// Reading an object failed.
     #[error("reading {what}: {source}")]
     Read {
@@ -37,6 +45,9 @@ pub enum ExplainError {
         /// The API error.
         source: kube::Error,
     },
+    /// The answer could not be encoded.
+    #[error("encoding the explanation: {0}")]
+    Encode(String),
     /// The model refused its input.
     #[error(transparent)]
     Model(#[from] kleym_spoke::explain::ExplainError),
@@ -94,6 +105,39 @@ pub struct BindingVerdict {
     pub why_not: Vec<String>,
 }
 
+/// Which ClusterSPIFFEIDs an answer may show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every ClusterSPIFFEID of the cluster (the local command: the caller read them all).
+    Cluster,
+    /// Only those whose `namespaceSelector` selects the namespace asked about (the hub
+    /// path: a caller allowed one namespace learns nothing of objects aimed elsewhere).
+    /// The entries are the same: an object that does not select the namespace renders no
+    /// entry there, so it neither masks nor is masked, nor keeps a fallback away.
+    Namespace,
+}
+
+/// The ClusterSPIFFEIDs of `objects` that `scope` lets an answer about namespace `ns` show.
+pub fn in_scope(
+    objects: Vec<ClusterSPIFFEID>,
+    ns: &Namespace,
+    scope: Scope,
+) -> Vec<ClusterSPIFFEID> {
+    if scope == Scope::Cluster {
+        return objects;
+    }
+    let labels = ns.labels();
+    objects
+        .into_iter()
+        .filter(|o| {
+            o.spec
+                .namespace_selector
+                .as_ref()
+                .is_none_or(|s| kleym_spoke::explain::labels::matches(s, labels).unwrap_or(false))
+        })
+        .collect()
+}
+
 /// Read the cluster through `client` and explain pod `namespace/name`.
 pub async fn explain_pod(
     client: &kube::Client,
@@ -101,6 +145,7 @@ pub async fn explain_pod(
     name: &str,
     manager: &ManagerConfig,
     field_manager: &str,
+    scope: Scope,
 ) -> Result<PodExplanation, ExplainError> {
     let read = |what: String| move |source| ExplainError::Read { what, source };
     let pod = Api::<Pod>::namespaced(client.clone(), namespace)
@@ -133,6 +178,7 @@ pub async fn explain_pod(
         .await
         .map_err(read("ClusterSPIFFEIDs".to_string()))?
         .items;
+    let objects = in_scope(objects, &ns, scope);
     let bindings = Api::<InferenceIdentityBinding>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
@@ -191,7 +237,9 @@ pub fn explain_objects(
     })
 }
 
-fn binding_verdict(
+/// Whether binding `b`'s identity reaches `pod`, and why not, from the model's answer for
+/// the pod (`candidates`, `containers`).
+pub(crate) fn binding_verdict(
     b: &InferenceIdentityBinding,
     pod: &Pod,
     objects: &[ClusterSPIFFEID],

@@ -6,6 +6,7 @@ pub mod access;
 pub mod backoff;
 pub mod credentials;
 pub mod explain;
+pub mod explain_binding;
 pub mod flags;
 pub mod fleet;
 pub mod http;

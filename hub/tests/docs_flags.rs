@@ -28,6 +28,7 @@ const COMMANDS: &[&str] = &[
     "credential spiffe-jwt",
     "credential spiffe-x509",
     "explain pod",
+    "explain binding",
 ];
 
 /// Flags `--help` shows that no table needs to list, with the reason: `(command, flag, why)`;

@@ -243,7 +243,11 @@ async fn engage_once(
         .observe(attempt_started.elapsed().as_secs_f64());
     tracing::info!(spoke = %name, version = %version, "spoke engaged");
 
+    // The hub API's explain routes read this spoke with this client while it is engaged
+    // here, and no longer once this attempt ends or the task is aborted (leadership lost).
+    let reach = (!stop.is_cancelled()).then(|| shared.state.reach_spoke(name, sc.client.clone()));
     let end = health_loop(shared, name, signal, &sc, &reconciler, &ctx).await;
+    drop(reach);
     match end {
         HealthEnd::Stopped => {
             Box::pin(reconciler.stop(true, &signal.halt, shared.opts.request_timeout)).await;

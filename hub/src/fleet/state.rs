@@ -172,6 +172,20 @@ struct Inner {
     engage_duration: prometheus_client::metrics::histogram::Histogram,
     /// Removal jobs that ran to their end, by outcome: `kleym_hub_spoke_removals_total`.
     removals: Family<RemovalLabels, Counter>,
+    /// The client of each spoke engaged by this replica, while it is engaged: what the hub
+    /// API's explain routes read the spoke with. Kept apart from [`SpokeState`], which is
+    /// published and compared.
+    reach: DashMap<String, SpokeClientHandle>,
+}
+
+/// A spoke's client as [`FleetState`] keeps it (`kube::Client` has no `Debug`).
+#[derive(Clone)]
+struct SpokeClientHandle(kube::Client);
+
+impl std::fmt::Debug for SpokeClientHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("kube::Client")
+    }
 }
 
 /// `outcome` label of `kleym_hub_spoke_removals_total`.
@@ -208,6 +222,7 @@ impl FleetState {
                     prometheus_client::metrics::histogram::exponential_buckets(0.05, 2.0, 14),
                 ),
                 removals: Family::default(),
+                reach: DashMap::new(),
             }),
         }
     }
@@ -312,6 +327,23 @@ impl FleetState {
         }
     }
 
+    /// The client of spoke `name`, while this replica engages it.
+    pub fn spoke_client(&self, name: &str) -> Option<kube::Client> {
+        self.inner.reach.get(name).map(|c| c.value().0.clone())
+    }
+
+    /// Lists `client` as spoke `name`'s until the returned guard is dropped (the spoke task
+    /// holds it while the spoke is engaged, and drops it when it stops or is aborted).
+    pub fn reach_spoke(&self, name: &str, client: kube::Client) -> ReachGuard {
+        self.inner
+            .reach
+            .insert(name.to_string(), SpokeClientHandle(client));
+        ReachGuard {
+            state: self.clone(),
+            name: name.to_string(),
+        }
+    }
+
     /// Forgets a spoke (profile deleted and removal done).
     pub fn remove(&self, name: &str) {
         if self.inner.spokes.remove(name).is_some() {
@@ -321,6 +353,19 @@ impl FleetState {
 
     fn notify(&self) {
         self.inner.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+}
+
+/// Keeps a spoke's client listed in [`FleetState::spoke_client`] while it lives.
+#[derive(Debug)]
+pub struct ReachGuard {
+    state: FleetState,
+    name: String,
+}
+
+impl Drop for ReachGuard {
+    fn drop(&mut self) {
+        self.state.inner.reach.remove(&self.name);
     }
 }
 

@@ -22,6 +22,7 @@
 pub mod args;
 pub mod auth;
 pub mod cached;
+pub mod explain;
 pub mod metrics;
 pub mod router;
 pub mod serve;
@@ -35,7 +36,7 @@ pub use prometheus_client::registry::Registry;
 pub use router::{ApiState, router};
 pub use serve::serve;
 pub use tls::{load_tls_config, load_tls_config_with};
-pub use view::{EncodeError, HubReadiness, HubView, LeaderState, StaticHubView};
+pub use view::{EncodeError, HubReadiness, HubView, LeaderState, SpokeReach, StaticHubView};
 
 /// Errors of the hub API server.
 #[derive(Debug, thiserror::Error)]

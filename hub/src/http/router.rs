@@ -44,6 +44,14 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/report", get(report))
         .route("/v1/clusters", get(clusters))
         .route("/v1/clusters/{namespace}/{name}", get(cluster))
+        .route(
+            "/v1/clusters/{namespace}/{name}/explain/pod/{ns}/{object}",
+            get(crate::http::explain::explain_pod),
+        )
+        .route(
+            "/v1/clusters/{namespace}/{name}/explain/binding/{ns}/{object}",
+            get(crate::http::explain::explain_binding),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), guard_v1));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))

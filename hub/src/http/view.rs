@@ -58,6 +58,29 @@ impl HubReadiness {
     }
 }
 
+/// Whether this replica can read a spoke for `/v1/clusters/{namespace}/{name}/explain/...`.
+#[derive(Clone)]
+pub enum SpokeReach {
+    /// The cluster is not in the inventory (404).
+    Unknown,
+    /// The cluster is known, but this replica does not reach it now (503 with the reason):
+    /// it does not run the cluster's spoke (a follower, or in a sharded hub a replica that
+    /// does not own the cluster), or the spoke is not engaged.
+    NotHere(String),
+    /// The spoke's client, with the hub's own credentials for that cluster.
+    Client(kube::Client),
+}
+
+impl std::fmt::Debug for SpokeReach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Unknown => f.write_str("Unknown"),
+            Self::NotHere(why) => f.debug_tuple("NotHere").field(why).finish(),
+            Self::Client(_) => f.write_str("Client(..)"),
+        }
+    }
+}
+
 /// The hub state the API exposes. Implemented by the fleet supervisor; [`StaticHubView`]
 /// is a settable implementation for tests.
 pub trait HubView: Send + Sync + 'static {
@@ -77,6 +100,15 @@ pub trait HubView: Send + Sync + 'static {
     /// published status yet; `None` (the default) when it can.
     fn v1_unavailable(&self) -> Option<String> {
         None
+    }
+
+    /// How to read the spoke `<namespace>/<name>` (the explain routes). The default knows
+    /// the clusters of [`cluster`](Self::cluster) but reaches none of them.
+    fn spoke_reach(&self, namespace: &str, name: &str) -> SpokeReach {
+        match self.cluster(namespace, name) {
+            None => SpokeReach::Unknown,
+            Some(_) => SpokeReach::NotHere("this hub API does not read spokes".to_string()),
+        }
     }
 
     /// The `/v1/report` body: [`report`](Self::report) as JSON. Implementations over a large
@@ -105,6 +137,7 @@ struct StaticState {
     ready: HubReadiness,
     leader: LeaderState,
     unavailable: Option<String>,
+    spokes: BTreeMap<(String, String), SpokeReach>,
 }
 
 impl StaticHubView {
@@ -154,6 +187,15 @@ impl StaticHubView {
         self.write().leader = leader;
     }
 
+    /// Reach the cluster `<namespace>/<name>` (which must also be [set](Self::set_cluster))
+    /// through `client` on the explain routes.
+    pub fn set_spoke_client(&self, namespace: &str, name: &str, client: kube::Client) {
+        self.write().spokes.insert(
+            (namespace.to_string(), name.to_string()),
+            SpokeReach::Client(client),
+        );
+    }
+
     /// Make `/v1/*` answer 503 with `message` (`None`: serve again).
     pub fn set_unavailable(&self, message: Option<String>) {
         self.write().unavailable = message;
@@ -186,5 +228,17 @@ impl HubView for StaticHubView {
 
     fn v1_unavailable(&self) -> Option<String> {
         self.read().unavailable.clone()
+    }
+
+    fn spoke_reach(&self, namespace: &str, name: &str) -> SpokeReach {
+        let key = (namespace.to_string(), name.to_string());
+        let state = self.read();
+        match (state.clusters.contains_key(&key), state.spokes.get(&key)) {
+            (false, _) => SpokeReach::Unknown,
+            (true, Some(reach)) => reach.clone(),
+            (true, None) => SpokeReach::NotHere(format!(
+                "cluster {namespace}/{name} is not engaged by this replica"
+            )),
+        }
     }
 }

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use crate::fleet::state::FleetState;
 use crate::http::cached::Versioned;
 use crate::http::view::{clusters_body, json_bytes};
-use crate::http::{EncodeError, HubReadiness, HubView, LeaderState};
+use crate::http::{EncodeError, HubReadiness, HubView, LeaderState, SpokeReach};
 use crate::inventory::{InventorySynced, InventoryVersion};
 use crate::report::{FullReport, SpokeObservation, cluster_status};
 
@@ -268,6 +268,28 @@ impl HubView for FleetHubView {
         self.cached(&self.clusters_body, || clusters_body(&self.clusters()))
     }
 
+    /// The spoke's client while this replica engages it. The one ownership check is
+    /// [`FleetState::spoke_client`]: only a replica that runs the spoke has its client, so
+    /// a follower (and, once the hub is sharded, a replica that does not own the cluster)
+    /// never reaches it.
+    fn spoke_reach(&self, namespace: &str, name: &str) -> SpokeReach {
+        let key = format!("{namespace}/{name}");
+        if let Some(client) = self.state.spoke_client(&key) {
+            return SpokeReach::Client(client);
+        }
+        if self.cluster(namespace, name).is_none() {
+            return SpokeReach::Unknown;
+        }
+        match self.following() {
+            Some(_) => SpokeReach::NotHere(format!(
+                "this replica does not run cluster {key}'s spoke; the leader does"
+            )),
+            None => SpokeReach::NotHere(format!(
+                "cluster {key} is not engaged right now (see /v1/clusters/{key})"
+            )),
+        }
+    }
+
     fn v1_unavailable(&self) -> Option<String> {
         let p = self.following()?;
         p.report().err().map(|e| e.to_string())
@@ -472,6 +494,40 @@ mod tests {
         assert!(view.ready().leadership_known && view.leader().is_leader);
         let always = FleetHubView::new(state, inventory, LeaderInfo::always_leader());
         assert!(always.leader().is_leader);
+    }
+
+    #[tokio::test]
+    async fn explain_reaches_only_spokes_this_replica_engages() {
+        let state = fleet();
+        let view = FleetHubView::new(
+            state.clone(),
+            InventorySynced::default(),
+            LeaderInfo::always_leader(),
+        );
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        assert!(matches!(
+            view.spoke_reach("fleet", "nope"),
+            SpokeReach::Unknown
+        ));
+        let not_here = |r: SpokeReach| match r {
+            SpokeReach::NotHere(why) => why,
+            other => panic!("{other:?}"),
+        };
+        assert!(not_here(view.spoke_reach("fleet", "a")).contains("not engaged"));
+        let guard = state.reach_spoke("fleet/a", client);
+        assert!(matches!(
+            view.spoke_reach("fleet", "a"),
+            SpokeReach::Client(_)
+        ));
+        assert!(matches!(
+            view.spoke_reach("fleet", "b"),
+            SpokeReach::NotHere(_)
+        ));
+        // The spoke task's attempt ended (or the task was aborted): the client goes with it.
+        drop(guard);
+        assert!(not_here(view.spoke_reach("fleet", "a")).contains("not engaged"));
     }
 
     #[test]

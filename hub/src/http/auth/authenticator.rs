@@ -262,6 +262,78 @@ impl ApiAuth {
         Ok(Caller::clone(&caller))
     }
 
+    /// A further access check for one request, after [`ApiAuth::check`] allowed it: may
+    /// `caller` also do `check` (e.g. a namespaced one the route needs)? Per the mode: `off`
+    /// allows; `permissive` allows and logs a failure (also when `caller` is `None`, a request
+    /// permissive let through); `enforce` refuses with 403 or 503. Not cached: the routes that
+    /// need it are rare operator calls, and each decision depends on the request's path.
+    pub async fn authorize_also(
+        &self,
+        caller: Option<&Caller>,
+        check: &AccessCheck,
+    ) -> Result<(), AuthFailure> {
+        let inner = &self.inner;
+        let failure = match (inner.config.mode, caller) {
+            (AuthMode::Off, _) => return Ok(()),
+            (_, None) => AuthFailure {
+                kind: FailureKind::Unauthenticated,
+                message: format!("no authenticated caller to check {check} for"),
+                token_hash_prefix: None,
+            },
+            (_, Some(caller)) => {
+                let answer = async {
+                    let _slot = inner.slots.acquire().await;
+                    inner.reviewer.review_access(caller, check).await
+                };
+                let result = match tokio::time::timeout(inner.config.review_timeout, answer).await {
+                    Ok(r) => r,
+                    Err(_) => Err(ReviewError::Timeout("SubjectAccessReview")),
+                };
+                inner.metrics.review("access", result.is_ok());
+                match result {
+                    Ok(AccessDecision::Allowed) => {
+                        inner.metrics.authz("allowed");
+                        return Ok(());
+                    }
+                    Ok(AccessDecision::Denied(reason)) => {
+                        inner.metrics.authz("denied");
+                        let mut message = format!(
+                            "{:?} is not allowed to {check} in the hub cluster",
+                            caller.username
+                        );
+                        if !reason.is_empty() {
+                            message.push_str(": ");
+                            message.push_str(&reason);
+                        }
+                        AuthFailure {
+                            kind: FailureKind::Forbidden,
+                            message,
+                            token_hash_prefix: None,
+                        }
+                    }
+                    Err(e) => {
+                        inner.metrics.authz("error");
+                        AuthFailure {
+                            kind: FailureKind::Unavailable,
+                            message: format!("cannot check access right now ({e}); retry later"),
+                            token_hash_prefix: None,
+                        }
+                    }
+                }
+            }
+        };
+        if inner.config.mode == AuthMode::Enforce {
+            return Err(failure);
+        }
+        inner.metrics.permissive_allowed.inc();
+        tracing::warn!(
+            kind = ?failure.kind,
+            reason = %failure.message,
+            "hub API: request failed a further access check; served because --api-auth-mode=permissive"
+        );
+        Ok(())
+    }
+
     /// The token's outcome: from the caches, from a review already under way, or from a new
     /// review (spawned, so a cancelled request does not cancel it for the others).
     async fn authenticate(&self, hash: TokenHash, token: &str) -> TokenOutcome {

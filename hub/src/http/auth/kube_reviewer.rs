@@ -94,6 +94,8 @@ impl Reviewer for KubeReviewer {
                         verb: Some(check.verb.clone()),
                         group: Some(check.group.clone()),
                         resource: Some(check.resource.clone()),
+                        namespace: check.namespace.clone(),
+                        name: check.name.clone(),
                         ..Default::default()
                     }),
                     ..Default::default()

@@ -37,8 +37,12 @@ pub struct AccessCheck {
     pub verb: String,
     /// API group (`kleym.io`).
     pub group: String,
-    /// Resource plural (`fleetidentityreports`); cluster-scoped, so no namespace.
+    /// Resource plural (`fleetidentityreports`).
     pub resource: String,
+    /// Namespace (`None`: cluster scope, as for `fleetidentityreports`).
+    pub namespace: Option<String>,
+    /// Object name (`None`: any).
+    pub name: Option<String>,
 }
 
 impl Default for AccessCheck {
@@ -47,13 +51,22 @@ impl Default for AccessCheck {
             verb: "get".into(),
             group: "kleym.io".into(),
             resource: "fleetidentityreports".into(),
+            namespace: None,
+            name: None,
         }
     }
 }
 
 impl std::fmt::Display for AccessCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}.{}", self.verb, self.resource, self.group)
+        write!(f, "{} {}.{}", self.verb, self.resource, self.group)?;
+        if let Some(n) = &self.name {
+            write!(f, " {n:?}")?;
+        }
+        if let Some(ns) = &self.namespace {
+            write!(f, " in namespace {ns:?}")?;
+        }
+        Ok(())
     }
 }
 
