@@ -234,10 +234,22 @@ fn the_hub_access_binding_comes_from_trust_config_alone() {
             }
         }
     }
+    // ...and the optional explain reader role, embedded as trust-config prints it.
     assert_eq!(
         roles,
-        vec![repo_root().join("deploy/spoke/clusterrole.yaml")]
+        vec![
+            repo_root().join("deploy/spoke/clusterrole.yaml"),
+            repo_root().join("deploy/spoke/explain-clusterrole.yaml")
+        ]
     );
+    let explain: serde_json::Value = kleym_api::yaml::from_str(
+        &std::fs::read_to_string(repo_root().join("deploy/spoke/explain-clusterrole.yaml"))
+            .unwrap(),
+    )
+    .unwrap();
+    let embedded: serde_json::Value =
+        kleym_api::yaml::from_str(kleym_hub::issuer::trust::EXPLAIN_CLUSTER_ROLE_YAML).unwrap();
+    assert_eq!(embedded, explain, "trust-config embeds the explain role");
 }
 
 /// The plain single-cluster Deployment matches what the chart renders for it: the spoke has

@@ -7,7 +7,8 @@
 //!
 //! The hub path: the cluster is also the hub cluster. The hub reads it as the ServiceAccount
 //! `kleym-system/kleym-hub` bound to exactly `deploy/spoke/clusterrole.yaml` (what
-//! `kleym trust-config` binds the hub's identity to in a spoke), and reviews callers with a
+//! `kleym trust-config` binds the hub's identity to in a spoke; refused until the optional
+//! `deploy/spoke/explain-clusterrole.yaml` is bound too), and reviews callers with a
 //! real TokenReview and SubjectAccessReview. `reader` may explain namespace `serving` of
 //! cluster `fleet/spoke-1`; `outsider` may read the fleet report only.
 
@@ -108,6 +109,23 @@ async fn access(admin: &kube::Client) {
     for d in &docs {
         create_manifest(admin, d).await;
     }
+}
+
+/// The optional ClusterRole `kleym explain --hub-url` needs, exactly as shipped
+/// (`deploy/spoke/explain-clusterrole.yaml`), bound to the hub's ServiceAccount.
+async fn grant_explain_reader(admin: &kube::Client) {
+    let role = repo_yaml_docs("deploy/spoke/explain-clusterrole.yaml").remove(0);
+    assert_eq!(role["metadata"]["name"], "kleym-explain-reader");
+    create_manifest(admin, &role).await;
+    create_manifest(
+        admin,
+        &json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "kleym-hub-explain"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                "name": "kleym-explain-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "kleym-hub", "namespace": "kleym-system"}]}),
+    )
+    .await;
 }
 
 /// Serves the hub API on loopback for cluster `fleet/spoke-1`, read through `spoke`.
@@ -391,6 +409,20 @@ async fn explain_binding_and_the_hub_path_agree_with_the_objects() {
         token(&admin, "ops", "outsider", &[AUDIENCE]).await,
     )
     .unwrap();
+
+    // The shipped spoke ClusterRole grants nothing on pods: until the operator grants the
+    // optional explain reader role, the hub answers with the refused read named.
+    let mut args = vec!["pod", "serving/vllm-0"];
+    args.extend(hub_args(&url, &reader));
+    let (code, _, err) = kleym(&args).await;
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("502")
+            && err.contains(r#"cannot get resource "pods""#)
+            && err.contains("kleym trust-config --allow-explain"),
+        "{err}"
+    );
+    grant_explain_reader(&admin).await;
 
     let mut args = vec!["binding", "serving/chat-id"];
     args.extend(hub_args(&url, &reader));

@@ -11,8 +11,9 @@ use kleym_api::external::clusterprofile::ClusterProfileVersion;
 use kleym_hub::access::AccessProfile;
 use kleym_hub::credentials::plugins::spiffe_id::resolve_hub_spiffe_id;
 use kleym_hub::issuer::trust::{
-    AudienceRule, SPOKE_CLUSTER_ROLE_YAML, SpokeTarget, TrustInputs, authentication_configuration,
-    check_distinct_audiences, cluster_role_binding, spoke_target,
+    AudienceRule, EXPLAIN_CLUSTER_ROLE_YAML, SPOKE_CLUSTER_ROLE_YAML, SpokeTarget, TrustInputs,
+    authentication_configuration, check_distinct_audiences, cluster_role_binding,
+    explain_role_binding, spoke_target,
 };
 use kleym_hub::issuer::validate_issuer_url;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -156,6 +157,11 @@ pub struct Args {
     /// of the admission policy (its ConfigMap `kube-system/kleym-hub-bounds`).
     #[command(flatten)]
     pub svid: kleym_hub::flags::SvidBoundsFlags,
+    /// Also grant the hub's identity what `kleym explain --hub-url` reads on each spoke: the
+    /// ClusterRole `kleym-explain-reader` (get/list pods, get nodes) and its binding
+    /// `kleym-hub-explain`. Off by default: it lets the hub's credential read every pod spec.
+    #[arg(long)]
+    pub allow_explain: bool,
     /// Output format on stdout.
     #[arg(short = 'o', long, value_enum, default_value = "yaml")]
     pub output: Format,
@@ -324,19 +330,28 @@ async fn targets(args: &Args) -> anyhow::Result<Vec<SpokeTarget>> {
 }
 
 /// Per spoke: (target, AuthenticationConfiguration, RBAC documents).
+/// With `allow_explain`, the RBAC documents also hold the explain reader role and binding.
 pub fn documents(
     inputs: &TrustInputs,
     targets: &[SpokeTarget],
+    allow_explain: bool,
 ) -> anyhow::Result<Vec<(SpokeTarget, Value, Vec<Value>)>> {
     let role: Value = kleym_api::yaml::from_str(SPOKE_CLUSTER_ROLE_YAML)
         .map_err(|e| anyhow!("embedded spoke ClusterRole: {e}"))?;
+    let mut rbac = vec![role, cluster_role_binding(inputs)];
+    if allow_explain {
+        let explain: Value = kleym_api::yaml::from_str(EXPLAIN_CLUSTER_ROLE_YAML)
+            .map_err(|e| anyhow!("embedded explain ClusterRole: {e}"))?;
+        rbac.push(explain);
+        rbac.push(explain_role_binding(inputs));
+    }
     Ok(targets
         .iter()
         .map(|t| {
             (
                 t.clone(),
                 authentication_configuration(inputs, t),
-                vec![role.clone(), cluster_role_binding(inputs)],
+                rbac.clone(),
             )
         })
         .collect())
@@ -478,7 +493,7 @@ async fn render(args: &Args) -> anyhow::Result<String> {
         return render_rbac_only(args, &inputs).await;
     }
     let targets = targets(args).await?;
-    let docs = documents(&inputs, &targets)?;
+    let docs = documents(&inputs, &targets, args.allow_explain)?;
     let policy = admission_policy_documents(args, &inputs)?;
     if let Some(dir) = &args.output_dir {
         for (t, authn, rbac) in &docs {
@@ -539,7 +554,7 @@ async fn render(args: &Args) -> anyhow::Result<String> {
 async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String> {
     let ca = client_ca(args).await?;
     let targets = targets(args).await?;
-    let docs = documents(inputs, &targets)?;
+    let docs = documents(inputs, &targets, args.allow_explain)?;
     let policy = admission_policy_documents(args, inputs)?;
     if let Some(dir) = &args.output_dir {
         for (t, _, rbac) in &docs {
@@ -598,7 +613,7 @@ async fn render_x509(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String
 /// `--credential external`: per spoke only the ClusterRole and the binding.
 async fn render_rbac_only(args: &Args, inputs: &TrustInputs) -> anyhow::Result<String> {
     let targets = targets(args).await?;
-    let docs = documents(inputs, &targets)?;
+    let docs = documents(inputs, &targets, args.allow_explain)?;
     let who = if inputs.bind_group { "group" } else { "user" };
     if let Some(dir) = &args.output_dir {
         for (t, _, rbac) in &docs {
@@ -869,5 +884,67 @@ mod tests {
         };
         assert!(admission_policy_documents(&a, &i).unwrap().is_none());
         assert!(policy_yaml(None).unwrap().contains("pass --trust-domain"));
+    }
+
+    #[test]
+    fn the_explain_reader_role_is_printed_only_when_asked() {
+        let i = TrustInputs {
+            issuer_url: String::new(),
+            issuer_ca_pem: String::new(),
+            subject: "spiffe://example.org/kleym/hub".into(),
+            username_prefix: "kleym:".into(),
+            authentication_api_version: "apiserver.config.k8s.io/v1beta1",
+            bind_group: false,
+        };
+        let target = SpokeTarget {
+            spoke: "fleet/a".into(),
+            server: "https://a.example:6443".into(),
+            audience: "kleym.io/clusterprofile/fleet/a".into(),
+            legacy_audience: None,
+        };
+        let names = |allow: bool| -> Vec<(String, String)> {
+            let docs = documents(&i, std::slice::from_ref(&target), allow).unwrap();
+            docs[0]
+                .2
+                .iter()
+                .map(|d| {
+                    (
+                        d["kind"].as_str().unwrap_or_default().to_string(),
+                        d["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                    )
+                })
+                .collect()
+        };
+        let role = |k: &str, n: &str| (k.to_string(), n.to_string());
+        assert_eq!(
+            names(false),
+            vec![
+                role("ClusterRole", "kleym-spoke"),
+                role("ClusterRoleBinding", "kleym-hub-access")
+            ]
+        );
+        assert_eq!(
+            names(true)[2..],
+            [
+                role("ClusterRole", "kleym-explain-reader"),
+                role("ClusterRoleBinding", "kleym-hub-explain")
+            ]
+        );
+        let docs = documents(&i, std::slice::from_ref(&target), true).unwrap();
+        let binding = &docs[0].2[3];
+        assert_eq!(binding["roleRef"]["name"], "kleym-explain-reader");
+        assert_eq!(
+            binding["subjects"][0]["name"],
+            "kleym:spiffe://example.org/kleym/hub"
+        );
+        // The shipped spoke role itself grants nothing on pods or nodes.
+        let spoke_role = &docs[0].2[0];
+        for rule in spoke_role["rules"].as_array().unwrap() {
+            let res = rule["resources"].to_string();
+            assert!(!res.contains("pods") && !res.contains("nodes"), "{rule}");
+        }
     }
 }

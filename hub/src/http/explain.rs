@@ -270,12 +270,26 @@ async fn explain(
             &e.to_string(),
             Value::Null,
         ),
-        Ok(Err(e)) => error_body(
-            StatusCode::BAD_GATEWAY,
-            "SpokeReadFailed",
-            &format!("cluster {cluster}: {e}"),
-            Value::Null,
-        ),
+        Ok(Err(e)) => {
+            // The shipped spoke role grants nothing on pods or nodes; say which optional role
+            // the operator grants rather than leaving a bare RBAC refusal.
+            let hint = match &e {
+                ExplainError::Read {
+                    source: kube::Error::Api(s),
+                    ..
+                } if s.code == 403 => {
+                    "; the hub's identity needs the optional ClusterRole kleym-explain-reader on \
+                     this spoke (kleym trust-config --allow-explain)"
+                }
+                _ => "",
+            };
+            error_body(
+                StatusCode::BAD_GATEWAY,
+                "SpokeReadFailed",
+                &format!("cluster {cluster}: {e}{hint}"),
+                Value::Null,
+            )
+        }
         Err(_) => error_body(
             StatusCode::GATEWAY_TIMEOUT,
             "SpokeReadTimeout",

@@ -14,6 +14,12 @@ pub const SPOKE_CLUSTER_ROLE_YAML: &str = include_str!("../../../deploy/spoke/cl
 /// chart's own `<release>-hub` ClusterRoleBinding, which a hub cluster that is also its own
 /// spoke holds beside it.
 pub const BINDING_NAME: &str = "kleym-hub-access";
+/// The optional spoke ClusterRole for `kleym explain --hub-url`
+/// (`deploy/spoke/explain-clusterrole.yaml`), embedded.
+pub const EXPLAIN_CLUSTER_ROLE_YAML: &str =
+    include_str!("../../../deploy/spoke/explain-clusterrole.yaml");
+/// Name of the ClusterRoleBinding of the hub's identity to [`EXPLAIN_CLUSTER_ROLE_YAML`].
+pub const EXPLAIN_BINDING_NAME: &str = "kleym-hub-explain";
 /// The kubeconfig extension the exec plugin reads as `spec.cluster.config`.
 pub const EXEC_EXTENSION: &str = "client.authentication.k8s.io/exec";
 
@@ -241,6 +247,16 @@ pub fn cluster_role_binding(inputs: &TrustInputs) -> Value {
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kleym-spoke"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": inputs.username()}],
     })
+}
+
+/// The ClusterRoleBinding of the hub's user (or group) to the optional explain reader role:
+/// printed only when the operator opts in, since it lets the hub's credential read pod specs.
+pub fn explain_role_binding(inputs: &TrustInputs) -> Value {
+    let mut b = cluster_role_binding(inputs);
+    b["metadata"]["name"] = json!(EXPLAIN_BINDING_NAME);
+    b["metadata"]["labels"]["app.kubernetes.io/component"] = json!("hub-explain");
+    b["roleRef"]["name"] = json!("kleym-explain-reader");
+    b
 }
 
 /// A CEL string literal (single-quoted, escaped).
