@@ -611,16 +611,30 @@ async fn a_missing_admission_policy_is_a_warning_that_clears_without_a_restart()
     .await;
     let state = hub.handle.state.clone();
 
-    let missing = || (String::from("False"), String::from("AdmissionPolicyMissing"));
-    let installed = || (String::from("True"), String::from("AdmissionPolicyInstalled"));
-    wait_for("bare: AdmissionPolicyMissing, guarded: installed", LIMIT, || {
-        let samples = samples.clone();
-        async move {
-            (last_policy(&samples, "bare") == Some(missing())
-                && last_policy(&samples, "guarded") == Some(installed()))
-            .then_some(())
-        }
-    })
+    let missing = || {
+        (
+            String::from("False"),
+            String::from("AdmissionPolicyMissing"),
+        )
+    };
+    let installed = || {
+        (
+            String::from("True"),
+            String::from("AdmissionPolicyInstalled"),
+        )
+    };
+    wait_for(
+        "bare: AdmissionPolicyMissing, guarded: installed",
+        LIMIT,
+        || {
+            let samples = samples.clone();
+            async move {
+                (last_policy(&samples, "bare") == Some(missing())
+                    && last_policy(&samples, "guarded") == Some(installed()))
+                .then_some(())
+            }
+        },
+    )
     .await
     .unwrap();
     // The check wrote nothing, and kleym's own writes passed the policy where it is in force.

@@ -257,7 +257,8 @@ fn admission_policy_condition(spoke: &SpokeObservation, now: &Time) -> Condition
             "True",
             reasons::ADMISSION_POLICY_INSTALLED,
             format!(
-                "the ValidatingAdmissionPolicy{} denied the hub's server-side dry run of a                  ClusterSPIFFEID kleym never writes (spec.admin set)",
+                "the ValidatingAdmissionPolicy{} denied the hub's server-side dry run of a \
+                 ClusterSPIFFEID kleym never writes (spec.admin set)",
                 if policy.is_empty() {
                     String::new()
                 } else {
@@ -271,7 +272,11 @@ fn admission_policy_condition(spoke: &SpokeObservation, now: &Time) -> Condition
             "False",
             reasons::ADMISSION_POLICY_MISSING,
             format!(
-                "the spoke would accept from the hub's user a ClusterSPIFFEID kleym never                  writes (a server-side dry run with spec.admin set was allowed): install the                  ValidatingAdmissionPolicy and its binding that `kleym trust-config{}` prints                  for the hub's user (section 3 of its YAML, admission-policy.yaml with                  --output-dir)",
+                "the spoke would accept from the hub's user a ClusterSPIFFEID kleym never \
+                 writes (a server-side dry run with spec.admin set was allowed): install the \
+                 ValidatingAdmissionPolicy and its binding that `kleym trust-config{}` prints \
+                 for the hub's user (section 3 of its YAML, admission-policy.yaml with \
+                 --output-dir)",
                 spoke
                     .trust_domain
                     .as_deref()

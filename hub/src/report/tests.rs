@@ -435,6 +435,7 @@ fn the_admission_policy_condition_warns_without_touching_ready() {
         "{}",
         missing.message
     );
+    assert!(!missing.message.contains("  "), "{}", missing.message);
     assert_eq!(ready.status, "True", "a warning, not a failure: {ready:?}");
     let (installed, _) = shown(Some(AdmissionPolicyCheck::Installed {
         policy: "kleym-hub-bounds".into(),
