@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use kleym_e2e::fixtures::admission::install_admission_policy;
 use kleym_e2e::fixtures::env::{self, NS};
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, grant_admin, hub_secret, wait_for};
 use kleym_e2e::fixtures::plugins::{count_runs, kleym_binary, static_token_plugin};
@@ -254,7 +255,9 @@ async fn spokes_converge_through_bundled_and_script_plugins_and_reengage_only_on
     )
     .await
     .unwrap();
-    // Then an effective change on spoke-a only (its trust domain).
+    // Then an effective change on spoke-a only (its trust domain). The admission policy pins
+    // the trust domain, so the operator applies the one for the new trust domain first.
+    install_admission_policy(&a, &[FleetHarness::hub_sa_user()], "a2.example").unwrap();
     apply_profile(
         &f.hub_client,
         "spoke-a",
@@ -319,6 +322,9 @@ async fn the_hubs_svid_policy_reaches_its_spokes() {
     let a = f.spoke("spoke-a");
     a.add_static_token("tok-a-0123456789", user("hub-a"));
     grant_admin(&a, "hub-a").unwrap();
+    // The admission policy allows only the namespace's own Service names, not the operator's
+    // `--svid-dns-suffix` (not one of its parameters yet): this spoke runs without it.
+    f.without_admission_policy("spoke-a").unwrap();
     let script = static_token_plugin(dir.path(), "plugin.sh", "tok-a-0123456789", None).unwrap();
     env::seed_environment(&a.store(), 2).unwrap();
     let admin = a.kube_client().await.unwrap();
