@@ -34,6 +34,21 @@ pub enum Aspect {
     Down(ErrorCategory),
 }
 
+/// What the hub's last admission policy check of a spoke found (`docs/report.md`, the
+/// `AdmissionPolicy` condition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PolicyAspect {
+    /// Not checked yet.
+    #[default]
+    NotChecked,
+    /// A ValidatingAdmissionPolicy denied the forbidden dry run.
+    Installed,
+    /// The forbidden dry run would have succeeded.
+    Missing,
+    /// The check could not tell.
+    Unknown,
+}
+
 /// One spoke as the oracle sees it: the hub's view of its health and the spoke's binding
 /// objects (as last read from the spoke: kept when the spoke became unreachable).
 #[derive(Debug, Clone)]
@@ -52,6 +67,8 @@ pub struct SpokeInput {
     pub duplicate_of: Option<DuplicateOf>,
     /// The spoke's bindings, as objects (spec and status).
     pub bindings: Vec<InferenceIdentityBinding>,
+    /// The hub's last admission policy check.
+    pub admission_policy: PolicyAspect,
 }
 
 /// List caps of the objects written to the hub cluster (`docs/report.md`, "Size bounds").
@@ -328,6 +345,14 @@ pub fn expected_cluster(spoke: &SpokeInput, limits: &Limits) -> ExpectedCluster 
         ("Synced".to_string(), synced.0, synced.1),
         ("Ready".to_string(), ready.0, ready.1),
     ];
+    // A warning of its own: it never changes Ready.
+    let (status, reason) = match spoke.admission_policy {
+        PolicyAspect::NotChecked => ("Unknown", "Pending"),
+        PolicyAspect::Installed => ("True", "AdmissionPolicyInstalled"),
+        PolicyAspect::Missing => ("False", "AdmissionPolicyMissing"),
+        PolicyAspect::Unknown => ("Unknown", "AdmissionPolicyUnknown"),
+    };
+    conditions.push(("AdmissionPolicy".into(), status.into(), reason.into()));
     conditions.sort();
     ExpectedCluster {
         conditions,
@@ -713,13 +738,30 @@ pub fn compare_cluster(got: &ClusterIdentityStatusStatus, want: &ExpectedCluster
     }
     if let Some(msg) = &want.error_message {
         for c in &got.conditions {
-            if c.type_ != "Ready" && c.status == "False" && c.message != *msg {
+            // The admission policy warning is about the policy, not the connection.
+            if c.type_ != "Ready"
+                && c.type_ != "AdmissionPolicy"
+                && c.status == "False"
+                && c.message != *msg
+            {
                 d.push(format!(
                     "{} message {:?}, want the hub's error {msg:?}",
                     c.type_, c.message
                 ));
             }
         }
+    }
+    // docs/report.md: the missing policy's message says what to install.
+    if let Some(c) = got
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "AdmissionPolicy" && c.status == "False")
+        && !c.message.contains("kleym trust-config")
+    {
+        d.push(format!(
+            "AdmissionPolicy message {:?} does not say what to install (kleym trust-config)",
+            c.message
+        ));
     }
     if got.bindings != want.bindings {
         d.push(format!(
@@ -918,6 +960,7 @@ mod tests {
             error_message: None,
             duplicate_of: None,
             bindings,
+            admission_policy: PolicyAspect::NotChecked,
         }
     }
 

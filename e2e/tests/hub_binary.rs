@@ -47,6 +47,9 @@ async fn kleym_hub_binary_converges_serves_health_and_stops_on_sigterm() {
     )
     .unwrap();
 
+    // kleym's admission policy bounds the hub's user on the spoke, as on every fleet test's.
+    f.install_admission_policies(&["--trust-domain".into(), "bin.example".into()])
+        .unwrap();
     // Both listeners on ports the child chooses; it names them in --listen-addrs-file.
     let addrs_file = dir.path().join("listen-addrs.json");
     let mut child = tokio::process::Command::new(&kleym)

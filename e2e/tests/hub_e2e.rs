@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use kleym_e2e::fixtures::admission::install_admission_policy;
 use kleym_e2e::fixtures::env::{self, NS};
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, grant_admin, hub_secret, wait_for};
 use kleym_e2e::fixtures::plugins::{count_runs, kleym_binary, static_token_plugin};
@@ -254,7 +255,9 @@ async fn spokes_converge_through_bundled_and_script_plugins_and_reengage_only_on
     )
     .await
     .unwrap();
-    // Then an effective change on spoke-a only (its trust domain).
+    // Then an effective change on spoke-a only (its trust domain). The admission policy pins
+    // the trust domain, so the operator applies the one for the new trust domain first.
+    install_admission_policy(&a, &[FleetHarness::hub_sa_user()], "a2.example").unwrap();
     apply_profile(
         &f.hub_client,
         "spoke-a",

@@ -55,7 +55,12 @@ fn status_options() -> StatusLoopOptions {
 
 /// An in-process hub with the status loop (as `kleym hub` runs it) and its API router
 /// (`--api-auth-mode off`: the API's content is under test here, not its authentication).
-async fn start(f: &FleetHarness, providers: &[(&str, String)]) -> (RunningHub, axum::Router) {
+/// kleym's admission policy is installed on the spokes first, as `FleetHarness::start_hub` does.
+async fn start(
+    f: &FleetHarness,
+    providers: &[(&str, String)],
+    extra: &[&str],
+) -> (RunningHub, axum::Router) {
     let pf = f.dir.join("providers.json");
     let entries: Vec<Value> = providers
         .iter()
@@ -85,9 +90,11 @@ async fn start(f: &FleetHarness, providers: &[(&str, String)]) -> (RunningHub, a
         "off",
     ]
     .iter()
+    .chain(extra)
     .map(|s| s.to_string())
     .collect();
     let args = parse_hub_args(&flags).unwrap();
+    f.install_admission_policies(&flags).unwrap();
     let client = f.hub.kube_client().await.unwrap();
     let shutdown = CancellationToken::new();
     let handle = start_hub_with(
@@ -317,7 +324,7 @@ async fn failing_spokes_show_their_failure_on_every_sample_until_they_recover() 
     let states: Samples = Arc::default();
     let stop_sampling = CancellationToken::new();
     sample_objects(f.hub_client.clone(), objects.clone(), stop_sampling.clone());
-    let (hub, _app) = start(&f, &providers).await;
+    let (hub, _app) = start(&f, &providers, &[]).await;
     sample_states(
         hub.handle.state.clone(),
         FAILING,
@@ -452,7 +459,7 @@ async fn plugin_output_reaches_no_status_event_or_api_response() {
         .await
         .unwrap();
     }
-    let (hub, app) = start(&f, &providers).await;
+    let (hub, app) = start(&f, &providers, &[]).await;
 
     // What every plugin wrote to stderr, as the status identifies it.
     let stderr = format!("client secret is {SECRET}\n");
@@ -516,5 +523,163 @@ async fn plugin_output_reaches_no_status_event_or_api_response() {
     for (place, text) in &places {
         assert!(!text.contains("swordfish"), "{place} carries plugin output");
     }
+    hub.stop().await.unwrap();
+}
+
+/// The `AdmissionPolicy` condition of every written version of each spoke's
+/// `ClusterIdentityStatus`, in order: `(status, reason)`.
+type PolicySamples = Arc<Mutex<BTreeMap<String, Vec<(String, String)>>>>;
+
+fn sample_policy_conditions(client: kube::Client, samples: PolicySamples, stop: CancellationToken) {
+    tokio::spawn(async move {
+        let api: Api<ClusterIdentityStatus> = Api::namespaced(client, PROFILE_NS);
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        loop {
+            let event = tokio::select! {
+                _ = stop.cancelled() => return,
+                e = events.next() => e,
+            };
+            let obj = match event {
+                Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o))) => o,
+                Some(_) => continue,
+                None => return,
+            };
+            let (Some(name), Some(status)) = (obj.metadata.name.clone(), obj.status.as_ref())
+            else {
+                continue;
+            };
+            if let Some(c) = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == condition_types::ADMISSION_POLICY)
+            {
+                let seen = (c.status.clone(), c.reason.clone());
+                let mut all = samples.lock().unwrap();
+                let list = all.entry(name).or_default();
+                if list.last() != Some(&seen) {
+                    list.push(seen);
+                }
+            }
+        }
+    });
+}
+
+fn last_policy(samples: &PolicySamples, spoke: &str) -> Option<(String, String)> {
+    samples.lock().unwrap().get(spoke)?.last().cloned()
+}
+
+/// A spoke without kleym's admission policy shows `AdmissionPolicy=False`
+/// (`AdmissionPolicyMissing`) in its `ClusterIdentityStatus`, found by a dry run that stores
+/// nothing; installing the policy (as an admin) clears it at the next check, with the same
+/// hub and the same engagement. A spoke with the policy from the start never shows it, and
+/// kleym's own writes there pass the policy (its bindings converge).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_admission_policy_is_a_warning_that_clears_without_a_restart() {
+    use kleym_e2e::fixtures::admission::install_admission_policy;
+    use kleym_e2e::fixtures::env;
+    use kleym_hub::fleet::admission_probe::{PROBE_BINDING, PROBE_NAMESPACE};
+    use kleym_spoke::compiler::output::cluster_spiffe_id_name;
+
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&["bare", "guarded"], dir.path())
+        .await
+        .unwrap();
+    let ok = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
+    for spoke in ["bare", "guarded"] {
+        register_admin_token_spoke(
+            &f.hub_client,
+            spoke,
+            &f.spoke(spoke),
+            "ok",
+            TOKEN,
+            BINDINGS,
+            0..BINDINGS,
+        )
+        .await
+        .unwrap();
+    }
+    f.without_admission_policy("bare").unwrap();
+
+    let samples: PolicySamples = Arc::default();
+    let stop_sampling = CancellationToken::new();
+    sample_policy_conditions(f.hub_client.clone(), samples.clone(), stop_sampling.clone());
+    let (hub, _app) = start(
+        &f,
+        &[("ok", ok.display().to_string())],
+        &["--admission-policy-check-interval-seconds", "1"],
+    )
+    .await;
+    let state = hub.handle.state.clone();
+
+    let missing = || {
+        (
+            String::from("False"),
+            String::from("AdmissionPolicyMissing"),
+        )
+    };
+    let installed = || {
+        (
+            String::from("True"),
+            String::from("AdmissionPolicyInstalled"),
+        )
+    };
+    wait_for(
+        "bare: AdmissionPolicyMissing, guarded: installed",
+        LIMIT,
+        || {
+            let samples = samples.clone();
+            async move {
+                (last_policy(&samples, "bare") == Some(missing())
+                    && last_policy(&samples, "guarded") == Some(installed()))
+                .then_some(())
+            }
+        },
+    )
+    .await
+    .unwrap();
+    // The check wrote nothing, and kleym's own writes passed the policy where it is in force.
+    let probe = cluster_spiffe_id_name(PROBE_NAMESPACE, PROBE_BINDING);
+    for spoke in ["bare", "guarded"] {
+        let store = f.spoke(spoke).store();
+        assert!(
+            !env::csids(&store)
+                .iter()
+                .any(|o| o["metadata"]["name"] == probe.as_str()),
+            "{spoke}: the dry run stored {probe}"
+        );
+        wait_for(&format!("{spoke} converged"), LIMIT, || {
+            let store = store.clone();
+            async move { env::converged(&store, BINDINGS).then_some(()) }
+        })
+        .await
+        .unwrap();
+    }
+    let engagements = state.get("fleet/bare").unwrap().engagements;
+
+    // An admin installs the policy for the hub's user: the next check clears the warning.
+    install_admission_policy(&f.spoke("bare"), &["hub".to_string()], "fleet.example").unwrap();
+    wait_for("bare: AdmissionPolicyInstalled", LIMIT, || {
+        let samples = samples.clone();
+        async move { (last_policy(&samples, "bare") == Some(installed())).then_some(()) }
+    })
+    .await
+    .unwrap();
+    let bare = state.get("fleet/bare").unwrap();
+    assert_eq!(
+        (bare.phase, bare.engagements),
+        (Phase::Engaged, engagements),
+        "cleared by the running engagement, not a new one"
+    );
+    stop_sampling.cancel();
+    let seen = samples.lock().unwrap().clone();
+    assert!(
+        !seen["guarded"].contains(&missing()),
+        "the guarded spoke showed the warning: {seen:?}"
+    );
+    assert_eq!(
+        seen["bare"].iter().filter(|s| **s == missing()).count(),
+        1,
+        "{seen:?}"
+    );
     hub.stop().await.unwrap();
 }

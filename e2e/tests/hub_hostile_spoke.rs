@@ -92,17 +92,13 @@ async fn an_endless_watch_line_or_body_costs_the_hub_a_bounded_amount_and_spares
             resource: "inferencepools".into(),
             bytes: ENDLESS,
         });
+    let flags = hub_flags(
+        &pf,
+        &["--max-response-mib", "4", "--max-backoff-seconds", "2"],
+    );
+    f.install_admission_policies(&flags).unwrap();
     let log = dir.path().join("hub.log");
-    let mut hub = HubProcess::spawn(
-        &kleym,
-        &f.hub_kubeconfig(),
-        &hub_flags(
-            &pf,
-            &["--max-response-mib", "4", "--max-backoff-seconds", "2"],
-        ),
-        &log,
-    )
-    .unwrap();
+    let mut hub = HubProcess::spawn(&kleym, &f.hub_kubeconfig(), &flags, &log).unwrap();
     for n in ["healthy", "endless-watch"] {
         let store = f.spoke(n).store();
         wait_for(&format!("{n} converged"), LIMIT, || {
@@ -293,17 +289,13 @@ async fn as_pid_1_the_hub_reaps_what_plugins_killed_on_timeout_leave() {
         ),
     )
     .unwrap();
+    let flags = hub_flags(
+        &pf,
+        &["--exec-timeout-seconds", "1", "--max-backoff-seconds", "1"],
+    );
+    f.install_admission_policies(&flags).unwrap();
     let log = dir.path().join("hub.log");
-    let mut hub = HubProcess::spawn(
-        &wrapper,
-        &f.hub_kubeconfig(),
-        &hub_flags(
-            &pf,
-            &["--exec-timeout-seconds", "1", "--max-backoff-seconds", "1"],
-        ),
-        &log,
-    )
-    .unwrap();
+    let mut hub = HubProcess::spawn(&wrapper, &f.hub_kubeconfig(), &flags, &log).unwrap();
     // Four runs started: at least three were killed on timeout.
     wait_for("four plugin runs", LIMIT, || {
         let n = count_runs(&runs);

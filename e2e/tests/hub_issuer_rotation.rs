@@ -175,6 +175,8 @@ async fn jwt_key_rotates_twice_under_load_without_a_401() {
         for doc in entry["rbac"].as_array().unwrap() {
             apply_rbac(s, doc).await;
         }
+        // And the admission policy it prints for the hub's user.
+        assert!(kleym_e2e::fixtures::admission::apply_printed_policy(s, entry).unwrap());
     }
 
     let pf = dir.path().join("providers.json");

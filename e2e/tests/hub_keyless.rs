@@ -194,6 +194,8 @@ async fn hub_engages_three_spokes_with_spiffe_jwt_and_nothing_static() {
         for doc in entry["rbac"].as_array().unwrap() {
             apply_rbac(s, doc).await;
         }
+        // And the admission policy it prints for the hub's user.
+        assert!(kleym_e2e::fixtures::admission::apply_printed_policy(s, entry).unwrap());
     }
 
     // The X.509 variant prints the hub CA (of its own Secret, beside the key Secret) and the
@@ -601,6 +603,8 @@ async fn hub_engages_three_spokes_with_spiffe_x509() {
         for doc in entry["rbac"].as_array().unwrap() {
             apply_rbac(s, doc).await;
         }
+        // And the admission policy it prints for the hub's user.
+        assert!(kleym_e2e::fixtures::admission::apply_printed_policy(s, entry).unwrap());
     }
     let pf = dir.path().join("providers.json");
     std::fs::write(

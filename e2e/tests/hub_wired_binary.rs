@@ -118,6 +118,9 @@ async fn kleym_hub_binary_writes_status_and_serves_the_authenticated_api() {
     std::fs::write(&pf, json!({ "providers": providers }).to_string()).unwrap();
     setup_readers(&f.hub_client).await;
 
+    // kleym's admission policy bounds the hub's user on the spokes, as on every fleet test's.
+    f.install_admission_policies(&["--trust-domain".into(), "wired.example".into()])
+        .unwrap();
     // Ports the child chooses, named in its --listen-addrs-file.
     let addrs_file = dir.path().join("listen-addrs.json");
     let mut child = tokio::process::Command::new(&kleym)

@@ -114,6 +114,7 @@ async fn start_replica(f: &FleetHarness, pf: &std::path::Path, with_status: bool
     .map(|s| s.to_string())
     .collect();
     let args = parse_hub_args(&flags).unwrap();
+    f.install_admission_policies(&flags).unwrap();
     let client = f.hub.kube_client().await.unwrap();
     let shutdown = CancellationToken::new();
     let status = StatusLoopOptions {

@@ -539,6 +539,8 @@ async fn hub_engages_spokes_with_jwt_svids_from_a_spire_agent() {
         for doc in entry["rbac"].as_array().unwrap() {
             apply_rbac(s, doc).await;
         }
+        // And the admission policy it prints for the hub's user.
+        assert!(kleym_e2e::fixtures::admission::apply_printed_policy(s, entry).unwrap());
     }
 
     // The provider entry names the agent's socket and nothing else: no key, no kubeconfig.
@@ -652,6 +654,8 @@ async fn hub_engages_spokes_with_x509_svids_from_a_spire_agent() {
             X509_USER,
             "--hub-spiffe-id",
             SPIRE_ID,
+            "--trust-domain",
+            "example.org",
         ],
     )
     .unwrap();
@@ -665,6 +669,8 @@ async fn hub_engages_spokes_with_x509_svids_from_a_spire_agent() {
         for doc in entry["rbac"].as_array().unwrap() {
             apply_rbac(s, doc).await;
         }
+        // And the admission policy it prints for the hub's user.
+        assert!(kleym_e2e::fixtures::admission::apply_printed_policy(s, entry).unwrap());
     }
     let hub = engage_from_agent(&f, dir.path(), &kleym, "spiffe-x509", &agent, &spokes).await;
     assert!(

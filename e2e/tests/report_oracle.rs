@@ -22,8 +22,10 @@ use kleym_api::{
     InferenceIdentityBindingStatus, TargetKind, TargetRef,
 };
 use kleym_e2e::report_oracle::{
-    Aspect, Limits, SpokeInput, compare_cluster, compare_report, expected_cluster, expected_report,
+    Aspect, Limits, PolicyAspect, SpokeInput, compare_cluster, compare_report, expected_cluster,
+    expected_report,
 };
+use kleym_hub::fleet::AdmissionPolicyCheck;
 use kleym_hub::report::{
     BindingSnapshot, Caps, FullReport, Health, SpokeObservation, bound_report, cluster_status,
     shared,
@@ -322,8 +324,30 @@ fn fleet(spokes: &[SpokeDesc]) -> (Vec<SpokeInput>, Vec<SpokeObservation>) {
             cluster_profile: "fleet/spoke-0".into(),
             member_id: "member".into(),
         });
+        // Every result of the admission policy check, spread over the spokes.
+        let (check, policy) = match i % 5 {
+            0 => (None, PolicyAspect::NotChecked),
+            1 => (
+                Some(AdmissionPolicyCheck::Installed {
+                    policy: "kleym-hub-bounds".into(),
+                }),
+                PolicyAspect::Installed,
+            ),
+            2 => (Some(AdmissionPolicyCheck::Missing), PolicyAspect::Missing),
+            3 => (
+                Some(AdmissionPolicyCheck::Unknown { why: "404".into() }),
+                PolicyAspect::Unknown,
+            ),
+            _ => (
+                Some(AdmissionPolicyCheck::Installed {
+                    policy: String::new(),
+                }),
+                PolicyAspect::Installed,
+            ),
+        };
         observations.push(SpokeObservation {
             cluster: cluster.clone(),
+            admission_policy: check,
             credentials: health(c),
             reachable: health(r),
             synced: health(y),
@@ -340,6 +364,7 @@ fn fleet(spokes: &[SpokeDesc]) -> (Vec<SpokeInput>, Vec<SpokeObservation>) {
             error_message,
             duplicate_of,
             bindings: objects,
+            admission_policy: policy,
         });
     }
     (inputs, observations)

@@ -91,6 +91,7 @@ fn spoke(at: i64, healthy: bool, bindings: usize) -> SpokeObservation {
             ..Default::default()
         })),
         duplicate_of: None,
+        admission_policy: None,
     }
 }
 

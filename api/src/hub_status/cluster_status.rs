@@ -73,8 +73,8 @@ pub struct ClusterIdentityStatusSpec {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterIdentityStatusStatus {
-    /// `Reachable`, `CredentialsAvailable`, `Synced`, `Ready` (see [`condition_types`]),
-    /// with reasons from [`reasons`].
+    /// `Reachable`, `CredentialsAvailable`, `Synced`, `Ready` and `AdmissionPolicy` (see
+    /// [`condition_types`]), with reasons from [`reasons`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -182,8 +182,17 @@ pub mod condition_types {
     pub const SYNCED: &str = "Synced";
     /// All of the above, and every binding of the spoke is ready.
     pub const READY: &str = "Ready";
+    /// The spoke enforces kleym's admission policy on the hub's ClusterSPIFFEID writes (a
+    /// warning when `False`; it does not make the spoke not `Ready`).
+    pub const ADMISSION_POLICY: &str = "AdmissionPolicy";
     /// Every condition type, in the order the hub writes them.
-    pub const ALL: [&str; 4] = [REACHABLE, CREDENTIALS_AVAILABLE, SYNCED, READY];
+    pub const ALL: [&str; 5] = [
+        REACHABLE,
+        CREDENTIALS_AVAILABLE,
+        SYNCED,
+        READY,
+        ADMISSION_POLICY,
+    ];
 }
 
 /// Reasons used in `ClusterIdentityStatus` conditions. Failure reasons say what is wrong.
@@ -212,4 +221,13 @@ pub mod reasons {
     pub const DUPLICATE: &str = "Duplicate";
     /// Another error.
     pub const ERROR: &str = "Error";
+    /// `AdmissionPolicy` True: a ValidatingAdmissionPolicy denied the hub's dry run of a
+    /// ClusterSPIFFEID kleym never writes.
+    pub const ADMISSION_POLICY_INSTALLED: &str = "AdmissionPolicyInstalled";
+    /// `AdmissionPolicy` False: the spoke would accept, from the hub's user, a ClusterSPIFFEID
+    /// kleym never writes (install the policy `kleym trust-config` prints).
+    pub const ADMISSION_POLICY_MISSING: &str = "AdmissionPolicyMissing";
+    /// `AdmissionPolicy` Unknown: the dry run could not tell (RBAC without `create`, the
+    /// CRD missing, an error); the message says which.
+    pub const ADMISSION_POLICY_UNKNOWN: &str = "AdmissionPolicyUnknown";
 }

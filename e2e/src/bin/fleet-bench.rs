@@ -31,8 +31,9 @@ use std::time::{Duration, Instant, SystemTime};
 use clap::{Parser, ValueEnum};
 use futures::StreamExt;
 use http_body_util::BodyExt;
+use kleym_e2e::fixtures::admission::install_admission_policy;
 use kleym_e2e::fixtures::convergence::{self, Names, SpokeProgress};
-use kleym_e2e::fixtures::counting::{CountingAuthenticator, counting_token};
+use kleym_e2e::fixtures::counting::{COUNTING_USER, CountingAuthenticator, counting_token};
 use kleym_e2e::fixtures::engagement::{LogTail, engaged_spoke};
 use kleym_e2e::fixtures::env;
 use kleym_e2e::fixtures::harness::{FleetHarness, RunningHub};
@@ -44,6 +45,9 @@ use kleym_e2e::fixtures::trickle;
 use kleym_hub::fleet::{FleetState, Phase};
 use kubesim_store::Cluster;
 use serde_json::json;
+
+/// The trust domain the bench's hub compiles with (and the spokes' admission policy allows).
+const TRUST_DOMAIN: &str = "bench.example";
 
 const LONG_ABOUT: &str = "\
 fleet-bench: hub convergence over N spokes x M bindings on kubesim.
@@ -441,6 +445,9 @@ async fn setup(dir: &Path, n: usize, m: usize) -> anyhow::Result<Fleet> {
     for name in &names {
         let s = f.spoke(name);
         counters.push(CountingAuthenticator::install(&s));
+        // kleym's own admission policy bounds the hub's user, as `kleym trust-config` prints it.
+        install_admission_policy(&s, &[COUNTING_USER.to_string()], TRUST_DOMAIN)
+            .map_err(anyhow::Error::msg)?;
         env::seed_environment(&s.store(), m).map_err(anyhow::Error::msg)?;
         stores.push(s.store());
     }
@@ -656,7 +663,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "--clusterprofile-provider-file".into(),
         fleet.provider_file.display().to_string(),
         "--trust-domain".into(),
-        "bench.example".into(),
+        TRUST_DOMAIN.into(),
         "--leader-elect=false".into(),
         "--concurrency".into(),
         args.concurrency.to_string(),

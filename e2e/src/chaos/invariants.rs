@@ -19,7 +19,7 @@ use super::churn::FOREIGN_MANAGER;
 use super::oracle::{SpokeOracle, spoke_oracle, summarize};
 use crate::fixtures::profiles::PROFILE_NS;
 use crate::report_oracle::{
-    Aspect, Limits, SpokeInput, collision_verdicts, compare_cluster, compare_report,
+    Aspect, Limits, PolicyAspect, SpokeInput, collision_verdicts, compare_cluster, compare_report,
     expected_cluster, expected_report,
 };
 
@@ -310,6 +310,8 @@ pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracl
             error_message: None,
             duplicate_of: None,
             bindings: o.listed.clone(),
+            // Every chaos spoke has kleym's admission policy from the start.
+            admission_policy: PolicyAspect::Installed,
         })
         .collect();
     let mut total = 0i64;
@@ -627,6 +629,9 @@ mod tests {
             reachable: Health::Ok,
             synced: Health::Ok,
             bindings: shared(o.listed.iter().map(BindingSnapshot::of)),
+            admission_policy: Some(kleym_hub::fleet::AdmissionPolicyCheck::Installed {
+                policy: "kleym-hub-bounds".into(),
+            }),
             ..SpokeObservation::default()
         };
         let caps = Caps::default();

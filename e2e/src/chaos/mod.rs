@@ -33,7 +33,8 @@ use kube::api::{Api, Patch, PatchParams};
 use kubesim_store::Cluster;
 use serde_json::json;
 
-use crate::fixtures::counting::{CountingAuthenticator, counting_token};
+use crate::fixtures::admission::install_admission_policy;
+use crate::fixtures::counting::{COUNTING_USER, CountingAuthenticator, counting_token};
 use crate::fixtures::env;
 use crate::fixtures::harness::FleetHarness;
 use crate::fixtures::hub_process::HubProcessError;
@@ -221,6 +222,10 @@ impl World {
         for name in &names {
             let s = f.spoke(name);
             CountingAuthenticator::install(&s);
+            // kleym's own admission policy bounds the replicas' user: every write of the run
+            // must pass it.
+            install_admission_policy(&s, &[COUNTING_USER.to_string()], TRUST_DOMAIN)
+                .map_err(setup)?;
             let store = s.store();
             env::seed_environment(&store, o.bindings).map_err(setup)?;
             env::create_bindings(&store, 0..o.bindings).map_err(setup)?;

@@ -16,6 +16,7 @@
 //!   was running, and across restarts and failovers.
 //! - State readers: [`FleetState::spokes`], [`FleetState::get`], [`FleetState::subscribe`].
 
+pub mod admission_probe;
 mod chain;
 pub mod errors;
 pub mod metrics;
@@ -28,6 +29,7 @@ mod spoke_task;
 pub mod state;
 pub mod supervisor;
 
+pub use admission_probe::AdmissionPolicyCheck;
 pub use errors::{EngageError, categorize_kube};
 pub use metrics::FleetMetrics;
 pub use options::FleetOptions;

@@ -40,6 +40,9 @@ pub struct FleetOptions {
     pub snapshot_interval: Duration,
     /// How often a running spoke's API server is probed (`/version`).
     pub probe_interval: Duration,
+    /// How often an engaged spoke is checked for kleym's admission policy (a dry run of a
+    /// ClusterSPIFFEID the policy forbids; also once on every engagement).
+    pub admission_policy_interval: Duration,
     /// `reportingInstance` of the reconcilers' events.
     pub event_instance: Option<String>,
     /// Publish Kubernetes events in spokes.
@@ -65,6 +68,7 @@ impl Default for FleetOptions {
             discovery_interval: Duration::from_secs(30),
             snapshot_interval: Duration::from_secs(1),
             probe_interval: Duration::from_secs(30),
+            admission_policy_interval: Duration::from_secs(60),
             event_instance: None,
             publish_events: true,
             profile_version: InventoryVersion::default(),

@@ -25,6 +25,7 @@ use kube::api::{Api, ListParams};
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
+use super::admission_probe::{self, AdmissionPolicyCheck};
 use super::errors::{BINDINGS_PROBE, CLUSTER_SPIFFE_IDS_PROBE, EngageError};
 use super::options::FleetOptions;
 use super::state::{ErrorCategory, FleetState, Phase};
@@ -242,11 +243,13 @@ async fn engage_once(
         .engage_duration()
         .observe(attempt_started.elapsed().as_secs_f64());
     tracing::info!(spoke = %name, version = %version, "spoke engaged");
+    // Once per engagement, then every `admission_policy_interval` from the health loop.
+    Box::pin(check_admission_policy(shared, spec, stop, &sc)).await;
 
     // The hub API's explain routes read this spoke with this client while it is engaged
     // here, and no longer once this attempt ends or the task is aborted (leadership lost).
     let reach = (!stop.is_cancelled()).then(|| shared.state.reach_spoke(name, sc.client.clone()));
-    let end = health_loop(shared, name, signal, &sc, &reconciler, &ctx).await;
+    let end = health_loop(shared, spec, signal, &sc, &reconciler, &ctx).await;
     drop(reach);
     match end {
         HealthEnd::Stopped => {
@@ -394,12 +397,58 @@ enum HealthEnd {
     ReconcilerEnded,
 }
 
-/// While engaged: publishes the binding snapshots every `snapshot_interval` and probes the
+/// Checks whether the spoke enforces kleym's admission policy ([`admission_probe`]) and
+/// publishes the result. An answer that is no answer (the request failed on the way) keeps
+/// the previous result: reachability is the health probe's to report, and a warning must
+/// not flap with the network.
+async fn check_admission_policy(
+    shared: &TaskShared,
+    spec: &SpokeSpec,
+    stop: &CancellationToken,
+    sc: &SpokeClient,
+) {
+    let name = spec.name.as_str();
+    let (found, answered) = admission_probe::check(
+        &sc.client,
+        &spec.settings.trust_domain,
+        shared.opts.request_timeout,
+    )
+    .await;
+    let before = shared.state.get(name).and_then(|s| s.admission_policy);
+    let transient = !answered
+        && matches!(
+            before,
+            Some(AdmissionPolicyCheck::Installed { .. } | AdmissionPolicyCheck::Missing)
+        );
+    if transient {
+        if let AdmissionPolicyCheck::Unknown { why } = &found {
+            tracing::debug!(spoke = %name, why = %why, "admission policy check inconclusive; keeping the last result");
+        }
+        return;
+    }
+    if before.as_ref() != Some(&found) {
+        match &found {
+            AdmissionPolicyCheck::Missing => tracing::warn!(
+                spoke = %name,
+                "the spoke does not enforce kleym's admission policy: a stolen hub credential could write any ClusterSPIFFEID there (install the policy `kleym trust-config` prints)"
+            ),
+            AdmissionPolicyCheck::Installed { policy } => {
+                tracing::info!(spoke = %name, policy = %policy, "the spoke enforces an admission policy on the hub's ClusterSPIFFEID writes")
+            }
+            AdmissionPolicyCheck::Unknown { why } => {
+                tracing::info!(spoke = %name, why = %why, "cannot tell whether the spoke enforces kleym's admission policy")
+            }
+        }
+    }
+    publish(shared, stop, name, |s| s.admission_policy = Some(found));
+}
+
+/// While engaged: publishes the binding snapshots every `snapshot_interval`, probes the
 /// spoke every `probe_interval` (a failed probe marks it `Degraded`, the next good one
-/// `Engaged` again).
+/// `Engaged` again) and checks its admission policy every `admission_policy_interval`.
 async fn health_loop(
     shared: &TaskShared,
-    name: &str,
+    spec: &SpokeSpec,
     signal: &StopSignal,
     sc: &SpokeClient,
     reconciler: &Reconciler,
@@ -407,8 +456,10 @@ async fn health_loop(
 ) -> HealthEnd {
     let stop = &signal.token;
     let opts = &shared.opts;
+    let name = spec.name.as_str();
     let mut was_idle = false;
     let mut next_probe = Instant::now() + opts.probe_interval;
+    let mut next_policy_check = Instant::now() + opts.admission_policy_interval;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return HealthEnd::Stopped,
@@ -434,6 +485,10 @@ async fn health_loop(
             }
         });
         was_idle = idle;
+        if Instant::now() >= next_policy_check {
+            next_policy_check = Instant::now() + opts.admission_policy_interval;
+            Box::pin(check_admission_policy(shared, spec, stop, sc)).await;
+        }
         if Instant::now() < next_probe {
             continue;
         }

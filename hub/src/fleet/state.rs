@@ -21,6 +21,7 @@ use tokio::sync::watch;
 /// failures are published.
 pub use kleym_api::ErrorCategory;
 
+use super::admission_probe::AdmissionPolicyCheck;
 use super::spoke_metrics::SpokeMetricsMap;
 
 /// Where a spoke is in its life cycle.
@@ -136,6 +137,9 @@ pub struct SpokeState {
     /// The engaged profile of the same member cluster, while this one is
     /// [`Phase::Duplicate`].
     pub duplicate_of: Option<DuplicateOf>,
+    /// Whether the spoke enforces kleym's admission policy, as last checked (`None`: not
+    /// checked yet). Kept while the spoke is unreachable, like `bindings`.
+    pub admission_policy: Option<AdmissionPolicyCheck>,
 }
 
 impl SpokeState {
@@ -156,6 +160,7 @@ impl SpokeState {
             engagements: 0,
             bindings: Arc::new(Vec::new()),
             duplicate_of: None,
+            admission_policy: None,
         }
     }
 }

@@ -13,7 +13,7 @@ use kleym_api::conditions;
 use kleym_spoke::compiler::Reason;
 
 use super::bound::{Caps, shorten};
-use super::input::{BindingSnapshot, Health, SpokeObservation};
+use super::input::{AdmissionPolicyCheck, BindingSnapshot, Health, SpokeObservation};
 
 /// The status of one spoke. `non_ready_cap` bounds the listed non-ready bindings (`None`:
 /// list all, as the HTTP API does). Conditions carry `now` as `lastTransitionTime`; the
@@ -236,5 +236,61 @@ fn conditions(
             )
         }
     };
-    vec![reachable, creds, synced, ready]
+    let policy = admission_policy_condition(spoke, &now);
+    vec![reachable, creds, synced, ready, policy]
+}
+
+/// The `AdmissionPolicy` condition: a warning, apart from `Ready` (a spoke without the
+/// policy works; it is only less protected against a stolen hub credential).
+fn admission_policy_condition(spoke: &SpokeObservation, now: &Time) -> Condition {
+    let type_ = condition_types::ADMISSION_POLICY;
+    match &spoke.admission_policy {
+        None => condition(
+            type_,
+            "Unknown",
+            reasons::PENDING,
+            "not checked yet (the hub checks once the spoke is engaged)".to_string(),
+            now.clone(),
+        ),
+        Some(AdmissionPolicyCheck::Installed { policy }) => condition(
+            type_,
+            "True",
+            reasons::ADMISSION_POLICY_INSTALLED,
+            format!(
+                "the ValidatingAdmissionPolicy{} denied the hub's server-side dry run of a \
+                 ClusterSPIFFEID kleym never writes (spec.admin set)",
+                if policy.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {policy}")
+                }
+            ),
+            now.clone(),
+        ),
+        Some(AdmissionPolicyCheck::Missing) => condition(
+            type_,
+            "False",
+            reasons::ADMISSION_POLICY_MISSING,
+            format!(
+                "the spoke would accept from the hub's user a ClusterSPIFFEID kleym never \
+                 writes (a server-side dry run with spec.admin set was allowed): install the \
+                 ValidatingAdmissionPolicy and its binding that `kleym trust-config{}` prints \
+                 for the hub's user (section 3 of its YAML, admission-policy.yaml with \
+                 --output-dir)",
+                spoke
+                    .trust_domain
+                    .as_deref()
+                    .map(|td| format!(" --trust-domain {td}"))
+                    .unwrap_or_default()
+            ),
+            now.clone(),
+        ),
+        Some(AdmissionPolicyCheck::Unknown { why }) => condition(
+            type_,
+            "Unknown",
+            reasons::ADMISSION_POLICY_UNKNOWN,
+            format!("cannot tell whether the spoke enforces kleym's admission policy: {why}"),
+            now.clone(),
+        ),
+    }
 }

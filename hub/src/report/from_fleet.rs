@@ -28,6 +28,7 @@ impl From<&SpokeState> for SpokeObservation {
             // The spoke's snapshot itself: the analysis reads it, nothing copies it.
             bindings: s.bindings.clone(),
             duplicate_of: s.duplicate_of.clone(),
+            admission_policy: s.admission_policy.clone(),
         }
     }
 }

@@ -9,6 +9,8 @@ use chrono::{DateTime, Utc};
 use kleym_api::ErrorCategory;
 use kleym_api::hub_status::DuplicateOf;
 pub use kleym_spoke::reconciler::snapshot::BindingSnapshot;
+
+pub use crate::fleet::admission_probe::AdmissionPolicyCheck;
 use serde::{Deserialize, Serialize};
 
 /// Everything the hub knows about one spoke.
@@ -42,6 +44,9 @@ pub struct SpokeObservation {
     /// Set when the profile is a duplicate of another profile of the same member cluster
     /// (then it is not engaged, has no bindings and is not counted as a cluster).
     pub duplicate_of: Option<DuplicateOf>,
+    /// Whether the spoke enforces kleym's admission policy, as last checked (`None`: not
+    /// checked yet).
+    pub admission_policy: Option<AdmissionPolicyCheck>,
 }
 
 /// `bindings` as [`SpokeObservation::bindings`] holds them (for observations built by hand).

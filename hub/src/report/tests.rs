@@ -404,7 +404,60 @@ fn cluster_status_conditions_say_what_is_wrong() {
     let st = cluster_status(&s, now, None);
     let ready = st.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!(ready.reason, reasons::FORBIDDEN);
-    assert_eq!(st.conditions.len(), 4);
+    let types: Vec<&str> = st.conditions.iter().map(|c| c.type_.as_str()).collect();
+    assert_eq!(types, condition_types::ALL);
+}
+
+#[test]
+fn the_admission_policy_condition_warns_without_touching_ready() {
+    use crate::report::input::AdmissionPolicyCheck;
+    let now = Utc.timestamp_opt(1_700_000_000, 0).unwrap();
+    let shown = |check: Option<AdmissionPolicyCheck>| {
+        let mut s = spoke("fleet/a", vec![]);
+        s.trust_domain = Some("prod.example".into());
+        s.admission_policy = check;
+        let st = cluster_status(&s, now, None);
+        let get = |t: &str| st.conditions.iter().find(|c| c.type_ == t).unwrap().clone();
+        (
+            get(condition_types::ADMISSION_POLICY),
+            get(condition_types::READY),
+        )
+    };
+    let (missing, ready) = shown(Some(AdmissionPolicyCheck::Missing));
+    assert_eq!(
+        (missing.status.as_str(), missing.reason.as_str()),
+        ("False", reasons::ADMISSION_POLICY_MISSING)
+    );
+    assert!(
+        missing
+            .message
+            .contains("kleym trust-config --trust-domain prod.example"),
+        "{}",
+        missing.message
+    );
+    assert!(!missing.message.contains("  "), "{}", missing.message);
+    assert_eq!(ready.status, "True", "a warning, not a failure: {ready:?}");
+    let (installed, _) = shown(Some(AdmissionPolicyCheck::Installed {
+        policy: "kleym-hub-bounds".into(),
+    }));
+    assert_eq!(
+        (installed.status.as_str(), installed.reason.as_str()),
+        ("True", reasons::ADMISSION_POLICY_INSTALLED)
+    );
+    assert!(installed.message.contains("kleym-hub-bounds"));
+    let (unknown, _) = shown(Some(AdmissionPolicyCheck::Unknown {
+        why: "the ClusterSPIFFEID CRD is not served (404)".into(),
+    }));
+    assert_eq!(
+        (unknown.status.as_str(), unknown.reason.as_str()),
+        ("Unknown", reasons::ADMISSION_POLICY_UNKNOWN)
+    );
+    assert!(unknown.message.contains("404"));
+    let (pending, _) = shown(None);
+    assert_eq!(
+        (pending.status.as_str(), pending.reason.as_str()),
+        ("Unknown", reasons::PENDING)
+    );
 }
 
 #[test]

@@ -216,6 +216,13 @@ pub struct HubArgs {
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub discovery_interval_seconds: u64,
 
+    /// Seconds between checks that each engaged spoke enforces kleym's admission policy (a
+    /// server-side dry run, as the hub's user, of a ClusterSPIFFEID the policy forbids;
+    /// nothing is written). Also checked on every engagement. A missing policy is a warning
+    /// in the spoke's ClusterIdentityStatus, cleared by the first check after it is installed.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub admission_policy_check_interval_seconds: u64,
+
     /// `reportingInstance` of events and the leader identity prefix (default `POD_NAME`);
     /// at most 128 characters, blank means unset.
     #[arg(long, env = "POD_NAME", value_parser = parse_instance)]
@@ -258,6 +265,9 @@ impl HubArgs {
             },
             spoke_concurrency: usize::from(self.spoke_concurrency),
             discovery_interval: Duration::from_secs(self.discovery_interval_seconds),
+            admission_policy_interval: Duration::from_secs(
+                self.admission_policy_check_interval_seconds,
+            ),
             event_instance: non_blank(self.instance.as_ref()),
             ..FleetOptions::default()
         }

@@ -322,6 +322,13 @@ struct ClusterLabels {
     cluster: String,
 }
 
+/// `cluster`, `state` labels.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SpokeStateLabels {
+    cluster: String,
+    state: String,
+}
+
 /// `kind` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
@@ -332,7 +339,8 @@ struct KindLabels {
 /// spoke's series disappear with it):
 /// `kleym_hub_spoke_phase{cluster,phase}` (1 for the current phase),
 /// `kleym_hub_spoke_last_sync_timestamp_seconds{cluster}`,
-/// `kleym_hub_spoke_consecutive_failures{cluster}`, `kleym_hub_spoke_bindings{cluster}` and
+/// `kleym_hub_spoke_consecutive_failures{cluster}`, `kleym_hub_spoke_bindings{cluster}`,
+/// `kleym_hub_spoke_admission_policy{cluster,state}` (1 for the last check's result) and
 /// `kleym_hub_findings{kind}` (every kind, zeros included). The series are rebuilt only
 /// when the fleet state changed since the last scrape.
 #[derive(Debug, Clone)]
@@ -358,6 +366,7 @@ struct FleetSeries {
     last_sync: Family<ClusterLabels, Gauge>,
     failures: Family<ClusterLabels, Gauge>,
     bindings: Family<ClusterLabels, Gauge>,
+    admission_policy: Family<SpokeStateLabels, Gauge>,
     findings: Family<KindLabels, Gauge>,
 }
 
@@ -387,6 +396,15 @@ impl FleetSeries {
                 .bindings
                 .get_or_create(&cluster)
                 .set(i64::try_from(s.bindings.len()).unwrap_or(i64::MAX));
+            if let Some(check) = &s.admission_policy {
+                series
+                    .admission_policy
+                    .get_or_create(&SpokeStateLabels {
+                        cluster: s.name.clone(),
+                        state: check.as_str().to_string(),
+                    })
+                    .set(1);
+            }
         }
         let observations: Vec<SpokeObservation> =
             spokes.iter().map(SpokeObservation::from).collect();
@@ -447,6 +465,12 @@ impl Collector for FleetCollector {
             "kleym_hub_spoke_bindings",
             "InferenceIdentityBindings observed in each spoke",
             &series.bindings,
+        )?;
+        encode_family(
+            &mut encoder,
+            "kleym_hub_spoke_admission_policy",
+            "1 for each spoke's last admission policy check result (installed, missing, unknown)",
+            &series.admission_policy,
         )?;
         encode_family(
             &mut encoder,
