@@ -11,8 +11,10 @@
 //! `Audit` actions, `auditAnnotations`, non-empty `namespaceSelector`/`objectSelector`,
 //! a binding's `matchResources`, `paramRef.selector`. Expressions are compiled when the
 //! policy is written; names they reference must be declared (`object`, `oldObject`,
-//! `request`, `params`, `namespaceObject`, `variables`, and only variables declared
-//! before them), but field accesses are not type-checked against the object's schema.
+//! `request`, `params` with a `paramKind`, `namespaceObject`, `variables`, and only
+//! variables declared before them) and fields of `request` and `namespaceObject` exist.
+//! Fields of `object` are checked against the matched CRDs' schemas after the write, into
+//! `status.typeChecking`, as kube-controller-manager's policy status controller does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
