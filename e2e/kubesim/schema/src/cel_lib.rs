@@ -223,6 +223,11 @@ fn walk(e: &IdedExpr, bound: &mut Vec<String>, missing: &mut Vec<String>) {
     }
 }
 
+/// Whether a call to `name` binds its leading identifier arguments (see [`BINDING_CALLS`]).
+pub(crate) fn binds_variables(name: &str) -> bool {
+    BINDING_CALLS.contains(&name)
+}
+
 /// Calls whose leading identifier arguments are variables bound in the later ones.
 const BINDING_CALLS: &[&str] = &[
     "bind",

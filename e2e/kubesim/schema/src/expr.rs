@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::cel_lib::{ENV, unsupported_functions};
 use crate::cel_rules::to_cel;
+use crate::cel_types::{CelType, CheckIssue};
 
 /// A compiled CEL expression (compile once, evaluate many times).
 #[derive(Debug, Clone)]
@@ -54,6 +55,21 @@ impl CelExpression {
     /// The free variables the expression names (comprehension variables excluded), sorted.
     pub fn variables(&self) -> Vec<String> {
         crate::cel_lib::free_variables(self.program.expression())
+    }
+
+    /// Checks the field selections against the types of `roots`, as cel-go's checker
+    /// does (see [`crate::cel_types`]); names in `undeclared` are reported as undeclared
+    /// references. Returns the expression's type (`Dyn` unless it is a plain selection
+    /// path) and the issues, in cel-go's order; [`crate::cel_types::display_issues`]
+    /// renders them.
+    pub fn check_types(
+        &self,
+        roots: &[(&str, &CelType)],
+        undeclared: &[String],
+    ) -> (CelType, Vec<CheckIssue>) {
+        let info = self.program.source_info();
+        let offsets = |id: u64| info.offset_for(id).map(|(start, _)| start as usize);
+        crate::cel_types::check(self.program.expression(), &offsets, roots, undeclared)
     }
 
     /// Evaluates with `variables` bound (each a JSON value, numbers as int when integral)

@@ -19,6 +19,7 @@ mod cel_format;
 mod cel_lib;
 mod cel_rules;
 mod cel_semver;
+pub mod cel_types;
 mod defaults;
 mod errors;
 pub mod expr;

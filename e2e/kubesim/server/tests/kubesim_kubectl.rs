@@ -564,7 +564,7 @@ spec:
     assert!(
         out.contains(r#"The ValidatingAdmissionPolicy "bad" is invalid: "#)
             && out.contains("spec.validations[0].expression: Invalid value: \"object.data.size ==\": compilation failed")
-            && out.contains("spec.validations[1].expression: Invalid value: \"undeclared.size == 'small'\": compilation failed: ERROR: <input>: undeclared reference to 'undeclared'"),
+            && out.contains("spec.validations[1].expression: Invalid value: \"undeclared.size == 'small'\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'undeclared' (in container '')\n | undeclared.size == 'small'\n | ^"),
         "{out}"
     );
     let warn = r#"
@@ -718,4 +718,74 @@ spec:
         ),
         "{out}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn validating_admission_policy_type_checking() {
+    let env = setup().await;
+    let crd = upstream_crds().join("spire.spiffe.io_clusterspiffeids.yaml");
+    env.ok(&["apply", "-f", &crd.to_string_lossy()]).await;
+    // A field the admission request does not have refuses the policy, as kube-apiserver's
+    // compiler does, with cel-go's position and caret.
+    let bad = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: bad}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [spire.spiffe.io], apiVersions: [v1alpha1], operations: [CREATE], resources: [clusterspiffeids]}]
+  validations:
+  - expression: "request.userInfo.user == 'x'"
+"#;
+    let out = env
+        .k
+        .run_async(&["apply", "-f", "-"], Some(bad))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        out.contains("spec.validations[0].expression: Invalid value: \"request.userInfo.user == 'x'\": compilation failed: ERROR: <input>:1:17: undefined field 'user'\n | request.userInfo.user == 'x'\n | ................^"),
+        "{out}"
+    );
+    // A field the ClusterSPIFFEID schema does not have is accepted and reported in the
+    // policy's status, as kube-controller-manager's type-checking controller does.
+    let typo = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: typo}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [spire.spiffe.io], apiVersions: [v1alpha1], operations: [CREATE], resources: [clusterspiffeids]}]
+  validations:
+  - expression: "object.spec.nosuchfield == 'x'"
+  - expression: "has(object.spec.spiffeIDTemplate)"
+"#;
+    env.ok_stdin(&["create", "-f", "-"], typo).await;
+    let warnings = env
+        .ok(&[
+            "get",
+            "validatingadmissionpolicy",
+            "typo",
+            "-o",
+            "jsonpath={.status.typeChecking}",
+        ])
+        .await;
+    let warnings: serde_json::Value = serde_json::from_str(&warnings).unwrap();
+    assert_eq!(
+        warnings,
+        serde_json::json!({"expressionWarnings": [{
+            "fieldRef": "spec.validations[0].expression",
+            "warning": "spire.spiffe.io/v1alpha1, Kind=ClusterSPIFFEID: ERROR: <input>:1:12: undefined field 'nosuchfield'\n | object.spec.nosuchfield == 'x'\n | ...........^\n",
+        }]})
+    );
+    let observed = env
+        .ok(&[
+            "get",
+            "validatingadmissionpolicy",
+            "typo",
+            "-o",
+            "jsonpath={.metadata.generation} {.status.observedGeneration}",
+        ])
+        .await;
+    assert_eq!(observed.trim(), "1 1");
 }

@@ -11,9 +11,15 @@
 //! `Audit` actions, `auditAnnotations`, non-empty `namespaceSelector`/`objectSelector`,
 //! a binding's `matchResources`, `paramRef.selector`. Expressions are compiled when the
 //! policy is written; names they reference must be declared (`object`, `oldObject`,
-//! `request`, `params`, `namespaceObject`, `variables`, and only variables declared
-//! before them), but field accesses are not type-checked against the object's schema.
+//! `request`, `params` with a `paramKind`, `namespaceObject`, `variables`, and only
+//! variables declared before them) and fields of `request` and `namespaceObject` exist.
+//! Fields of `object` are checked against the matched CRDs' schemas after the write, into
+//! `status.typeChecking`, as kube-controller-manager's policy status controller does.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kubesim_schema::cel_types::{CelType, admission_request_type, display_issues, namespace_type};
 use kubesim_schema::expr::CelExpression;
 use serde_json::{Map, Value, json};
 
@@ -90,37 +96,58 @@ fn required(field: String) -> Cause {
     }
 }
 
-/// Compiles `text` and checks the names it references; the error is the cause's detail.
-fn check_expression(text: &str, declared_variables: &[String]) -> Result<CelExpression, String> {
+/// The variables an expression is checked with when the policy is written: `object`,
+/// `oldObject` and `params` are untyped (kube-apiserver declares them `dyn`), `request` and
+/// `namespaceObject` have their fixed types, `variables` the variables declared before.
+struct Declared {
+    has_params: bool,
+    request: CelType,
+    namespace: CelType,
+    variables: BTreeMap<String, CelType>,
+}
+
+impl Declared {
+    fn new(has_params: bool) -> Self {
+        Declared {
+            has_params,
+            request: admission_request_type(),
+            namespace: namespace_type(),
+            variables: BTreeMap::new(),
+        }
+    }
+}
+
+/// Compiles `text` and type-checks it as kube-apiserver does when the policy is written
+/// (undeclared names, fields `request`, `namespaceObject` and `variables` do not have);
+/// the error is the cause's detail. Returns the expression's type.
+fn check_expression(text: &str, declared: &Declared) -> Result<CelType, String> {
     let quoted = serde_json::to_string(text).unwrap_or_default();
     let e = CelExpression::compile(text).map_err(|e| format!("Invalid value: {quoted}: {e}"))?;
-    for v in e.variables() {
-        if !DECLARED.contains(&v.as_str()) {
-            return Err(format!(
-                "Invalid value: {quoted}: compilation failed: ERROR: <input>: undeclared reference to '{v}'"
-            ));
-        }
+    let undeclared: Vec<String> = e
+        .variables()
+        .into_iter()
+        .filter(|v| !DECLARED.contains(&v.as_str()) || (v == "params" && !declared.has_params))
+        .collect();
+    let variables = CelType::Object(Arc::new(declared.variables.clone()));
+    let mut roots = vec![
+        ("object", &CelType::Dyn),
+        ("oldObject", &CelType::Dyn),
+        ("request", &declared.request),
+        ("namespaceObject", &declared.namespace),
+        ("variables", &variables),
+    ];
+    if declared.has_params {
+        roots.push(("params", &CelType::Dyn));
     }
-    // `variables.<name>` must name a variable declared earlier in `spec.variables`.
-    let mut rest = text;
-    while let Some(i) = rest.find("variables.") {
-        let before_ok = i == 0
-            || !rest[..i]
-                .chars()
-                .last()
-                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.');
-        rest = &rest[i + "variables.".len()..];
-        let name: String = rest
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
-        if before_ok && !name.is_empty() && !declared_variables.contains(&name) {
-            return Err(format!(
-                "Invalid value: {quoted}: compilation failed: ERROR: <input>: undefined field '{name}'"
-            ));
-        }
+    let (t, issues) = e.check_types(&roots, &undeclared);
+    if issues.is_empty() {
+        Ok(t)
+    } else {
+        Err(format!(
+            "Invalid value: {quoted}: compilation failed: {}",
+            display_issues(text, &issues)
+        ))
     }
-    Ok(e)
 }
 
 fn str_at<'a>(v: &'a Value, path: &str) -> Option<&'a str> {
@@ -205,7 +232,8 @@ pub(crate) fn policy_causes(obj: &Value) -> Vec<Cause> {
             }
         }
     }
-    let mut names = Vec::new();
+    let has_params = spec.get("paramKind").is_some_and(|p| !p.is_null());
+    let mut declared = Declared::new(has_params);
     for (i, c) in array(&spec, "matchConditions").iter().enumerate() {
         let name = str_at(c, "/name").unwrap_or_default();
         if name.is_empty() {
@@ -216,7 +244,7 @@ pub(crate) fn policy_causes(obj: &Value) -> Vec<Cause> {
             c,
             "expression",
             &format!("spec.matchConditions[{i}].expression"),
-            &[],
+            &declared,
             true,
         );
     }
@@ -225,15 +253,18 @@ pub(crate) fn policy_causes(obj: &Value) -> Vec<Cause> {
         if name.is_empty() {
             causes.push(required(format!("spec.variables[{i}].name")));
         }
-        check_field(
+        let t = check_field(
             &mut causes,
             v,
             "expression",
             &format!("spec.variables[{i}].expression"),
-            &names,
+            &declared,
             true,
         );
-        names.push(name.to_string());
+        // A variable that does not compile is still declared (as `dyn`).
+        declared
+            .variables
+            .insert(name.to_string(), t.unwrap_or(CelType::Dyn));
     }
     let validations = array(&spec, "validations");
     if validations.is_empty() {
@@ -246,7 +277,7 @@ pub(crate) fn policy_causes(obj: &Value) -> Vec<Cause> {
             v,
             "expression",
             &format!("{at}.expression"),
-            &names,
+            &declared,
             true,
         );
         check_field(
@@ -254,7 +285,7 @@ pub(crate) fn policy_causes(obj: &Value) -> Vec<Cause> {
             v,
             "messageExpression",
             &format!("{at}.messageExpression"),
-            &names,
+            &declared,
             false,
         );
         if str_at(v, "/message").is_some_and(|m| m.contains('\n')) {
@@ -296,17 +327,22 @@ fn check_field(
     v: &Value,
     key: &str,
     field: &str,
-    names: &[String],
+    declared: &Declared,
     is_required: bool,
-) {
+) -> Option<CelType> {
     match str_at(v, &format!("/{key}")) {
-        None if !is_required => {}
-        None => causes.push(required(field.to_string())),
-        Some(text) => {
-            if let Err(detail) = check_expression(text, names) {
-                causes.push(cause(field.to_string(), detail));
-            }
+        None if !is_required => None,
+        None => {
+            causes.push(required(field.to_string()));
+            None
         }
+        Some(text) => match check_expression(text, declared) {
+            Ok(t) => Some(t),
+            Err(detail) => {
+                causes.push(cause(field.to_string(), detail));
+                None
+            }
+        },
     }
 }
 
@@ -657,4 +693,215 @@ impl Inner {
 enum ParamError {
     NotFound,
     Config(String),
+}
+
+/// At most this many kinds are type-checked per policy, as kube-apiserver's type checker.
+const MAX_TYPES_TO_CHECK: usize = 10;
+
+/// `schema.GroupVersionKind.String()`: `group/version, Kind=Kind`.
+fn gvk_string(group: &str, version: &str, kind: &str) -> String {
+    format!("{group}/{version}, Kind={kind}")
+}
+
+/// A rule's `apiGroups`/`apiVersions` without wildcards, or nothing (the type checker
+/// gives up on a rule with a wildcard group or version).
+fn exact(rule: &Value, key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for x in array(rule, key) {
+        let x = x.as_str().unwrap_or_default();
+        if x.contains('*') {
+            return Vec::new();
+        }
+        out.push(x.to_string());
+    }
+    out.sort();
+    out
+}
+
+impl Inner {
+    /// The kinds kube-apiserver's type checker checks a policy against (`typesToCheck`):
+    /// every exact group × version × resource of `matchConstraints.resourceRules` that is
+    /// served (wildcards and subresources skipped), at most ten, sorted by group, version
+    /// and kind. Each comes with the schema kubesim has for it (custom resources only).
+    fn types_to_check(&self, policy: &Value) -> Vec<(String, Option<CelType>)> {
+        let mut gvks: BTreeMap<(String, String, String), Option<CelType>> = BTreeMap::new();
+        let mut count = 0;
+        let rules = policy
+            .pointer("/spec/matchConstraints")
+            .map(|m| array(m, "resourceRules"))
+            .unwrap_or_default();
+        'rules: for rule in rules {
+            let groups = exact(rule, "apiGroups");
+            let versions = exact(rule, "apiVersions");
+            let mut resources: Vec<String> = array(rule, "resources")
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|r| !r.contains('*') && !r.contains('/'))
+                .map(str::to_string)
+                .collect();
+            resources.sort();
+            for g in &groups {
+                for v in &versions {
+                    for r in &resources {
+                        let key = (g.clone(), v.clone(), r.clone());
+                        let Some(res) = self.resources.get(&key) else {
+                            continue;
+                        };
+                        let schema = if res.custom {
+                            self.crds
+                                .get(&format!("{}.{}", res.plural, res.group))
+                                .and_then(|d| d.versions.get(&res.version))
+                                .and_then(|cv| CelType::custom_resource(&cv.raw_schema))
+                        } else {
+                            None // kubesim has no schemas for built-in kinds
+                        };
+                        gvks.insert((g.clone(), v.clone(), res.kind.clone()), schema);
+                        count += 1;
+                        if count == MAX_TYPES_TO_CHECK {
+                            break 'rules;
+                        }
+                    }
+                }
+            }
+        }
+        gvks.into_iter()
+            .map(|((g, v, k), t)| (gvk_string(&g, &v, &k), t))
+            .collect()
+    }
+
+    /// The type of `params`: the schema of `paramKind` when kubesim has one.
+    fn params_type(&self, policy: &Value) -> CelType {
+        let Some(pk) = policy.pointer("/spec/paramKind").filter(|p| !p.is_null()) else {
+            return CelType::Dyn;
+        };
+        let api_version = str_at(pk, "/apiVersion").unwrap_or_default();
+        let kind = str_at(pk, "/kind").unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        self.resources
+            .values()
+            .find(|r| r.custom && r.group == group && r.version == version && r.kind == kind)
+            .and_then(|r| self.crds.get(&format!("{}.{}", r.plural, r.group)))
+            .and_then(|d| d.versions.get(version))
+            .and_then(|cv| CelType::custom_resource(&cv.raw_schema))
+            .unwrap_or(CelType::Dyn)
+    }
+
+    /// `status.typeChecking.expressionWarnings` as kube-controller-manager's policy status
+    /// controller computes them: each validation's `expression` and `messageExpression`
+    /// type-checked with `object`/`oldObject` of every kind the policy matches that has a
+    /// schema; the warning lists, per kind, cel-go's issues.
+    pub(crate) fn policy_type_warnings(&self, policy: &Value) -> Vec<Value> {
+        let kinds: Vec<(String, CelType)> = self
+            .types_to_check(policy)
+            .into_iter()
+            .filter_map(|(gvk, t)| t.map(|t| (gvk, t)))
+            .collect();
+        if kinds.is_empty() {
+            return Vec::new();
+        }
+        let spec = policy.get("spec").cloned().unwrap_or(Value::Null);
+        let params = self.params_type(policy);
+        let request = admission_request_type();
+        let namespace = namespace_type();
+        // Per kind, the variables' types (a variable's type depends on `object`'s).
+        let variables: Vec<CelType> = kinds
+            .iter()
+            .map(|(_, object)| {
+                let mut vars = BTreeMap::new();
+                for v in array(&spec, "variables") {
+                    let name = str_at(v, "/name").unwrap_or_default();
+                    let t = CelExpression::compile(str_at(v, "/expression").unwrap_or_default())
+                        .map(|e| {
+                            let so_far = CelType::Object(Arc::new(vars.clone()));
+                            e.check_types(
+                                &[
+                                    ("object", object),
+                                    ("oldObject", object),
+                                    ("params", &params),
+                                    ("request", &request),
+                                    ("namespaceObject", &namespace),
+                                    ("variables", &so_far),
+                                ],
+                                &[],
+                            )
+                            .0
+                        })
+                        .unwrap_or(CelType::Dyn);
+                    vars.insert(name.to_string(), t);
+                }
+                CelType::Object(Arc::new(vars))
+            })
+            .collect();
+        let check = |text: &str| -> String {
+            let Ok(e) = CelExpression::compile(text) else {
+                return String::new();
+            };
+            let mut parts = Vec::new();
+            for ((gvk, object), vars) in kinds.iter().zip(&variables) {
+                let (_, issues) = e.check_types(
+                    &[
+                        ("object", object),
+                        ("oldObject", object),
+                        ("params", &params),
+                        ("request", &request),
+                        ("namespaceObject", &namespace),
+                        ("variables", vars),
+                    ],
+                    &[],
+                );
+                if !issues.is_empty() {
+                    parts.push(format!("{gvk}: {}\n", display_issues(text, &issues)));
+                }
+            }
+            parts.join("\n")
+        };
+        let mut warnings = Vec::new();
+        for (i, v) in array(&spec, "validations").iter().enumerate() {
+            for key in ["expression", "messageExpression"] {
+                let text = str_at(v, &format!("/{key}")).unwrap_or_default();
+                if text.is_empty() {
+                    continue;
+                }
+                let warning = check(text);
+                if !warning.is_empty() {
+                    warnings.push(json!({
+                        "fieldRef": format!("spec.validations[{i}].{key}"),
+                        "warning": warning,
+                    }));
+                }
+            }
+        }
+        warnings
+    }
+
+    /// What kube-controller-manager's policy status controller does after a policy's
+    /// generation changes: `status.observedGeneration` and `status.typeChecking`.
+    pub(crate) fn sync_policy_status(&mut self, name: &str) {
+        let Some(stored) = self.get(POLICIES, "", name) else {
+            return;
+        };
+        let generation = stored
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let observed = stored
+            .pointer("/status/observedGeneration")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if generation <= observed {
+            return;
+        }
+        let warnings = self.policy_type_warnings(&stored);
+        let mut next = (*stored).clone();
+        if !next.get("status").is_some_and(Value::is_object) {
+            next["status"] = json!({});
+        }
+        next["status"]["observedGeneration"] = Value::from(generation);
+        next["status"]["typeChecking"] = if warnings.is_empty() {
+            json!({})
+        } else {
+            json!({ "expressionWarnings": warnings })
+        };
+        self.put(POLICIES, "", name, next);
+    }
 }

@@ -137,10 +137,13 @@ pub fn name_rule(res: &ResourceInfo) -> NameRule {
     }
 }
 
-/// Kinds whose `metadata.generation` the server maintains (custom resources and CRDs; the
-/// built-ins kubesim serves do not track generation in Kubernetes 1.33 with default gates).
+/// Kinds whose `metadata.generation` the server maintains (custom resources, CRDs and
+/// admission policies and bindings; the other built-ins kubesim serves do not track
+/// generation in Kubernetes 1.33 with default gates).
 pub fn tracks_generation(key: &str, custom: bool) -> bool {
-    custom || key == CRDS
+    // Admission policies and bindings count spec changes too (their strategies do);
+    // the policy status controller compares it with `status.observedGeneration`.
+    custom || key == CRDS || key == crate::admission::POLICIES || key == crate::admission::BINDINGS
 }
 
 /// ConfigMaps and Secrets with `immutable: true` keep their data and stay immutable.

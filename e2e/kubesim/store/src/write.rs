@@ -859,6 +859,7 @@ impl Inner {
         match key {
             NAMESPACES if created => self.ensure_default_sa(name),
             CRDS => self.sync_crd(name),
+            crate::admission::POLICIES => self.sync_policy_status(name),
             _ => {}
         }
         self.collect_if_dangling(key, ns, name, owners);
