@@ -128,6 +128,19 @@ fn weight_of(lease: &Lease) -> u32 {
         .unwrap_or(DEFAULT_WEIGHT)
 }
 
+/// The identity of the replica holding `lease`: its holder, when the Lease carries the
+/// name that identity's own Lease has. A Lease naming another replica as its holder (a
+/// copy, or a forgery) is not that replica's: counting its `shard-view` would let the
+/// barrier pass before the real replica released its spokes.
+pub fn replica_identity(lease: &Lease) -> Option<String> {
+    let holder = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.clone())
+        .filter(|h| !h.is_empty())?;
+    (lease.metadata.name.as_deref() == Some(lease_name(&holder).as_str())).then_some(holder)
+}
+
 impl Membership {
     fn desired(&self, existing: Option<Lease>, view: Option<&str>) -> Lease {
         let mut lease = existing.unwrap_or_else(|| Lease {
@@ -195,12 +208,7 @@ impl Membership {
             if name == self.name {
                 continue;
             }
-            let Some(identity) = lease
-                .spec
-                .as_ref()
-                .and_then(|s| s.holder_identity.clone())
-                .filter(|h| !h.is_empty())
-            else {
+            let Some(identity) = replica_identity(&lease) else {
                 continue;
             };
             let record = lease.metadata.resource_version.clone().unwrap_or_default();
@@ -412,5 +420,36 @@ mod tests {
         assert!(long.len() <= 63, "{long}");
         assert!(lease_name("__").starts_with(LEASE_PREFIX));
         assert!(!lease_name("__").ends_with('-'));
+    }
+
+    #[test]
+    fn a_lease_not_named_after_its_holder_is_ignored() {
+        let lease = |name: &str, holder: Option<&str>| Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                ..LeaseSpec::default()
+            }),
+        };
+        let b = "replica-b_0123";
+        assert_eq!(
+            replica_identity(&lease(&lease_name(b), Some(b))).as_deref(),
+            Some(b)
+        );
+        // Another Lease claiming b (it could announce a view b never released for).
+        assert_eq!(
+            replica_identity(&lease("kleym-hub-replica-evil", Some(b))),
+            None
+        );
+        assert_eq!(
+            replica_identity(&lease(&lease_name("replica-c_9"), Some(b))),
+            None
+        );
+        // Released (no holder).
+        assert_eq!(replica_identity(&lease(&lease_name(b), None)), None);
+        assert_eq!(replica_identity(&lease(&lease_name(b), Some(""))), None);
     }
 }
