@@ -620,3 +620,64 @@ async fn in_sharded_mode_only_owned_cluster_statuses_are_written() {
         "the report was written by a replica that does not lead"
     );
 }
+
+/// Sharded mode: `/v1/clusters` answers on every replica, the leader too, from the published
+/// `ClusterIdentityStatus` objects (fleet-wide: other replicas' spokes included), never
+/// from the replica's own share; in leader mode the leader answers from its own state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_sharded_mode_the_api_answers_from_the_published_statuses() {
+    use kleym_hub::fleet::{FleetState, Phase};
+    use kleym_hub::http::HubView;
+    use kleym_hub::inventory::InventorySynced;
+    use kleym_hub::runtime::{FleetHubView, LeaderInfo, PublishedStatus};
+    use kleym_spoke::reconciler::CancellationToken;
+
+    let (_sim, _hub, client) = start().await;
+    // Another replica's spoke, published.
+    let west = create_profile(&client, "west").await;
+    let mut other = StatusWriter::new(
+        client.clone(),
+        WriterOptions {
+            min_interval: Duration::ZERO,
+            sync_refresh: Duration::from_secs(300),
+        },
+    );
+    other.submit_cluster(west, status_at(500, true, 1));
+    assert_eq!(other.flush(Instant::now()).await.written, 1);
+    // This replica leads and runs `east` only (not published yet).
+    let state = FleetState::new();
+    state.set_leader(true);
+    state.update(&format!("{NS}/east"), |s| s.phase = Phase::Engaged);
+    let stop = CancellationToken::new();
+    let view = |sharded: bool| {
+        let v = FleetHubView::new(
+            state.clone(),
+            InventorySynced::default(),
+            LeaderInfo::default(),
+        )
+        .with_published(PublishedStatus::watch(client.clone(), stop.clone()));
+        if sharded { v.sharded() } else { v }
+    };
+    let sharded = view(true);
+    let names = |items: Vec<serde_json::Value>| -> Vec<String> {
+        items
+            .iter()
+            .filter_map(|i| i["cluster"].as_str().map(str::to_string))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while names(sharded.clusters()).is_empty() {
+        assert!(Instant::now() < deadline, "the published statuses never synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(names(sharded.clusters()), [format!("{NS}/west")]);
+    assert!(sharded.cluster(NS, "west").is_some());
+    assert!(
+        sharded.cluster(NS, "east").is_none(),
+        "answered from the replica's own state"
+    );
+    // Leader mode: the leader answers from its own state.
+    let leader = view(false);
+    assert_eq!(names(leader.clusters()), [format!("{NS}/east")]);
+    stop.cancel();
+}
