@@ -667,7 +667,10 @@ async fn in_sharded_mode_the_api_answers_from_the_published_statuses() {
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     while names(sharded.clusters()).is_empty() {
-        assert!(Instant::now() < deadline, "the published statuses never synced");
+        assert!(
+            Instant::now() < deadline,
+            "the published statuses never synced"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(names(sharded.clusters()), [format!("{NS}/west")]);

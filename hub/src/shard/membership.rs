@@ -452,4 +452,184 @@ mod tests {
         assert_eq!(replica_identity(&lease(&lease_name(b), None)), None);
         assert_eq!(replica_identity(&lease(&lease_name(b), Some(""))), None);
     }
+
+    fn opts(identity: &str) -> MembershipOptions {
+        MembershipOptions {
+            namespace: "kleym".into(),
+            identity: identity.into(),
+            weight: 10,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    async fn hub() -> (kubesim::Kubesim, kubesim::ClusterHandle, kube::Client) {
+        let sim = kubesim::Kubesim::start(&["hub"], kubesim::KubesimOptions::default())
+            .await
+            .unwrap();
+        let hub = sim.cluster("hub").unwrap();
+        let client = hub.in_process_client();
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "kleym"}})).unwrap();
+        Api::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        (sim, hub, client)
+    }
+
+    /// A supervisor that has nothing to stop: it confirms every view at once.
+    fn confirm_every_view(h: &ShardHandle) {
+        let (mut rx, tx) = (h.ownership.clone(), h.released.clone());
+        tokio::spawn(async move {
+            loop {
+                let hash = rx.borrow_and_update().view_hash();
+                if hash.is_some() {
+                    tx.send_replace(hash);
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    fn view_of(lease: &Lease) -> Option<String> {
+        lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(VIEW_ANNOTATION).cloned())
+    }
+
+    fn alone(o: &Ownership) -> bool {
+        o.is_ready()
+            && matches!(o, Ownership::Shard(s) if s.view.as_ref().is_some_and(|v| v.members().len() == 1))
+    }
+
+    /// A joining replica takes nothing until the other announced the joint view, and a
+    /// replica stopping cleanly deletes its Lease, so the other is alone at once.
+    /// Virtual time: the in-process client keeps every wait on tokio's paused clock.
+    #[tokio::test(start_paused = true)]
+    async fn a_view_is_ready_only_once_every_member_announced_it() {
+        let (_sim, _hub, client) = hub().await;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kleym");
+        let stop_a = CancellationToken::new();
+        let a = spawn(
+            client.clone(),
+            opts("a"),
+            ShardMetrics::default(),
+            stop_a.clone(),
+        );
+        confirm_every_view(&a);
+        let mut rx_a = a.ownership.clone();
+        tokio::time::timeout(Duration::from_secs(60), rx_a.wait_for(|o| o.is_ready()))
+            .await
+            .expect("a alone is ready")
+            .unwrap();
+        let stop_b = CancellationToken::new();
+        let b = spawn(
+            client.clone(),
+            opts("b"),
+            ShardMetrics::default(),
+            stop_b.clone(),
+        );
+        confirm_every_view(&b);
+        let mut rx_b = b.ownership.clone();
+        let joint = tokio::time::timeout(Duration::from_secs(60), rx_b.wait_for(|o| o.is_ready()))
+            .await
+            .expect("b ready")
+            .unwrap()
+            .clone();
+        let hash = joint.view_hash().unwrap();
+        let Ownership::Shard(shard) = &joint else {
+            panic!("sharded")
+        };
+        let members: Vec<&str> = shard
+            .view
+            .as_ref()
+            .unwrap()
+            .members()
+            .iter()
+            .map(|m| m.identity.as_str())
+            .collect();
+        assert_eq!(members, ["a", "b"]);
+        // When b is ready, a has announced the joint view already.
+        let a_lease = leases.get(&lease_name("a")).await.unwrap();
+        assert_eq!(view_of(&a_lease).as_deref(), Some(hash.as_str()));
+        let b_lease = leases.get(&lease_name("b")).await.unwrap();
+        assert_eq!(view_of(&b_lease).as_deref(), Some(hash.as_str()));
+        assert_eq!(
+            b_lease
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .get(REPLICA_LABEL)
+                .map(String::as_str),
+            Some("true")
+        );
+        // b stops: its Lease goes, a is alone again without waiting for it to expire.
+        let stopped_at = Instant::now();
+        stop_b.cancel();
+        b.task.await.unwrap();
+        assert!(leases.get_opt(&lease_name("b")).await.unwrap().is_none());
+        tokio::time::timeout(Duration::from_secs(60), rx_a.wait_for(alone))
+            .await
+            .expect("a alone again")
+            .unwrap();
+        assert!(
+            stopped_at.elapsed() < Duration::from_secs(15),
+            "a waited for b's Lease to expire: {:?}",
+            stopped_at.elapsed()
+        );
+        stop_a.cancel();
+        a.task.await.unwrap();
+    }
+
+    /// A replica whose hub cluster stops answering owns nothing any more no later than its
+    /// renew deadline after its last successful renewal (so before the others, who wait
+    /// the whole lease duration after they saw that renewal, take over).
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_that_cannot_renew_owns_nothing_by_its_renew_deadline() {
+        let (_sim, hub, client) = hub().await;
+        let stop = CancellationToken::new();
+        let o = opts("a");
+        let a = spawn(
+            client.clone(),
+            o.clone(),
+            ShardMetrics::default(),
+            stop.clone(),
+        );
+        confirm_every_view(&a);
+        let mut rx = a.ownership.clone();
+        tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|o| o.is_ready()))
+            .await
+            .expect("ready")
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        hub.faults().set_blackhole(true);
+        let path = format!("/leases/{}", lease_name("a"));
+        let renewals: Vec<_> = hub
+            .requests()
+            .entries()
+            .into_iter()
+            .filter(|r| r.path.ends_with(&path) && r.method == "PUT")
+            .collect();
+        assert!(renewals.len() >= 2, "renewed: {renewals:?}");
+        let last = renewals.last().unwrap().at;
+        rx.wait_for(|o| !o.is_ready() && o.view_hash().is_none())
+            .await
+            .unwrap();
+        let owned_for = Instant::now().duration_since(last);
+        assert!(
+            owned_for <= o.renew_deadline,
+            "still owning {owned_for:?} after the last renewal (renew deadline {:?})",
+            o.renew_deadline
+        );
+        stop.cancel();
+        a.task.abort();
+        hub.faults().set_blackhole(false);
+    }
 }
