@@ -52,8 +52,6 @@ struct Live {
     /// Stops it at once (see the module's "Fencing").
     halt: CancellationToken,
     removal: bool,
-    /// The spoke's ownership key when the task was spawned.
-    key: String,
 }
 
 /// The supervisor's side of sharded mode: the ownership membership publishes, and where
@@ -281,6 +279,7 @@ impl Loop {
                 for name in gone {
                     self.deleted(&name);
                 }
+                self.refresh_owned();
             }
         }
     }
@@ -736,7 +735,6 @@ impl Loop {
         self.seq += 1;
         let seq = self.seq;
         let abort = self.tasks.spawn(task);
-        let key = self.key(name);
         self.live.insert(
             abort.id(),
             Live {
@@ -744,7 +742,6 @@ impl Loop {
                 seq,
                 halt,
                 removal,
-                key,
             },
         );
         self.slots.entry(name.to_string()).or_default().tail = Some(Tail {
@@ -825,16 +822,9 @@ impl Loop {
                 gained += 1;
             }
         }
-        let owned = self
-            .slots
-            .iter()
-            .filter(|(n, s)| s.profile.is_some() && self.ownership.owns(&self.key(n)))
-            .count();
+        let owned = self.refresh_owned();
         let ready = self.ownership.is_ready();
         if let Some(sh) = self.shard.as_mut() {
-            sh.metrics
-                .owned
-                .set(i64::try_from(owned).unwrap_or(i64::MAX));
             sh.metrics.handed_over(true, gained);
             if ready && let Some(since) = sh.view_since.take() {
                 sh.metrics.takeover.observe(since.elapsed().as_secs_f64());
@@ -850,6 +840,23 @@ impl Loop {
         self.confirm_release();
     }
 
+    /// Sharded mode: counts the listed spokes this replica owns under its view (the
+    /// `kleym_hub_shard_spokes_owned` gauge) and returns the count.
+    fn refresh_owned(&self) -> usize {
+        let Some(sh) = &self.shard else {
+            return 0;
+        };
+        let owned = self
+            .slots
+            .iter()
+            .filter(|(n, s)| s.profile.is_some() && self.ownership.owns(&self.key(n)))
+            .count();
+        sh.metrics
+            .owned
+            .set(i64::try_from(owned).unwrap_or(i64::MAX));
+        owned
+    }
+
     /// Sharded mode: once no task of a spoke the current view gives to another replica is
     /// left, tell membership (which then announces the view in this replica's Lease).
     fn confirm_release(&self) {
@@ -862,7 +869,13 @@ impl Loop {
         if sh.released.borrow().as_deref() == Some(hash.as_str()) {
             return;
         }
-        if self.live.values().all(|t| self.ownership.owns(&t.key)) {
+        // The spoke's key now (a profile whose member id changed is released under its
+        // new key, so its old one must not hold the announcement back).
+        if self
+            .live
+            .values()
+            .all(|t| self.ownership.owns(&self.key(&t.name)))
+        {
             tracing::debug!(view = %hash, "released every spoke not owned under the view");
             sh.released.send_replace(Some(hash));
         }
@@ -1298,6 +1311,94 @@ mod tests {
         ));
         let sup = Supervisor::new(opts, providers, cache, FleetState::new(), hub.client());
         Loop::new(sup, leading)
+    }
+
+    /// A sharded loop (this replica is `a`) and the receiver of its release announcements.
+    fn sharded_loop(hub: &Hub) -> (Loop, watch::Receiver<Option<String>>) {
+        let providers = Arc::new(ProviderSet::load(None, &["p=/bin/false".to_string()]).unwrap());
+        let cache = Arc::new(CredentialCache::new(
+            CacheOptions::default(),
+            CredentialMetrics::default(),
+        ));
+        let (_own_tx, own_rx) = watch::channel(Ownership::none("a"));
+        let (rel_tx, rel_rx) = watch::channel(None);
+        let sup = Supervisor::new(
+            FleetOptions::default(),
+            providers,
+            cache,
+            FleetState::new(),
+            hub.client(),
+        )
+        .with_shards(ShardLink {
+            ownership: own_rx,
+            released: rel_tx,
+            metrics: ShardMetrics::default(),
+        });
+        (Loop::new(sup, false), rel_rx)
+    }
+
+    /// Ownership of `a` under a view of `members`, ready or not.
+    fn owned_by(members: &[&str], ready: bool) -> Ownership {
+        use crate::shard::view::{Shard, View};
+        Ownership::Shard(Shard {
+            me: "a".into(),
+            view: Some(View::new(
+                members.iter().map(|m| crate::shard::Member::new(*m, 10)),
+            )),
+            ready,
+        })
+    }
+
+    /// Sharded mode: a spoke is taken only once the view is ready; when another replica
+    /// owns it, its engagement is halted, no removal runs, and the view is announced only
+    /// after the task ended.
+    #[tokio::test]
+    async fn a_released_spoke_is_announced_only_after_its_task_ended() {
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
+        let (mut lp, released) = sharded_loop(&hub);
+        lp.on_event(profile_with(
+            hub.watched().await,
+            "2026-01-01T00:00:00Z",
+            "a.example",
+            "p",
+        ));
+        // Alone but not settled: nothing is taken; the view is announced at once.
+        lp.on_ownership(owned_by(&["a"], false));
+        assert!(lp.slots["fleet/c1"].running().is_none());
+        assert_eq!(
+            lp.shared.state.get("fleet/c1").unwrap().phase,
+            Phase::Standby
+        );
+        let alone = owned_by(&["a"], false).view_hash();
+        assert_eq!(*released.borrow(), alone);
+        lp.on_ownership(owned_by(&["a"], true));
+        assert!(lp.slots["fleet/c1"].running().is_some(), "taken once ready");
+        // A replica `b` that wins `fleet/c1` joins (found by name: the hash is stable).
+        let b = (0..1000)
+            .map(|i| format!("b{i}"))
+            .find(|b| owned_by(&["a", b], false).owner_of("fleet/c1") == Some(b.as_str()))
+            .unwrap();
+        let joint = owned_by(&["a", &b], false);
+        lp.on_ownership(joint.clone());
+        assert!(lp.slots["fleet/c1"].running().is_none());
+        assert!(
+            lp.live.values().all(|t| t.halt.is_cancelled()),
+            "halted at once"
+        );
+        assert_eq!(
+            *released.borrow(),
+            alone,
+            "announced while its task still ran"
+        );
+        hub.cluster.requests().clear();
+        join_all(&mut lp).await;
+        assert_eq!(*released.borrow(), joint.view_hash());
+        assert_eq!(
+            lp.shared.state.get("fleet/c1").unwrap().phase,
+            Phase::Standby
+        );
+        // Released, not removed: nothing reached the hub (no finalizer released).
+        assert_eq!(hub.patches(), 0);
     }
 
     /// A profile `fleet/<name>` offering provider `p` with `audience` in its exec extension.
