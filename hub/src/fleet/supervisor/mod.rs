@@ -19,7 +19,7 @@
 
 mod slot;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -204,6 +204,8 @@ struct ShardSide {
     metrics: ShardMetrics,
     /// When the current view was first seen, until the spokes gained under it were taken.
     view_since: Option<tokio::time::Instant>,
+    /// The tasks the announcement of the current view waits for (see `confirm_release`).
+    waiting: HashSet<Id>,
 }
 
 impl Loop {
@@ -213,6 +215,7 @@ impl Loop {
             released: l.released,
             metrics: l.metrics,
             view_since: None,
+            waiting: HashSet::new(),
         });
         let ownership = match &shard {
             Some(_) => Ownership::none(String::new()),
@@ -770,7 +773,7 @@ impl Loop {
             None => Action::Forget,
         };
         self.apply(&t.name, action);
-        self.confirm_release();
+        self.confirm_release(Some(id));
     }
 
     /// A spoke's ownership key (its listed profile's member id, else its name).
@@ -837,7 +840,7 @@ impl Loop {
             gained,
             "shard ownership changed"
         );
-        self.confirm_release();
+        self.confirm_release(None);
     }
 
     /// Sharded mode: counts the listed spokes this replica owns under its view (the
@@ -859,26 +862,41 @@ impl Loop {
 
     /// Sharded mode: once no task of a spoke the current view gives to another replica is
     /// left, tell membership (which then announces the view in this replica's Lease).
-    fn confirm_release(&self) {
-        let Some(sh) = &self.shard else {
+    /// `ended`: the task that just ended. The live tasks are scanned only when nothing is
+    /// known to be waited for (once per view, and when the tasks waited for have ended), so
+    /// a large hand-over costs one scan, not one per task.
+    fn confirm_release(&mut self, ended: Option<Id>) {
+        let Some(hash) = self.ownership.view_hash() else {
             return;
         };
-        let Some(hash) = self.ownership.view_hash() else {
+        let Some(sh) = self.shard.as_mut() else {
             return;
         };
         if sh.released.borrow().as_deref() == Some(hash.as_str()) {
             return;
         }
+        if let Some(id) = ended {
+            sh.waiting.remove(&id);
+            if !sh.waiting.is_empty() {
+                return;
+            }
+        }
         // The spoke's key now (a profile whose member id changed is released under its
         // new key, so its old one must not hold the announcement back).
-        if self
+        let waiting: HashSet<Id> = self
             .live
-            .values()
-            .all(|t| self.ownership.owns(&self.key(&t.name)))
-        {
+            .iter()
+            .filter(|(_, t)| !self.ownership.owns(&self.key(&t.name)))
+            .map(|(id, _)| *id)
+            .collect();
+        let Some(sh) = self.shard.as_mut() else {
+            return;
+        };
+        if waiting.is_empty() {
             tracing::debug!(view = %hash, "released every spoke not owned under the view");
             sh.released.send_replace(Some(hash));
         }
+        sh.waiting = waiting;
     }
 
     /// Forgets a spoke (published state, credentials, remembered spec) once nothing refers
