@@ -48,16 +48,30 @@ impl Replica {
 
 /// A sharded replica with hub credentials of its own (so they can be revoked on their
 /// own) and a plugin handing every spoke the token of its own recorder.
-async fn start_replica(f: &FleetHarness, name: &str, spoke_token: &str, weight: u32) -> Replica {
+/// With `hub_recorder`, its token is the replica's hub credential (so its hub requests can
+/// be held).
+async fn start_replica(
+    f: &FleetHarness,
+    name: &str,
+    spoke_token: &str,
+    weight: u32,
+    hub_recorder: Option<&RecordingAuthenticator>,
+) -> Replica {
     let user = format!("replica-{name}");
-    let hub_token = format!("tok-hub-{user}-0123456789");
-    f.hub.add_static_token(
-        &hub_token,
-        kubesim_auth::UserInfo {
-            username: user.clone(),
-            ..Default::default()
-        },
-    );
+    let hub_token = match hub_recorder {
+        Some(r) => r.token().to_string(),
+        None => {
+            let t = format!("tok-hub-{user}-0123456789");
+            f.hub.add_static_token(
+                &t,
+                kubesim_auth::UserInfo {
+                    username: user.clone(),
+                    ..Default::default()
+                },
+            );
+            t
+        }
+    };
     grant_admin(&f.hub, &user).unwrap();
     let plugin = static_token_plugin(&f.dir, &format!("{name}.sh"), spoke_token, None).unwrap();
     let pf = f.dir.join(format!("{name}.json"));
@@ -282,17 +296,23 @@ async fn sharded_replicas_engage_each_spoke_once_and_hand_over_without_overlap()
 
     // a alone engages every spoke. Its weight is half the others': once they join, it
     // keeps all six with a probability of 1/5^6, so spokes change hands.
-    let mut replicas = vec![Some(start_replica(&f, REPLICAS[0], &tokens[0], 5).await)];
+    let a_hub = RecordingAuthenticator::install(&f.hub, "replica-a-hub");
+    let mut replicas = vec![Some(
+        start_replica(&f, REPLICAS[0], &tokens[0], 5, Some(&a_hub)).await,
+    )];
     let alone = one_owner_each(&states(&replicas), "a engages every spoke").await;
     assert!(alone.values().all(|i| *i == 0));
     all_converged(&f, 1, "binding 0").await;
     // From now on a's requests are held at every spoke, so some are in flight whenever
-    // it hands a spoke over.
+    // it hands a spoke over, and its requests to the hub cluster are slowed down, so it
+    // sees new views late (its rounds stay within its renew deadline): a replica that took
+    // a spoke before a announced letting it go would overlap a for a while.
     for per in &recorders {
         per[0].set_delay(Duration::from_millis(1500));
     }
+    a_hub.set_delay(Duration::from_millis(250));
     for (i, r) in REPLICAS.iter().enumerate().skip(1) {
-        replicas.push(Some(start_replica(&f, r, &tokens[i], 10).await));
+        replicas.push(Some(start_replica(&f, r, &tokens[i], 10, None).await));
     }
     // Kept after a replica stops, for the engagement counts.
     let all_states: Vec<FleetState> = states(&replicas).into_iter().flatten().collect();
@@ -303,6 +323,7 @@ async fn sharded_replicas_engage_each_spoke_once_and_hand_over_without_overlap()
     for per in &recorders {
         per[0].set_delay(Duration::ZERO);
     }
+    a_hub.set_delay(Duration::ZERO);
     assert!(
         owners.values().any(|i| *i != 0),
         "no spoke changed hands: {owners:?}"
