@@ -175,7 +175,7 @@ fn assert_no_overlap(recorders: &[Vec<Arc<RecordingAuthenticator>>], states: &[F
         let engagements: u64 = states
             .iter()
             .filter_map(|st| st.get(&format!("fleet/{s}")))
-            .map(|x| u64::from(x.engagements))
+            .map(|x| x.engagements)
             .sum();
         let mut arrivals: Vec<(Time, usize)> = per_replica
             .iter()
