@@ -548,3 +548,140 @@ async fn a_profile_recreated_under_its_name_gets_its_status_back_before_the_resy
     stop.cancel();
     status_loop.await.unwrap();
 }
+
+/// Sharded mode: a `ClusterIdentityStatus` is written only while the cluster fence says
+/// this replica owns its spoke, asked right before each write; one it does not own is
+/// dropped from the writer and the flush goes on with the others (nothing is deleted:
+/// another replica's object stays as it wrote it). The report follows its own fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_sharded_mode_only_owned_cluster_statuses_are_written() {
+    use std::sync::Arc;
+
+    let (_sim, hub, client) = start().await;
+    let mut profiles = Vec::new();
+    for name in ["east", "west", "north"] {
+        profiles.push(create_profile(&client, name).await);
+    }
+    // Another replica owns `west` and wrote its status already.
+    let mut other = StatusWriter::new(
+        client.clone(),
+        WriterOptions {
+            min_interval: Duration::ZERO,
+            sync_refresh: Duration::from_secs(300),
+        },
+    );
+    other.submit_cluster(profiles[1].clone(), status_at(500, false, 1));
+    assert_eq!(other.flush(Instant::now()).await.written, 1);
+    let theirs = cis(&client, "west").await.unwrap();
+
+    let mut writer = StatusWriter::new(
+        client.clone(),
+        WriterOptions {
+            min_interval: Duration::ZERO,
+            sync_refresh: Duration::from_secs(300),
+        },
+    )
+    .with_cluster_fence(Arc::new(|_ns: &str, name: &str| name != "west"))
+    .with_report_fence(Arc::new(|| false));
+    for p in &profiles {
+        writer.submit_cluster(p.clone(), status_at(1_000, true, 2));
+    }
+    writer.submit_report(bound_report(
+        &FullReport::build(
+            &[spoke(1_000, true, 2)],
+            Utc.timestamp_opt(1_000, 0).unwrap(),
+        )
+        .summary,
+        &Caps::default(),
+    ));
+    let stats = writer.flush(Instant::now()).await;
+    assert_eq!((stats.written, stats.failed), (2, 0), "{stats:?}");
+    assert!(stats.fenced, "the report's fence said no: {stats:?}");
+    assert_eq!(written_statuses(&hub), 3);
+    let west = cis(&client, "west").await.unwrap();
+    assert_eq!(
+        rv(&west),
+        rv(&theirs),
+        "the other replica's status was rewritten"
+    );
+    assert!(cis(&client, "east").await.unwrap().status.is_some());
+    // Dropped: no longer tracked, so no later flush writes it either.
+    let tracked: Vec<String> = writer
+        .tracked_clusters()
+        .into_iter()
+        .map(|p| p.name)
+        .collect();
+    assert!(!tracked.contains(&"west".to_string()), "{tracked:?}");
+    assert!(
+        Api::<FleetIdentityReport>::all(client.clone())
+            .get_opt(FLEET_REPORT_NAME)
+            .await
+            .unwrap()
+            .is_none(),
+        "the report was written by a replica that does not lead"
+    );
+}
+
+/// Sharded mode: `/v1/clusters` answers on every replica, the leader too, from the published
+/// `ClusterIdentityStatus` objects (fleet-wide: other replicas' spokes included), never
+/// from the replica's own share; in leader mode the leader answers from its own state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_sharded_mode_the_api_answers_from_the_published_statuses() {
+    use kleym_hub::fleet::{FleetState, Phase};
+    use kleym_hub::http::HubView;
+    use kleym_hub::inventory::InventorySynced;
+    use kleym_hub::runtime::{FleetHubView, LeaderInfo, PublishedStatus};
+    use kleym_spoke::reconciler::CancellationToken;
+
+    let (_sim, _hub, client) = start().await;
+    // Another replica's spoke, published.
+    let west = create_profile(&client, "west").await;
+    let mut other = StatusWriter::new(
+        client.clone(),
+        WriterOptions {
+            min_interval: Duration::ZERO,
+            sync_refresh: Duration::from_secs(300),
+        },
+    );
+    other.submit_cluster(west, status_at(500, true, 1));
+    assert_eq!(other.flush(Instant::now()).await.written, 1);
+    // This replica leads and runs `east` only (not published yet).
+    let state = FleetState::new();
+    state.set_leader(true);
+    state.update(&format!("{NS}/east"), |s| s.phase = Phase::Engaged);
+    let stop = CancellationToken::new();
+    let view = |sharded: bool| {
+        let v = FleetHubView::new(
+            state.clone(),
+            InventorySynced::default(),
+            LeaderInfo::default(),
+        )
+        .with_published(PublishedStatus::watch(client.clone(), stop.clone()));
+        if sharded { v.sharded() } else { v }
+    };
+    let sharded = view(true);
+    let names = |items: Vec<serde_json::Value>| -> Vec<String> {
+        items
+            .iter()
+            .filter_map(|i| i["cluster"].as_str().map(str::to_string))
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while names(sharded.clusters()).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the published statuses never synced"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(names(sharded.clusters()), [format!("{NS}/west")]);
+    assert!(sharded.cluster(NS, "west").is_some());
+    assert!(
+        sharded.cluster(NS, "east").is_none(),
+        "answered from the replica's own state"
+    );
+    // Leader mode: the leader answers from its own state.
+    let leader = view(false);
+    assert_eq!(names(leader.clusters()), [format!("{NS}/east")]);
+    stop.cancel();
+}

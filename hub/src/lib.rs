@@ -18,4 +18,5 @@ pub mod leader;
 pub mod observe;
 pub mod report;
 pub mod runtime;
+pub mod shard;
 pub mod status;

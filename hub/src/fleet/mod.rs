@@ -37,4 +37,4 @@ pub use profile_finalizer::{PROFILE_FINALIZER, has_profile_finalizer};
 pub use removal::{LeftBinding, RemovalError, RemovalPolicy, RemovalReport, apply_removal};
 pub use spoke_metrics::{SpokeMetricsCollector, SpokeMetricsMap};
 pub use state::{ErrorCategory, FleetState, Phase, RemovalLabels, SpokeError, SpokeState};
-pub use supervisor::Supervisor;
+pub use supervisor::{ShardLink, Supervisor};

@@ -170,6 +170,8 @@ struct Inner {
     spokes: DashMap<String, SpokeState>,
     changed: watch::Sender<u64>,
     leading: AtomicBool,
+    /// Sharded mode: each replica runs, and reports, the spokes it owns.
+    sharded: AtomicBool,
     spoke_metrics: SpokeMetricsMap,
     /// Seconds from the start of an engagement attempt to `Engaged` (client, preflight,
     /// initial cache sync): the `kleym_hub_spoke_engage_duration_seconds` histogram. Kept
@@ -221,6 +223,7 @@ impl FleetState {
                 spokes: DashMap::new(),
                 changed: watch::channel(0).0,
                 leading: AtomicBool::new(false),
+                sharded: AtomicBool::new(false),
                 spoke_metrics: SpokeMetricsMap::default(),
                 // 50 ms .. ~7 min: a cold engagement of a large spoke can take minutes.
                 engage_duration: prometheus_client::metrics::histogram::Histogram::new(
@@ -301,6 +304,30 @@ impl FleetState {
                 outcome: outcome.to_string(),
             })
             .get()
+    }
+
+    /// Whether the supervisor runs in sharded mode (then spokes this replica does not own
+    /// are published as `Standby`, and only the others are its to report).
+    pub fn is_sharded(&self) -> bool {
+        self.inner.sharded.load(Ordering::Acquire)
+    }
+
+    /// Records sharded mode (supervisor only).
+    pub fn set_sharded(&self, sharded: bool) {
+        self.inner.sharded.store(sharded, Ordering::Release);
+    }
+
+    /// Whether this replica may write the spoke's `ClusterIdentityStatus` now: in leader
+    /// mode while leading; in sharded mode while it handles the spoke (published, and not
+    /// `Standby`: a spoke another replica owns, or one not taken yet, is `Standby` here).
+    pub fn may_report(&self, name: &str) -> bool {
+        if !self.is_sharded() {
+            return self.is_leader();
+        }
+        self.inner
+            .spokes
+            .get(name)
+            .is_some_and(|s| s.phase != Phase::Standby)
     }
 
     /// Records leadership (supervisor only).

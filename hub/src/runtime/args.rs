@@ -21,6 +21,17 @@ use crate::http::ApiArgs;
 use crate::inventory::{InventoryOptions, VersionPolicy, WatchOptions};
 use crate::leader::{self, LeaderOptions};
 use crate::observe::logging::LogFormat;
+use crate::shard::MembershipOptions;
+
+/// How hub replicas share the fleet (`--shard-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ShardMode {
+    /// One replica (the leader Lease holder) engages every spoke.
+    #[default]
+    Leader,
+    /// Every replica engages its share of the spokes.
+    Sharded,
+}
 
 /// Arguments of `kleym hub`.
 #[derive(Debug, Clone, clap::Args)]
@@ -115,6 +126,28 @@ pub struct HubArgs {
     /// Lease duration in seconds (renew deadline is 2/3 of it, retry period 2/15).
     #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=3600))]
     pub lease_duration_seconds: u64,
+
+    /// How replicas share the fleet. `leader`: the replica holding the leader Lease engages
+    /// every spoke, the others stand by (the default; right for small fleets). `sharded`:
+    /// every replica holds a Lease of its own (`kleym-hub-replica-*`, in the leader Lease's
+    /// namespace) and engages the share of the spokes that weighted rendezvous hashing over
+    /// the live replicas gives it; a spoke changes hands only after its old owner stopped
+    /// it. Implies `--leader-elect` (the leader still writes the fleet report, rotates
+    /// issuer keys and removes orphaned status objects). The Lease timings are
+    /// `--lease-duration-seconds`'.
+    #[arg(
+        long,
+        value_enum,
+        default_value = "leader",
+        value_name = "leader|sharded"
+    )]
+    pub shard_mode: ShardMode,
+
+    /// This replica's weight in `--shard-mode sharded` (1..=100): its expected share of the
+    /// spokes is its weight over the sum of the live replicas' weights. Ignored in leader
+    /// mode.
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub shard_weight: u32,
 
     /// Address serving `/healthz`, `/readyz` and `/metrics` over plain HTTP (for probes and
     /// scrapers; no `/v1`). The same three paths and the authenticated `/v1/*` are also
@@ -310,6 +343,27 @@ impl HubArgs {
     }
 }
 
+impl HubArgs {
+    /// Whether leader election runs: `--leader-elect`, always in sharded mode (the
+    /// singleton work needs exactly one leader among replicas that all run).
+    pub fn leader_elect(&self) -> bool {
+        self.leader_elect || self.shard_mode == ShardMode::Sharded
+    }
+
+    /// In sharded mode, the membership settings for a replica of identity `identity` (the
+    /// leader election's, so one name shows in both Leases); `None` in leader mode.
+    pub fn shard_options(&self, leader: &LeaderOptions) -> Option<MembershipOptions> {
+        (self.shard_mode == ShardMode::Sharded).then(|| MembershipOptions {
+            namespace: leader.namespace.clone(),
+            identity: leader.identity.clone(),
+            weight: self.shard_weight,
+            lease_duration: leader.lease_duration,
+            renew_deadline: leader.renew_deadline,
+            retry_period: leader.retry_period,
+        })
+    }
+}
+
 /// The hub cluster's client from `--kubeconfig`/`--context`, else the usual inference.
 pub async fn hub_client(args: &HubArgs) -> anyhow::Result<kube::Client> {
     crate::kubeconfig::client_with_limit(
@@ -384,6 +438,44 @@ mod tests {
             }
         );
         assert_eq!(w.args.access.provider_set().unwrap().providers().len(), 1);
+    }
+
+    #[test]
+    fn shard_mode_defaults_to_leader_and_sharded_implies_leader_election() {
+        let w = Wrapper::try_parse_from(["kleym"]).unwrap();
+        assert_eq!(w.args.shard_mode, ShardMode::Leader);
+        assert_eq!(w.args.shard_weight, 10);
+        let lo = w.args.leader_options();
+        assert_eq!(w.args.shard_options(&lo), None);
+        let w = Wrapper::try_parse_from([
+            "kleym",
+            "--shard-mode",
+            "sharded",
+            "--shard-weight",
+            "30",
+            "--leader-elect=false",
+            "--namespace",
+            "kleym-system",
+        ])
+        .unwrap();
+        assert!(w.args.leader_elect(), "sharded mode elects a leader");
+        let lo = w.args.leader_options();
+        let so = w.args.shard_options(&lo).unwrap();
+        assert_eq!(
+            (so.weight, so.namespace.as_str(), so.identity == lo.identity),
+            (30, "kleym-system", true)
+        );
+        assert_eq!(so.renew_deadline, lo.renew_deadline);
+        for bad in ["0", "101", "x"] {
+            let e = Wrapper::try_parse_from(["kleym", "--shard-weight", bad])
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains("--shard-weight"), "{e}");
+        }
+        let e = Wrapper::try_parse_from(["kleym", "--shard-mode", "both"])
+            .expect_err("unknown mode")
+            .to_string();
+        assert!(e.contains("--shard-mode"), "{e}");
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod run;
 pub mod start;
 pub mod view;
 
-pub use args::{HubArgs, hub_client};
+pub use args::{HubArgs, ShardMode, hub_client};
 pub use published::PublishedStatus;
 pub use routers::{
     api_router, health_router, probe_router, ready_check, ready_check_with_issuer, serve_health,

@@ -83,7 +83,8 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         api_addr = ?api_listener.as_ref().map(|_| args.api.api_addr),
         listening = ?bound,
         api_auth_mode = ?args.api.auth_mode(),
-        leader_elect = args.leader_elect,
+        leader_elect = args.leader_elect(),
+        shard_mode = ?args.shard_mode,
         "kleym hub starting"
     );
     let health = health.serve(

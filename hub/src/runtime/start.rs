@@ -14,10 +14,13 @@ use prometheus_client::registry::Registry;
 use super::args::HubArgs;
 use super::view::{FleetCollector, FleetHubView, LeaderInfo, observe_lease};
 use crate::credentials::{CredentialCache, CredentialMetrics};
-use crate::fleet::{FleetMetrics, FleetOptions, FleetState, SpokeMetricsCollector, Supervisor};
+use crate::fleet::{
+    FleetMetrics, FleetOptions, FleetState, ShardLink, SpokeMetricsCollector, Supervisor,
+};
 use crate::http::ApiMetrics;
 use crate::inventory::{InventoryEvent, InventorySynced, InventoryVersion, watch};
 use crate::leader;
+use crate::shard::ShardMetrics;
 use crate::status::{StatusLoopOptions, StatusMetrics, run_status_loop};
 
 /// What [`start_hub_with`] runs besides the supervisor.
@@ -79,6 +82,11 @@ pub fn start_hub_with(
     let mut registry = Registry::default();
     let cred_metrics = CredentialMetrics::register(&mut registry);
     let fleet_metrics = FleetMetrics::register(&mut registry);
+    let leader_opts = args.leader_options();
+    let shard_opts = args.shard_options(&leader_opts);
+    let shard_metrics = shard_opts
+        .as_ref()
+        .map(|_| ShardMetrics::register(&mut registry));
     let api_metrics = ApiMetrics::register(&mut registry);
     let status_metrics = StatusMetrics::register(&mut registry);
     let issuer_metrics = if args.issuer.issuer_url.is_some() {
@@ -92,7 +100,7 @@ pub fn start_hub_with(
     // One handle: the inventory watch sets the version it reads, the finalizer writes,
     // ownerReferences and `/readyz` follow it.
     let inventory_version = InventoryVersion::default();
-    let supervisor = Supervisor::new(
+    let mut supervisor = Supervisor::new(
         FleetOptions {
             profile_version: inventory_version.clone(),
             svid_policy: Arc::new(
@@ -107,12 +115,33 @@ pub fn start_hub_with(
         state.clone(),
         client.clone(),
     );
+    // Sharded mode: membership runs until the supervisor stopped every spoke (its own
+    // token, cancelled after `supervisor.run` returned), then deletes this replica's
+    // Lease so the others take its spokes over at once.
+    let membership_stop = CancellationToken::new();
+    let membership = match (shard_opts, shard_metrics) {
+        (Some(opts), Some(metrics)) => {
+            let h = crate::shard::spawn(
+                client.clone(),
+                opts,
+                metrics.clone(),
+                membership_stop.clone(),
+            );
+            supervisor = supervisor.with_shards(ShardLink {
+                ownership: h.ownership.clone(),
+                released: h.released.clone(),
+                metrics,
+            });
+            Some(h)
+        }
+        _ => None,
+    };
     registry.register_collector(Box::new(FleetCollector::new(state.clone())));
     registry.register_collector(Box::new(SpokeMetricsCollector::new(
         state.spoke_metrics().clone(),
     )));
-    let (leader_rx, election, leader_info) = if args.leader_elect {
-        let opts = args.leader_options();
+    let (leader_rx, election, leader_info) = if args.leader_elect() {
+        let opts = leader_opts;
         let info = LeaderInfo::default();
         // The election only says whether *we* lead; followers also need the holder's name
         // (named in their 503) and `/readyz` needs to know leadership is settled.
@@ -132,7 +161,10 @@ pub fn start_hub_with(
     let inventory_synced = InventorySynced::default();
     let mut view = FleetHubView::new(state.clone(), inventory_synced.clone(), leader_info)
         .with_inventory_version(inventory_version.clone());
-    if args.leader_elect && args.api.serves() {
+    if membership.is_some() {
+        view = view.sharded();
+    }
+    if args.leader_elect() && args.api.serves() {
         // Followers answer `/v1/*` from the published status objects, watched here (a
         // replica that leads now may follow later). Without the API nothing reads them.
         view = view.with_published(super::published::PublishedStatus::watch(
@@ -164,6 +196,11 @@ pub fn start_hub_with(
     tokio::spawn(fleet_metrics.follow(state.clone(), Duration::from_millis(500)));
     let task = tokio::spawn(async move {
         supervisor.run(events, leader_rx, shutdown).await;
+        // Every spoke task has stopped: only now may this replica's Lease go.
+        membership_stop.cancel();
+        if let Some(m) = membership {
+            let _ = m.task.await;
+        }
         if let Some(h) = status {
             let _ = h.await;
         }

@@ -119,6 +119,9 @@ pub struct FleetHubView {
     published: Option<PublishedStatus>,
     published_report: Arc<CachedBody>,
     published_clusters: Arc<CachedBody>,
+    /// Sharded mode: every replica, the leader too, serves the published objects (each
+    /// replica runs only its share of the spokes; the published statuses cover the fleet).
+    sharded: bool,
 }
 
 impl FleetHubView {
@@ -134,7 +137,17 @@ impl FleetHubView {
             published: None,
             published_report: Arc::default(),
             published_clusters: Arc::default(),
+            sharded: false,
         }
+    }
+
+    /// Sharded mode: `/v1/*` always answers from the published objects (set with
+    /// [`Self::with_published`]), never from this replica's own share of the fleet, so no
+    /// per-spoke question reaches a spoke this replica does not own and every replica
+    /// answers for the whole fleet.
+    pub fn sharded(mut self) -> Self {
+        self.sharded = true;
+        self
     }
 
     /// Serves `published` on `/v1/*` while this replica follows.
@@ -143,9 +156,12 @@ impl FleetHubView {
         self
     }
 
-    /// The published status to serve from: `Some` while this replica follows.
+    /// The published status to serve from: `Some` while this replica follows, and always
+    /// in sharded mode.
     fn following(&self) -> Option<&PublishedStatus> {
-        self.published.as_ref().filter(|_| !self.leader().is_leader)
+        self.published
+            .as_ref()
+            .filter(|_| self.sharded || !self.leader().is_leader)
     }
 
     /// Reports `version` (the ClusterProfile version the inventory reads) in `/readyz`; a
@@ -279,6 +295,12 @@ impl HubView for FleetHubView {
         }
         if self.cluster(namespace, name).is_none() {
             return SpokeReach::Unknown;
+        }
+        if self.sharded {
+            return SpokeReach::NotHere(format!(
+                "this replica does not run cluster {key}'s spoke; the replica that owns it \
+                 does (retry: the Service spreads requests over the replicas)"
+            ));
         }
         match self.following() {
             Some(_) => SpokeReach::NotHere(format!(

@@ -1,7 +1,10 @@
 //! The status loop: on every change of the supervisor's `FleetState` (coalesced), rebuild the
 //! report and submit every spoke's `ClusterIdentityStatus` and the `FleetIdentityReport` to a
 //! [`StatusWriter`]. Only the leader writes: leadership is checked before each flush and
-//! right before every write.
+//! right before every write. In sharded mode every replica writes the
+//! `ClusterIdentityStatus` of the spokes it handles (checked right before each write) and
+//! the leader alone the `FleetIdentityReport`; no replica deletes a status object (those
+//! of deleted profiles go with them, through their ownerReference).
 
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -64,9 +67,19 @@ pub async fn run_status_loop(
     // Leadership is checked before each flush and again right before every write: a
     // flush can outlast it (many objects, a slow hub API server).
     let leader = state.clone();
+    let sharded = state.is_sharded();
     let mut writer = StatusWriter::new(client.clone(), options.writer)
-        .with_fence(std::sync::Arc::new(move || leader.is_leader()))
         .with_profile_version(options.profile_version.clone());
+    writer = if sharded {
+        let owner = state.clone();
+        writer
+            .with_cluster_fence(std::sync::Arc::new(move |ns: &str, name: &str| {
+                owner.may_report(&format!("{ns}/{name}"))
+            }))
+            .with_report_fence(std::sync::Arc::new(move || leader.is_leader()))
+    } else {
+        writer.with_fence(std::sync::Arc::new(move || leader.is_leader()))
+    };
     let mut uids = ProfileUids::default();
     let mut changes = state.subscribe();
     let mut last_resync = Instant::now();
@@ -78,7 +91,7 @@ pub async fn run_status_loop(
             last_resync = started;
         }
         let leading = state.is_leader();
-        if leading {
+        if leading || sharded {
             sync_once(&client, &state, &options, &mut writer, &mut uids).await;
         }
         options.metrics.pass(leading);
@@ -169,7 +182,12 @@ async fn sync_once(
     uids: &mut ProfileUids,
 ) {
     let now = chrono::Utc::now();
-    let spokes = observations(state);
+    let sharded = state.is_sharded();
+    let mut spokes = observations(state);
+    if sharded {
+        // Only the spokes this replica handles are its to report.
+        spokes.retain(|s| state.may_report(&s.cluster));
+    }
     let names: Vec<&str> = spokes.iter().map(|s| s.cluster.as_str()).collect();
     uids.refresh_for(client, options.profile_version.for_writes(), &names)
         .await;
@@ -198,8 +216,12 @@ async fn sync_once(
             cluster_status(spoke, now, Some(&options.caps)),
         );
     }
-    let full = FullReport::build(&spokes, now);
-    writer.submit_report(bound_report(&full.summary, &options.caps));
+    // Sharded mode: the leader alone writes the report (from what it handles until the
+    // report reads every shard's published observations).
+    if !sharded || state.is_leader() {
+        let full = FullReport::build(&spokes, now);
+        writer.submit_report(bound_report(&full.summary, &options.caps));
+    }
     let stats = writer.flush(Instant::now()).await;
     if stats.gone > 0 {
         // A status object vanished: its profile may have been recreated under the same

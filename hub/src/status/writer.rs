@@ -59,6 +59,11 @@ impl StatusError {
 /// Whether this process may write now; asked right before every write (the leader check).
 pub type WriteFence = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// Whether this process may write the `ClusterIdentityStatus` of the profile
+/// `(namespace, name)` now; asked right before every write of it (sharded mode: only the
+/// spoke's owner writes it).
+pub type ClusterFence = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
+
 /// Tuning of a [`StatusWriter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriterOptions {
@@ -158,6 +163,8 @@ pub struct StatusWriter {
     client: kube::Client,
     options: WriterOptions,
     fence: Option<WriteFence>,
+    cluster_fence: Option<ClusterFence>,
+    report_fence: Option<WriteFence>,
     profile_version: InventoryVersion,
     clusters: HashMap<StatusOwnerRef, Slot<ClusterIdentityStatusStatus>>,
     report: Slot<FleetIdentityReportStatus>,
@@ -170,6 +177,8 @@ impl StatusWriter {
             client,
             options,
             fence: None,
+            cluster_fence: None,
+            report_fence: None,
             profile_version: InventoryVersion::default(),
             clusters: HashMap::new(),
             report: Slot::default(),
@@ -181,6 +190,21 @@ impl StatusWriter {
     /// must not overwrite what its successor wrote).
     pub fn with_fence(mut self, fence: WriteFence) -> Self {
         self.fence = Some(fence);
+        self
+    }
+
+    /// Sharded mode: writes a `ClusterIdentityStatus` only while `fence` says this replica
+    /// owns its spoke, asked right before every write of it; one it does not own is
+    /// dropped from the writer (never deleted: it is its owner's), and the flush goes on.
+    pub fn with_cluster_fence(mut self, fence: ClusterFence) -> Self {
+        self.cluster_fence = Some(fence);
+        self
+    }
+
+    /// Writes the `FleetIdentityReport` only while `fence` (as well as the fence of
+    /// [`Self::with_fence`]) returns true: sharded mode's leader check for the report alone.
+    pub fn with_report_fence(mut self, fence: WriteFence) -> Self {
+        self.report_fence = Some(fence);
         self
     }
 
@@ -312,6 +336,16 @@ impl StatusWriter {
             name: full_name.clone(),
             source,
         };
+        let cluster_fence = self.cluster_fence.clone();
+        let mine = || {
+            cluster_fence
+                .as_ref()
+                .is_none_or(|f| f(&key.namespace, &key.name))
+        };
+        if !mine() {
+            self.clusters.remove(key);
+            return Ok(false);
+        }
         let Some(slot) = self.clusters.get_mut(key) else {
             return Ok(false);
         };
@@ -352,6 +386,10 @@ impl StatusWriter {
             name: full_name.clone(),
         };
         let params = PatchParams::apply(FIELD_MANAGER).force();
+        if !mine() {
+            self.clusters.remove(key);
+            return Ok(false);
+        }
         if !owner_ok {
             if !may_write() {
                 slot.pending = Some(want);
@@ -385,6 +423,10 @@ impl StatusWriter {
             "kind": "ClusterIdentityStatus",
             "status": want,
         });
+        if !mine() {
+            self.clusters.remove(key);
+            return Ok(false);
+        }
         if !may_write() {
             slot.pending = Some(want);
             return Err(fenced());
@@ -412,8 +454,9 @@ impl StatusWriter {
             name: FLEET_REPORT_NAME.to_string(),
             source,
         };
-        let fence = self.fence.clone();
-        let may_write = || fence.as_ref().is_none_or(|f| f());
+        let (fence, report_fence) = (self.fence.clone(), self.report_fence.clone());
+        let may_write =
+            || fence.as_ref().is_none_or(|f| f()) && report_fence.as_ref().is_none_or(|f| f());
         let fenced = || StatusError::Fenced {
             kind: "FleetIdentityReport",
             name: FLEET_REPORT_NAME.to_string(),

@@ -9,10 +9,17 @@
 //! one still stopping gracefully, a removal job, also one made quiet by a newer engagement —
 //! holds a halt token the loop keeps until the task ended; losing leadership cancels them
 //! all at once (shutdown those of the removal jobs).
+//!
+//! Sharded mode ([`Supervisor::with_shards`]): whether a spoke may run here follows its
+//! ownership instead of leadership ([`Gate`](slot::Gate)). A spoke another replica owns
+//! is released (its tasks halted, no removal of its outputs); once no task of a spoke the
+//! current view gives to another replica is left, the loop tells membership it released
+//! for that view, which announces it in this replica's Lease. Newly owned spokes are taken
+//! only once every replica announced the view.
 
 mod slot;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -23,7 +30,7 @@ use kleym_spoke::reconciler::CancellationToken;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::{Id, JoinError, JoinSet};
 
-use self::slot::{Action, Removing, Running, Slot, Tail, Task};
+use self::slot::{Action, Gate, Removing, Running, Slot, Tail, Task};
 use super::chain::{Engagement, Previous, engagement};
 use super::options::FleetOptions;
 use super::profile_finalizer::{ProfileRef, to_utc};
@@ -36,6 +43,7 @@ use crate::inventory::audiences::{AudienceIndex, clash_reason};
 use crate::inventory::members::{Candidate, MemberIndex, Readiness, Role};
 use crate::inventory::watch::spoke_name;
 use crate::inventory::{Decision, InventoryEvent, InventoryOptions, SpokeSpec, evaluate};
+use crate::shard::{Ownership, ShardMetrics, ownership_key};
 
 /// A task of a spoke's chain that has not ended yet.
 struct Live {
@@ -46,12 +54,24 @@ struct Live {
     removal: bool,
 }
 
+/// The supervisor's side of sharded mode: the ownership membership publishes, and where
+/// the supervisor says for which view it has released every spoke it does not own.
+pub struct ShardLink {
+    /// What this replica owns.
+    pub ownership: watch::Receiver<Ownership>,
+    /// Receives the hash of the view this replica has released for.
+    pub released: watch::Sender<Option<String>>,
+    /// Hand-over metrics.
+    pub metrics: ShardMetrics,
+}
+
 /// Engages the spokes of an inventory. Build with [`Supervisor::new`], drive with
 /// [`Supervisor::run`]; observe through [`Supervisor::state`].
 pub struct Supervisor {
     shared: TaskShared,
     providers: Arc<ProviderSet>,
     hub: kube::Client,
+    shards: Option<ShardLink>,
 }
 
 impl Supervisor {
@@ -74,7 +94,16 @@ impl Supervisor {
             },
             providers,
             hub,
+            shards: None,
         }
+    }
+
+    /// Sharded mode: engage only the spokes `link` says this replica owns (leadership then
+    /// only says whether this replica does the singleton work).
+    pub fn with_shards(mut self, link: ShardLink) -> Self {
+        self.shared.state.set_sharded(true);
+        self.shards = Some(link);
+        self
     }
 
     /// The published fleet state.
@@ -92,9 +121,31 @@ impl Supervisor {
         shutdown: CancellationToken,
     ) {
         let mut events = std::pin::pin!(events);
+        let mut ownership = self.shards.as_ref().map(|l| l.ownership.clone());
         let mut lp = Loop::new(self, *leader.borrow_and_update());
+        if let Some(rx) = ownership.as_mut() {
+            lp.on_ownership(rx.borrow_and_update().clone());
+        }
         loop {
+            let ownership_changed = async {
+                match ownership.as_mut() {
+                    Some(rx) => rx.changed().await.map(|()| rx.borrow_and_update().clone()),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                o = ownership_changed => match o {
+                    Ok(o) => lp.on_ownership(o),
+                    // Membership ended: this replica owns nothing any more.
+                    Err(_) => {
+                        let me = match &lp.ownership {
+                            Ownership::Shard(s) => s.me.clone(),
+                            Ownership::All => String::new(),
+                        };
+                        lp.on_ownership(Ownership::none(me));
+                        ownership = None;
+                    }
+                },
                 _ = shutdown.cancelled() => break,
                 ev = events.next() => match ev {
                     Some(ev) => lp.on_event(ev),
@@ -141,12 +192,38 @@ struct Loop {
     live: HashMap<Id, Live>,
     seq: u64,
     leading: bool,
+    /// Which spokes this replica may run ([`Ownership::All`] in leader mode).
+    ownership: Ownership,
+    /// Sharded mode's link to membership.
+    shard: Option<ShardSide>,
+}
+
+/// What the loop keeps of [`ShardLink`], and the hand-over in progress.
+struct ShardSide {
+    released: watch::Sender<Option<String>>,
+    metrics: ShardMetrics,
+    /// When the current view was first seen, until the spokes gained under it were taken.
+    view_since: Option<tokio::time::Instant>,
+    /// The tasks the announcement of the current view waits for (see `confirm_release`).
+    waiting: HashSet<Id>,
 }
 
 impl Loop {
     fn new(sup: Supervisor, leading: bool) -> Self {
         sup.shared.state.set_leader(leading);
+        let shard = sup.shards.map(|l| ShardSide {
+            released: l.released,
+            metrics: l.metrics,
+            view_since: None,
+            waiting: HashSet::new(),
+        });
+        let ownership = match &shard {
+            Some(_) => Ownership::none(String::new()),
+            None => Ownership::All,
+        };
         Self {
+            ownership,
+            shard,
             shared: sup.shared,
             providers: sup.providers,
             hub: sup.hub,
@@ -167,7 +244,10 @@ impl Loop {
                 let name = spoke_name(&cp);
                 let changed = self.members.upsert(&name, self.candidate(&cp));
                 let wait_for_listing = !self.listed && cp.inventory_member_id().is_some();
-                self.slots.entry(name.clone()).or_default().profile = Some(*cp);
+                let key = ownership_key(&name, cp.inventory_member_id());
+                let slot = self.slots.entry(name.clone()).or_default();
+                slot.profile = Some(*cp);
+                slot.key = Some(key);
                 if wait_for_listing {
                     return;
                 }
@@ -202,6 +282,7 @@ impl Loop {
                 for name in gone {
                     self.deleted(&name);
                 }
+                self.refresh_owned();
             }
         }
     }
@@ -213,6 +294,10 @@ impl Loop {
         self.leading = leading;
         self.shared.state.set_leader(leading);
         tracing::info!(leading, "leadership changed");
+        if self.shard.is_some() {
+            // Sharded mode: leadership is the singleton work's; spokes follow ownership.
+            return;
+        }
         let names: Vec<String> = self.slots.keys().cloned().collect();
         if !leading {
             // Fencing: every task still running stops at once, also an engagement already
@@ -257,7 +342,8 @@ impl Loop {
             _ => None,
         };
         let peers = self.audiences.set(name, claim);
-        if self.leading
+        let gate = self.gate(name);
+        if matches!(gate, Gate::Active | Gate::Settling)
             && !deleting
             && let Role::Duplicate { member_id, of } = role
         {
@@ -272,7 +358,7 @@ impl Loop {
                 return;
             };
             let (providers, opts) = (&self.providers, &self.shared.opts.inventory);
-            let action = slot.on_profile_changed(self.leading, |cp| match (decision, clash) {
+            let action = slot.on_profile_changed(gate, |cp| match (decision, clash) {
                 (Some(Decision::Engage(_)), Some(reason)) => Decision::Refused { reason },
                 (Some(d), _) => d,
                 (None, _) => evaluate(cp, providers, opts),
@@ -389,8 +475,9 @@ impl Loop {
         let successor = self.members.successor(name);
         let changed = self.members.remove(name);
         let peers = self.audiences.set(name, None);
+        let gate = self.gate(name);
         let action = match self.slots.get_mut(name) {
-            Some(slot) => slot.on_profile_deleted(self.leading),
+            Some(slot) => slot.on_profile_deleted(gate),
             // Forgotten already; its published state goes all the same.
             None => Action::Forget,
         };
@@ -420,6 +507,23 @@ impl Loop {
                     Phase::Standby,
                     "this hub replica is not the leader".into(),
                 );
+            }
+            Action::Release { reason } => {
+                // At once, like a deposed leader: the next owner may start as soon as
+                // this replica announces the view, which waits for these tasks to end.
+                for t in self.live.values().filter(|t| t.name == name) {
+                    t.halt.cancel();
+                }
+                let held = self.slots.get(name).is_some_and(|s| s.held());
+                self.stop_running(name);
+                self.stop_removal(name);
+                if held {
+                    tracing::info!(spoke = %name, %reason, "spoke released");
+                    if let Some(sh) = &self.shard {
+                        sh.metrics.handed_over(false, 1);
+                    }
+                }
+                self.publish(name, Phase::Standby, reason);
             }
             Action::Park { phase, reason } => {
                 match phase {
@@ -669,6 +773,130 @@ impl Loop {
             None => Action::Forget,
         };
         self.apply(&t.name, action);
+        self.confirm_release(Some(id));
+    }
+
+    /// A spoke's ownership key (its listed profile's member id, else its name).
+    fn key(&self, name: &str) -> String {
+        self.slots
+            .get(name)
+            .and_then(|s| s.key.clone())
+            .unwrap_or_else(|| name.to_string())
+    }
+
+    /// Whether this replica may act on the spoke now.
+    fn gate(&self, name: &str) -> Gate {
+        Gate::of(self.leading, &self.ownership, &self.key(name))
+    }
+
+    /// Sharded mode: membership published a new ownership (a new view, readiness, or
+    /// nothing at all after this replica lost its Lease). Every spoke is decided again:
+    /// those another replica owns now are released at once, those newly owned are taken
+    /// once the view is ready.
+    fn on_ownership(&mut self, ownership: Ownership) {
+        if self.shard.is_none() || ownership == self.ownership {
+            return;
+        }
+        let new_view = ownership.view_hash() != self.ownership.view_hash();
+        self.ownership = ownership;
+        if let Some(sh) = self.shard.as_mut()
+            && (new_view || sh.view_since.is_none())
+        {
+            sh.view_since = Some(tokio::time::Instant::now());
+        }
+        let names: Vec<String> = self.slots.keys().cloned().collect();
+        let mut gained = 0u64;
+        for name in &names {
+            let held = self.slots.get(name).is_some_and(|s| s.held());
+            let listed = self.slots.get(name).is_some_and(|s| s.profile.is_some());
+            if listed {
+                self.reconcile(name);
+            } else {
+                let gate = self.gate(name);
+                let action = match self.slots.get(name) {
+                    Some(slot) => slot.on_ownership_changed(gate, |_| Decision::Waiting {
+                        reason: String::new(),
+                    }),
+                    None => continue,
+                };
+                self.apply(name, action);
+            }
+            if !held && self.slots.get(name).is_some_and(|s| s.held()) {
+                gained += 1;
+            }
+        }
+        let owned = self.refresh_owned();
+        let ready = self.ownership.is_ready();
+        if let Some(sh) = self.shard.as_mut() {
+            sh.metrics.handed_over(true, gained);
+            if ready && let Some(since) = sh.view_since.take() {
+                sh.metrics.takeover.observe(since.elapsed().as_secs_f64());
+            }
+        }
+        tracing::info!(
+            view = ?self.ownership.view_hash(),
+            ready,
+            owned,
+            gained,
+            "shard ownership changed"
+        );
+        self.confirm_release(None);
+    }
+
+    /// Sharded mode: counts the listed spokes this replica owns under its view (the
+    /// `kleym_hub_shard_spokes_owned` gauge) and returns the count.
+    fn refresh_owned(&self) -> usize {
+        let Some(sh) = &self.shard else {
+            return 0;
+        };
+        let owned = self
+            .slots
+            .iter()
+            .filter(|(n, s)| s.profile.is_some() && self.ownership.owns(&self.key(n)))
+            .count();
+        sh.metrics
+            .owned
+            .set(i64::try_from(owned).unwrap_or(i64::MAX));
+        owned
+    }
+
+    /// Sharded mode: once no task of a spoke the current view gives to another replica is
+    /// left, tell membership (which then announces the view in this replica's Lease).
+    /// `ended`: the task that just ended. The live tasks are scanned only when nothing is
+    /// known to be waited for (once per view, and when the tasks waited for have ended), so
+    /// a large hand-over costs one scan, not one per task.
+    fn confirm_release(&mut self, ended: Option<Id>) {
+        let Some(hash) = self.ownership.view_hash() else {
+            return;
+        };
+        let Some(sh) = self.shard.as_mut() else {
+            return;
+        };
+        if sh.released.borrow().as_deref() == Some(hash.as_str()) {
+            return;
+        }
+        if let Some(id) = ended {
+            sh.waiting.remove(&id);
+            if !sh.waiting.is_empty() {
+                return;
+            }
+        }
+        // The spoke's key now (a profile whose member id changed is released under its
+        // new key, so its old one must not hold the announcement back).
+        let waiting: HashSet<Id> = self
+            .live
+            .iter()
+            .filter(|(_, t)| !self.ownership.owns(&self.key(&t.name)))
+            .map(|(id, _)| *id)
+            .collect();
+        let Some(sh) = self.shard.as_mut() else {
+            return;
+        };
+        if waiting.is_empty() {
+            tracing::debug!(view = %hash, "released every spoke not owned under the view");
+            sh.released.send_replace(Some(hash));
+        }
+        sh.waiting = waiting;
     }
 
     /// Forgets a spoke (published state, credentials, remembered spec) once nothing refers
@@ -1101,6 +1329,94 @@ mod tests {
         ));
         let sup = Supervisor::new(opts, providers, cache, FleetState::new(), hub.client());
         Loop::new(sup, leading)
+    }
+
+    /// A sharded loop (this replica is `a`) and the receiver of its release announcements.
+    fn sharded_loop(hub: &Hub) -> (Loop, watch::Receiver<Option<String>>) {
+        let providers = Arc::new(ProviderSet::load(None, &["p=/bin/false".to_string()]).unwrap());
+        let cache = Arc::new(CredentialCache::new(
+            CacheOptions::default(),
+            CredentialMetrics::default(),
+        ));
+        let (_own_tx, own_rx) = watch::channel(Ownership::none("a"));
+        let (rel_tx, rel_rx) = watch::channel(None);
+        let sup = Supervisor::new(
+            FleetOptions::default(),
+            providers,
+            cache,
+            FleetState::new(),
+            hub.client(),
+        )
+        .with_shards(ShardLink {
+            ownership: own_rx,
+            released: rel_tx,
+            metrics: ShardMetrics::default(),
+        });
+        (Loop::new(sup, false), rel_rx)
+    }
+
+    /// Ownership of `a` under a view of `members`, ready or not.
+    fn owned_by(members: &[&str], ready: bool) -> Ownership {
+        use crate::shard::view::{Shard, View};
+        Ownership::Shard(Shard {
+            me: "a".into(),
+            view: Some(View::new(
+                members.iter().map(|m| crate::shard::Member::new(*m, 10)),
+            )),
+            ready,
+        })
+    }
+
+    /// Sharded mode: a spoke is taken only once the view is ready; when another replica
+    /// owns it, its engagement is halted, no removal runs, and the view is announced only
+    /// after the task ended.
+    #[tokio::test]
+    async fn a_released_spoke_is_announced_only_after_its_task_ended() {
+        let hub = Hub::new(&[PROFILE_FINALIZER], false).await;
+        let (mut lp, released) = sharded_loop(&hub);
+        lp.on_event(profile_with(
+            hub.watched().await,
+            "2026-01-01T00:00:00Z",
+            "a.example",
+            "p",
+        ));
+        // Alone but not settled: nothing is taken; the view is announced at once.
+        lp.on_ownership(owned_by(&["a"], false));
+        assert!(lp.slots["fleet/c1"].running().is_none());
+        assert_eq!(
+            lp.shared.state.get("fleet/c1").unwrap().phase,
+            Phase::Standby
+        );
+        let alone = owned_by(&["a"], false).view_hash();
+        assert_eq!(*released.borrow(), alone);
+        lp.on_ownership(owned_by(&["a"], true));
+        assert!(lp.slots["fleet/c1"].running().is_some(), "taken once ready");
+        // A replica `b` that wins `fleet/c1` joins (found by name: the hash is stable).
+        let b = (0..1000)
+            .map(|i| format!("b{i}"))
+            .find(|b| owned_by(&["a", b], false).owner_of("fleet/c1") == Some(b.as_str()))
+            .unwrap();
+        let joint = owned_by(&["a", &b], false);
+        lp.on_ownership(joint.clone());
+        assert!(lp.slots["fleet/c1"].running().is_none());
+        assert!(
+            lp.live.values().all(|t| t.halt.is_cancelled()),
+            "halted at once"
+        );
+        assert_eq!(
+            *released.borrow(),
+            alone,
+            "announced while its task still ran"
+        );
+        hub.cluster.requests().clear();
+        join_all(&mut lp).await;
+        assert_eq!(*released.borrow(), joint.view_hash());
+        assert_eq!(
+            lp.shared.state.get("fleet/c1").unwrap().phase,
+            Phase::Standby
+        );
+        // Released, not removed: nothing reached the hub (no finalizer released).
+        assert_eq!(hub.patches(), 0);
     }
 
     /// A profile `fleet/<name>` offering provider `p` with `audience` in its exec extension.

@@ -21,6 +21,7 @@ use crate::fleet::removal_job::Trigger;
 use crate::fleet::spoke_task::StopSignal;
 use crate::fleet::state::Phase;
 use crate::inventory::{Decision, SpokeSpec};
+use crate::shard::Ownership;
 
 /// A running engagement task.
 pub(super) struct Running {
@@ -73,6 +74,9 @@ pub(super) struct Slot {
     /// waiting, refused or gone.
     pub known: Option<SpokeSpec>,
     pub tail: Option<Tail>,
+    /// Its ownership key in sharded mode (the listed profile's member id, else the spoke
+    /// name), kept after the profile left the watch for its removal job.
+    pub key: Option<String>,
 }
 
 /// What the loop does next for a spoke.
@@ -82,6 +86,10 @@ pub(super) enum Action {
     Nothing,
     /// Not the leader: stop the engagement and a removal still running; publish `Standby`.
     Standby,
+    /// Sharded mode, not (yet) this replica's: stop the engagement and a removal still
+    /// running at once, without any removal of the spoke's outputs; publish `Standby` with
+    /// `reason`.
+    Release { reason: String },
     /// Not (or no longer) engaged: stop the engagement, publish `phase` with `reason`.
     Park { phase: Phase, reason: String },
     /// Publish `phase` with `reason` (nothing runs).
@@ -102,6 +110,50 @@ pub(super) enum Action {
     StopAndForget,
 }
 
+/// Whether this replica may act on a spoke now: the leader Lease in leader mode, the
+/// spoke's ownership in sharded mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Gate {
+    /// Act: engage, re-engage, remove.
+    Active,
+    /// Leader mode, not the leader: stand by.
+    Standby,
+    /// Sharded mode, another replica owns the spoke: release it (stop, no removal).
+    NotOwned,
+    /// Sharded mode, owned under a view not every replica has announced yet: keep a spoke
+    /// already held, take none.
+    Settling,
+}
+
+impl From<bool> for Gate {
+    /// Leader mode: `leading` or not.
+    fn from(leading: bool) -> Self {
+        if leading { Gate::Active } else { Gate::Standby }
+    }
+}
+
+impl Gate {
+    /// The gate of a spoke of ownership `key`: leader mode (`ownership` is
+    /// [`Ownership::All`]) follows `leading`; sharded mode follows the ownership alone.
+    pub fn of(leading: bool, ownership: &Ownership, key: &str) -> Gate {
+        if !ownership.is_sharded() {
+            return leading.into();
+        }
+        if !ownership.owns(key) {
+            Gate::NotOwned
+        } else if ownership.is_ready() {
+            Gate::Active
+        } else {
+            Gate::Settling
+        }
+    }
+}
+
+/// Why a released spoke does not run here.
+pub(super) const NOT_OWNED: &str = "another hub replica owns this spoke (sharded mode)";
+/// Why an owned spoke waits.
+pub(super) const SETTLING: &str = "this hub replica owns this spoke from the new shard view on; waiting for every replica to announce it";
+
 impl Slot {
     /// The engagement, if the spoke is engaged.
     pub fn running(&self) -> Option<&Running> {
@@ -116,6 +168,16 @@ impl Slot {
         match &self.task {
             Task::Removing(r) => Some(r),
             _ => None,
+        }
+    }
+
+    /// This replica runs something for the spoke (an engagement, or a removal job not
+    /// finished): it holds the spoke's single-writer right.
+    pub fn held(&self) -> bool {
+        match &self.task {
+            Task::Idle => false,
+            Task::Engaged(_) => true,
+            Task::Removing(r) => !r.finished,
         }
     }
 
@@ -134,14 +196,28 @@ impl Slot {
     /// decides whether the profile can be engaged (called only when that matters).
     pub fn on_profile_changed(
         &self,
-        leading: bool,
+        gate: impl Into<Gate>,
         eval: impl FnOnce(&ClusterProfile) -> Decision,
     ) -> Action {
         let Some(cp) = &self.profile else {
             return Action::Nothing;
         };
-        if !leading {
-            return Action::Standby;
+        match gate.into() {
+            Gate::Active => {}
+            Gate::Standby => return Action::Standby,
+            Gate::NotOwned => {
+                return Action::Release {
+                    reason: NOT_OWNED.into(),
+                };
+            }
+            // Held under the last settled view and still owned: no other replica can take
+            // it, so it is handled as usual (re-engaged, removed).
+            Gate::Settling if self.held() => {}
+            Gate::Settling => {
+                return Action::Release {
+                    reason: SETTLING.into(),
+                };
+            }
         }
         if let Some(since) = cp.metadata.deletion_timestamp.as_ref().map(to_utc) {
             return self.deleting(cp, since);
@@ -207,9 +283,15 @@ impl Slot {
 
     /// The profile left the watch (deleted, or no longer selected): takes it out of the slot
     /// and says what follows.
-    pub fn on_profile_deleted(&mut self, leading: bool) -> Action {
+    pub fn on_profile_deleted(&mut self, gate: impl Into<Gate>) -> Action {
         let last = self.profile.take();
-        if !leading {
+        let acting = match gate.into() {
+            Gate::Active => true,
+            Gate::Settling => self.held(),
+            Gate::Standby | Gate::NotOwned => false,
+        };
+        if !acting {
+            // Its owner (or the next leader) removes it.
             return Action::StopAndForget;
         }
         if let Some(r) = self.removing()
@@ -245,6 +327,23 @@ impl Slot {
             Action::StopAndForget
         } else {
             Action::Nothing
+        }
+    }
+
+    /// Sharded mode: the spoke's gate changed (a new view, or readiness). Listed profiles
+    /// are decided as on any change; a removal job of a profile no longer listed stops
+    /// when the spoke is no longer this replica's.
+    pub fn on_ownership_changed(
+        &self,
+        gate: Gate,
+        eval: impl FnOnce(&ClusterProfile) -> Decision,
+    ) -> Action {
+        if self.profile.is_some() {
+            return self.on_profile_changed(gate, eval);
+        }
+        match gate {
+            Gate::NotOwned | Gate::Standby if self.held() => Action::StopAndForget,
+            _ => Action::Nothing,
         }
     }
 
@@ -332,6 +431,7 @@ mod tests {
             task: running(spec.clone(), "u1"),
             known: Some(spec),
             tail: None,
+            key: None,
         }
     }
 
@@ -583,6 +683,7 @@ mod tests {
             task: removing("u1", 1, false),
             known: Some(spec_of(&engaged_profile())),
             tail: None,
+            key: None,
         };
         assert_eq!(slot.on_profile_deleted(true), Action::Forget);
         assert!(!slot.unused(), "kept until its removal finished");
@@ -597,6 +698,7 @@ mod tests {
             task: removing("u1", 1, false),
             known: None,
             tail: None,
+            key: None,
         };
         assert!(matches!(
             slot.on_profile_deleted(true),
@@ -634,5 +736,135 @@ mod tests {
         assert!(!slot.unused(), "removal in flight");
         slot.task = removing("u1", 1, true);
         assert!(slot.unused());
+    }
+
+    /// Sharded mode, the gate of a spoke as the ownership says: not owned, owned under a
+    /// view still settling, owned and settled; leader mode follows leadership alone.
+    #[test]
+    fn the_gate_follows_ownership_in_sharded_mode_and_leadership_otherwise() {
+        use crate::shard::view::{Shard, View};
+        use crate::shard::{Member, Ownership};
+        let view = View::new([Member::new("a", 10), Member::new("b", 10)]);
+        let mine = (0..100)
+            .map(|i| format!("fleet/c{i}"))
+            .find(|k| view.owner(k) == Some("a"))
+            .unwrap();
+        let theirs = (0..100)
+            .map(|i| format!("fleet/c{i}"))
+            .find(|k| view.owner(k) == Some("b"))
+            .unwrap();
+        let shard = |ready| {
+            Ownership::Shard(Shard {
+                me: "a".into(),
+                view: Some(view.clone()),
+                ready,
+            })
+        };
+        // Leadership does not matter in sharded mode.
+        for leading in [false, true] {
+            assert_eq!(Gate::of(leading, &shard(true), &theirs), Gate::NotOwned);
+            assert_eq!(Gate::of(leading, &shard(false), &theirs), Gate::NotOwned);
+            assert_eq!(Gate::of(leading, &shard(false), &mine), Gate::Settling);
+            assert_eq!(Gate::of(leading, &shard(true), &mine), Gate::Active);
+            assert_eq!(
+                Gate::of(leading, &Ownership::none("a"), &mine),
+                Gate::NotOwned
+            );
+        }
+        assert_eq!(Gate::of(true, &Ownership::All, &theirs), Gate::Active);
+        assert_eq!(Gate::of(false, &Ownership::All, &mine), Gate::Standby);
+    }
+
+    /// A spoke another replica owns is released: its engagement and removal stop, and no
+    /// removal of its outputs starts, also for a profile being deleted or gone.
+    #[test]
+    fn a_spoke_not_owned_is_released_without_removal() {
+        let release = Action::Release {
+            reason: NOT_OWNED.into(),
+        };
+        assert_eq!(
+            engaged(engaged_profile()).on_profile_changed(Gate::NotOwned, never),
+            release
+        );
+        let deleting = profile(
+            &[PROFILE_FINALIZER],
+            Some("2026-01-01T00:00:00Z"),
+            "u1",
+            "a.example",
+        );
+        assert_eq!(
+            engaged(deleting.clone()).on_profile_changed(Gate::NotOwned, never),
+            release
+        );
+        // Gone from the watch: its owner removes it, this replica only stops.
+        let mut slot = engaged(deleting);
+        assert_eq!(
+            slot.on_profile_deleted(Gate::NotOwned),
+            Action::StopAndForget
+        );
+        // A removal job of a profile no longer listed stops when the spoke moves away...
+        let unlisted = Slot {
+            task: removing("u1", 1, false),
+            ..Slot::default()
+        };
+        assert_eq!(
+            unlisted.on_ownership_changed(Gate::NotOwned, never),
+            Action::StopAndForget
+        );
+        // ... and keeps running while it is still this replica's.
+        assert_eq!(
+            unlisted.on_ownership_changed(Gate::Settling, never),
+            Action::Nothing
+        );
+        assert_eq!(
+            unlisted.on_ownership_changed(Gate::Active, never),
+            Action::Nothing
+        );
+    }
+
+    /// Under a view not every replica announced, a spoke newly owned is not taken, but one
+    /// already held is handled as usual (no other replica can take it).
+    #[test]
+    fn a_settling_view_keeps_held_spokes_and_takes_none() {
+        let cp = engaged_profile();
+        let fresh = Slot {
+            profile: Some(cp.clone()),
+            ..Slot::default()
+        };
+        assert_eq!(
+            fresh.on_profile_changed(Gate::Settling, never),
+            Action::Release {
+                reason: SETTLING.into()
+            }
+        );
+        // Once settled: engaged.
+        assert!(matches!(
+            fresh.on_profile_changed(Gate::Active, eval),
+            Action::Engage { .. }
+        ));
+        // Held: a new spec re-engages, a heartbeat changes nothing.
+        let mut held = engaged(cp);
+        assert_eq!(
+            held.on_profile_changed(Gate::Settling, eval),
+            Action::Nothing
+        );
+        let changed = profile(&[PROFILE_FINALIZER], None, "u1", "b.example");
+        held.profile = Some(changed.clone());
+        assert_eq!(
+            held.on_profile_changed(Gate::Settling, eval),
+            Action::Engage {
+                spec: Box::new(spec_of(&changed))
+            }
+        );
+        // Held and departing: this replica removes it; not held: left alone.
+        assert!(matches!(
+            held.on_profile_deleted(Gate::Settling),
+            Action::StartRemoval { .. }
+        ));
+        let mut fresh = fresh;
+        assert_eq!(
+            fresh.on_profile_deleted(Gate::Settling),
+            Action::StopAndForget
+        );
     }
 }

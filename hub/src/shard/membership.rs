@@ -1,0 +1,635 @@
+//! Replica membership: every replica in sharded mode holds a `coordination.k8s.io/v1`
+//! Lease of its own in the hub namespace, renews it every retry period, and reads the
+//! others' to know the live set. Liveness is judged as the leader election does it: a
+//! Lease whose record (its resourceVersion) has not changed for the lease duration, on the
+//! observer's own clock, is gone (clock skew between replicas does not matter).
+//!
+//! A replica that could not renew its own Lease (and read the others') within the renew
+//! deadline publishes "owns nothing": its supervisor stops every spoke, before the others,
+//! who wait the whole lease duration from the last change they saw, count it gone.
+//!
+//! The task publishes [`Ownership`] on a watch channel and writes into its Lease's
+//! `kleym.io/shard-view` annotation the view hash the supervisor says it has released
+//! for (see [`super::view`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kleym_spoke::reconciler::CancellationToken;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+// Tokio's clock, so membership runs on virtual time in tests.
+use tokio::time::Instant;
+
+use super::metrics::ShardMetrics;
+use super::rendezvous::Member;
+use super::view::{Ownership, PeerRecord, Shard, View, barrier_passed};
+
+/// Label on every replica Lease (with value `"true"`).
+pub const REPLICA_LABEL: &str = "kleym.io/hub-replica";
+/// Annotation carrying a replica's weight.
+pub const WEIGHT_ANNOTATION: &str = "kleym.io/shard-weight";
+/// Annotation carrying the view a replica has released for.
+pub const VIEW_ANNOTATION: &str = "kleym.io/shard-view";
+/// Prefix of a replica Lease's name.
+pub const LEASE_PREFIX: &str = "kleym-hub-replica-";
+/// The weight of a replica whose Lease shows none (or an invalid one).
+pub const DEFAULT_WEIGHT: u32 = 10;
+
+/// Membership settings (the Lease timings are the leader election's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MembershipOptions {
+    /// Namespace of the replica Leases (the leader Lease's).
+    pub namespace: String,
+    /// This replica's identity (the leader election's).
+    pub identity: String,
+    /// This replica's weight (1..=100).
+    pub weight: u32,
+    /// A Lease unchanged for this long is gone.
+    pub lease_duration: Duration,
+    /// This replica owns nothing once it has not renewed for this long (< `lease_duration`).
+    pub renew_deadline: Duration,
+    /// Interval between renewals.
+    pub retry_period: Duration,
+}
+
+/// The name of `identity`'s Lease: `kleym-hub-replica-` + the identity made DNS-safe
+/// (lowercase, other characters `-`, at most 36 of them: the name stays within 63) + 8 hex digits of its SHA-256, so
+/// two identities that differ only in characters the mapping loses get distinct names.
+pub fn lease_name(identity: &str) -> String {
+    let mut safe: String = identity
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_alphanumeric() { c } else { '-' }
+        })
+        .take(36)
+        .collect();
+    safe = safe.trim_matches('-').to_string();
+    let digest = Sha256::digest(identity.as_bytes());
+    let short: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    if safe.is_empty() {
+        format!("{LEASE_PREFIX}{short}")
+    } else {
+        format!("{LEASE_PREFIX}{safe}-{short}")
+    }
+}
+
+/// The running membership task.
+pub struct ShardHandle {
+    /// What this replica owns.
+    pub ownership: watch::Receiver<Ownership>,
+    /// The supervisor sends here the hash of the view it has released for (every spoke it
+    /// does not own under that view has stopped).
+    pub released: watch::Sender<Option<String>>,
+    /// Ends after `stop` fired and the Lease was deleted.
+    pub task: JoinHandle<()>,
+}
+
+/// A peer's Lease as last seen, and when its record last changed on this replica's clock.
+struct Seen {
+    record: String,
+    identity: String,
+    weight: u32,
+    view: Option<String>,
+    changed_at: Instant,
+}
+
+struct Membership {
+    api: Api<Lease>,
+    opts: MembershipOptions,
+    name: String,
+    peers: BTreeMap<String, Seen>,
+    /// When the last round that renewed and listed started.
+    last_ok: Option<Instant>,
+    /// The view annotation our Lease shows (as last written).
+    published: Option<String>,
+    /// When the current view was first computed (for the barrier-wait metric).
+    view_since: Option<(String, Instant)>,
+    metrics: ShardMetrics,
+}
+
+fn now() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn weight_of(lease: &Lease) -> u32 {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(WEIGHT_ANNOTATION))
+        .and_then(|w| w.trim().parse::<u32>().ok())
+        .filter(|w| (1..=100).contains(w))
+        .unwrap_or(DEFAULT_WEIGHT)
+}
+
+/// The identity of the replica holding `lease`: its holder, when the Lease carries the
+/// name that identity's own Lease has. A Lease naming another replica as its holder (a
+/// copy, or a forgery) is not that replica's: counting its `shard-view` would let the
+/// barrier pass before the real replica released its spokes.
+pub fn replica_identity(lease: &Lease) -> Option<String> {
+    let holder = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.clone())
+        .filter(|h| !h.is_empty())?;
+    (lease.metadata.name.as_deref() == Some(lease_name(&holder).as_str())).then_some(holder)
+}
+
+impl Membership {
+    fn desired(&self, existing: Option<Lease>, view: Option<&str>) -> Lease {
+        let mut lease = existing.unwrap_or_else(|| Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.opts.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+        });
+        let labels = lease.metadata.labels.get_or_insert_with(BTreeMap::new);
+        labels.insert("app.kubernetes.io/name".into(), "kleym".into());
+        labels.insert(REPLICA_LABEL.into(), "true".into());
+        let ann = lease.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        ann.insert(WEIGHT_ANNOTATION.into(), self.opts.weight.to_string());
+        match view {
+            Some(v) => ann.insert(VIEW_ANNOTATION.into(), v.to_string()),
+            None => ann.remove(VIEW_ANNOTATION),
+        };
+        let old = lease.spec.take().unwrap_or_default();
+        let same_holder = old.holder_identity.as_deref() == Some(self.opts.identity.as_str());
+        lease.spec = Some(LeaseSpec {
+            holder_identity: Some(self.opts.identity.clone()),
+            lease_duration_seconds: Some(
+                i32::try_from(self.opts.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX),
+            ),
+            acquire_time: old
+                .acquire_time
+                .filter(|_| same_holder)
+                .or_else(|| Some(now())),
+            renew_time: Some(now()),
+            ..LeaseSpec::default()
+        });
+        lease
+    }
+
+    /// Writes our Lease (renewal, weight, `view`); returns the view annotation written.
+    async fn renew(&self, view: Option<String>) -> Result<Option<String>, kube::Error> {
+        let existing = self.api.get_opt(&self.name).await?;
+        let created = existing.is_none();
+        let lease = self.desired(existing, view.as_deref());
+        if created {
+            self.api.create(&PostParams::default(), &lease).await?;
+        } else {
+            // Carries the resourceVersion read: a concurrent writer makes this 409.
+            self.api
+                .replace(&self.name, &PostParams::default(), &lease)
+                .await?;
+        }
+        Ok(view)
+    }
+
+    /// Reads every replica Lease and notes which records changed.
+    async fn observe(&mut self) -> Result<(), kube::Error> {
+        let list = self
+            .api
+            .list(&ListParams::default().labels(&format!("{REPLICA_LABEL}=true")))
+            .await?;
+        let at = Instant::now();
+        let mut next = BTreeMap::new();
+        for lease in list.items {
+            let Some(name) = lease.metadata.name.clone() else {
+                continue;
+            };
+            if name == self.name {
+                continue;
+            }
+            let Some(identity) = replica_identity(&lease) else {
+                continue;
+            };
+            let record = lease.metadata.resource_version.clone().unwrap_or_default();
+            let changed_at = match self.peers.remove(&name) {
+                Some(prev) if prev.record == record => prev.changed_at,
+                _ => at,
+            };
+            let view = lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(VIEW_ANNOTATION))
+                .cloned();
+            next.insert(
+                name,
+                Seen {
+                    record,
+                    identity,
+                    weight: weight_of(&lease),
+                    view,
+                    changed_at,
+                },
+            );
+        }
+        // A Lease deleted (clean shutdown) leaves the live set at once.
+        self.peers = next;
+        Ok(())
+    }
+
+    /// The ownership after a round (pure over what was observed).
+    fn ownership(&mut self) -> Ownership {
+        let at = Instant::now();
+        let alive = self
+            .last_ok
+            .is_some_and(|t| at < t + self.opts.renew_deadline);
+        if !alive {
+            self.view_since = None;
+            return Ownership::none(self.opts.identity.clone());
+        }
+        let live: Vec<&Seen> = self
+            .peers
+            .values()
+            .filter(|p| at.duration_since(p.changed_at) < self.opts.lease_duration)
+            .filter(|p| p.identity != self.opts.identity)
+            .collect();
+        let view = View::new(
+            live.iter()
+                .map(|p| Member::new(p.identity.clone(), p.weight))
+                .chain(std::iter::once(Member::new(
+                    self.opts.identity.clone(),
+                    self.opts.weight,
+                ))),
+        );
+        let records: Vec<PeerRecord> = live
+            .iter()
+            .map(|p| PeerRecord {
+                identity: p.identity.clone(),
+                view: p.view.clone(),
+            })
+            .collect();
+        let ready = barrier_passed(
+            &view,
+            &self.opts.identity,
+            self.published.as_deref(),
+            &records,
+        );
+        let hash = view.hash();
+        match &self.view_since {
+            Some((h, since)) if *h == hash => {
+                if ready {
+                    self.metrics
+                        .barrier_wait
+                        .observe(at.duration_since(*since).as_secs_f64());
+                    // Observed once per view.
+                    self.view_since = Some((hash, at + Duration::from_secs(86400 * 365)));
+                }
+            }
+            _ => {
+                self.metrics.view_changes.inc();
+                self.view_since = Some((hash, at));
+            }
+        }
+        self.metrics
+            .live
+            .set(i64::try_from(view.members().len()).unwrap_or(i64::MAX));
+        Ownership::Shard(Shard {
+            me: self.opts.identity.clone(),
+            view: Some(view),
+            ready,
+        })
+    }
+}
+
+/// Runs membership until `stop`; then deletes this replica's Lease. Cancel `stop` only
+/// after the supervisor stopped every spoke: the others take them over as soon as the
+/// Lease is gone.
+pub fn spawn(
+    client: kube::Client,
+    opts: MembershipOptions,
+    metrics: ShardMetrics,
+    stop: CancellationToken,
+) -> ShardHandle {
+    let (tx, rx) = watch::channel(Ownership::none(opts.identity.clone()));
+    let (released_tx, mut released) = watch::channel(None::<String>);
+    let mut m = Membership {
+        api: Api::namespaced(client, &opts.namespace),
+        name: lease_name(&opts.identity),
+        opts,
+        peers: BTreeMap::new(),
+        last_ok: None,
+        published: None,
+        view_since: None,
+        metrics,
+    };
+    let task = tokio::spawn(async move {
+        loop {
+            let started = Instant::now();
+            // The view we may announce: the supervisor released for it and it is still
+            // ours (an announcement for an older view could be false by now); else what we
+            // announced before, which stays true (nothing is taken until announced).
+            let current = tx.borrow().view_hash();
+            let released_for = released.borrow_and_update().clone();
+            let announce = match (&released_for, &current) {
+                (Some(r), Some(c)) if r == c => Some(r.clone()),
+                _ => m.published.clone(),
+            };
+            let limit = m.last_ok.map_or(m.opts.renew_deadline, |t| {
+                (t + m.opts.renew_deadline).saturating_duration_since(started)
+            });
+            let round = async {
+                let written = m.renew(announce).await?;
+                m.observe().await?;
+                Ok::<_, kube::Error>(written)
+            };
+            match tokio::time::timeout(limit.max(Duration::from_millis(1)), round).await {
+                Ok(Ok(written)) => {
+                    m.last_ok = Some(started);
+                    m.published = written;
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, lease = %m.name, "renewing the replica Lease failed");
+                }
+                Err(_) => {
+                    tracing::warn!(lease = %m.name, "renewing the replica Lease timed out");
+                }
+            }
+            let next = m.ownership();
+            if *tx.borrow() != next {
+                tracing::info!(
+                    identity = %m.opts.identity,
+                    view = ?next.view_hash(),
+                    ready = next.is_ready(),
+                    "shard view changed"
+                );
+                tx.send_replace(next);
+            }
+            // Renew no later than the deadline; sooner when the supervisor released.
+            let wait = match m.last_ok {
+                Some(t) => m
+                    .opts
+                    .retry_period
+                    .min((t + m.opts.renew_deadline).saturating_duration_since(Instant::now())),
+                None => m.opts.retry_period,
+            };
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+                r = released.changed() => {
+                    if r.is_err() {
+                        tokio::select! {
+                            _ = stop.cancelled() => break,
+                            _ = tokio::time::sleep(wait) => {}
+                        }
+                    }
+                }
+            }
+        }
+        tx.send_replace(Ownership::none(m.opts.identity.clone()));
+        let params = DeleteParams::default();
+        let delete = m.api.delete(&m.name, &params);
+        match tokio::time::timeout(m.opts.renew_deadline, delete).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "deleting the replica Lease failed"),
+            Err(_) => tracing::warn!("deleting the replica Lease timed out"),
+        }
+    });
+    ShardHandle {
+        ownership: rx,
+        released: released_tx,
+        task,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_names_are_dns_safe_and_distinct() {
+        let a = lease_name("Hub-0_ABC123");
+        assert!(a.starts_with("kleym-hub-replica-hub-0-abc123-"), "{a}");
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+            "{a}"
+        );
+        assert_ne!(lease_name("hub_0"), lease_name("hub-0"));
+        let long = lease_name(&"x".repeat(300));
+        assert!(long.len() <= 63, "{long}");
+        assert!(lease_name("__").starts_with(LEASE_PREFIX));
+        assert!(!lease_name("__").ends_with('-'));
+    }
+
+    #[test]
+    fn a_lease_not_named_after_its_holder_is_ignored() {
+        let lease = |name: &str, holder: Option<&str>| Lease {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                ..LeaseSpec::default()
+            }),
+        };
+        let b = "replica-b_0123";
+        assert_eq!(
+            replica_identity(&lease(&lease_name(b), Some(b))).as_deref(),
+            Some(b)
+        );
+        // Another Lease claiming b (it could announce a view b never released for).
+        assert_eq!(
+            replica_identity(&lease("kleym-hub-replica-evil", Some(b))),
+            None
+        );
+        assert_eq!(
+            replica_identity(&lease(&lease_name("replica-c_9"), Some(b))),
+            None
+        );
+        // Released (no holder).
+        assert_eq!(replica_identity(&lease(&lease_name(b), None)), None);
+        assert_eq!(replica_identity(&lease(&lease_name(b), Some(""))), None);
+    }
+
+    fn opts(identity: &str) -> MembershipOptions {
+        MembershipOptions {
+            namespace: "kleym".into(),
+            identity: identity.into(),
+            weight: 10,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+
+    async fn hub() -> (kubesim::Kubesim, kubesim::ClusterHandle, kube::Client) {
+        let sim = kubesim::Kubesim::start(&["hub"], kubesim::KubesimOptions::default())
+            .await
+            .unwrap();
+        let hub = sim.cluster("hub").unwrap();
+        let client = hub.in_process_client();
+        let ns: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "kleym"}})).unwrap();
+        Api::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap();
+        (sim, hub, client)
+    }
+
+    /// A supervisor that has nothing to stop: it confirms every view at once.
+    fn confirm_every_view(h: &ShardHandle) {
+        let (mut rx, tx) = (h.ownership.clone(), h.released.clone());
+        tokio::spawn(async move {
+            loop {
+                let hash = rx.borrow_and_update().view_hash();
+                if hash.is_some() {
+                    tx.send_replace(hash);
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    fn view_of(lease: &Lease) -> Option<String> {
+        lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(VIEW_ANNOTATION).cloned())
+    }
+
+    fn alone(o: &Ownership) -> bool {
+        o.is_ready()
+            && matches!(o, Ownership::Shard(s) if s.view.as_ref().is_some_and(|v| v.members().len() == 1))
+    }
+
+    /// A joining replica takes nothing until the other announced the joint view, and a
+    /// replica stopping cleanly deletes its Lease, so the other is alone at once.
+    /// Virtual time: the in-process client keeps every wait on tokio's paused clock.
+    #[tokio::test(start_paused = true)]
+    async fn a_view_is_ready_only_once_every_member_announced_it() {
+        let (_sim, _hub, client) = hub().await;
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kleym");
+        let stop_a = CancellationToken::new();
+        let a = spawn(
+            client.clone(),
+            opts("a"),
+            ShardMetrics::default(),
+            stop_a.clone(),
+        );
+        confirm_every_view(&a);
+        let mut rx_a = a.ownership.clone();
+        tokio::time::timeout(Duration::from_secs(60), rx_a.wait_for(|o| o.is_ready()))
+            .await
+            .expect("a alone is ready")
+            .unwrap();
+        let stop_b = CancellationToken::new();
+        let b = spawn(
+            client.clone(),
+            opts("b"),
+            ShardMetrics::default(),
+            stop_b.clone(),
+        );
+        confirm_every_view(&b);
+        let mut rx_b = b.ownership.clone();
+        let joint = tokio::time::timeout(Duration::from_secs(60), rx_b.wait_for(|o| o.is_ready()))
+            .await
+            .expect("b ready")
+            .unwrap()
+            .clone();
+        let hash = joint.view_hash().unwrap();
+        let Ownership::Shard(shard) = &joint else {
+            panic!("sharded")
+        };
+        let members: Vec<&str> = shard
+            .view
+            .as_ref()
+            .unwrap()
+            .members()
+            .iter()
+            .map(|m| m.identity.as_str())
+            .collect();
+        assert_eq!(members, ["a", "b"]);
+        // When b is ready, a has announced the joint view already.
+        let a_lease = leases.get(&lease_name("a")).await.unwrap();
+        assert_eq!(view_of(&a_lease).as_deref(), Some(hash.as_str()));
+        let b_lease = leases.get(&lease_name("b")).await.unwrap();
+        assert_eq!(view_of(&b_lease).as_deref(), Some(hash.as_str()));
+        assert_eq!(
+            b_lease
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .get(REPLICA_LABEL)
+                .map(String::as_str),
+            Some("true")
+        );
+        // b stops: its Lease goes, a is alone again without waiting for it to expire.
+        let stopped_at = Instant::now();
+        stop_b.cancel();
+        b.task.await.unwrap();
+        assert!(leases.get_opt(&lease_name("b")).await.unwrap().is_none());
+        tokio::time::timeout(Duration::from_secs(60), rx_a.wait_for(alone))
+            .await
+            .expect("a alone again")
+            .unwrap();
+        assert!(
+            stopped_at.elapsed() < Duration::from_secs(15),
+            "a waited for b's Lease to expire: {:?}",
+            stopped_at.elapsed()
+        );
+        stop_a.cancel();
+        a.task.await.unwrap();
+    }
+
+    /// A replica whose hub cluster stops answering owns nothing any more no later than its
+    /// renew deadline after its last successful renewal (so before the others, who wait
+    /// the whole lease duration after they saw that renewal, take over).
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_that_cannot_renew_owns_nothing_by_its_renew_deadline() {
+        let (_sim, hub, client) = hub().await;
+        let stop = CancellationToken::new();
+        let o = opts("a");
+        let a = spawn(
+            client.clone(),
+            o.clone(),
+            ShardMetrics::default(),
+            stop.clone(),
+        );
+        confirm_every_view(&a);
+        let mut rx = a.ownership.clone();
+        tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|o| o.is_ready()))
+            .await
+            .expect("ready")
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        hub.faults().set_blackhole(true);
+        let path = format!("/leases/{}", lease_name("a"));
+        let renewals: Vec<_> = hub
+            .requests()
+            .entries()
+            .into_iter()
+            .filter(|r| r.path.ends_with(&path) && r.method == "PUT")
+            .collect();
+        assert!(renewals.len() >= 2, "renewed: {renewals:?}");
+        let last = renewals.last().unwrap().at;
+        rx.wait_for(|o| !o.is_ready() && o.view_hash().is_none())
+            .await
+            .unwrap();
+        let owned_for = Instant::now().duration_since(last);
+        assert!(
+            owned_for <= o.renew_deadline,
+            "still owning {owned_for:?} after the last renewal (renew deadline {:?})",
+            o.renew_deadline
+        );
+        stop.cancel();
+        a.task.abort();
+        hub.faults().set_blackhole(false);
+    }
+}
