@@ -11,11 +11,14 @@ use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;
 
 use super::metrics::StatusMetrics;
+use super::observations::{
+    ObservationCache, ObservationOptions, ObservationPublisher, ReportInputs, report_spokes,
+};
 use super::writer::{StatusOwnerRef, StatusWriter, WriterOptions};
 use crate::fleet::state::FleetState;
 use crate::inventory::InventoryVersion;
-use crate::report::from_fleet::observations;
-use crate::report::{Caps, FullReport, bound_report, cluster_status};
+use crate::report::published::local_spokes;
+use crate::report::{Caps, FullReport, SpokeObservation, bound_report, cluster_status};
 
 /// Tuning of [`run_status_loop`].
 #[derive(Debug, Clone)]
@@ -38,6 +41,8 @@ pub struct StatusLoopOptions {
     pub profile_version: InventoryVersion,
     /// Where passes are counted.
     pub metrics: StatusMetrics,
+    /// Publishing this replica's spokes, and the report's input.
+    pub observations: ObservationOptions,
 }
 
 impl Default for StatusLoopOptions {
@@ -50,6 +55,7 @@ impl Default for StatusLoopOptions {
             resync: Duration::from_secs(600),
             profile_version: InventoryVersion::default(),
             metrics: StatusMetrics::default(),
+            observations: ObservationOptions::default(),
         }
     }
 }
@@ -68,6 +74,27 @@ pub async fn run_status_loop(
         .with_fence(std::sync::Arc::new(move || leader.is_leader()))
         .with_profile_version(options.profile_version.clone());
     let mut uids = ProfileUids::default();
+    let observed = &options.observations;
+    let cache = (observed.publish || observed.inputs == ReportInputs::Published).then(|| {
+        observed.cache.clone().unwrap_or_else(|| {
+            ObservationCache::watch(
+                client.clone(),
+                &observed.namespace,
+                observed.limits,
+                shutdown.clone(),
+            )
+        })
+    });
+    let publish_fence = state.clone();
+    let mut publisher = cache.as_ref().filter(|_| observed.publish).map(|c| {
+        ObservationPublisher::new(client.clone(), c.clone(), observed.clone())
+            .with_fence(std::sync::Arc::new(move || publish_fence.is_leader()))
+    });
+    // In sharded mode the report also follows the other replicas' observations.
+    let mut published_changes = cache
+        .as_ref()
+        .filter(|_| observed.inputs == ReportInputs::Published)
+        .map(ObservationCache::subscribe);
     let mut changes = state.subscribe();
     let mut last_resync = Instant::now();
     loop {
@@ -79,7 +106,11 @@ pub async fn run_status_loop(
         }
         let leading = state.is_leader();
         if leading {
-            sync_once(&client, &state, &options, &mut writer, &mut uids).await;
+            let observations = Observations {
+                cache: cache.as_ref(),
+                publisher: publisher.as_mut(),
+            };
+            sync_once(&client, &state, &options, &mut writer, &mut uids, observations).await;
         }
         options.metrics.pass(leading);
         // Wait for a change (but not less than min_rebuild), a due deferred write, or the tick.
@@ -100,8 +131,30 @@ pub async fn run_status_loop(
                     _ = tokio::time::sleep_until(earliest.into()) => {}
                 }
             }
+            Some(()) = published_changed(published_changes.as_mut()) => {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep_until(earliest.into()) => {}
+                }
+            }
         }
     }
+}
+
+/// The next change of the published observations; never, without them.
+async fn published_changed(rx: Option<&mut tokio::sync::watch::Receiver<u64>>) -> Option<()> {
+    match rx {
+        Some(rx) => rx.changed().await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The published observations, as one status pass uses them.
+struct Observations<'a> {
+    /// The watch cache (the report's input in sharded mode).
+    cache: Option<&'a ObservationCache>,
+    /// This replica's publisher.
+    publisher: Option<&'a mut ObservationPublisher>,
 }
 
 /// At most one ClusterProfile list per this interval while some profile's UID is unknown.
@@ -167,9 +220,23 @@ async fn sync_once(
     options: &StatusLoopOptions,
     writer: &mut StatusWriter,
     uids: &mut ProfileUids,
+    observations: Observations<'_>,
 ) {
     let now = chrono::Utc::now();
-    let spokes = observations(state);
+    let local = local_spokes(state);
+    if let Some(publisher) = observations.publisher {
+        // Leader mode: this replica engages every spoke, and answers for every object.
+        let stats = publisher.publish(&local, &|_| true).await;
+        if stats.written > 0 || stats.deleted > 0 || stats.failed > 0 {
+            tracing::debug!(?stats, "observations published");
+        }
+    }
+    let report_input: Vec<SpokeObservation> =
+        report_spokes(options.observations.inputs, observations.cache, local.clone())
+            .into_iter()
+            .map(|s| s.observation)
+            .collect();
+    let spokes: Vec<SpokeObservation> = local.into_iter().map(|s| s.observation).collect();
     let names: Vec<&str> = spokes.iter().map(|s| s.cluster.as_str()).collect();
     uids.refresh_for(client, options.profile_version.for_writes(), &names)
         .await;
@@ -198,7 +265,7 @@ async fn sync_once(
             cluster_status(spoke, now, Some(&options.caps)),
         );
     }
-    let full = FullReport::build(&spokes, now);
+    let full = FullReport::build(&report_input, now);
     writer.submit_report(bound_report(&full.summary, &options.caps));
     let stats = writer.flush(Instant::now()).await;
     if stats.gone > 0 {
