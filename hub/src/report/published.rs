@@ -430,9 +430,6 @@ pub fn decode(parts: &[PartRef<'_>], limits: &Limits) -> Result<PublishedSpoke, 
         .values()
         .flat_map(|s| s.bindings.iter().cloned())
         .collect();
-    if digest_of(header, &bindings) != header.digest {
-        return Err(ObservationError::DigestMismatch { object });
-    }
     let health = header
         .health
         .as_ref()
@@ -462,6 +459,12 @@ pub fn decode(parts: &[PartRef<'_>], limits: &Limits) -> Result<PublishedSpoke, 
             .map(Some)
             .ok_or_else(|| invalid(field, "not a representable time".into())),
     };
+    let next_retry = time("spec.nextRetry", &header.next_retry)?;
+    let last_sync = time("spec.lastSync", &header.last_sync)?;
+    // Last: the fields above are named precisely when wrong; this catches the rest.
+    if digest_of(header, &bindings) != header.digest {
+        return Err(ObservationError::DigestMismatch { object });
+    }
     let observation = SpokeObservation {
         cluster: cluster.clone(),
         trust_domain: header.trust_domain.clone(),
@@ -470,9 +473,9 @@ pub fn decode(parts: &[PartRef<'_>], limits: &Limits) -> Result<PublishedSpoke, 
         synced,
         error_message: header.error_message.clone(),
         consecutive_failures: header.consecutive_failures.unwrap_or(0),
-        next_retry: time("spec.nextRetry", &header.next_retry)?,
+        next_retry,
         spoke_version: header.spoke_version.clone(),
-        last_sync: time("spec.lastSync", &header.last_sync)?,
+        last_sync,
         bindings: Arc::new(bindings.iter().map(|b| Arc::new(snapshot_of(b))).collect()),
         duplicate_of: header.duplicate_of.clone(),
     };
@@ -560,3 +563,7 @@ pub fn merge(
         })
         .collect()
 }
+
+#[cfg(test)]
+#[path = "published_tests.rs"]
+mod tests;
