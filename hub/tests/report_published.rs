@@ -417,3 +417,113 @@ async fn the_report_from_published_observations_equals_the_local_one() {
     shutdown.cancel();
     status_loop.await.unwrap();
 }
+
+/// A spoke of `bindings` bindings as fleet-bench makes them (one objective each, the
+/// spoke's own ClusterSPIFFEID names in the ready messages).
+fn bench_spoke(i: usize, bindings: usize) -> kleym_hub::report::published::PublishedSpoke {
+    let state = FleetState::new();
+    let name = format!("fleet-system/spoke-{i:05}");
+    state.update(&name, |s| {
+        s.phase = Phase::Engaged;
+        s.trust_domain = Some(TD.into());
+        s.version = Some("v1.33.1".into());
+        s.last_sync = Some(Utc.timestamp_opt(1_800_000_000, 0).unwrap());
+        s.bindings = Arc::new(
+            (0..bindings)
+                .map(|j| {
+                    let id = format!("spiffe://{TD}/ns/llm/objective/obj-{j:04}");
+                    Arc::new(BindingSnapshot {
+                        namespace: "llm".into(),
+                        name: format!("b-{j:04}"),
+                        mode: IdentityMode::PerObjective,
+                        spiffe_ids: vec![id.clone()],
+                        service_account: Some("vllm".into()),
+                        container_discriminator: Some(format!("k8s:container-name:c-{j:04}")),
+                        pool_selector: vec![("app".into(), "vllm-pool".into())],
+                        ready: true,
+                        reason: Some("Ready".into()),
+                        message: Some(format!(
+                            "ClusterSPIFFEID kleym-llm-b-{j:04}-3f9a1c2e registers {id}"
+                        )),
+                        conflict_peers: Vec::new(),
+                        warnings: Vec::new(),
+                    })
+                })
+                .collect(),
+        );
+    });
+    kleym_hub::report::published::local_spokes(&state).remove(0)
+}
+
+/// The objects of `spoke` as the API server stores them (without the server's own metadata:
+/// uid, resourceVersion, creationTimestamp and the one managedFields entry add about 300
+/// bytes per object).
+fn bench_objects(
+    spoke: &kleym_hub::report::published::PublishedSpoke,
+) -> Vec<Arc<ClusterIdentityObservation>> {
+    use kleym_hub::report::published::{encode, object_name};
+    encode(spoke, &Limits::default())
+        .into_iter()
+        .map(|spec| {
+            let mut o = ClusterIdentityObservation::new(&object_name(&spec.cluster, spec.part), spec);
+            o.metadata.namespace = Some(HUB_NS.into());
+            o.metadata.labels = Some(
+                [("app.kubernetes.io/managed-by".to_string(), "kleym".to_string())].into(),
+            );
+            Arc::new(o)
+        })
+        .collect()
+}
+
+/// Figures for docs/benchmarks.md: bytes per spoke, and one report pass from published
+/// observations at 5000 spokes × 4 bindings. Run with
+/// `cargo test -p kleym-hub --release --test report_published -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints figures; run in release"]
+fn published_observation_figures() {
+    use kleym_hub::report::SpokeObservation;
+    use kleym_hub::report::published::{assemble, merge};
+    let bytes = |objs: &[Arc<ClusterIdentityObservation>]| -> usize {
+        objs.iter()
+            .map(|o| serde_json::to_vec(&**o).unwrap().len())
+            .sum()
+    };
+    for bindings in [4, 100] {
+        let objs = bench_objects(&bench_spoke(0, bindings));
+        let b = bytes(&objs);
+        println!(
+            "{bindings} bindings: {b} bytes per spoke in {} object(s), {:.0} bytes per binding",
+            objs.len(),
+            b as f64 / bindings as f64
+        );
+    }
+    const SPOKES: usize = 5000;
+    let local: Vec<_> = (0..SPOKES).map(|i| bench_spoke(i, 4)).collect();
+    let objs: Vec<_> = local.iter().flat_map(bench_objects).collect();
+    println!(
+        "{SPOKES} spokes x 4 bindings: {} objects, {:.1} MiB of JSON",
+        objs.len(),
+        bytes(&objs) as f64 / (1024.0 * 1024.0)
+    );
+    let limits = Limits::default();
+    let t = std::time::Instant::now();
+    let decoded = assemble(&objs, &limits);
+    let decode = t.elapsed();
+    assert_eq!(decoded.values().filter(|r| r.is_ok()).count(), SPOKES);
+    let t = std::time::Instant::now();
+    let merged = merge(local.clone(), &decoded);
+    let inputs: Vec<SpokeObservation> = merged.into_iter().map(|s| s.observation).collect();
+    let from_published = FullReport::build(&inputs, Utc::now());
+    let published_pass = t.elapsed();
+    let t = std::time::Instant::now();
+    let locals: Vec<SpokeObservation> = local.iter().map(|s| s.observation.clone()).collect();
+    let from_local = FullReport::build(&locals, Utc::now());
+    let local_pass = t.elapsed();
+    assert_eq!(from_published.summary.bindings, from_local.summary.bindings);
+    println!(
+        "report pass at {SPOKES} spokes: decoding every object {:.1} ms (once per change of a spoke's objects), merge + analysis from published {:.1} ms, analysis from local state {:.1} ms",
+        decode.as_secs_f64() * 1e3,
+        published_pass.as_secs_f64() * 1e3,
+        local_pass.as_secs_f64() * 1e3
+    );
+}

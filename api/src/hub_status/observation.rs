@@ -102,6 +102,10 @@ fn one() -> u32 {
     1
 }
 
+fn is_per_objective(mode: &IdentityMode) -> bool {
+    *mode == IdentityMode::PerObjective
+}
+
 /// The three health aspects of a spoke connection.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -122,8 +126,8 @@ pub struct ObservedBinding {
     pub namespace: String,
     /// Binding name.
     pub name: String,
-    /// `spec.mode`.
-    #[serde(default)]
+    /// `spec.mode` (absent: `PerObjective`).
+    #[serde(default, skip_serializing_if = "is_per_objective")]
     pub mode: IdentityMode,
     /// The SPIFFE IDs the binding computed.
     #[serde(default, rename = "spiffeIDs", skip_serializing_if = "Vec::is_empty")]
@@ -140,10 +144,10 @@ pub struct ObservedBinding {
     /// Whether the binding's `Ready` condition is `True` for its generation.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ready: bool,
-    /// Reason of its `Ready` condition.
+    /// Reason of its `Ready` condition (left out when ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
-    /// Message of its `Ready` condition.
+    /// Message of its `Ready` condition (left out when ready).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     /// Its conflict peers.
