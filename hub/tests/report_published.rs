@@ -242,12 +242,8 @@ async fn the_report_from_published_observations_equals_the_local_one() {
     state.set_leader(true);
     plant(&state);
     let shutdown = CancellationToken::new();
-    let cache = ObservationCache::watch(
-        client.clone(),
-        HUB_NS,
-        Limits::default(),
-        shutdown.clone(),
-    );
+    let cache =
+        ObservationCache::watch(client.clone(), HUB_NS, Limits::default(), shutdown.clone());
     let status_loop = tokio::spawn(run_status_loop(
         client.clone(),
         state.clone(),
@@ -299,7 +295,10 @@ async fn the_report_from_published_observations_equals_the_local_one() {
     .await;
     let want_report = body(local.report_json());
     let want_clusters = body(local.clusters_json());
-    assert_eq!(want_report["findingCounts"]["collisions"], 3, "{want_report:#}");
+    assert_eq!(
+        want_report["findingCounts"]["collisions"], 3,
+        "{want_report:#}"
+    );
     assert_eq!(want_report["clusters"]["duplicates"], 1, "{want_report:#}");
     assert_eq!(body(published.report_json()), want_report);
     assert_eq!(body(published.clusters_json()), want_clusters);
@@ -337,10 +336,12 @@ async fn the_report_from_published_observations_equals_the_local_one() {
     // A hub-namespace writer hides east's collision: refused, shown, then repaired.
     let before = observations.get("fleet.east").await.unwrap();
     let mut spec = serde_json::to_value(&before.spec).unwrap();
-    spec["bindings"]
-        .as_array_mut()
-        .unwrap()
-        .retain(|b| !b["name"].as_str().unwrap_or_default().starts_with("collide"));
+    spec["bindings"].as_array_mut().unwrap().retain(|b| {
+        !b["name"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("collide")
+    });
     observations
         .patch(
             "fleet.east",
@@ -409,10 +410,7 @@ async fn the_report_from_published_observations_equals_the_local_one() {
         }
     })
     .await;
-    assert_eq!(
-        body(published.clusters_json()),
-        body(local.clusters_json())
-    );
+    assert_eq!(body(published.clusters_json()), body(local.clusters_json()));
 
     shutdown.cancel();
     status_loop.await.unwrap();
@@ -465,10 +463,15 @@ fn bench_objects(
     encode(spoke, &Limits::default())
         .into_iter()
         .map(|spec| {
-            let mut o = ClusterIdentityObservation::new(&object_name(&spec.cluster, spec.part), spec);
+            let mut o =
+                ClusterIdentityObservation::new(&object_name(&spec.cluster, spec.part), spec);
             o.metadata.namespace = Some(HUB_NS.into());
             o.metadata.labels = Some(
-                [("app.kubernetes.io/managed-by".to_string(), "kleym".to_string())].into(),
+                [(
+                    "app.kubernetes.io/managed-by".to_string(),
+                    "kleym".to_string(),
+                )]
+                .into(),
             );
             Arc::new(o)
         })

@@ -22,10 +22,10 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kleym_api::ErrorCategory;
 use kleym_api::hub_status::{
     ClusterIdentityObservation, ClusterIdentityObservationSpec, ObservedBinding, ObservedHealth,
 };
-use kleym_api::ErrorCategory;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -80,7 +80,8 @@ impl Default for Limits {
 }
 
 /// How the error message of a spoke published without its bindings starts.
-pub const INCOMPLETE_PREFIX: &str = "the hub replica engaging this spoke could not publish its bindings for the fleet report";
+pub const INCOMPLETE_PREFIX: &str =
+    "the hub replica engaging this spoke could not publish its bindings for the fleet report";
 
 /// A published observation that cannot be used, naming the object and the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -515,7 +516,10 @@ pub fn assemble(
 ) -> BTreeMap<String, Result<PublishedSpoke, ObservationError>> {
     let mut by_cluster: BTreeMap<&str, Vec<&ClusterIdentityObservation>> = BTreeMap::new();
     for o in objects {
-        by_cluster.entry(o.spec.cluster.as_str()).or_default().push(o);
+        by_cluster
+            .entry(o.spec.cluster.as_str())
+            .or_default()
+            .push(o);
     }
     by_cluster
         .into_iter()

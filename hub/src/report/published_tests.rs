@@ -79,7 +79,17 @@ pub(crate) fn planted_fleet() -> Vec<PublishedSpoke> {
         "east",
         "Engaged",
         vec![
-            binding("llm", "b-1", "objective/obj-1", "vllm", "c-1", true, "Ready", &[], &[]),
+            binding(
+                "llm",
+                "b-1",
+                "objective/obj-1",
+                "vllm",
+                "c-1",
+                true,
+                "Ready",
+                &[],
+                &[],
+            ),
             binding(
                 "llm",
                 "collide-x",
@@ -119,7 +129,17 @@ pub(crate) fn planted_fleet() -> Vec<PublishedSpoke> {
         "west",
         "Engaged",
         vec![
-            binding("llm", "b-1", "objective/obj-1", "vllm", "c-1", true, "Ready", &[], &[]),
+            binding(
+                "llm",
+                "b-1",
+                "objective/obj-1",
+                "vllm",
+                "c-1",
+                true,
+                "Ready",
+                &[],
+                &[],
+            ),
             binding(
                 "llm",
                 "dup-x",
@@ -437,13 +457,25 @@ fn snapshot() -> impl Strategy<Value = BindingSnapshot> {
             proptest::option::of(text()),
             proptest::collection::btree_map("[a-z/.]{1,10}", text(), 0..3),
         ),
-        (any::<bool>(), proptest::option::of(text()), proptest::option::of(text())),
+        (
+            any::<bool>(),
+            proptest::option::of(text()),
+            proptest::option::of(text()),
+        ),
         proptest::collection::vec(("[a-z-]{1,8}", text()), 0..3),
         proptest::collection::vec((text(), text()), 0..2),
         any::<bool>(),
     )
         .prop_map(
-            |((namespace, name), ids, (sa, cd, pool), (ready, reason, message), peers, warns, pool_only)| {
+            |(
+                (namespace, name),
+                ids,
+                (sa, cd, pool),
+                (ready, reason, message),
+                peers,
+                warns,
+                pool_only,
+            )| {
                 BindingSnapshot {
                     namespace,
                     name,
@@ -490,7 +522,15 @@ fn published_spoke() -> impl Strategy<Value = PublishedSpoke> {
         proptest::option::of(("[a-z/]{1,10}", text())),
     )
         .prop_map(
-            |((ns, name), (c, r, s), (td, err, version), (cf, failures, phase), (retry, sync), bindings, dup)| {
+            |(
+                (ns, name),
+                (c, r, s),
+                (td, err, version),
+                (cf, failures, phase),
+                (retry, sync),
+                bindings,
+                dup,
+            )| {
                 let at = |t: i64| Utc.timestamp_opt(t, 0).unwrap();
                 PublishedSpoke {
                     observation: SpokeObservation {

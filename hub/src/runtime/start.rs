@@ -147,7 +147,8 @@ pub fn start_hub_with(
     let status_options = options.status.map(|mut o| {
         o.observations.namespace = args.leader_options().namespace;
         let observed = &o.observations;
-        if observed.cache.is_none() && (observed.publish || observed.inputs == ReportInputs::Published)
+        if observed.cache.is_none()
+            && (observed.publish || observed.inputs == ReportInputs::Published)
         {
             o.observations.cache = Some(ObservationCache::watch(
                 client.clone(),

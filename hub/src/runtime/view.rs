@@ -197,7 +197,10 @@ impl FleetHubView {
         // The counter is read before the build reads the state (see `change_counter`).
         // Both counters only grow, so their sum moves whenever either does.
         let version = self.state.change_counter()
-            + self.observations.as_ref().map_or(0, ObservationCache::version);
+            + self
+                .observations
+                .as_ref()
+                .map_or(0, ObservationCache::version);
         cache.get_or_build(version, build).as_ref().clone()
     }
 

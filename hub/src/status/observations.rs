@@ -345,9 +345,7 @@ impl ObservationPublisher {
             let server = on_server.get(&cluster);
             let server_digest = server.and_then(|(d, _)| d.as_deref());
             let sync_stale = |w: &Written| match (w.last_sync, last_sync) {
-                (Some(o), Some(n)) => {
-                    (n - o).abs() >= self.options.sync_refresh.as_secs() as i64
-                }
+                (Some(o), Some(n)) => (n - o).abs() >= self.options.sync_refresh.as_secs() as i64,
                 (None, None) => false,
                 _ => true,
             };
@@ -355,8 +353,7 @@ impl ObservationPublisher {
                 Some(w) if w.digest == digest && w.parts == parts && !sync_stale(w) => {
                     // Ours, as the watch shows it, or written recently enough that the
                     // watch may not show it yet.
-                    server_digest == Some(digest.as_str())
-                        && self.cache_verifies(&cluster, &digest)
+                    server_digest == Some(digest.as_str()) && self.cache_verifies(&cluster, &digest)
                         || now.duration_since(w.at) < self.options.confirm_window
                 }
                 Some(_) => false,

@@ -110,7 +110,15 @@ pub async fn run_status_loop(
                 cache: cache.as_ref(),
                 publisher: publisher.as_mut(),
             };
-            sync_once(&client, &state, &options, &mut writer, &mut uids, observations).await;
+            sync_once(
+                &client,
+                &state,
+                &options,
+                &mut writer,
+                &mut uids,
+                observations,
+            )
+            .await;
         }
         options.metrics.pass(leading);
         // Wait for a change (but not less than min_rebuild), a due deferred write, or the tick.
@@ -231,11 +239,14 @@ async fn sync_once(
             tracing::debug!(?stats, "observations published");
         }
     }
-    let report_input: Vec<SpokeObservation> =
-        report_spokes(options.observations.inputs, observations.cache, local.clone())
-            .into_iter()
-            .map(|s| s.observation)
-            .collect();
+    let report_input: Vec<SpokeObservation> = report_spokes(
+        options.observations.inputs,
+        observations.cache,
+        local.clone(),
+    )
+    .into_iter()
+    .map(|s| s.observation)
+    .collect();
     let spokes: Vec<SpokeObservation> = local.into_iter().map(|s| s.observation).collect();
     let names: Vec<&str> = spokes.iter().map(|s| s.cluster.as_str()).collect();
     uids.refresh_for(client, options.profile_version.for_writes(), &names)
