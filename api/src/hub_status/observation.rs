@@ -13,6 +13,10 @@
 //! objects (`part` of `parts`), all carrying the digest of the whole; a reader assembles a
 //! spoke only from a complete set of parts with one digest.
 
+// `#[kube(printcolumn(type_ = "string", ...))]` repeats the same key in sibling columns,
+// which clippy mistakes for duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
