@@ -27,6 +27,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         inference_identity_binding(),
         crate::hub_status::ClusterIdentityStatus::crd(),
         crate::hub_status::FleetIdentityReport::crd(),
+        crate::hub_status::ClusterIdentityObservation::crd(),
     ]
 }
 

@@ -593,6 +593,15 @@ fn hub_rbac_is_minimal_and_follows_the_plugin_switches() {
         profiles[0]["verbs"],
         json!(["get", "list", "watch", "patch"])
     );
+    // Published observations: one namespaced rule, in the release namespace's Role only.
+    let observations = rules_mention(&default, "clusteridentityobservations");
+    assert_eq!(observations.len(), 1);
+    assert!(
+        of_kind(&default, "ClusterRole").iter().all(|d| !d["rules"]
+            .to_string()
+            .contains("clusteridentityobservations")),
+        "observations granted cluster-wide"
+    );
     // No wildcard anywhere.
     for d in &default {
         for r in d["rules"].as_array().into_iter().flatten() {

@@ -189,7 +189,9 @@ async fn status_writer_client(f: &FleetHarness) -> kube::Client {
                 {"apiGroups": ["kleym.io"], "resources": ["clusteridentitystatuses", "fleetidentityreports"],
                  "verbs": ["get", "list", "watch", "create", "patch"]},
                 {"apiGroups": ["kleym.io"], "resources": ["clusteridentitystatuses/status", "fleetidentityreports/status"],
-                 "verbs": ["get", "patch"]}
+                 "verbs": ["get", "patch"]},
+                {"apiGroups": ["kleym.io"], "resources": ["clusteridentityobservations"],
+                 "verbs": ["get", "list", "watch", "create", "patch", "delete"]}
             ]
         }),
     );

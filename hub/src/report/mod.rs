@@ -5,6 +5,8 @@
 //! - [`analysis`]: the findings: within-spoke conflicts and warnings lifted from the spokes'
 //!   verdicts, cross-cluster drift found here.
 //! - [`cluster`]: one spoke's `ClusterIdentityStatus` content.
+//! - [`published`]: a spoke's observation as the `ClusterIdentityObservation` objects that
+//!   carry it to the replica writing the report, and back.
 //! - [`full`]: [`FullReport`], the uncapped report served by the HTTP API.
 //! - [`bound`]: caps that keep the objects written to the hub cluster small.
 //! - [`source`] and [`render`]: reading and printing a report (`kleym report`).
@@ -17,6 +19,7 @@ pub mod cluster;
 pub mod from_fleet;
 pub mod full;
 pub mod input;
+pub mod published;
 pub mod render;
 pub mod source;
 

@@ -21,7 +21,9 @@ use crate::http::ApiMetrics;
 use crate::inventory::{InventoryEvent, InventorySynced, InventoryVersion, watch};
 use crate::leader;
 use crate::shard::ShardMetrics;
-use crate::status::{StatusLoopOptions, StatusMetrics, run_status_loop};
+use crate::status::{
+    ObservationCache, ReportInputs, StatusLoopOptions, StatusMetrics, run_status_loop,
+};
 
 /// What [`start_hub_with`] runs besides the supervisor.
 #[derive(Debug, Clone, Default)]
@@ -172,9 +174,39 @@ pub fn start_hub_with(
             shutdown.clone(),
         ));
     }
+    // Published observations live in the hub namespace (the leader Lease's); one watch
+    // serves both the status loop and the API.
+    let sharded = membership.is_some();
+    let status_options = options.status.map(|mut o| {
+        o.observations.namespace = args.leader_options().namespace;
+        if sharded {
+            // Each replica runs only its share of the spokes: the report is built from
+            // every replica's published observations.
+            o.observations.publish = true;
+            o.observations.inputs = ReportInputs::Published;
+        }
+        let observed = &o.observations;
+        if observed.cache.is_none()
+            && (observed.publish || observed.inputs == ReportInputs::Published)
+        {
+            o.observations.cache = Some(ObservationCache::watch(
+                client.clone(),
+                &observed.namespace,
+                observed.limits,
+                shutdown.clone(),
+            ));
+        }
+        o
+    });
+    if let Some(o) = &status_options
+        && o.observations.inputs == ReportInputs::Published
+        && let Some(cache) = &o.observations.cache
+    {
+        view = view.with_report_from_observations(cache.clone());
+    }
     let view = Arc::new(view);
     // The loop writes only while `state.is_leader()`, which the supervisor keeps current.
-    let status = options.status.map(|o| {
+    let status = status_options.map(|o| {
         tokio::spawn(run_status_loop(
             client.clone(),
             state.clone(),

@@ -28,7 +28,9 @@ use crate::http::cached::Versioned;
 use crate::http::view::{clusters_body, json_bytes};
 use crate::http::{EncodeError, HubReadiness, HubView, LeaderState, SpokeReach};
 use crate::inventory::{InventorySynced, InventoryVersion};
+use crate::report::published::{PublishedSpoke, local_spokes};
 use crate::report::{FullReport, SpokeObservation, cluster_status};
+use crate::status::ObservationCache;
 
 use super::published::PublishedStatus;
 
@@ -122,6 +124,8 @@ pub struct FleetHubView {
     /// Sharded mode: every replica, the leader too, serves the published objects (each
     /// replica runs only its share of the spokes; the published statuses cover the fleet).
     sharded: bool,
+    /// The report's input while leading in sharded mode (`None`: this replica's own state).
+    observations: Option<ObservationCache>,
 }
 
 impl FleetHubView {
@@ -138,6 +142,7 @@ impl FleetHubView {
             published_report: Arc::default(),
             published_clusters: Arc::default(),
             sharded: false,
+            observations: None,
         }
     }
 
@@ -148,6 +153,34 @@ impl FleetHubView {
     pub fn sharded(mut self) -> Self {
         self.sharded = true;
         self
+    }
+
+    /// Builds `/v1/report` and `/v1/clusters` from the spokes' published observations while
+    /// this replica leads (sharded mode: it engages only some spokes itself).
+    pub fn with_report_from_observations(mut self, cache: ObservationCache) -> Self {
+        self.observations = Some(cache);
+        self
+    }
+
+    /// The spokes the report is built from: this replica's own, or as published.
+    fn report_spokes(&self) -> Vec<PublishedSpoke> {
+        let local = local_spokes(&self.state);
+        match &self.observations {
+            Some(cache) => cache.report_inputs(local),
+            None => local,
+        }
+    }
+
+    fn full_report(&self, now: chrono::DateTime<chrono::Utc>) -> FullReport {
+        if self.observations.is_none() {
+            return FullReport::from_fleet(&self.state, now);
+        }
+        let spokes: Vec<_> = self
+            .report_spokes()
+            .into_iter()
+            .map(|s| s.observation)
+            .collect();
+        FullReport::build(&spokes, now)
     }
 
     /// Serves `published` on `/v1/*` while this replica follows.
@@ -178,23 +211,25 @@ impl FleetHubView {
         build: impl FnOnce() -> Result<Bytes, EncodeError>,
     ) -> Result<Bytes, EncodeError> {
         // The counter is read before the build reads the state (see `change_counter`).
-        let version = self.state.change_counter();
+        // Both counters only grow, so their sum moves whenever either does.
+        let version = self.state.change_counter()
+            + self
+                .observations
+                .as_ref()
+                .map_or(0, ObservationCache::version);
         cache.get_or_build(version, build).as_ref().clone()
     }
 
-    fn cluster_value(
-        s: &crate::fleet::state::SpokeState,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Value {
-        let (namespace, name) = s.name.split_once('/').unwrap_or(("", s.name.as_str()));
-        let obs = SpokeObservation::from(s);
+    fn cluster_value(s: &PublishedSpoke, now: chrono::DateTime<chrono::Utc>) -> Value {
+        let cluster = &s.observation.cluster;
+        let (namespace, name) = cluster.split_once('/').unwrap_or(("", cluster.as_str()));
         json!({
-            "cluster": s.name,
+            "cluster": cluster,
             "namespace": namespace,
             "name": name,
-            "phase": s.phase.as_str(),
-            "consecutiveFailures": s.consecutive_failures,
-            "status": cluster_status(&obs, now, None),
+            "phase": s.phase,
+            "consecutiveFailures": s.failures,
+            "status": cluster_status(&s.observation, now, None),
         })
     }
 }
@@ -206,7 +241,7 @@ impl HubView for FleetHubView {
                 Ok(r) => r,
                 Err(e) => return json!({"error": e.to_string()}),
             },
-            None => FullReport::from_fleet(&self.state, chrono::Utc::now()),
+            None => self.full_report(chrono::Utc::now()),
         };
         serde_json::to_value(report).unwrap_or_else(|e| json!({"error": e.to_string()}))
     }
@@ -216,8 +251,7 @@ impl HubView for FleetHubView {
             return p.clusters().unwrap_or_default();
         }
         let now = chrono::Utc::now();
-        self.state
-            .spokes()
+        self.report_spokes()
             .iter()
             .map(|s| Self::cluster_value(s, now))
             .collect()
@@ -227,9 +261,17 @@ impl HubView for FleetHubView {
         if let Some(p) = self.following() {
             return p.cluster(namespace, name).ok().flatten();
         }
+        let cluster = format!("{namespace}/{name}");
+        if self.observations.is_some() {
+            return self
+                .report_spokes()
+                .iter()
+                .find(|s| s.observation.cluster == cluster)
+                .map(|s| Self::cluster_value(s, chrono::Utc::now()));
+        }
         self.state
-            .get(&format!("{namespace}/{name}"))
-            .map(|s| Self::cluster_value(&s, chrono::Utc::now()))
+            .get(&cluster)
+            .map(|s| Self::cluster_value(&PublishedSpoke::from(&s), chrono::Utc::now()))
     }
 
     fn ready(&self) -> HubReadiness {
@@ -265,7 +307,7 @@ impl HubView for FleetHubView {
                 .clone();
         }
         self.cached(&self.report_body, || {
-            json_bytes(&FullReport::from_fleet(&self.state, chrono::Utc::now()))
+            json_bytes(&self.full_report(chrono::Utc::now()))
         })
     }
 

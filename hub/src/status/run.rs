@@ -14,11 +14,14 @@ use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;
 
 use super::metrics::StatusMetrics;
+use super::observations::{
+    ObservationCache, ObservationOptions, ObservationPublisher, ReportInputs, report_spokes,
+};
 use super::writer::{StatusOwnerRef, StatusWriter, WriterOptions};
 use crate::fleet::state::FleetState;
 use crate::inventory::InventoryVersion;
-use crate::report::from_fleet::observations;
-use crate::report::{Caps, FullReport, bound_report, cluster_status};
+use crate::report::published::{PublishedSpoke, local_spokes};
+use crate::report::{Caps, FullReport, SpokeObservation, bound_report, cluster_status};
 
 /// Tuning of [`run_status_loop`].
 #[derive(Debug, Clone)]
@@ -41,6 +44,8 @@ pub struct StatusLoopOptions {
     pub profile_version: InventoryVersion,
     /// Where passes are counted.
     pub metrics: StatusMetrics,
+    /// Publishing this replica's spokes, and the report's input.
+    pub observations: ObservationOptions,
 }
 
 impl Default for StatusLoopOptions {
@@ -53,6 +58,7 @@ impl Default for StatusLoopOptions {
             resync: Duration::from_secs(600),
             profile_version: InventoryVersion::default(),
             metrics: StatusMetrics::default(),
+            observations: ObservationOptions::default(),
         }
     }
 }
@@ -81,6 +87,33 @@ pub async fn run_status_loop(
         writer.with_fence(std::sync::Arc::new(move || leader.is_leader()))
     };
     let mut uids = ProfileUids::default();
+    let observed = &options.observations;
+    let cache = (observed.publish || observed.inputs == ReportInputs::Published).then(|| {
+        observed.cache.clone().unwrap_or_else(|| {
+            ObservationCache::watch(
+                client.clone(),
+                &observed.namespace,
+                observed.limits,
+                shutdown.clone(),
+            )
+        })
+    });
+    let publish_fence = state.clone();
+    // Leader mode: the leader publishes every spoke. Sharded mode: each replica publishes
+    // the spokes it runs, whether it leads or not (the scope of each pass says which).
+    let mut publisher = cache.as_ref().filter(|_| observed.publish).map(|c| {
+        let p = ObservationPublisher::new(client.clone(), c.clone(), observed.clone());
+        if sharded {
+            p
+        } else {
+            p.with_fence(std::sync::Arc::new(move || publish_fence.is_leader()))
+        }
+    });
+    // In sharded mode the report also follows the other replicas' observations.
+    let mut published_changes = cache
+        .as_ref()
+        .filter(|_| observed.inputs == ReportInputs::Published)
+        .map(ObservationCache::subscribe);
     let mut changes = state.subscribe();
     let mut last_resync = Instant::now();
     loop {
@@ -92,7 +125,19 @@ pub async fn run_status_loop(
         }
         let leading = state.is_leader();
         if leading || sharded {
-            sync_once(&client, &state, &options, &mut writer, &mut uids).await;
+            let observations = Observations {
+                cache: cache.as_ref(),
+                publisher: publisher.as_mut(),
+            };
+            sync_once(
+                &client,
+                &state,
+                &options,
+                &mut writer,
+                &mut uids,
+                observations,
+            )
+            .await;
         }
         options.metrics.pass(leading);
         // Wait for a change (but not less than min_rebuild), a due deferred write, or the tick.
@@ -113,8 +158,30 @@ pub async fn run_status_loop(
                     _ = tokio::time::sleep_until(earliest.into()) => {}
                 }
             }
+            Some(()) = published_changed(published_changes.as_mut()) => {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep_until(earliest.into()) => {}
+                }
+            }
         }
     }
+}
+
+/// The next change of the published observations; never, without them.
+async fn published_changed(rx: Option<&mut tokio::sync::watch::Receiver<u64>>) -> Option<()> {
+    match rx {
+        Some(rx) => rx.changed().await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
+/// The published observations, as one status pass uses them.
+struct Observations<'a> {
+    /// The watch cache (the report's input in sharded mode).
+    cache: Option<&'a ObservationCache>,
+    /// This replica's publisher.
+    publisher: Option<&'a mut ObservationPublisher>,
 }
 
 /// At most one ClusterProfile list per this interval while some profile's UID is unknown.
@@ -180,14 +247,51 @@ async fn sync_once(
     options: &StatusLoopOptions,
     writer: &mut StatusWriter,
     uids: &mut ProfileUids,
+    observations: Observations<'_>,
 ) {
     let now = chrono::Utc::now();
     let sharded = state.is_sharded();
-    let mut spokes = observations(state);
-    if sharded {
-        // Only the spokes this replica handles are its to report.
-        spokes.retain(|s| state.may_report(&s.cluster));
+    // Every listed spoke: in sharded mode those other replicas run are `Standby` here, and
+    // the report takes their published observations instead.
+    let listed = local_spokes(state);
+    let local: Vec<PublishedSpoke> = if sharded {
+        // Only the spokes this replica handles are its to publish and report.
+        listed
+            .iter()
+            .filter(|s| state.may_report(&s.observation.cluster))
+            .cloned()
+            .collect()
+    } else {
+        listed.clone()
+    };
+    if let Some(publisher) = observations.publisher {
+        let stats = if sharded {
+            // Each replica answers for the spokes it runs; the leader also for spokes no
+            // longer listed at all (their owner may have gone with them).
+            let names: HashSet<String> = listed
+                .iter()
+                .map(|s| s.observation.cluster.clone())
+                .collect();
+            let leading = state.is_leader();
+            publisher
+                .publish(&local, &|c| {
+                    state.may_report(c) || (leading && !names.contains(c))
+                })
+                .await
+        } else {
+            // Leader mode: this replica engages every spoke, and answers for every object.
+            publisher.publish(&local, &|_| true).await
+        };
+        if stats.written > 0 || stats.deleted > 0 || stats.failed > 0 {
+            tracing::debug!(?stats, "observations published");
+        }
     }
+    let report_input: Vec<SpokeObservation> =
+        report_spokes(options.observations.inputs, observations.cache, listed)
+            .into_iter()
+            .map(|s| s.observation)
+            .collect();
+    let spokes: Vec<SpokeObservation> = local.into_iter().map(|s| s.observation).collect();
     let names: Vec<&str> = spokes.iter().map(|s| s.cluster.as_str()).collect();
     uids.refresh_for(client, options.profile_version.for_writes(), &names)
         .await;
@@ -216,10 +320,10 @@ async fn sync_once(
             cluster_status(spoke, now, Some(&options.caps)),
         );
     }
-    // Sharded mode: the leader alone writes the report (from what it handles until the
-    // report reads every shard's published observations).
+    // Sharded mode: the leader alone writes the report, from every shard's published
+    // observations.
     if !sharded || state.is_leader() {
-        let full = FullReport::build(&spokes, now);
+        let full = FullReport::build(&report_input, now);
         writer.submit_report(bound_report(&full.summary, &options.caps));
     }
     let stats = writer.flush(Instant::now()).await;

@@ -1,0 +1,507 @@
+//! Published observations: each spoke's [`PublishedSpoke`] as `ClusterIdentityObservation`
+//! objects in the hub namespace, written by the replica that engages the spoke
+//! ([`ObservationPublisher`], only when the content changed) and read by every replica
+//! through one watch ([`ObservationCache`]), so that the replica writing the
+//! `FleetIdentityReport` analyses every spoke, whichever replica engages it
+//! ([`ReportInputs::Published`]).
+//!
+//! Why objects of kleym's own kind rather than ConfigMaps: the hub's RBAC can then grant
+//! writes on exactly these objects in the hub namespace, and the aggregated `edit` and
+//! `admin` roles, which grant ConfigMap writes to namespace editors, do not reach them; the
+//! API server also checks their schema before a reader sees them.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kleym_api::hub_status::ClusterIdentityObservation;
+use kleym_spoke::reconciler::CancellationToken;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+use super::FIELD_MANAGER;
+use super::writer::WriteFence;
+use crate::report::published::{
+    Limits, ObservationError, PublishedSpoke, assemble, encode, merge, object_name,
+};
+
+/// What the fleet report (the `FleetIdentityReport`, `/v1/report` and `/v1/clusters` of
+/// the replica writing it) is built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReportInputs {
+    /// This replica's own fleet state: right when it engages every spoke (leader mode).
+    #[default]
+    Local,
+    /// The observations every replica publishes for the spokes it engages (sharded mode),
+    /// this replica's own state for a spoke with none published.
+    Published,
+}
+
+/// How observations are published and read.
+#[derive(Debug, Clone)]
+pub struct ObservationOptions {
+    /// Where the report's input comes from.
+    pub inputs: ReportInputs,
+    /// Publish this replica's spokes (default on: the leader publishes every spoke, so a
+    /// replica switched to sharded mode finds them).
+    pub publish: bool,
+    /// The hub namespace, where the objects live.
+    pub namespace: String,
+    /// Size bounds of one spoke's objects.
+    pub limits: Limits,
+    /// `lastSync` alone causes a write only when it moved by at least this much.
+    pub sync_refresh: Duration,
+    /// After writing a spoke, trust the write this long while the watch catches up; after
+    /// it, content the watch shows different (edited behind the hub's back) is rewritten.
+    pub confirm_window: Duration,
+    /// The watch cache to read (and to compare writes with); started by the status loop
+    /// when `None`.
+    pub cache: Option<ObservationCache>,
+}
+
+impl Default for ObservationOptions {
+    fn default() -> Self {
+        ObservationOptions {
+            inputs: ReportInputs::Local,
+            publish: true,
+            namespace: crate::leader::default_namespace(),
+            limits: Limits::default(),
+            sync_refresh: Duration::from_secs(300),
+            confirm_window: Duration::from_secs(30),
+            cache: None,
+        }
+    }
+}
+
+/// A decoded spoke, kept while its objects are unchanged.
+#[derive(Debug, Clone)]
+struct Decoded {
+    /// `name@resourceVersion` of every part, sorted: the key of the decode.
+    key: Vec<String>,
+    result: Result<PublishedSpoke, ObservationError>,
+}
+
+/// The published observations of the hub namespace, as a watch cache, decoded once per
+/// change of their objects.
+#[derive(Clone)]
+pub struct ObservationCache {
+    store: Store<ClusterIdentityObservation>,
+    synced: Arc<AtomicBool>,
+    version: Arc<AtomicU64>,
+    changes: tokio::sync::watch::Receiver<u64>,
+    limits: Limits,
+    decoded: Arc<Mutex<HashMap<String, Decoded>>>,
+    /// The last spoke decoded whole per cluster, served while its parts are being rewritten.
+    last_good: Arc<Mutex<HashMap<String, PublishedSpoke>>>,
+}
+
+impl std::fmt::Debug for ObservationCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObservationCache")
+            .field("version", &self.version())
+            .field("synced", &self.synced())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ObservationCache {
+    /// Watches the observations of `namespace` with `client` until `shutdown`.
+    pub fn watch(
+        client: kube::Client,
+        namespace: &str,
+        limits: Limits,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let (store, writer) = reflector::store();
+        let synced = Arc::new(AtomicBool::new(false));
+        let version = Arc::new(AtomicU64::new(0));
+        let api = Api::<ClusterIdentityObservation>::namespaced(client, namespace);
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .boxed();
+        let (flag, counter) = (synced.clone(), version.clone());
+        let (notify, changes) = tokio::sync::watch::channel(0u64);
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    ev = events.next() => ev,
+                };
+                match event {
+                    None => return,
+                    Some(Ok(ev)) => {
+                        if matches!(ev, watcher::Event::InitDone) {
+                            flag.store(true, Ordering::Release);
+                        }
+                        let v = counter.fetch_add(1, Ordering::AcqRel) + 1;
+                        notify.send_replace(v);
+                    }
+                    // The backoff retries; the store keeps the last state meanwhile.
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "watching ClusterIdentityObservations failed")
+                    }
+                }
+            }
+        });
+        ObservationCache {
+            store,
+            synced,
+            version,
+            changes,
+            limits,
+            decoded: Arc::default(),
+            last_good: Arc::default(),
+        }
+    }
+
+    /// Moves on every watch event.
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Signals every watch event (the status loop rebuilds the report on it).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
+    /// The first list completed.
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Every object in the cache.
+    fn objects(&self) -> Vec<Arc<ClusterIdentityObservation>> {
+        self.store.state()
+    }
+
+    /// Every published spoke, by cluster, decoded (or refused) once per change of its
+    /// objects. A spoke whose parts are mid-rewrite is served as last decoded whole.
+    pub fn published(&self) -> BTreeMap<String, Result<PublishedSpoke, ObservationError>> {
+        let mut groups: BTreeMap<String, Vec<Arc<ClusterIdentityObservation>>> = BTreeMap::new();
+        for o in self.objects() {
+            groups.entry(o.spec.cluster.clone()).or_default().push(o);
+        }
+        let mut decoded = self.decoded.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last_good = self.last_good.lock().unwrap_or_else(|p| p.into_inner());
+        decoded.retain(|c, _| groups.contains_key(c));
+        last_good.retain(|c, _| groups.contains_key(c));
+        let mut out = BTreeMap::new();
+        for (cluster, objs) in groups {
+            let mut key: Vec<String> = objs
+                .iter()
+                .map(|o| {
+                    format!(
+                        "{}@{}",
+                        o.metadata.name.as_deref().unwrap_or_default(),
+                        o.metadata.resource_version.as_deref().unwrap_or_default()
+                    )
+                })
+                .collect();
+            key.sort();
+            let result = match decoded.get(&cluster) {
+                Some(d) if d.key == key => d.result.clone(),
+                _ => {
+                    let result = assemble(&objs, &self.limits)
+                        .remove(&cluster)
+                        .unwrap_or_else(|| {
+                            Err(ObservationError::Incomplete {
+                                object: cluster.clone(),
+                                why: "no object".into(),
+                            })
+                        });
+                    if let Err(e) = &result {
+                        tracing::warn!(cluster = %cluster, error = %e, "a published observation was refused");
+                    }
+                    decoded.insert(
+                        cluster.clone(),
+                        Decoded {
+                            key,
+                            result: result.clone(),
+                        },
+                    );
+                    result
+                }
+            };
+            let result = match result {
+                Ok(s) => {
+                    last_good.insert(cluster.clone(), s.clone());
+                    Ok(s)
+                }
+                Err(e @ ObservationError::Incomplete { .. }) => {
+                    last_good.get(&cluster).cloned().ok_or(e)
+                }
+                Err(e) => Err(e),
+            };
+            out.insert(cluster, result);
+        }
+        out
+    }
+
+    /// The report's input in sharded mode: `local` (this replica's spokes) with each spoke
+    /// replaced by its published observation where one exists (see [`merge`]).
+    pub fn report_inputs(&self, local: Vec<PublishedSpoke>) -> Vec<PublishedSpoke> {
+        merge(local, &self.published())
+    }
+
+    /// `part 0`'s digest, the parts count and every object name the cache holds per cluster.
+    fn written_state(&self) -> HashMap<String, (Option<String>, Vec<String>)> {
+        let mut out: HashMap<String, (Option<String>, Vec<String>)> = HashMap::new();
+        for o in self.objects() {
+            let entry = out.entry(o.spec.cluster.clone()).or_default();
+            if o.spec.part == 0 {
+                entry.0 = Some(o.spec.digest.clone());
+            }
+            if let Some(n) = &o.metadata.name {
+                entry.1.push(n.clone());
+            }
+        }
+        out
+    }
+}
+
+/// What one publish pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PublishStats {
+    /// Objects written.
+    pub written: usize,
+    /// Objects deleted.
+    pub deleted: usize,
+    /// Spokes unchanged.
+    pub unchanged: usize,
+    /// Requests that failed (retried on the next pass).
+    pub failed: usize,
+    /// Whether the pass stopped because the write fence said no.
+    pub fenced: bool,
+}
+
+/// What this publisher last wrote of a spoke.
+#[derive(Debug, Clone)]
+struct Written {
+    digest: String,
+    parts: u32,
+    last_sync: Option<i64>,
+    at: Instant,
+}
+
+/// Writes the observations of the spokes this replica engages (see the module docs).
+pub struct ObservationPublisher {
+    api: Api<ClusterIdentityObservation>,
+    cache: ObservationCache,
+    options: ObservationOptions,
+    fence: Option<WriteFence>,
+    written: HashMap<String, Written>,
+}
+
+impl ObservationPublisher {
+    /// A publisher writing into `options.namespace`, comparing with `cache`.
+    pub fn new(client: kube::Client, cache: ObservationCache, options: ObservationOptions) -> Self {
+        ObservationPublisher {
+            api: Api::namespaced(client, &options.namespace),
+            cache,
+            options,
+            fence: None,
+            written: HashMap::new(),
+        }
+    }
+
+    /// Writes only while `fence` says yes, asked before every request.
+    pub fn with_fence(mut self, fence: WriteFence) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    fn may_write(&self) -> bool {
+        self.fence.as_ref().is_none_or(|f| f())
+    }
+
+    /// Publishes `spokes` (those this replica engages; in leader mode every spoke), and
+    /// deletes the objects of spokes that are gone: those of a cluster not among `spokes`
+    /// for which `in_scope` holds (in leader mode every cluster; in sharded mode the ones
+    /// this replica answers for).
+    pub async fn publish(
+        &mut self,
+        spokes: &[PublishedSpoke],
+        in_scope: &(dyn Fn(&str) -> bool + Send + Sync),
+    ) -> PublishStats {
+        let mut stats = PublishStats::default();
+        if !self.cache.synced() {
+            // Comparing with an empty cache would rewrite every spoke after a restart.
+            return stats;
+        }
+        let on_server = self.cache.written_state();
+        let now = Instant::now();
+        for spoke in spokes {
+            let specs = encode(spoke, &self.options.limits);
+            let Some(first) = specs.first() else { continue };
+            let cluster = first.cluster.clone();
+            let digest = first.digest.clone();
+            let parts = first.parts;
+            let last_sync = first.last_sync.as_ref().map(|t| t.0.as_second());
+            let server = on_server.get(&cluster);
+            let server_digest = server.and_then(|(d, _)| d.as_deref());
+            let sync_stale = |w: &Written| match (w.last_sync, last_sync) {
+                (Some(o), Some(n)) => (n - o).abs() >= self.options.sync_refresh.as_secs() as i64,
+                (None, None) => false,
+                _ => true,
+            };
+            let up_to_date = match self.written.get(&cluster) {
+                Some(w) if w.digest == digest && w.parts == parts && !sync_stale(w) => {
+                    // Ours, as the watch shows it, or written recently enough that the
+                    // watch may not show it yet.
+                    server_digest == Some(digest.as_str()) && self.cache_verifies(&cluster, &digest)
+                        || now.duration_since(w.at) < self.options.confirm_window
+                }
+                Some(_) => false,
+                // Not written by this process: current if the server holds this content
+                // and its lastSync is recent enough.
+                None => {
+                    server_digest == Some(digest.as_str()) && self.cache_verifies(&cluster, &digest)
+                }
+            };
+            if up_to_date {
+                if !self.written.contains_key(&cluster) {
+                    self.written.insert(
+                        cluster.clone(),
+                        Written {
+                            digest,
+                            parts,
+                            last_sync,
+                            at: now,
+                        },
+                    );
+                }
+                stats.unchanged += 1;
+                continue;
+            }
+            // Later parts first, part 0 (which names the digest readers assemble) last.
+            for spec in specs.iter().rev() {
+                if !self.may_write() {
+                    stats.fenced = true;
+                    return stats;
+                }
+                let name = object_name(&cluster, spec.part);
+                let body = json!({
+                    "apiVersion": "kleym.io/v1alpha1",
+                    "kind": "ClusterIdentityObservation",
+                    "metadata": {
+                        "name": name,
+                        "namespace": self.options.namespace,
+                        "labels": {"app.kubernetes.io/managed-by": "kleym"},
+                    },
+                    "spec": spec,
+                });
+                match self
+                    .api
+                    .patch(
+                        &name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(body),
+                    )
+                    .await
+                {
+                    Ok(_) => stats.written += 1,
+                    Err(e) => {
+                        // The rest waits for the next pass: a hub API server refusing one
+                        // write (RBAC, overload) would most likely refuse them all.
+                        tracing::warn!(error = %e, cluster = %cluster, object = %name, "publishing the observation failed; retrying on the next pass");
+                        stats.failed += 1;
+                        self.written.remove(&cluster);
+                        return stats;
+                    }
+                }
+            }
+            self.written.insert(
+                cluster.clone(),
+                Written {
+                    digest,
+                    parts,
+                    last_sync,
+                    at: now,
+                },
+            );
+            // Parts the observation no longer has.
+            let keep: HashSet<String> = (0..parts).map(|i| object_name(&cluster, i)).collect();
+            let stale: Vec<String> = server
+                .map(|(_, names)| {
+                    names
+                        .iter()
+                        .filter(|n| !keep.contains(*n))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            for name in stale {
+                if !self.delete(&name, &mut stats).await {
+                    return stats;
+                }
+            }
+        }
+        // Spokes gone: their objects go too.
+        let current: HashSet<&str> = spokes
+            .iter()
+            .map(|s| s.observation.cluster.as_str())
+            .collect();
+        self.written.retain(|c, _| current.contains(c.as_str()));
+        for (cluster, (_, names)) in on_server {
+            if current.contains(cluster.as_str()) || !in_scope(&cluster) {
+                continue;
+            }
+            for name in names {
+                if !self.delete(&name, &mut stats).await {
+                    return stats;
+                }
+            }
+        }
+        stats
+    }
+
+    /// Whether the cache holds `cluster`'s observation whole, with `digest` and content
+    /// matching it.
+    fn cache_verifies(&self, cluster: &str, digest: &str) -> bool {
+        let objs: Vec<Arc<ClusterIdentityObservation>> = self
+            .cache
+            .objects()
+            .into_iter()
+            .filter(|o| o.spec.cluster == cluster)
+            .collect();
+        let refs: Vec<&ClusterIdentityObservation> = objs.iter().map(AsRef::as_ref).collect();
+        crate::report::published::decode_objects(&refs, &self.options.limits).is_ok()
+            && objs
+                .iter()
+                .any(|o| o.spec.part == 0 && o.spec.digest == digest)
+    }
+
+    /// Deletes `name`; false when the fence stopped the pass.
+    async fn delete(&self, name: &str, stats: &mut PublishStats) -> bool {
+        if !self.may_write() {
+            stats.fenced = true;
+            return false;
+        }
+        match self.api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => stats.deleted += 1,
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(error = %e, object = %name, "deleting an observation failed");
+                stats.failed += 1;
+            }
+        }
+        true
+    }
+}
+
+/// The report's input as `inputs` chooses: `local` itself, or merged with `cache`.
+pub fn report_spokes(
+    inputs: ReportInputs,
+    cache: Option<&ObservationCache>,
+    local: Vec<PublishedSpoke>,
+) -> Vec<PublishedSpoke> {
+    match (inputs, cache) {
+        (ReportInputs::Published, Some(c)) => c.report_inputs(local),
+        _ => local,
+    }
+}
