@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 
 use super::args::HubArgs;
 use super::view::{FleetCollector, FleetHubView, LeaderInfo, observe_lease};
-use crate::credentials::{CredentialCache, CredentialMetrics};
+use crate::credentials::{CredentialCache, CredentialMetrics, spoke_user_agent};
 use crate::fleet::{FleetMetrics, FleetOptions, FleetState, SpokeMetricsCollector, Supervisor};
 use crate::http::ApiMetrics;
 use crate::inventory::{InventoryEvent, InventorySynced, InventoryVersion, watch};
@@ -92,6 +92,11 @@ pub fn start_hub_with(
     // One handle: the inventory watch sets the version it reads, the finalizer writes,
     // ownerReferences and `/readyz` follow it.
     let inventory_version = InventoryVersion::default();
+    // One identity per process: the leader election's, and the replica named in the user
+    // agent of every request to a spoke (so a spoke's audit log tells replicas apart).
+    let leader_options = args.leader_options();
+    let mut fleet_options = args.fleet_options();
+    fleet_options.client.user_agent = Some(spoke_user_agent(&leader_options.identity));
     let supervisor = Supervisor::new(
         FleetOptions {
             profile_version: inventory_version.clone(),
@@ -100,7 +105,7 @@ pub fn start_hub_with(
                     .policy()
                     .context("the SVID policy flags (--cluster-domain, --svid-*, --hub-*)")?,
             ),
-            ..args.fleet_options()
+            ..fleet_options
         },
         providers,
         credentials.clone(),
@@ -112,7 +117,7 @@ pub fn start_hub_with(
         state.spoke_metrics().clone(),
     )));
     let (leader_rx, election, leader_info) = if args.leader_elect {
-        let opts = args.leader_options();
+        let opts = leader_options;
         let info = LeaderInfo::default();
         // The election only says whether *we* lead; followers also need the holder's name
         // (named in their 503) and `/readyz` needs to know leadership is settled.
