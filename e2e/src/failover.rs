@@ -273,7 +273,11 @@ impl fmt::Display for FailoverReport {
             self.leader.as_deref().unwrap_or("unknown"),
             self.victim_spokes
         )?;
-        writeln!(f, "baseline trickle before the kill: {}", fmt_lat(&self.baseline))?;
+        writeln!(
+            f,
+            "baseline trickle before the kill: {}",
+            fmt_lat(&self.baseline)
+        )?;
         writeln!(
             f,
             "failover bindings (created at the kill on the victim's spokes) -> ClusterSPIFFEID: {} of {} converged; {}",
@@ -307,7 +311,10 @@ impl fmt::Display for FailoverReport {
             writeln!(f, "    {e}")?;
         }
         for (name, rss, cpu) in &self.usage {
-            writeln!(f, "replica {name}: peak RSS {rss} MiB, CPU {cpu:.2} s user+sys")?;
+            writeln!(
+                f,
+                "replica {name}: peak RSS {rss} MiB, CPU {cpu:.2} s user+sys"
+            )?;
         }
         Ok(())
     }
@@ -544,9 +551,7 @@ pub async fn run(
             per.into_iter()
                 .max_by_key(|(i, k)| (*k, std::cmp::Reverse(*i)))
                 .map(|(i, _)| i)
-                .ok_or_else(|| {
-                    FailoverError::Setup("no replica wrote to any spoke".to_string())
-                })?
+                .ok_or_else(|| FailoverError::Setup("no replica wrote to any spoke".to_string()))?
         }
     };
     let victim_name = hubs.instance(victim).to_string();
@@ -563,11 +568,7 @@ pub async fn run(
     let survivor_spokes: Vec<usize> = (0..o.spokes)
         .filter(|&s| serves(&owners[s]).is_some_and(|r| r != victim))
         .collect();
-    let failover_plan = spread(
-        &mut counters,
-        &victim_spokes,
-        victim_spokes.len().min(10),
-    );
+    let failover_plan = spread(&mut counters, &victim_spokes, victim_spokes.len().min(10));
     let per_second = 1.0 / o.trickle_interval.as_secs_f64().max(0.001);
     let survivor_plan = spread(
         &mut counters,
@@ -707,7 +708,10 @@ mod tests {
         assert!(spread(&mut c, &[], 3).is_empty());
         // The counters moved on: a later plan never reuses a binding.
         let later = spread(&mut c, &[1], 1);
-        assert_eq!(later[0].binding, 5 + steps.iter().filter(|s| s.spoke == 1).count());
+        assert_eq!(
+            later[0].binding,
+            5 + steps.iter().filter(|s| s.spoke == 1).count()
+        );
     }
 
     #[test]

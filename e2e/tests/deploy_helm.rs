@@ -415,7 +415,11 @@ fn invalid_values_are_rejected_by_helm() {
             true,
         ),
         (json!({"hub": {"shardWeight": 0}}), "hub.shardWeight", true),
-        (json!({"hub": {"shardWeight": 101}}), "hub.shardWeight", true),
+        (
+            json!({"hub": {"shardWeight": 101}}),
+            "hub.shardWeight",
+            true,
+        ),
         (
             json!({"hub": {"podAntiAffinity": "required"}}),
             "hub.podAntiAffinity",
@@ -621,8 +625,7 @@ fn hub_replicas_prefer_different_nodes() {
 
 /// Whether this build's `kleym hub` knows `--shard-mode` (the sharded mode's flags).
 fn hub_knows_shard_mode() -> bool {
-    kleym_e2e::fixtures::harness::parse_hub_args(&["--shard-mode".into(), "leader".into()])
-        .is_ok()
+    kleym_e2e::fixtures::harness::parse_hub_args(&["--shard-mode".into(), "leader".into()]).is_ok()
 }
 
 /// `hub.shardMode: sharded` renders `--shard-mode=sharded` and `--shard-weight`, keeps
@@ -645,7 +648,8 @@ fn sharded_mode_renders_its_flags_and_the_replica_lease_rbac() {
     assert_eq!(leases.len(), 1, "{leases:?}");
     assert_eq!(leases[0]["verbs"], json!(["get", "create", "update"]));
 
-    let sharded = render(json!({"hub": {"replicas": 3, "shardMode": "sharded", "shardWeight": 20}}));
+    let sharded =
+        render(json!({"hub": {"replicas": 3, "shardMode": "sharded", "shardWeight": 20}}));
     let dep = find(&sharded, "Deployment", "kleym-hub").unwrap();
     assert_eq!(dep["spec"]["replicas"], 3);
     let args = container_args(dep);
@@ -663,7 +667,10 @@ fn sharded_mode_renders_its_flags_and_the_replica_lease_rbac() {
         .filter_map(|v| v.as_str().map(str::to_string))
         .collect();
     for verb in ["get", "list", "watch", "create", "update", "delete"] {
-        assert!(verbs.iter().any(|v| v == verb), "no {verb} on leases: {verbs:?}");
+        assert!(
+            verbs.iter().any(|v| v == verb),
+            "no {verb} on leases: {verbs:?}"
+        );
     }
     // Only the namespaced Role grants Leases: no replica may touch Leases elsewhere.
     for d in &sharded {
@@ -683,7 +690,10 @@ fn sharded_mode_renders_its_flags_and_the_replica_lease_rbac() {
             assert!(parsed.leader_elect);
         }
         Err(e) => {
-            assert!(!hub_knows_shard_mode(), "the rendered flags do not parse: {e}");
+            assert!(
+                !hub_knows_shard_mode(),
+                "the rendered flags do not parse: {e}"
+            );
             assert!(e.contains("--shard-mode"), "{e}");
             // Without the sharded mode's two flags, the rest parses.
             let rest: Vec<String> = args[1..]
@@ -1977,7 +1987,10 @@ fn the_field_check_finds_a_misspelled_or_misplaced_field() {
 fn notes_warn_about_sharded_mode_with_one_replica() {
     let one = notes("kleym", &["hub.shardMode=sharded", "hub.replicas=1"]);
     assert!(one.contains("sharded mode)"), "{one}");
-    assert!(one.contains("WARNING: sharded mode with 1 replica"), "{one}");
+    assert!(
+        one.contains("WARNING: sharded mode with 1 replica"),
+        "{one}"
+    );
     let three = notes("kleym", &["hub.shardMode=sharded", "hub.replicas=3"]);
     assert!(!three.contains("WARNING"), "{three}");
     let leader = notes("kleym", &["hub.replicas=1", "hub.leaderElection=false"]);

@@ -109,7 +109,11 @@ async fn every_request_names_the_replica_and_writes_keep_kleyms_field_manager() 
         async move {
             env::bindings(&store)
                 .iter()
-                .all(|b| b["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty))
+                .all(|b| {
+                    b["metadata"]["finalizers"]
+                        .as_array()
+                        .is_none_or(Vec::is_empty)
+                })
                 .then_some(())
         }
     })
@@ -125,7 +129,11 @@ async fn every_request_names_the_replica_and_writes_keep_kleyms_field_manager() 
     );
     let agents: std::collections::BTreeSet<Option<String>> =
         log.iter().map(|r| r.user_agent.clone()).collect();
-    assert_eq!(agents.len(), 1, "one user agent for the whole process: {agents:?}");
+    assert_eq!(
+        agents.len(),
+        1,
+        "one user agent for the whole process: {agents:?}"
+    );
     let agent = agents.into_iter().next().flatten().expect("a user agent");
     assert!(
         agent.starts_with(&prefix) && agent.ends_with(')'),
@@ -145,7 +153,10 @@ async fn every_request_names_the_replica_and_writes_keep_kleyms_field_manager() 
     // No binding or ClusterSPIFFEID carries a manager the API server derived from the user
     // agent (`kleym-hub`): kleym named its own on every write.
     let derived = prefix.split('/').next().unwrap().to_string();
-    for obj in env::bindings(&store).iter().chain(env::csids(&store).iter()) {
+    for obj in env::bindings(&store)
+        .iter()
+        .chain(env::csids(&store).iter())
+    {
         let m = managers(obj);
         assert!(
             !m.contains(&derived),

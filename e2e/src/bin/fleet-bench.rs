@@ -1239,7 +1239,8 @@ async fn run_chaos(args: Args) -> anyhow::Result<()> {
         o.replicas = usize::from(r);
     }
     if args.shard_mode == BenchShardMode::Sharded {
-        o.hub_args.extend(["--shard-mode".to_string(), "sharded".to_string()]);
+        o.hub_args
+            .extend(["--shard-mode".to_string(), "sharded".to_string()]);
     }
     o.hub_args.extend(args.hub_args.iter().cloned());
     let report = kleym_e2e::chaos::run(&o, &|line| println!("{line}")).await?;

@@ -621,7 +621,11 @@ mod tests {
         ];
         check_double_writers(&mut v, "spoke-2", &interleaved, window);
         assert_eq!(v.count("double_writers"), 1, "{v}");
-        assert!(v.to_string().contains("spoke-2: hub-a_1 wrote, then hub-b_1"), "{v}");
+        assert!(
+            v.to_string()
+                .contains("spoke-2: hub-a_1 wrote, then hub-b_1"),
+            "{v}"
+        );
     }
 
     /// Writes `status` to the hub object `name` of `plural` (created first when absent).

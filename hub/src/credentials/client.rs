@@ -572,7 +572,10 @@ mod tests {
         let ua = spoke_user_agent("pod (x)\\\ny\u{e9}");
         assert_eq!(
             ua.to_str().unwrap(),
-            format!("kleym-hub/{} (replica pod _x___y_)", env!("CARGO_PKG_VERSION"))
+            format!(
+                "kleym-hub/{} (replica pod _x___y_)",
+                env!("CARGO_PKG_VERSION")
+            )
         );
         let long = "a".repeat(500);
         let ua = spoke_user_agent(&long);

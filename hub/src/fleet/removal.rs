@@ -337,9 +337,7 @@ async fn remove_binding(
             field_manager: Some(DEFAULT_FIELD_MANAGER.to_string()),
             ..PatchParams::default()
         };
-        match bounded(limit, api.patch(&name, &pp, &Patch::Merge(&patch)))
-        .await
-        {
+        match bounded(limit, api.patch(&name, &pp, &Patch::Merge(&patch))).await {
             Some(Ok(_)) => {
                 report.finalizers_removed += 1;
                 return Ok(());

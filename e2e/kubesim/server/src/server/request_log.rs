@@ -159,7 +159,10 @@ mod tests {
     fn keeps_the_user_agent_and_no_other_header() {
         let mut h = http::HeaderMap::new();
         assert_eq!(user_agent_of(&h), None);
-        h.insert(http::header::AUTHORIZATION, "Bearer secret".parse().unwrap());
+        h.insert(
+            http::header::AUTHORIZATION,
+            "Bearer secret".parse().unwrap(),
+        );
         h.insert(
             http::header::USER_AGENT,
             "kleym-hub/0.1.0 (replica a_1)".parse().unwrap(),
