@@ -5,8 +5,8 @@
 //!    replicas (`--instance hub-0..hub-R-1`, leader election on, the same flags, plus
 //!    `--shard-mode sharded` when asked, plus any `--hub-arg`) converge them.
 //! 2. Who serves which spoke is read from each spoke's own request log: the replica named in
-//!    the `User-Agent` of its last write ([`crate::fixtures::writers`]), not from what the
-//!    hub says. That gives each replica's share of the spokes.
+//!    the `User-Agent` of its latest request ([`crate::fixtures::writers`]), not from what
+//!    the hub says. That gives each replica's share of the spokes.
 //! 3. A baseline trickle (new bindings on random spokes, one every `trickle_interval`)
 //!    measures the usual latency.
 //! 4. The victim is killed with SIGKILL: in leader mode the Lease holder, in sharded mode
@@ -263,7 +263,7 @@ impl fmt::Display for FailoverReport {
         )?;
         writeln!(
             f,
-            "spokes per replica at converge (last writer in each spoke's request log): {}",
+            "spokes per replica at converge (the replica of the latest request in each spoke's log): {}",
             fmt_share(&self.share_before, n).replace(',', "%, ") + "%"
         )?;
         writeln!(
@@ -424,12 +424,12 @@ fn spread(counters: &mut Counters, spokes: &[usize], count: usize) -> Vec<Step> 
         .collect()
 }
 
-/// Each spoke's replica writes, from its request log.
-fn all_writes(fleet: &Fleet) -> Vec<Vec<ReplicaWrite>> {
+/// The replica serving each spoke: the one named in its latest request.
+fn serving(fleet: &Fleet) -> Vec<Option<String>> {
     fleet
         .names
         .iter()
-        .map(|n| writers::replica_writes(&fleet.f.spoke(n).requests().entries()))
+        .map(|n| writers::last_replica(&fleet.f.spoke(n).requests().entries()).map(str::to_string))
         .collect()
 }
 
@@ -521,11 +521,7 @@ pub async fn run(
     progress(&format!("converged after {converge:.1?}"));
 
     // Who serves which spoke, from the spokes' own logs.
-    let writes = all_writes(&fleet);
-    let owners: Vec<Option<String>> = writes
-        .iter()
-        .map(|w| writers::owner(w, None).map(str::to_string))
-        .collect();
+    let owners = serving(&fleet);
     let share_before = share_of(&hubs, &owners);
     progress(&format!(
         "spokes per replica: {}",
@@ -635,9 +631,9 @@ pub async fn run(
         .collect();
     takeover.sort();
     let writes: Vec<Vec<ReplicaWrite>> = logs.iter().map(|l| writers::replica_writes(l)).collect();
-    let owners_after: Vec<Option<String>> = writes
+    let owners_after: Vec<Option<String>> = logs
         .iter()
-        .map(|w| writers::owner(w, None).map(str::to_string))
+        .map(|l| writers::last_replica(l).map(str::to_string))
         .collect();
     let window = Duration::from_secs(o.lease_seconds);
     let mut double_writes = 0;

@@ -76,7 +76,7 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 --lease-duration-seconds, --shard-mode passed on as sharded, --hub-arg for
                 anything else) converge the fleet (cold start); who serves each spoke is read
                 from the spoke's own request log (the replica named in the User-Agent of its
-                last write). A baseline trickle, then SIGKILL of one replica (leader mode: the
+                latest request). A baseline trickle, then SIGKILL of one replica (leader mode: the
                 Lease holder; sharded: the replica serving the most spokes); at once one new
                 binding on each of up to 10 of its spokes (creation -> ClusterSPIFFEID: the
                 time to converge across the hand-over) and, for --duration-seconds (default
