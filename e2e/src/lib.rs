@@ -3,6 +3,7 @@
 
 pub mod chaos;
 pub mod demo;
+pub mod failover;
 pub mod fixtures;
 pub mod report_oracle;
 

@@ -197,6 +197,10 @@ fn cases() -> Vec<Case> {
                 "hub": {"metricsPort": 9090, "healthPort": 9091, "podDisruptionBudget": {"maxUnavailable": "50%"}}
             }),
         ),
+        case(
+            "sharded mode, three replicas, a weight",
+            json!({"hub": {"replicas": 3, "shardMode": "sharded", "shardWeight": 20}}),
+        ),
         case("single-cluster mode", json!({"mode": "single-cluster"})),
         case(
             "single-cluster mode with SVID bounds",
@@ -409,6 +413,27 @@ fn invalid_values_are_rejected_by_helm() {
             true,
         ),
         (
+            json!({"hub": {"replicas": 1, "leaderElection": false, "shardMode": "sharded"}}),
+            "hub.leaderElection",
+            true,
+        ),
+        (
+            json!({"hub": {"shardMode": "Sharded"}}),
+            "hub.shardMode",
+            true,
+        ),
+        (json!({"hub": {"shardWeight": 0}}), "hub.shardWeight", true),
+        (
+            json!({"hub": {"shardWeight": 101}}),
+            "hub.shardWeight",
+            true,
+        ),
+        (
+            json!({"hub": {"podAntiAffinity": "required"}}),
+            "hub.podAntiAffinity",
+            true,
+        ),
+        (
             json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone"}]}),
             "whenUnsatisfiable",
             true,
@@ -567,6 +592,107 @@ fn fleet_mode_hub_is_hardened_and_its_args_parse() {
     }
     // The rolling update of the hub is fine: leader election keeps one writer.
     assert!(dep["spec"]["strategy"].is_null());
+}
+
+/// The hub's preferred anti-affinity by hostname: on by default with more than one replica,
+/// off with one replica, with `podAntiAffinity: none`, and when `affinity` is set (the
+/// operator's wins whole).
+#[test]
+fn hub_replicas_prefer_different_nodes() {
+    let affinity = |overrides: Value| {
+        let docs = render(overrides);
+        find(&docs, "Deployment", "kleym-hub").unwrap()["spec"]["template"]["spec"]["affinity"]
+            .clone()
+    };
+    let default = affinity(json!({}));
+    let terms = default["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no preferred anti-affinity: {default}"));
+    assert_eq!(terms.len(), 1, "{default}");
+    assert_eq!(terms[0]["weight"], 100);
+    let term = &terms[0]["podAffinityTerm"];
+    assert_eq!(term["topologyKey"], "kubernetes.io/hostname");
+    let docs = render(json!({}));
+    let dep = find(&docs, "Deployment", "kleym-hub").unwrap();
+    // It selects exactly this release's hub pods.
+    assert_eq!(
+        term["labelSelector"]["matchLabels"],
+        dep["spec"]["selector"]["matchLabels"]
+    );
+    assert!(default["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].is_null());
+    for off in [
+        json!({"hub": {"replicas": 1, "leaderElection": false}}),
+        json!({"hub": {"podAntiAffinity": "none"}}),
+    ] {
+        assert!(affinity(off.clone()).is_null(), "{off}");
+    }
+    let own = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["control"]}]}]}}});
+    assert_eq!(affinity(json!({"affinity": own.clone()})), own);
+}
+
+/// Whether this build's `kleym hub` knows `--shard-mode` (the sharded mode's flags).
+/// `hub.shardMode: sharded` renders `--shard-mode=sharded` and `--shard-weight`, keeps
+/// leader election on (the singleton work needs the Lease), and grants what replica Leases
+/// need (list, watch, delete besides get, create, update) in the release namespace only;
+/// leader mode renders neither flag (leader is the hub's default) and keeps the Lease rule
+/// as it was. The rendered flags parse with `kleym hub`'s own parser.
+#[test]
+fn sharded_mode_renders_its_flags_and_the_replica_lease_rbac() {
+    let leader = render(json!({}));
+    let dep = find(&leader, "Deployment", "kleym-hub").unwrap();
+    let args = container_args(dep);
+    assert!(
+        !args.iter().any(|a| a.starts_with("--shard-")),
+        "leader mode renders no shard flag: {args:?}"
+    );
+    let leases = rules_mention(&leader, "leases");
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert_eq!(leases[0]["verbs"], json!(["get", "create", "update"]));
+
+    let sharded =
+        render(json!({"hub": {"replicas": 3, "shardMode": "sharded", "shardWeight": 20}}));
+    let dep = find(&sharded, "Deployment", "kleym-hub").unwrap();
+    assert_eq!(dep["spec"]["replicas"], 3);
+    let args = container_args(dep);
+    for flag in [
+        "--shard-mode=sharded",
+        "--shard-weight=20",
+        "--leader-elect=true",
+        "--namespace=kleym-system",
+    ] {
+        assert!(args.contains(&flag.to_string()), "{flag} missing: {args:?}");
+    }
+    let verbs: Vec<String> = rules_mention(&sharded, "leases")
+        .iter()
+        .flat_map(|r| r["verbs"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    for verb in ["get", "list", "watch", "create", "update", "delete"] {
+        assert!(
+            verbs.iter().any(|v| v == verb),
+            "no {verb} on leases: {verbs:?}"
+        );
+    }
+    // Only the namespaced Role grants Leases: no replica may touch Leases elsewhere.
+    for d in &sharded {
+        if d["kind"] == "ClusterRole" {
+            assert!(
+                !d["rules"].to_string().contains("leases"),
+                "a ClusterRole grants leases: {d}"
+            );
+        }
+    }
+    let role = find(&sharded, "Role", "kleym-hub").unwrap();
+    assert_eq!(role["metadata"]["namespace"], "kleym-system");
+
+    let parsed = kleym_e2e::fixtures::harness::parse_hub_args(&args[1..])
+        .unwrap_or_else(|e| panic!("the rendered flags do not parse: {e}"));
+    assert!(parsed.leader_elect);
+    assert_eq!(
+        parsed.shard_mode,
+        kleym_hub::runtime::args::ShardMode::Sharded
+    );
 }
 
 #[test]
@@ -737,8 +863,9 @@ fn pod_values_reach_the_hub_and_spoke_pods() {
             "{mode}"
         );
     }
-    // Unset, none of these fields appear.
-    let docs = render(json!({}));
+    // Unset, none of these fields appear (but the hub's default anti-affinity, see
+    // `hub_replicas_prefer_different_nodes`).
+    let docs = render(json!({"hub": {"podAntiAffinity": "none"}}));
     let pod = &find(&docs, "Deployment", "kleym-hub").unwrap()["spec"]["template"]["spec"];
     for field in [
         "nodeSelector",
@@ -1951,4 +2078,21 @@ fn the_field_check_finds_a_misspelled_or_misplaced_field() {
     );
     dep["spec"]["replicas"] = json!("two");
     assert!(matches!(fields_outside_the_api_type(&dep), Some(Err(_))));
+}
+
+/// The notes name the mode, and warn when sharded mode runs a single replica (nothing to
+/// share the spokes with, no one to take them over), not otherwise.
+#[test]
+fn notes_warn_about_sharded_mode_with_one_replica() {
+    let one = notes("kleym", &["hub.shardMode=sharded", "hub.replicas=1"]);
+    assert!(one.contains("sharded mode)"), "{one}");
+    assert!(
+        one.contains("WARNING: sharded mode with 1 replica"),
+        "{one}"
+    );
+    let three = notes("kleym", &["hub.shardMode=sharded", "hub.replicas=3"]);
+    assert!(!three.contains("WARNING"), "{three}");
+    let leader = notes("kleym", &["hub.replicas=1", "hub.leaderElection=false"]);
+    assert!(leader.contains("leader mode)"), "{leader}");
+    assert!(!leader.contains("WARNING"), "{leader}");
 }

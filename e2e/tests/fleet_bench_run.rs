@@ -286,6 +286,72 @@ fn chaos_keeps_its_seed_and_report_with_the_logs() {
     std::fs::remove_dir_all(&kept).unwrap();
 }
 
+/// `--scenario failover` on a tiny fleet (3 spokes × 2 bindings, 2 replicas, a 2 s Lease):
+/// the fleet converges, the Lease holder is killed, the binding created on one of its spokes
+/// at that moment converges on the survivor, and the figures hang together: every spoke was
+/// the leader's before the kill (leader mode, read from the spokes' request logs by user
+/// agent) and the survivor's after it, the survivor reached the victim's spokes after the
+/// kill, and no double write was seen.
+#[test]
+fn failover_kills_the_leader_and_its_spokes_converge_on_the_survivor() {
+    let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
+    let kleym = kleym.to_str().expect("a UTF-8 path");
+    let stdout = bench_stdout(&[
+        "--scenario",
+        "failover",
+        "--spokes",
+        "3",
+        "--bindings",
+        "2",
+        "--replicas",
+        "2",
+        "--lease-duration-seconds",
+        "2",
+        "--duration-seconds",
+        "1",
+        "--timeout-seconds",
+        "120",
+        "--kleym-bin",
+        kleym,
+    ]);
+    let s = Summary::parse(&stdout);
+    let ctx = format!("in:\n{stdout}");
+    assert_eq!(s.str("scenario"), "failover", "{ctx}");
+    assert_eq!(s.str("shard_mode"), "leader", "{ctx}");
+    assert_eq!(s.num("replicas"), 2.0, "{ctx}");
+    // Leader mode: the Lease holder served every spoke, and it is the one killed.
+    let victim = s.str("victim").to_string();
+    assert!(
+        stdout.contains(&format!("killed {victim} (Lease holder: {victim})")),
+        "{ctx}"
+    );
+    assert_eq!(s.num("victim_spokes"), 3.0, "{ctx}");
+    let survivor = if victim == "hub-0" { "hub-1" } else { "hub-0" };
+    let before = if victim == "hub-0" {
+        "hub-0:100.0,hub-1:0.0"
+    } else {
+        "hub-0:0.0,hub-1:100.0"
+    };
+    assert_eq!(s.str("share_before"), before, "{ctx}");
+    assert!(
+        s.str("share_after").contains(&format!("{survivor}:100.0")),
+        "{ctx}"
+    );
+    // One failover binding per victim spoke (up to 10), all converged; no trickle on the
+    // survivors' spokes in leader mode (it served none).
+    assert_eq!(s.num("failover_bindings"), 3.0, "{ctx}");
+    assert_eq!(s.num("failover_converged"), 3.0, "{ctx}");
+    assert_eq!(s.num("survivors_bindings"), 0.0, "{ctx}");
+    // The survivor could not write before it reached the spoke.
+    assert!(s.num("takeover_max_ms") > 0.0, "{ctx}");
+    assert!(
+        s.num("failover_p50_ms") <= s.num("failover_max_ms"),
+        "{ctx}"
+    );
+    assert_eq!(s.num("double_writes"), 0.0, "{ctx}");
+    assert!(s.num("hub_peak_rss_mib_max") > 0.0, "{ctx}");
+}
+
 /// The bench allocates with jemalloc, as the `kleym` binary does: asked through
 /// `_RJEM_MALLOC_CONF`, jemalloc prints its statistics at exit, which the platform's malloc
 /// never does. Its figures (how fast a fleet converges while kubesim shares the cores)

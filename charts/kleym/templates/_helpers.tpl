@@ -117,7 +117,13 @@ priorityClassName: {{ . | quote }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- $affinity := .Values.affinity }}
+{{- if and (not $affinity) (eq .Values.mode "fleet") (gt (int .Values.hub.replicas) 1) (eq .Values.hub.podAntiAffinity "preferred") }}
+{{- /* Hub replicas on different nodes when they can be: losing a node costs one replica. */}}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "kleym.selectorLabels" . | fromYaml)) }}
+{{- $affinity = dict "podAntiAffinity" (dict "preferredDuringSchedulingIgnoredDuringExecution" (list (dict "weight" 100 "podAffinityTerm" $term))) }}
+{{- end }}
+{{- with $affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}

@@ -67,13 +67,30 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 random spoke for --duration-seconds: p50/p99/max from each binding's creation
                 to its ClusterSPIFFEID (the latency an operator feels) and the hub's writes per
                 new binding (its kleym_spoke_api_writes_total before and after).
-  chaos         two hub replicas (leader election) under seeded churn and faults for
+  chaos         two hub replicas (leader election; --replicas, --shard-mode and --hub-arg
+                as in failover) under seeded churn and faults for
                 --duration-seconds, then invariants against oracles (the pure compiler
                 over the final objects; the report objects against an independent report
-                oracle); defaults 50 spokes x 40 bindings; prints the seed
+                oracle; at most one writer per spoke against the spokes' request logs);
+                defaults 50 spokes x 40 bindings; prints the seed
                 first and a `summary: scenario=chaos seed=... violations=...` line last;
                 exits non-zero on any violation, keeping its temp dir (seed, report.txt,
                 the replicas' logs). See docs/benchmarks.md, section Chaos soak.
+  failover      --replicas R (default 3) real `kleym hub` processes (leader election on,
+                --lease-duration-seconds, --shard-mode passed on as sharded, --hub-arg for
+                anything else) converge the fleet (cold start); who serves each spoke is read
+                from the spoke's own request log (the replica named in the User-Agent of its
+                latest request). A baseline trickle, then SIGKILL of one replica (leader mode: the
+                Lease holder; sharded: the replica serving the most spokes); at once one new
+                binding on each of up to 10 of its spokes (creation -> ClusterSPIFFEID: the
+                time to converge across the hand-over) and, for --duration-seconds (default
+                25), two new bindings a second on spokes the survivors serve (their latency
+                during the hand-over; none in leader mode). Reports each replica's share of
+                the spokes before and after, when a survivor first reached each victim spoke,
+                and the double writes in the spokes' logs: a replica writing to a spoke again
+                within the Lease duration of its own last write after another replica wrote
+                there. Prints a `summary: scenario=failover ...` line; exits non-zero unless
+                every binding created after the kill converged and no double write was seen.
 
 Converged: a binding is converged when its status has Ready=True for its current generation
 (the condition's observedGeneration equals metadata.generation) AND its ClusterSPIFFEID exists
@@ -149,6 +166,9 @@ enum Scenario {
     /// Two hub replicas under seeded churn and faults, then invariants against an oracle
     /// (see `kleym_e2e::chaos`).
     Chaos,
+    /// R hub replicas converge the fleet, one is killed: the time its spokes take to come
+    /// back, the others' latency meanwhile, double writers (see `kleym_e2e::failover`).
+    Failover,
 }
 
 impl Scenario {
@@ -158,6 +178,7 @@ impl Scenario {
             Scenario::NewBindings => "new-bindings",
             Scenario::Trickle => "trickle",
             Scenario::Chaos => "chaos",
+            Scenario::Failover => "failover",
         }
     }
 }
@@ -244,6 +265,30 @@ struct Args {
     /// chaos: the replicas' `--removal-policy` (default `orphan`, the hub's own default).
     #[arg(long, default_value = "orphan")]
     removal_policy: String,
+    /// failover, chaos: hub replicas (real processes, leader election on; default 3 in
+    /// failover, 2 in chaos).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=16))]
+    replicas: Option<u16>,
+    /// failover, chaos: how the replicas share the fleet; `sharded` passes `--shard-mode
+    /// sharded` to every replica, `leader` passes nothing (the hub's default).
+    #[arg(long, value_enum, default_value_t = BenchShardMode::Leader)]
+    shard_mode: BenchShardMode,
+    /// failover: the replicas' `--lease-duration-seconds` (also the double-write window).
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    lease_duration_seconds: u64,
+    /// failover, chaos: one more flag for every replica, as it is (repeat it; e.g.
+    /// `--hub-arg=--shard-weight=20`).
+    #[arg(long = "hub-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    hub_args: Vec<String>,
+}
+
+/// `--shard-mode` of the failover scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum BenchShardMode {
+    /// One Lease leader serves every spoke.
+    Leader,
+    /// Every replica serves its share of the spokes.
+    Sharded,
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -612,6 +657,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if args.scenario == Scenario::Chaos {
         return run_chaos(args).await;
     }
+    if args.scenario == Scenario::Failover {
+        return run_failover(args).await;
+    }
     let limit = Duration::from_secs(args.timeout_seconds);
     let kleym = match args.hub {
         HubMode::Process => Some(find_kleym(args.kleym_bin.as_deref())?),
@@ -645,7 +693,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
             trickle::seed_objectives(&fleet.stores, &plan).map_err(anyhow::Error::msg)?;
             plan
         }
-        Scenario::ColdStart | Scenario::NewBindings | Scenario::Chaos => Vec::new(),
+        Scenario::ColdStart | Scenario::NewBindings | Scenario::Chaos | Scenario::Failover => {
+            Vec::new()
+        }
     };
     let cold_watchers = match args.scenario {
         Scenario::ColdStart | Scenario::Trickle => {
@@ -656,7 +706,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             );
             Some(watch_all(&fleet.stores, m, limit)?)
         }
-        Scenario::NewBindings | Scenario::Chaos => None,
+        Scenario::NewBindings | Scenario::Chaos | Scenario::Failover => None,
     };
 
     let flags: Vec<String> = vec![
@@ -954,11 +1004,11 @@ impl Measure<'_> {
 
         let origin_name = match self.scenario {
             Scenario::ColdStart | Scenario::Trickle => "hub start",
-            Scenario::NewBindings | Scenario::Chaos => "first binding created",
+            Scenario::NewBindings | Scenario::Chaos | Scenario::Failover => "first binding created",
         };
         let lat_from = match self.scenario {
             Scenario::ColdStart | Scenario::Trickle => "from hub start",
-            Scenario::NewBindings | Scenario::Chaos => "from its creation",
+            Scenario::NewBindings | Scenario::Chaos | Scenario::Failover => "from its creation",
         };
         println!("time to engage {n} spokes: {time_to_engage:.1?}");
         println!(
@@ -1192,6 +1242,14 @@ async fn run_chaos(args: Args) -> anyhow::Result<()> {
     o.spoke_concurrency = args.spoke_concurrency;
     o.log_level = args.hub_log_level.as_str().to_string();
     o.removal_policy = args.removal_policy.clone();
+    if let Some(r) = args.replicas {
+        o.replicas = usize::from(r);
+    }
+    if args.shard_mode == BenchShardMode::Sharded {
+        o.hub_args
+            .extend(["--shard-mode".to_string(), "sharded".to_string()]);
+    }
+    o.hub_args.extend(args.hub_args.iter().cloned());
     let report = kleym_e2e::chaos::run(&o, &|line| println!("{line}")).await?;
     let text = report.to_string();
     println!("{text}");
@@ -1200,6 +1258,72 @@ async fn run_chaos(args: Args) -> anyhow::Result<()> {
     if violations > 0 {
         anyhow::bail!(
             "{violations} invariant violations (seed {seed}); report and hub logs kept in {}",
+            dir.display()
+        );
+    }
+    if args.keep_dir {
+        println!("kept {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+
+/// `--scenario failover`: see `kleym_e2e::failover`. Exits non-zero when a binding created
+/// after the kill did not converge or a double write was seen (after the report and its
+/// `summary:` line).
+async fn run_failover(args: Args) -> anyhow::Result<()> {
+    use kleym_e2e::failover::{FailoverOptions, ShardMode};
+    let kleym = find_kleym(args.kleym_bin.as_deref())?;
+    println!("hub binary: {} ({})", kleym.display(), age(&kleym));
+    let dir = std::env::temp_dir().join(format!("fleet-bench-failover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut o = FailoverOptions::new(
+        args.spokes.unwrap_or(100),
+        args.bindings.unwrap_or(4),
+        usize::from(args.replicas.unwrap_or(3)),
+        &kleym,
+        &dir,
+    );
+    o.shard_mode = match args.shard_mode {
+        BenchShardMode::Leader => ShardMode::Leader,
+        BenchShardMode::Sharded => ShardMode::Sharded,
+    };
+    o.hub_args = args.hub_args.clone();
+    o.lease_seconds = args.lease_duration_seconds;
+    o.concurrency = args.concurrency;
+    o.spoke_concurrency = args.spoke_concurrency;
+    o.log_level = args.hub_log_level.as_str().to_string();
+    o.limit = Duration::from_secs(args.timeout_seconds);
+    if let Some(d) = args.duration_seconds {
+        o.trickle_for = Duration::from_secs(d);
+    }
+    println!(
+        "fleet-bench: {} spokes x {} bindings, scenario failover ({} replicas, {} mode, lease {} s)",
+        o.spokes,
+        o.bindings,
+        o.replicas,
+        o.shard_mode.as_str(),
+        o.lease_seconds
+    );
+    let result = kleym_e2e::failover::run(&o, &|line| println!("{line}")).await;
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("replicas' logs kept in {}", dir.display());
+            return Err(e.into());
+        }
+    };
+    print!("{report}");
+    println!("{}", report.summary());
+    if !report.complete() || report.double_writes > 0 {
+        anyhow::bail!(
+            "failover: {} of {} failover bindings and {} of {} trickle bindings converged, {} double writes; logs kept in {}",
+            report.failover.len(),
+            report.failover_created,
+            report.survivors.len(),
+            report.survivors_created,
+            report.double_writes,
             dir.display()
         );
     }

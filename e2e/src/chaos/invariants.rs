@@ -24,7 +24,7 @@ use crate::report_oracle::{
 };
 
 /// The invariants, in report order.
-pub const NAMES: [&str; 12] = [
+pub const NAMES: [&str; 13] = [
     "binding_conditions",
     "binding_status_fields",
     "binding_status_current",
@@ -37,6 +37,7 @@ pub const NAMES: [&str; 12] = [
     "cluster_identity_status",
     "fleet_identity_report",
     "quiet_writes",
+    "double_writers",
 ];
 
 /// One spoke as the check sees it.
@@ -411,6 +412,33 @@ pub fn check_hub(v: &mut Violations, hub: &Cluster, spokes: &[(&str, &SpokeOracl
     }
 }
 
+/// At most one writer per spoke, from the spoke's own request log (the replica each
+/// request's `User-Agent` names; see [`crate::fixtures::writers`]): a replica writing to
+/// `spoke` again within `window` of its own last write, after another replica wrote there
+/// in between, is a violation (two replicas serving the spoke at once). A clean hand-over
+/// (the old writer stops, the new one starts) and a restarted replica (a new identity) are
+/// not. `log` is the spoke's request log over the run.
+pub fn check_double_writers(
+    v: &mut Violations,
+    spoke: &str,
+    log: &[kubesim::LoggedRequest],
+    window: std::time::Duration,
+) {
+    let writes = crate::fixtures::writers::replica_writes(log);
+    for d in crate::fixtures::writers::double_writes(&writes, window) {
+        v.add("double_writers", || {
+            format!(
+                "{spoke}: {} wrote, then {} ({:.1?} later), then {} again ({:.1?} after its first)",
+                d.replica,
+                d.other,
+                d.other_at.saturating_duration_since(d.first),
+                d.replica,
+                d.again.saturating_duration_since(d.first)
+            )
+        });
+    }
+}
+
 /// Stored writes per resource type of `store`, without the types in `except`.
 pub fn writes(store: &Cluster, except: &[&str]) -> BTreeMap<String, u64> {
     store
@@ -562,6 +590,44 @@ mod tests {
         );
         assert_eq!(v.count("foreign_untouched"), 1, "{v}");
         assert_eq!(v.total(), 11, "{v}");
+    }
+
+    /// Two replicas' writes interleaved on one spoke are violations; one replica's writes,
+    /// reads of another and a clean hand-over are not.
+    #[test]
+    fn interleaved_replica_writes_are_double_writer_violations() {
+        let t = tokio::time::Instant::now();
+        let at = |ms: u64| t + std::time::Duration::from_millis(ms);
+        let req = |ms: u64, method: &str, id: &str| kubesim::LoggedRequest {
+            method: method.into(),
+            path: "/apis/x".into(),
+            status: 200,
+            at: at(ms),
+            user_agent: Some(format!("kleym-hub/0.1.0 (replica {id})")),
+        };
+        let window = std::time::Duration::from_secs(4);
+        let clean = [
+            req(0, "PATCH", "hub-a_1"),
+            req(10, "GET", "hub-b_1"),
+            req(20, "PATCH", "hub-a_1"),
+            req(5000, "PATCH", "hub-b_1"),
+            req(5100, "POST", "hub-b_1"),
+        ];
+        let mut v = Violations::default();
+        check_double_writers(&mut v, "spoke-1", &clean, window);
+        assert_eq!(v.total(), 0, "{v}");
+        let interleaved = [
+            req(0, "PATCH", "hub-a_1"),
+            req(100, "PATCH", "hub-b_1"),
+            req(200, "DELETE", "hub-a_1"),
+        ];
+        check_double_writers(&mut v, "spoke-2", &interleaved, window);
+        assert_eq!(v.count("double_writers"), 1, "{v}");
+        assert!(
+            v.to_string()
+                .contains("spoke-2: hub-a_1 wrote, then hub-b_1"),
+            "{v}"
+        );
     }
 
     /// Writes `status` to the hub object `name` of `plural` (created first when absent).

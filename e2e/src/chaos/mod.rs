@@ -89,6 +89,10 @@ pub struct ChaosOptions {
     pub removal_policy: String,
     /// Work directory (kubeconfigs, plugin, the replicas' logs).
     pub dir: PathBuf,
+    /// Hub replicas (default 2).
+    pub replicas: usize,
+    /// More flags for every replica (e.g. `--shard-mode sharded`).
+    pub hub_args: Vec<String>,
 }
 
 impl ChaosOptions {
@@ -118,6 +122,8 @@ impl ChaosOptions {
             log_level: "info".into(),
             removal_policy: "orphan".into(),
             dir: dir.to_path_buf(),
+            replicas: replicas::INSTANCES.len(),
+            hub_args: Vec::new(),
         }
     }
 
@@ -455,12 +461,14 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         "--exec-timeout-seconds".into(),
         PLUGIN_EXEC_TIMEOUT_S.to_string(),
     ];
-    let mut hubs = Replicas::start(
+    let flags = [flags, o.hub_args.clone()].concat();
+    let mut hubs = Replicas::start_named(
         &o.kleym,
         &w.f.hub_kubeconfig(),
         flags,
         &o.dir,
         w.f.hub.store(),
+        replicas::instances(o.replicas),
     )?;
     let limit = Duration::from_secs(60);
     let waited = Instant::now();
@@ -638,6 +646,15 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         }
     }
     let (mut violations, coverage) = w.check();
+    // At most one writer per spoke over the whole run, from the spokes' own logs.
+    for name in &w.names {
+        invariants::check_double_writers(
+            &mut violations,
+            name,
+            &w.f.spoke(name).requests().entries(),
+            Duration::from_secs(o.lease_seconds),
+        );
+    }
     for (what, n) in &quiet_writes {
         violations.add_n("quiet_writes", *n as usize, format!("{n} writes of {what}"));
     }

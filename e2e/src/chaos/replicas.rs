@@ -1,5 +1,6 @@
-//! The two `kleym hub` replicas (real processes, leader election on one Lease), their
-//! process faults (`kill -9`, restart) and who led when.
+//! The `kleym hub` replicas (real processes, leader election on one Lease; two in the chaos
+//! soak, as many as asked in `fleet-bench --scenario failover`), their process faults
+//! (`kill -9`, restart) and who led when.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -12,12 +13,22 @@ use crate::fixtures::hub_process::{HubProcess, HubProcessError};
 
 /// The replicas' `--instance` (the prefix of their leader identity).
 pub const INSTANCES: [&str; 2] = ["hub-a", "hub-b"];
+/// `count` replica names: [`INSTANCES`] first, then `hub-c`, `hub-d`, ...
+pub fn instances(count: usize) -> Vec<String> {
+    (0..count)
+        .map(|i| match INSTANCES.get(i) {
+            Some(name) => name.to_string(),
+            None => format!("hub-{}", char::from(b'a' + (i % 26) as u8)),
+        })
+        .collect()
+}
+
 /// The leader Lease (the hub's default name).
 pub const LEASE: &str = "kleym-hub";
 
 /// One replica: its current process (none while down) and its resource figures.
 struct Replica {
-    instance: &'static str,
+    instance: String,
     process: Option<HubProcess>,
     starts: usize,
     /// CPU seconds of the processes that already ended (their last reading).
@@ -128,13 +139,27 @@ impl Replicas {
         dir: &Path,
         hub_store: Arc<Cluster>,
     ) -> Result<Self, HubProcessError> {
+        let instances = INSTANCES.iter().map(|i| i.to_string()).collect();
+        Self::start_named(kleym, kubeconfig, flags, dir, hub_store, instances)
+    }
+
+    /// Starts one replica per name in `instances` (its `--instance`) with `flags` (plus
+    /// `--instance`, `--namespace`).
+    pub fn start_named(
+        kleym: &Path,
+        kubeconfig: &Path,
+        flags: Vec<String>,
+        dir: &Path,
+        hub_store: Arc<Cluster>,
+        instances: Vec<String>,
+    ) -> Result<Self, HubProcessError> {
         let mut r = Self {
             kleym: kleym.to_path_buf(),
             kubeconfig: kubeconfig.to_path_buf(),
             flags,
             dir: dir.to_path_buf(),
-            replicas: INSTANCES
-                .iter()
+            replicas: instances
+                .into_iter()
                 .map(|i| Replica {
                     instance: i,
                     process: None,
@@ -167,7 +192,7 @@ impl Replicas {
         let mut flags = self.flags.clone();
         flags.extend([
             "--instance".to_string(),
-            rep.instance.to_string(),
+            rep.instance.clone(),
             "--namespace".to_string(),
             HUB_NS.to_string(),
         ]);
@@ -209,6 +234,36 @@ impl Replicas {
         self.replicas
             .iter()
             .position(|r| r.process.is_some() && h.starts_with(&format!("{}_", r.instance)))
+    }
+
+    /// The replica index whose identity is `identity` (`<instance>_<suffix>`), running or
+    /// not.
+    pub fn index_of(&self, identity: &str) -> Option<usize> {
+        self.replicas.iter().position(|r| {
+            identity
+                .strip_prefix(r.instance.as_str())
+                .is_some_and(|rest| rest.starts_with('_'))
+        })
+    }
+
+    /// Replica `i`'s `--instance`.
+    pub fn instance(&self, i: usize) -> &str {
+        &self.replicas[i].instance
+    }
+
+    /// Per replica: its `--instance`, highest RSS of its processes (MiB) and CPU seconds
+    /// of all its processes.
+    pub fn per_replica(&self) -> Vec<(String, u64, f64)> {
+        self.replicas
+            .iter()
+            .map(|r| {
+                (
+                    r.instance.clone(),
+                    r.peak_rss_kib / 1024,
+                    r.cpu_done + r.cpu_now,
+                )
+            })
+            .collect()
     }
 
     /// Reads every running process's RSS and CPU.
@@ -265,7 +320,7 @@ impl Replicas {
         self.replicas.len()
     }
 
-    /// Always false (there are two).
+    /// Whether there is no replica.
     pub fn is_empty(&self) -> bool {
         self.replicas.is_empty()
     }

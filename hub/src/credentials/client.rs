@@ -47,8 +47,8 @@ use super::proxy::proxy_for;
 use super::secret::short_hash;
 use super::transport::{self, Keepalive, ResponseBody, TransportService};
 
-/// Transport timeouts for spoke clients.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Transport timeouts and the user agent of spoke clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ClientOptions {
     /// TCP+TLS connect timeout.
     pub connect_timeout: Option<Duration>,
@@ -61,6 +61,9 @@ pub struct ClientOptions {
     /// The largest response body read, watches aside (see
     /// [`kleym_spoke::reconciler::limits`]).
     pub max_response_bytes: u64,
+    /// The `User-Agent` of every request to the spoke (see [`spoke_user_agent`]); `None`
+    /// sends none.
+    pub user_agent: Option<HeaderValue>,
 }
 
 impl Default for ClientOptions {
@@ -71,8 +74,40 @@ impl Default for ClientOptions {
             write_timeout: Some(Duration::from_secs(30)),
             keepalive: Keepalive::default(),
             max_response_bytes: kleym_spoke::reconciler::limits::DEFAULT_MAX_RESPONSE_BYTES,
+            user_agent: None,
         }
     }
+}
+
+/// The longest replica identity a user agent carries (the hub's `--instance` is at most 128
+/// characters, plus the identity's suffix).
+const MAX_IDENTITY_IN_USER_AGENT: usize = 160;
+
+/// `kleym-hub/<version> (replica <identity>)`: the `User-Agent` a hub replica sends to every
+/// spoke, so that a spoke's audit log (kube-apiserver records it as `userAgent`) tells which
+/// replica made a request. `identity` is the replica's leader-election identity; characters a
+/// header value or a user-agent comment cannot carry (controls, non-ASCII, parentheses,
+/// backslashes) become `_`, and it is cut at 160 characters.
+///
+/// kube-apiserver derives a write's default field manager from the user agent (up to the
+/// first `/`: `kleym-hub`), but kleym names its field manager on every write it makes to a
+/// spoke, so the ownership proof never depends on this header.
+pub fn spoke_user_agent(identity: &str) -> HeaderValue {
+    let identity: String = identity
+        .chars()
+        .take(MAX_IDENTITY_IN_USER_AGENT)
+        .map(|c| match c {
+            '(' | ')' | '\\' => '_',
+            c if c.is_ascii_graphic() || c == ' ' => c,
+            _ => '_',
+        })
+        .collect();
+    let value = format!(
+        "kleym-hub/{} (replica {identity})",
+        env!("CARGO_PKG_VERSION")
+    );
+    // Only visible ASCII and spaces are left, which a header value always accepts.
+    HeaderValue::from_str(&value).unwrap_or_else(|_| HeaderValue::from_static("kleym-hub"))
 }
 
 /// Why no client could be built.
@@ -253,6 +288,9 @@ pub async fn build_spoke_client(
     config.connect_timeout = opts.connect_timeout;
     config.read_timeout = opts.read_timeout;
     config.write_timeout = opts.write_timeout;
+    if let Some(ua) = &opts.user_agent {
+        config.headers.push((http::header::USER_AGENT, ua.clone()));
+    }
     let default_ns = config.default_namespace.clone();
     let inner = transport::service(&config, opts.keepalive, opts.max_response_bytes)
         .map_err(|e| config_err(e.to_string()))?;
@@ -510,5 +548,37 @@ impl Service<Request<Body>> for AuthRetry {
                 retry.settle(resp, cred, replay).await
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spoke_user_agent;
+
+    #[test]
+    fn the_user_agent_names_the_version_and_the_replica() {
+        let ua = spoke_user_agent("hub-a_0123456789ab");
+        assert_eq!(
+            ua.to_str().unwrap(),
+            format!(
+                "kleym-hub/{} (replica hub-a_0123456789ab)",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+    }
+
+    #[test]
+    fn an_identity_a_header_cannot_carry_is_made_safe() {
+        let ua = spoke_user_agent("pod (x)\\\ny\u{e9}");
+        assert_eq!(
+            ua.to_str().unwrap(),
+            format!(
+                "kleym-hub/{} (replica pod _x___y_)",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        let long = "a".repeat(500);
+        let ua = spoke_user_agent(&long);
+        assert_eq!(ua.len(), spoke_user_agent("").len() + 160);
     }
 }

@@ -16,7 +16,7 @@ pub mod transport;
 pub use cache::{
     CacheOptions, CachedCredential, CredentialCache, CredentialError, SpokeCredentials,
 };
-pub use client::{ClientOptions, SpokeClient, build_spoke_client};
+pub use client::{ClientOptions, SpokeClient, build_spoke_client, spoke_user_agent};
 pub use credential::{ClientCertificate, Credential};
 pub use exec::{ExecError, ExecOptions, exec_info, run_plugin};
 pub use metrics::CredentialMetrics;

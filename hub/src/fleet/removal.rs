@@ -331,12 +331,13 @@ async fn remove_binding(
             json!({"metadata": {"finalizers": rest, "resourceVersion": b.resource_version()}});
         let limit = cx.bounds.limit().ok_or_else(deadline)?;
         let what = || format!("removing finalizer {FINALIZER}");
-        match bounded(
-            limit,
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
-        )
-        .await
-        {
+        // kleym names its field manager on every write rather than let the API server
+        // derive one from the user agent (which names the replica).
+        let pp = PatchParams {
+            field_manager: Some(DEFAULT_FIELD_MANAGER.to_string()),
+            ..PatchParams::default()
+        };
+        match bounded(limit, api.patch(&name, &pp, &Patch::Merge(&patch))).await {
             Some(Ok(_)) => {
                 report.finalizers_removed += 1;
                 return Ok(());

@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 
 use super::args::HubArgs;
 use super::view::{FleetCollector, FleetHubView, LeaderInfo, observe_lease};
-use crate::credentials::{CredentialCache, CredentialMetrics};
+use crate::credentials::{CredentialCache, CredentialMetrics, spoke_user_agent};
 use crate::fleet::{
     FleetMetrics, FleetOptions, FleetState, ShardLink, SpokeMetricsCollector, Supervisor,
 };
@@ -102,6 +102,11 @@ pub fn start_hub_with(
     // One handle: the inventory watch sets the version it reads, the finalizer writes,
     // ownerReferences and `/readyz` follow it.
     let inventory_version = InventoryVersion::default();
+    // One identity per process: the leader election's, the replica Lease's, and the
+    // replica named in the user agent of every request to a spoke (so a spoke's audit log
+    // tells replicas apart).
+    let mut fleet_options = args.fleet_options();
+    fleet_options.client.user_agent = Some(spoke_user_agent(&leader_opts.identity));
     let mut supervisor = Supervisor::new(
         FleetOptions {
             profile_version: inventory_version.clone(),
@@ -110,7 +115,7 @@ pub fn start_hub_with(
                     .policy()
                     .context("the SVID policy flags (--cluster-domain, --svid-*, --hub-*)")?,
             ),
-            ..args.fleet_options()
+            ..fleet_options
         },
         providers,
         credentials.clone(),

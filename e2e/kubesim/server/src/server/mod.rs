@@ -177,6 +177,7 @@ impl ClusterServer {
     {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
+        let user_agent = request_log::user_agent_of(req.headers());
         let pending = self.requests.begin(method.as_str(), &path);
         let resp = self.clone().handle_inner(peer_user, req).await;
         // Logged as answered before it stops being pending: a test never sees it in neither.
@@ -185,6 +186,7 @@ impl ClusterServer {
             path: path.clone(),
             status: resp.status().as_u16(),
             at: tokio::time::Instant::now(),
+            user_agent,
         });
         drop(pending);
         // Access log (debug level); never the query string or headers, which may carry

@@ -2,13 +2,19 @@
 //! client sent (methods, paths, answers) without a proxy in between, and of the requests it
 //! has received and not answered yet (so a test can see a request held by a fault). Bounded: the oldest
 //! entries go first, so a long-running `kubesim` never grows without limit. Never holds
-//! query strings, headers or bodies, which may carry credentials.
+//! query strings, bodies or headers, which may carry credentials, except the `User-Agent`
+//! (kube-apiserver's audit log records it as `userAgent`), cut at
+//! [`MAX_USER_AGENT`] characters.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 /// How many requests a log keeps.
 pub const CAPACITY: usize = 10_000;
+
+/// The longest user agent a log entry keeps, in characters (kube-apiserver's audit log
+/// keeps 1024 bytes).
+pub const MAX_USER_AGENT: usize = 1024;
 
 /// One answered request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +27,15 @@ pub struct LoggedRequest {
     pub status: u16,
     /// When it was answered, on tokio's clock (virtual in a test with a paused clock).
     pub at: tokio::time::Instant,
+    /// The `User-Agent` header, if the client sent one that is valid UTF-8 (cut at
+    /// [`MAX_USER_AGENT`] characters).
+    pub user_agent: Option<String>,
+}
+
+/// The user agent of a request's headers as the log keeps it.
+pub fn user_agent_of(headers: &http::HeaderMap) -> Option<String> {
+    let ua = headers.get(http::header::USER_AGENT)?.to_str().ok()?;
+    Some(ua.chars().take(MAX_USER_AGENT).collect())
 }
 
 /// A request received and not answered yet (waiting out a fault's latency or a blackhole,
@@ -136,7 +151,31 @@ mod tests {
             path: format!("/p/{i}"),
             status: 200,
             at: tokio::time::Instant::now(),
+            user_agent: None,
         }
+    }
+
+    #[test]
+    fn keeps_the_user_agent_and_no_other_header() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(user_agent_of(&h), None);
+        h.insert(
+            http::header::AUTHORIZATION,
+            "Bearer secret".parse().unwrap(),
+        );
+        h.insert(
+            http::header::USER_AGENT,
+            "kleym-hub/0.1.0 (replica a_1)".parse().unwrap(),
+        );
+        assert_eq!(
+            user_agent_of(&h).as_deref(),
+            Some("kleym-hub/0.1.0 (replica a_1)")
+        );
+        h.insert(
+            http::header::USER_AGENT,
+            "x".repeat(MAX_USER_AGENT + 10).parse().unwrap(),
+        );
+        assert_eq!(user_agent_of(&h).map(|u| u.len()), Some(MAX_USER_AGENT));
     }
 
     #[test]
