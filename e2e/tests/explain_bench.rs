@@ -3,8 +3,8 @@
 //! pods, on kubesim; then the real `kleym` binary explains one pod, under
 //! `/usr/bin/time -v` when it exists (wall time and peak memory), else timed here.
 //!
-//! Run in release (a debug build measures the debug binary):
-//! `cargo build --release -p kleym-hub --bin kleym && cargo test -p kleym-e2e --release --test explain_bench -- --ignored --nocapture`
+//! Run (`KLEYM_BIN` names the binary to time, default the `kleym` beside the test's build):
+//! `cargo build --release -p kleym-hub --bin kleym && KLEYM_BIN=$PWD/target/release/kleym cargo test -p kleym-e2e --test explain_bench -- --ignored --nocapture`
 //! Set `KLEYM_BENCH_BINDINGS` / `KLEYM_BENCH_PODS` to change the sizes.
 
 use std::sync::Arc;
@@ -94,7 +94,12 @@ async fn explain_pod_in_a_namespace_with_1000_bindings_and_5000_pods() {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, cluster.kubeconfig_yaml()).unwrap();
-    let kleym = kleym_binary().expect("kleym binary");
+    let kleym = match std::env::var_os("KLEYM_BIN") {
+        Some(bin) => std::path::PathBuf::from(bin)
+            .canonicalize()
+            .expect("KLEYM_BIN exists"),
+        None => kleym_binary().expect("kleym binary"),
+    };
     let time = std::path::Path::new("/usr/bin/time");
     let mut cmd = if time.exists() {
         let mut c = tokio::process::Command::new(time);
@@ -113,13 +118,18 @@ async fn explain_pod_in_a_namespace_with_1000_bindings_and_5000_pods() {
     let elapsed = started.elapsed();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    // Correctness only: the pod's c-0 container gets binding b-0's identity.
+    // Correctness only: every binding declares an entry for the pod, and of them only
+    // binding b-0's holds for its c-0 container.
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let svids = doc["svids"].as_array().cloned().unwrap_or_default();
+    assert_eq!(doc["entries"].as_array().map(Vec::len), Some(bindings));
+    let c0 = doc["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["container"] == "c-0"))
+        .expect("container c-0 explained");
     assert_eq!(
-        svids,
-        [json!(format!("spiffe://{TD}/ns/{NS}/objective/obj-0"))],
-        "{doc:#}"
+        c0["svids"],
+        json!([format!("spiffe://{TD}/ns/{NS}/objective/obj-0")]),
+        "{c0:#}"
     );
     assert_eq!(
         doc["bindings"].as_array().map(Vec::len),
