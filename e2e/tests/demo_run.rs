@@ -1,6 +1,7 @@
 //! The demo end to end (`kleym-demo --exit-when-converged`): a hub and three spokes on
-//! kubesim, the hub engaging them through both bundled credential plugins, and a fleet
-//! report with exactly the two planted findings.
+//! kubesim, the hub engaging them through both bundled credential plugins, a fleet
+//! report with exactly the two planted findings, and `kleym explain pod` showing them from
+//! a scheduled pod's side.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -89,6 +90,33 @@ fn demo_converges_and_reports_exactly_the_planted_findings() {
         (1..=3)
             .map(|i| format!("fleet/spoke-{i}: llm/chat"))
             .collect::<BTreeSet<_>>()
+    );
+    // The planted mistakes from a pod's side (`kleym explain pod`, with the pods scheduled):
+    // in spoke-1 the summarize container gets no SVID, both colliding bindings refused …
+    assert!(stdout.contains("From a pod's side"), "{stdout}");
+    let spoke1 = std::fs::read_to_string(dir.path().join("explain-spoke-1.txt")).unwrap();
+    let chat_id = "spiffe://test.example/ns/llm/objective/chat";
+    assert!(
+        spoke1.contains(&format!("  chat: {chat_id}\n")) && spoke1.contains("  summarize: none\n"),
+        "{spoke1}"
+    );
+    for refused in ["summarize", "summarize-canary"] {
+        assert!(
+            spoke1.contains(&format!(
+                "  {refused} (no output): does not reach the pod\n    the binding is refused: IdentityCollision"
+            )),
+            "{spoke1}"
+        );
+    }
+    assert!(
+        spoke1.contains("parent    spiffe://test.example/spire/agent/k8s_psat/spoke-1/"),
+        "{spoke1}"
+    );
+    // … and in spoke-2 the chat ID goes to the renamed container: the drift.
+    let spoke2 = std::fs::read_to_string(dir.path().join("explain-spoke-2.txt")).unwrap();
+    assert!(
+        spoke2.contains(&format!("  chat-v2: {chat_id}\n")),
+        "{spoke2}"
     );
     // The state directory holds what the printed next steps point at.
     for f in [

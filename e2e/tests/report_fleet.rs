@@ -1,7 +1,8 @@
 //! The fleet report end to end: an in-process `kleym hub` with the status loop on kubesim
 //! (hub + 6 spokes). A planted fleet (within-spoke collision, duplicate SPIFFE ID,
 //! overlapping default identity, PoolOnly + PerObjective on one pool, cross-cluster drift,
-//! and a consistent same-ID set that is not a finding) gives exactly the expected
+//! a kleym output masked by an older foreign ClusterSPIFFEID, a narrower pool whose pods
+//! get two SVIDs, and a consistent same-ID set that is not a finding) gives exactly the expected
 //! `FleetIdentityReport` findings, which clear when fixed; an unreachable spoke, a spoke whose credential plugin fails and a spoke whose
 //! RBAC denies kleym show the right `ClusterIdentityStatus` conditions, and recover.
 
@@ -282,6 +283,70 @@ async fn planted_fleet_findings_and_spoke_conditions() {
         }),
     );
 
+    // south: a ClusterSPIFFEID not managed by kleym that renders exactly the entry kleym
+    // renders for b-2 (its templates read only what the pool's pods share), created before
+    // kleym's output: SPIRE Controller Manager keeps it and masks kleym's.
+    kv(
+        &south.store(),
+        "clusterspiffeids",
+        "spire.spiffe.io",
+        "v1alpha1",
+        None,
+        json!({
+            "apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID",
+            "metadata": {"name": "copy-of-b-2"},
+            "spec": {
+                "spiffeIDTemplate": "spiffe://{{ .TrustDomain }}/ns/{{ .PodMeta.Namespace }}/objective/obj-2",
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NS}},
+                "podSelector": {"matchLabels": {"app": "vllm-qwen"}},
+                "workloadSelectorTemplates": [
+                    "k8s:ns:{{ .PodMeta.Namespace }}",
+                    "k8s:sa:{{ .PodSpec.ServiceAccountName }}",
+                    "k8s:pod-label:app:{{ .PodMeta.Labels.app }}",
+                    "k8s:container-name:c-2"
+                ]
+            }
+        }),
+    );
+    // Creation times have second precision and SPIRE breaks a tie by UID: let the clock
+    // pass into the next second so kleym's output is strictly newer.
+    let planted_second = chrono::Utc::now().timestamp();
+    while chrono::Utc::now().timestamp() <= planted_second {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // south: a narrower pool (the same labels and one more) whose PerObjective binding
+    // uses b-0's container: those pods' c-0 containers match b-0's entry and its own, two
+    // SVIDs, though no two bindings share a pool.
+    kv(
+        &south.store(),
+        "inferencepools",
+        "inference.networking.k8s.io",
+        "v1",
+        Some(NS),
+        json!({
+            "apiVersion": "inference.networking.k8s.io/v1", "kind": "InferencePool",
+            "metadata": {"name": "gpu-pool", "namespace": NS},
+            "spec": {
+                "selector": {"matchLabels": {"app": "vllm-qwen", "tier": "gpu"}},
+                "targetPorts": [{"number": 8000}],
+                "endpointPickerRef": {"name": "gpu-epp", "port": {"number": 9002}}
+            }
+        }),
+    );
+    kv(
+        &south.store(),
+        "inferenceobjectives",
+        "llm-d.ai",
+        "v1alpha2",
+        Some(NS),
+        json!({
+            "apiVersion": "llm-d.ai/v1alpha2", "kind": "InferenceObjective",
+            "metadata": {"name": "obj-gpu", "namespace": NS},
+            "spec": {"priority": 1, "poolRef": {"name": "gpu-pool"}}
+        }),
+    );
+    create_binding(&south, binding("narrow", "obj-gpu", "c-0", None));
+
     let pf = dir.path().join("providers.json");
     std::fs::write(&pf, json!({"providers": providers}).to_string()).unwrap();
     let t0 = "2026-01-01T00:00:00Z";
@@ -375,10 +440,24 @@ async fn planted_fleet_findings_and_spoke_conditions() {
                         .all(|mm| mm.cluster == format!("{PROFILE_NS}/west"))
                     && f.members.len() == 6
             });
+            let masked = r.findings.iter().any(|f| {
+                f.kind == FindingKind::MaskedByForeignObject
+                    && f.members == [m("south", "b-2")]
+                    && f.spiffe_id.as_deref()
+                        == Some(&*format!("spiffe://{TD}/ns/{NS}/objective/obj-2"))
+            });
+            let several = r.findings.iter().any(|f| {
+                f.kind == FindingKind::MultipleSvids
+                    && f.members == [m("south", "b-0"), m("south", "narrow")]
+            });
+            // default-id also selects the narrow pool's pods: a finding of its own
+            // (another pool, another message).
             if collisions == expected
                 && overlap
                 && pool_and_objective
-                && r.finding_counts.total == 5
+                && masked
+                && several
+                && r.finding_counts.total == 8
             {
                 Ok(r)
             } else {
@@ -399,7 +478,33 @@ async fn planted_fleet_findings_and_spoke_conditions() {
     );
     assert!(overlap.message.contains(POOL), "{}", overlap.message);
     assert_eq!(got.finding_counts.collisions, 3);
-    assert_eq!(got.finding_counts.warnings, 2);
+    assert_eq!(got.finding_counts.warnings, 5);
+    assert_eq!(got.finding_counts.masked_by_foreign_object, 1);
+    assert_eq!(got.finding_counts.multiple_svids, 1);
+    // The objects are named: the masking object and kleym's output; both identities.
+    let masked = got
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::MaskedByForeignObject)
+        .unwrap();
+    let output = kleym_spoke::compiler::output::cluster_spiffe_id_name(NS, "b-2");
+    for named in ["copy-of-b-2", output.as_str(), POOL] {
+        assert!(masked.message.contains(named), "{}", masked.message);
+    }
+    let several = got
+        .findings
+        .iter()
+        .find(|f| f.kind == FindingKind::MultipleSvids)
+        .unwrap();
+    for named in [
+        "narrow",
+        "b-0",
+        "gpu-pool",
+        "objective/obj-0",
+        "objective/obj-gpu",
+    ] {
+        assert!(several.message.contains(named), "{}", several.message);
+    }
 
     // Spoke conditions: unreachable, failing credential plugin, RBAC denied.
     let c = wait_condition(&client, UNREACHABLE, "Reachable", ("False", "Unreachable")).await;
@@ -466,13 +571,23 @@ async fn planted_fleet_findings_and_spoke_conditions() {
         )
         .await
         .unwrap();
+    for name in ["default-id", "copy-of-b-2"] {
+        delete(
+            &south,
+            "spire.spiffe.io",
+            "v1alpha1",
+            "clusterspiffeids",
+            None,
+            name,
+        );
+    }
     delete(
         &south,
-        "spire.spiffe.io",
+        "kleym.io",
         "v1alpha1",
-        "clusterspiffeids",
-        None,
-        "default-id",
+        "inferenceidentitybindings",
+        Some(NS),
+        "narrow",
     );
     poll("findings cleared", || {
         let client = client.clone();

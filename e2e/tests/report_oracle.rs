@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use chrono::Utc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kleym_api::hub_status::{DuplicateOf, ErrorCategory};
+use kleym_api::hub_status::{DuplicateOf, ErrorCategory, FindingKind};
 use kleym_api::{
     ComputedSpiffeId, ConflictPeer, ContainerDiscriminator, DiscriminatorType, IdentityMode,
     IdentityWarning, InferenceIdentityBinding, InferenceIdentityBindingSpec,
@@ -93,7 +93,7 @@ fn binding_desc() -> impl Strategy<Value = BindingDesc> {
         ),
         (
             prop::collection::vec((0u8..6, 0u8..3), 0..=2),
-            prop::collection::vec((0u8..3, 0u8..2), 0..=2),
+            prop::collection::vec((0u8..5, 0u8..2), 0..=2),
         ),
     )
         .prop_map(
@@ -175,9 +175,11 @@ const CONDITIONS: [(&str, [&str; 2]); 4] = [
     ("RenderFailure", ["TemplateError", "ForeignObjectHoldsName"]),
 ];
 const PEER_REASONS: [&str; 3] = ["IdentityCollision", "DuplicateSPIFFEID", "SomethingNewer"];
-const WARNING_REASONS: [&str; 3] = [
+const WARNING_REASONS: [&str; 5] = [
     "PoolAndObjectiveIdentities",
     "OverlappingDefaultIdentity",
+    "MaskedByForeignObject",
+    "MultipleSVIDs",
     "SomethingNewer",
 ];
 
@@ -465,6 +467,6 @@ fn the_generator_reaches_every_finding_and_cap() {
         unhealthy |= r.counts.clusters.unhealthy > 0;
         non_ready_cut |= inputs.iter().any(|s| expected_cluster(s, &SMALL).truncated);
     }
-    assert_eq!(kinds.len(), 5, "{kinds:?}");
+    assert_eq!(kinds.len(), FindingKind::ALL.len(), "{kinds:?}");
     assert!(truncated && non_ready_cut && unhealthy);
 }

@@ -109,6 +109,11 @@ fn main() {
         namespace_selector: None,
         pod_selector: None,
         workload_selector_templates: vec![],
+        // SPIRE's usual default ID, rendered for each pool's pods by the masking analysis.
+        spiffe_id_template:
+            "spiffe://{{ .TrustDomain }}/ns/{{ .PodMeta.Namespace }}/sa/{{ .PodSpec.ServiceAccountName }}"
+                .into(),
+        ..ForeignSpiffeId::default()
     }];
     let namespaces = NamespaceLabels::new();
     black_box(analyze(&compiled, &[], &namespaces));

@@ -14,9 +14,10 @@ use kleym_api::label_map::LabelMap;
 use kleym_spoke::compiler::collisions::{WarningReason, selector_provably_matches};
 use kleym_spoke::compiler::conditions::{ConditionOutcome, build_conditions};
 use kleym_spoke::compiler::{
-    Analysis, BindingRef, CompiledIdentity, ForeignSpiffeId, Lookup, NamespaceLabels, Reason,
-    analyze,
+    Analysis, BindingRef, CompiledIdentity, ForeignSpiffeId, Lookup, NamespaceLabels,
+    OutputPrecedence, Reason, analyze, analyze_observed,
 };
+use kleym_spoke::explain::Precedence;
 use kleym_spoke::ownership::{OWNER_ANNOTATION, Owner};
 
 fn bref(name: &str) -> BindingRef {
@@ -224,6 +225,8 @@ fn default_identity() -> ForeignSpiffeId {
         }),
         pod_selector: None,
         workload_selector_templates: vec![],
+        spiffe_id_template: "spiffe://{{ .TrustDomain }}/ns/{{ .PodMeta.Namespace }}/sa/{{ .PodSpec.ServiceAccountName }}".into(),
+        ..ForeignSpiffeId::default()
     }
 }
 
@@ -498,4 +501,249 @@ fn conditions_from_verdicts() {
     );
     assert_eq!(pending[0].reason, "Applying");
     assert!(pending.iter().skip(1).all(|c| c.status == "False"));
+}
+
+/// A foreign object that renders, for every pod of the pool, exactly the entry kleym's
+/// output for `chat-id` renders: its templates read only what the pool's pods share.
+fn imitation(ours: &CompiledIdentity, created_ns: i128, uid: &str) -> ForeignSpiffeId {
+    // The imitation is only meaningful if these are kleym's ID and selectors.
+    assert_eq!(
+        ours.selectors(),
+        [
+            "k8s:container-name:vllm",
+            "k8s:ns:team-a",
+            "k8s:pod-label:app:model",
+            "k8s:sa:model-server"
+        ]
+    );
+    assert_eq!(
+        ours.spiffe_id(),
+        "spiffe://example.org/ns/team-a/objective/chat"
+    );
+    ForeignSpiffeId {
+        name: "copy-of-chat".into(),
+        spiffe_id_template:
+            "spiffe://{{ .TrustDomain }}/ns/{{ .PodMeta.Namespace }}/objective/chat".into(),
+        workload_selector_templates: vec![
+            "k8s:ns:{{ .PodMeta.Namespace }}".into(),
+            "k8s:sa:{{ .PodSpec.ServiceAccountName }}".into(),
+            "k8s:pod-label:app:{{ .PodMeta.Labels.app }}".into(),
+            "k8s:container-name:vllm".into(),
+        ],
+        precedence: created(created_ns, uid),
+        ..ForeignSpiffeId::default()
+    }
+}
+
+fn warnings_of(
+    ids: &[CompiledIdentity],
+    foreign: &[ForeignSpiffeId],
+    outputs: &OutputPrecedence,
+    name: &str,
+) -> Vec<(WarningReason, String)> {
+    let refs: Vec<&CompiledIdentity> = ids.iter().collect();
+    analyze_observed(&refs, foreign, &NamespaceLabels::new(), outputs)
+        .verdict(&bref(name))
+        .warnings
+        .into_iter()
+        .map(|w| (w.reason, w.message))
+        .collect()
+}
+
+fn created(ns: i128, uid: &str) -> Precedence {
+    Precedence {
+        created_ns: ns,
+        deleted_ns: None,
+        uid: uid.into(),
+    }
+}
+
+#[test]
+fn an_older_foreign_object_rendering_kleyms_entry_masks_it() {
+    let ours = ok(&binding("chat-id", "chat", "vllm"));
+    let ids = [ours.clone()];
+    let older = imitation(&ours, 10, "u-f");
+    let output = |p: Precedence| OutputPrecedence::from([(bref("chat-id"), p)]);
+
+    // kleym's output exists and is newer: SPIRE keeps the foreign declaration.
+    let w = warnings_of(
+        &ids,
+        std::slice::from_ref(&older),
+        &output(created(20, "u-k")),
+        "chat-id",
+    );
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].0, WarningReason::MaskedByForeignObject);
+    for named in [
+        "copy-of-chat",
+        ours.output_name().as_str(),
+        "team-a/pool",
+        ours.spiffe_id(),
+    ] {
+        assert!(w[0].1.contains(named), "{} does not name {named}", w[0].1);
+    }
+    // Not created yet: it will be newer than every existing object.
+    let w = warnings_of(
+        &ids,
+        std::slice::from_ref(&older),
+        &OutputPrecedence::new(),
+        "chat-id",
+    );
+    assert_eq!(
+        w.iter().map(|w| w.0).collect::<Vec<_>>(),
+        [WarningReason::MaskedByForeignObject]
+    );
+    // kleym's is older: the foreign entry is the masked one and the pods get one SVID, so
+    // no finding (the old analysis called this two SVIDs).
+    let w = warnings_of(
+        &ids,
+        std::slice::from_ref(&older),
+        &output(created(5, "u-k")),
+        "chat-id",
+    );
+    assert!(w.is_empty(), "{w:?}");
+    // Same creation time: the object not being deleted wins, then the smaller UID.
+    let tie = warnings_of(
+        &ids,
+        std::slice::from_ref(&older),
+        &output(created(10, "u-a")),
+        "chat-id",
+    );
+    assert!(tie.is_empty(), "{tie:?}");
+    let tie = warnings_of(
+        &ids,
+        std::slice::from_ref(&older),
+        &output(created(10, "u-z")),
+        "chat-id",
+    );
+    assert_eq!(tie.len(), 1);
+    let deleting = Precedence {
+        deleted_ns: Some(30),
+        ..created(10, "u-a")
+    };
+    let tie = warnings_of(
+        &ids,
+        std::slice::from_ref(&older),
+        &output(deleting),
+        "chat-id",
+    );
+    assert_eq!(tie.len(), 1, "a deleting output loses the tie");
+
+    // A fallback never applies where kleym's entry does.
+    let fallback = ForeignSpiffeId {
+        fallback: true,
+        ..older.clone()
+    };
+    assert!(warnings_of(&ids, &[fallback], &OutputPrecedence::new(), "chat-id").is_empty());
+    // One more selector (the pod's name): another entry with the same ID, which the
+    // container also matches: a second SVID, not a masked one.
+    let mut wider = older.clone();
+    wider
+        .workload_selector_templates
+        .push("k8s:pod-name:{{ .PodMeta.Name }}".into());
+    let w = warnings_of(&ids, &[wider], &OutputPrecedence::new(), "chat-id");
+    assert_eq!(
+        w.iter().map(|w| w.0).collect::<Vec<_>>(),
+        [WarningReason::OverlappingDefaultIdentity]
+    );
+    // Another container: neither the same entry nor an entry for kleym's workloads.
+    let mut other_container = older.clone();
+    other_container.workload_selector_templates[3] = "k8s:container-name:tgi".into();
+    assert!(
+        warnings_of(
+            &ids,
+            &[other_container],
+            &OutputPrecedence::new(),
+            "chat-id"
+        )
+        .is_empty()
+    );
+    // A label the pool does not fix has no value for the pool's pods: nothing is claimed.
+    let mut unknown = older.clone();
+    unknown.workload_selector_templates[2] =
+        "k8s:pod-label:app:{{ .PodMeta.Labels.version }}".into();
+    assert!(warnings_of(&ids, &[unknown], &OutputPrecedence::new(), "chat-id").is_empty());
+    // A refused binding has no output to mask.
+    let twin = ok(&binding("twin", "code", "vllm"));
+    let w = warnings_of(
+        &[ours.clone(), twin],
+        std::slice::from_ref(&older),
+        &OutputPrecedence::new(),
+        "chat-id",
+    );
+    assert!(w.is_empty(), "{w:?}");
+}
+
+#[test]
+fn workloads_of_a_narrower_pool_get_an_svid_per_wider_identity() {
+    // PoolOnly on app=model; PerObjective on app=model,tier=gpu with the same service
+    // account: the tier=gpu pods are the PoolOnly pool's pods too, and their vllm
+    // container matches both entries.
+    let wide = ok(&pool_only("wide", "chat"));
+    let mut narrow_input = binding("narrow", "code", "vllm");
+    narrow_input.target = Lookup::Found(objective(NS, "code", "gpu-pool"));
+    narrow_input.pool = Lookup::Found(pool(NS, "gpu-pool", &[("app", "model"), ("tier", "gpu")]));
+    let narrow = ok(&narrow_input);
+    let a = run(&[wide.clone(), narrow.clone()]);
+    for me in ["wide", "narrow"] {
+        let v = a.verdict(&bref(me));
+        assert!(v.conflicts.is_empty(), "{me}");
+        assert_eq!(v.warnings.len(), 1, "{me}: {:?}", v.warnings);
+        assert_eq!(v.warnings[0].reason, WarningReason::MultipleSvids);
+        let m = &v.warnings[0].message;
+        for named in [
+            "narrow",
+            "wide",
+            "team-a/gpu-pool",
+            wide.spiffe_id(),
+            narrow.spiffe_id(),
+        ] {
+            assert!(m.contains(named), "{m} does not name {named}");
+        }
+        assert_eq!(v.status_warnings()[0].reason, "MultipleSVIDs");
+    }
+    // Both members carry the same message: the report makes one finding of it.
+    assert_eq!(
+        a.verdict(&bref("wide")).warnings,
+        a.verdict(&bref("narrow")).warnings
+    );
+
+    // Another service account, or pools that only overlap: not provable for the pods.
+    let mut other_sa = narrow_input.clone();
+    other_sa.spec.workload_selector_templates[1] = "k8s:sa:other".into();
+    assert!(run(&[wide.clone(), ok(&other_sa)]).verdicts.is_empty());
+    let mut sideways = narrow_input.clone();
+    sideways.pool = Lookup::Found(pool(NS, "gpu-pool", &[("tier", "gpu")]));
+    assert!(run(&[wide.clone(), ok(&sideways)]).verdicts.is_empty());
+    // Two PoolOnly identities with different IDs on one pool: every pod gets two SVIDs.
+    let mut second = pool_only("second", "code");
+    second.spec.spiffe_id_template = Some("spiffe://example.org/ns/team-a/other".into());
+    let a = run(&[wide.clone(), ok(&second)]);
+    assert_eq!(
+        a.verdict(&bref("second"))
+            .warnings
+            .iter()
+            .map(|w| w.reason)
+            .collect::<Vec<_>>(),
+        [WarningReason::MultipleSvids]
+    );
+    // Already reported otherwise: PoolOnly + PerObjective on one pool, and a collision.
+    let a = run(&[wide.clone(), ok(&binding("chat-id", "chat", "vllm"))]);
+    assert_eq!(
+        a.verdict(&bref("wide"))
+            .warnings
+            .iter()
+            .map(|w| w.reason)
+            .collect::<Vec<_>>(),
+        [WarningReason::PoolAndObjectiveIdentities]
+    );
+    let a = run(&[
+        ok(&binding("a", "chat", "vllm")),
+        ok(&binding("b", "code", "vllm")),
+    ]);
+    assert!(a.verdict(&bref("a")).warnings.is_empty());
+    // The same ID and selectors twice is one entry: one SVID.
+    let mut same = pool_only("same", "chat");
+    same.spec.spiffe_id_template = Some(wide.spiffe_id().into());
+    assert!(run(&[wide, ok(&same)]).verdicts.is_empty());
 }

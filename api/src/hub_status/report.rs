@@ -122,6 +122,12 @@ pub struct FindingCounts {
     /// `OverlappingDefaultIdentity` findings.
     #[serde(default)]
     pub overlapping_default_identity: i64,
+    /// `MaskedByForeignObject` findings.
+    #[serde(default)]
+    pub masked_by_foreign_object: i64,
+    /// `MultipleSVIDs` findings.
+    #[serde(default, rename = "multipleSVIDs")]
+    pub multiple_svids: i64,
 }
 
 impl FindingCounts {
@@ -138,6 +144,8 @@ impl FindingCounts {
             FindingKind::CrossClusterDrift => self.cross_cluster_drift += 1,
             FindingKind::PoolOnlyAndPerObjective => self.pool_only_and_per_objective += 1,
             FindingKind::OverlappingDefaultIdentity => self.overlapping_default_identity += 1,
+            FindingKind::MaskedByForeignObject => self.masked_by_foreign_object += 1,
+            FindingKind::MultipleSvids => self.multiple_svids += 1,
         }
     }
 }
@@ -211,16 +219,25 @@ pub enum FindingKind {
     PoolOnlyAndPerObjective,
     /// Warning: a non-fallback ClusterSPIFFEID not managed by kleym also selects the pods.
     OverlappingDefaultIdentity,
+    /// Warning: an older ClusterSPIFFEID not managed by kleym renders the same SPIRE entry
+    /// as kleym's output for the pool's pods, so SPIRE Controller Manager masks kleym's.
+    MaskedByForeignObject,
+    /// Warning: kleym identities with different SPIFFE IDs all select one binding's
+    /// workloads (a wider pool, no container), which receive one SVID per ID.
+    #[serde(rename = "MultipleSVIDs")]
+    MultipleSvids,
 }
 
 impl FindingKind {
     /// Every kind, in report order.
-    pub const ALL: [FindingKind; 5] = [
+    pub const ALL: [FindingKind; 7] = [
         FindingKind::IdentityCollision,
         FindingKind::DuplicateSpiffeId,
         FindingKind::CrossClusterDrift,
         FindingKind::PoolOnlyAndPerObjective,
         FindingKind::OverlappingDefaultIdentity,
+        FindingKind::MaskedByForeignObject,
+        FindingKind::MultipleSvids,
     ];
 
     /// The kind as it appears in the API.
@@ -231,6 +248,8 @@ impl FindingKind {
             FindingKind::CrossClusterDrift => "CrossClusterDrift",
             FindingKind::PoolOnlyAndPerObjective => "PoolOnlyAndPerObjective",
             FindingKind::OverlappingDefaultIdentity => "OverlappingDefaultIdentity",
+            FindingKind::MaskedByForeignObject => "MaskedByForeignObject",
+            FindingKind::MultipleSvids => "MultipleSVIDs",
         }
     }
 
@@ -240,9 +259,10 @@ impl FindingKind {
             FindingKind::IdentityCollision
             | FindingKind::DuplicateSpiffeId
             | FindingKind::CrossClusterDrift => Severity::Collision,
-            FindingKind::PoolOnlyAndPerObjective | FindingKind::OverlappingDefaultIdentity => {
-                Severity::Warning
-            }
+            FindingKind::PoolOnlyAndPerObjective
+            | FindingKind::OverlappingDefaultIdentity
+            | FindingKind::MaskedByForeignObject
+            | FindingKind::MultipleSvids => Severity::Warning,
         }
     }
 }

@@ -195,6 +195,24 @@ pub async fn run(opts: &Options, plugin: &setup::PluginCommand) -> Result<(), De
         ),
         Err(e) => eprintln!("{e}"),
     }
+    // The planted mistakes from a pod's side: what SPIRE Controller Manager makes of the
+    // spokes' ClusterSPIFFEIDs for one model-server pod.
+    if check.is_ok() {
+        for i in (1..=opts.spokes.min(2)).rev() {
+            let text = explain_demo_pod(&fleet, i, opts).await?;
+            if i == 1 {
+                println!(
+                    "\nFrom a pod's side (kleym explain pod {}/{} in spoke-1):\n\n{text}",
+                    scenario::NS,
+                    scenario::EXPLAINED_POD
+                );
+            }
+            std::fs::write(
+                state_dir.join(format!("explain-{}.txt", scenario::spoke_name(i))),
+                &text,
+            )?;
+        }
+    }
     print_next_steps(&state_dir, hub_addr, opts);
     if !opts.exit_when_converged && check.is_ok() {
         println!("\nRunning until Ctrl-C ...");
@@ -294,6 +312,41 @@ fn compare_planted(report: &FullReport, opts: &Options) -> Result<(), DemoError>
     }
 }
 
+/// `kleym explain pod` of the demo's model-server pod in spoke `i`, as text.
+async fn explain_demo_pod(
+    fleet: &FleetHarness,
+    i: usize,
+    opts: &Options,
+) -> Result<String, DemoError> {
+    let spoke = scenario::spoke_name(i);
+    let client = fleet
+        .spoke(&spoke)
+        .kube_client()
+        .await
+        .map_err(|e| DemoError::Setup(e.to_string()))?;
+    let manager = kleym_spoke::explain::ManagerConfig {
+        trust_domain: opts.trust_domain.clone(),
+        cluster_name: spoke.clone(),
+        cluster_domain: "cluster.local".into(),
+        class_name: String::new(),
+        watch_classless: false,
+        ignore_namespaces: Vec::new(),
+    };
+    let explained = kleym_hub::explain::explain_pod(
+        &client,
+        scenario::NS,
+        scenario::EXPLAINED_POD,
+        &manager,
+        kleym_spoke::reconciler::config::DEFAULT_FIELD_MANAGER,
+        kleym_hub::explain::Scope::Cluster,
+    )
+    .await
+    .map_err(|e| DemoError::Setup(format!("explain in {spoke}: {e}")))?;
+    let mut out = Vec::new();
+    kleym_hub::explain::render_text(&explained, &mut out)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
 fn print_next_steps(dir: &std::path::Path, hub_addr: std::net::SocketAddr, opts: &Options) {
     let d = dir.display();
     println!("\nWhere to look next:");
@@ -307,6 +360,15 @@ fn print_next_steps(dir: &std::path::Path, hub_addr: std::net::SocketAddr, opts:
     );
     println!(
         "  the inventory:          kubectl --kubeconfig {d}/hub/kubeconfig -n fleet get clusterprofiles"
+    );
+    println!(
+        "  a pod's identities:     kleym explain pod {}/{} --kubeconfig {d}/spoke-1/kubeconfig --trust-domain {} --cluster-name spoke-1",
+        scenario::NS,
+        scenario::EXPLAINED_POD,
+        opts.trust_domain
+    );
+    println!(
+        "                          (saved for spoke-1 and spoke-2 in {d}/explain-<spoke>.txt)"
     );
     println!("  the provider file:      {d}/providers.json");
     println!(

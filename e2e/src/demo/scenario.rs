@@ -2,7 +2,8 @@
 //!
 //! Every spoke runs the same namespace `llm` with a Qwen model-server pool serving two
 //! objectives (`chat`, `summarize`, one vLLM container each) and an embedding pool
-//! identified as a whole (PoolOnly). Two mistakes are planted:
+//! identified as a whole (PoolOnly), its pods scheduled on one node (so `kleym explain pod`
+//! shows their entries). Two mistakes are planted:
 //! - spoke 1 has a canary binding that selects the same pods, service account and container
 //!   as `summarize`: an `IdentityCollision` (both refused until fixed);
 //! - spoke 2 renamed the chat container (`chat-v2`), so `spiffe://<td>/ns/llm/objective/chat`
@@ -57,6 +58,13 @@ pub type Seed = (
     Value,
 );
 
+/// The node every demo pod runs on (scheduled pods get entries; `kleym explain pod` shows
+/// them with the node's agent as parent).
+pub const NODE: &str = "gpu-node-1";
+
+/// A pod of the demo, scheduled on [`NODE`].
+pub const EXPLAINED_POD: &str = "qwen-0";
+
 fn pod(name: &str, app: &str, sa: &str, containers: &[(&str, &str)]) -> Seed {
     let containers: Vec<Value> = containers
         .iter()
@@ -70,7 +78,7 @@ fn pod(name: &str, app: &str, sa: &str, containers: &[(&str, &str)]) -> Seed {
         json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": NS, "labels": {"app": app}},
-            "spec": {"serviceAccountName": sa, "containers": containers}
+            "spec": {"serviceAccountName": sa, "nodeName": NODE, "containers": containers}
         }),
     )
 }
@@ -174,8 +182,16 @@ pub fn spoke_objects(i: usize) -> Vec<Seed> {
             Some(NS),
             json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": EMBED_SA, "namespace": NS}}),
         ),
+        (
+            "",
+            "v1",
+            "nodes",
+            None,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE,
+                   "labels": {"kubernetes.io/hostname": NODE}}}),
+        ),
         pod(
-            "qwen-0",
+            EXPLAINED_POD,
             "vllm-qwen",
             QWEN_SA,
             &[(chat, image), ("summarize", image)],

@@ -26,6 +26,8 @@ pub fn as_planted(f: &Finding) -> Planted {
         kleym_api::hub_status::FindingKind::OverlappingDefaultIdentity => {
             "OverlappingDefaultIdentity"
         }
+        kleym_api::hub_status::FindingKind::MaskedByForeignObject => "MaskedByForeignObject",
+        kleym_api::hub_status::FindingKind::MultipleSvids => "MultipleSVIDs",
     };
     let mut members: Vec<String> = f.members.iter().map(ToString::to_string).collect();
     members.sort();

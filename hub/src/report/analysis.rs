@@ -2,7 +2,9 @@
 //! drift found by grouping every binding of the fleet by SPIFFE ID.
 //!
 //! The spoke compiler (`kleym_spoke::compiler::collisions`) already decided, per cluster,
-//! which bindings collide and which carry warnings; its verdicts reach the hub as binding
+//! which bindings collide and which carry warnings (including the findings made on SPIRE
+//! Controller Manager's entry rules: a kleym output masked by an older foreign object,
+//! workloads that receive several SVIDs); its verdicts reach the hub as binding
 //! status (conflict peers, warnings). The hub only regroups them into findings (connected
 //! peers form one finding) and adds what no spoke can see: the same SPIFFE ID compiled from
 //! different workload signatures in different clusters.
@@ -25,6 +27,10 @@ const REASON_DUPLICATE_SPIFFE_ID: &str = "DuplicateSPIFFEID";
 const WARNING_POOL_AND_OBJECTIVE: &str = "PoolAndObjectiveIdentities";
 /// Spoke warning reason for [`FindingKind::OverlappingDefaultIdentity`].
 const WARNING_OVERLAPPING_DEFAULT: &str = "OverlappingDefaultIdentity";
+/// Spoke warning reason for [`FindingKind::MaskedByForeignObject`].
+const WARNING_MASKED: &str = "MaskedByForeignObject";
+/// Spoke warning reason for [`FindingKind::MultipleSvids`].
+const WARNING_MULTIPLE_SVIDS: &str = "MultipleSVIDs";
 
 /// How many names a finding message spells out before "and N more".
 const NAMES_IN_MESSAGE: usize = 5;
@@ -195,6 +201,8 @@ fn lift_warnings(spoke: &SpokeObservation, out: &mut Vec<Finding>) {
             let kind = match w.reason.as_str() {
                 WARNING_POOL_AND_OBJECTIVE => FindingKind::PoolOnlyAndPerObjective,
                 WARNING_OVERLAPPING_DEFAULT => FindingKind::OverlappingDefaultIdentity,
+                WARNING_MASKED => FindingKind::MaskedByForeignObject,
+                WARNING_MULTIPLE_SVIDS => FindingKind::MultipleSvids,
                 // A reason this hub does not know (newer spoke): still counted in the
                 // cluster status, but not a fleet finding kind.
                 _ => continue,

@@ -123,6 +123,8 @@ pub fn render_table(report: &FleetIdentityReportStatus, out: &mut impl Write) ->
             ("CrossClusterDrift", c.cross_cluster_drift),
             ("PoolOnlyAndPerObjective", c.pool_only_and_per_objective),
             ("OverlappingDefaultIdentity", c.overlapping_default_identity),
+            ("MaskedByForeignObject", c.masked_by_foreign_object),
+            ("MultipleSVIDs", c.multiple_svids),
         ]
         .iter()
         .filter(|(_, n)| *n > 0)

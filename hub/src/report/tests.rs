@@ -654,3 +654,93 @@ fn a_duplicate_profile_is_counted_once_and_never_drifts_with_itself() {
         Some("east.example")
     );
 }
+
+/// The findings made on SPIRE Controller Manager's entry rules (in the spoke) become fleet
+/// findings: one per message, naming the objects, with every binding carrying it.
+#[test]
+fn masked_outputs_and_several_svids_are_findings_naming_the_objects() {
+    let masked_msg = "ClusterSPIFFEID copy-of-chat (not managed by kleym, older than kleym's kleym-team-a-chat-1234) renders the same SPIRE entry";
+    let multi_msg = "the workloads that binding(s) narrow select (InferencePool team-a/gpu) match the selectors of 2 kleym identities: narrow (spiffe://example.org/ns/team-a/objective/code), wide (spiffe://example.org/ns/team-a/pool/p)";
+    let chat_id = format!("{TD}/ns/team-a/objective/chat");
+    let spokes = vec![spoke(
+        "fleet/east",
+        vec![
+            warned(
+                binding("team-a", "chat", &chat_id, "vllm", Some("vllm")),
+                "MaskedByForeignObject",
+                masked_msg,
+            ),
+            warned(
+                binding(
+                    "team-a",
+                    "narrow",
+                    &format!("{TD}/ns/team-a/objective/code"),
+                    "vllm",
+                    Some("vllm"),
+                ),
+                "MultipleSVIDs",
+                multi_msg,
+            ),
+            warned(
+                binding(
+                    "team-a",
+                    "wide",
+                    &format!("{TD}/ns/team-a/pool/p"),
+                    "vllm",
+                    None,
+                ),
+                "MultipleSVIDs",
+                multi_msg,
+            ),
+        ],
+    )];
+    let findings = analyze(&spokes);
+    let summary: Vec<(FindingKind, Severity, Option<&str>, Vec<FindingMember>)> = findings
+        .iter()
+        .map(|f| {
+            (
+                f.kind,
+                f.severity,
+                f.spiffe_id.as_deref(),
+                f.members.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                FindingKind::MaskedByForeignObject,
+                Severity::Warning,
+                Some(chat_id.as_str()),
+                vec![m("fleet/east", "team-a", "chat")]
+            ),
+            (
+                FindingKind::MultipleSvids,
+                Severity::Warning,
+                // Two IDs: the finding is about both.
+                None,
+                vec![
+                    m("fleet/east", "team-a", "narrow"),
+                    m("fleet/east", "team-a", "wide")
+                ]
+            ),
+        ]
+    );
+    assert!(
+        findings[0].message.contains("copy-of-chat") && findings[0].message.contains("fleet/east")
+    );
+    assert!(findings[1].message.contains("narrow") && findings[1].message.contains("wide"));
+    let mut counts = kleym_api::hub_status::FindingCounts::default();
+    for f in &findings {
+        counts.add(f.kind);
+    }
+    assert_eq!(
+        (
+            counts.masked_by_foreign_object,
+            counts.multiple_svids,
+            counts.warnings
+        ),
+        (1, 1, 2)
+    );
+}

@@ -10,8 +10,19 @@
 //! - Warning `PoolAndObjectiveIdentities`: a PoolOnly and a PerObjective binding select the
 //!   same pods and service account: the discriminated containers receive two SVIDs.
 //! - Warning `OverlappingDefaultIdentity`: a ClusterSPIFFEID not managed by kleym, with the
-//!   same `className` and `fallback` unset, provably selects the pool's pods; the fix is
-//!   `fallback: true` on that object.
+//!   same `className` and `fallback` unset, provably selects the pool's pods and gives the
+//!   binding's workloads a second entry; the fix is `fallback: true` on that object.
+//! - Warning `MaskedByForeignObject`: such an object renders exactly the entry kleym's
+//!   output renders (same SPIFFE ID, parent and selectors) and is older, so SPIRE Controller
+//!   Manager keeps its declaration and masks kleym's.
+//! - Warning `MultipleSVIDs`: kleym identities with different SPIFFE IDs whose selectors
+//!   all hold for the workloads another kleym identity selects (a wider pool, no container
+//!   selector), so those workloads receive one SVID per ID.
+//!
+//! The three foreign and several-SVID rules are SPIRE Controller Manager's, as the explain
+//! model states them ([`crate::explain`]), applied to "every pod of the pool" rather than
+//! to one pod: the spoke watches no pods, so a finding is claimed only where it holds for
+//! every pod the pool selects ([`crate::explain::pool`]).
 //!
 //! Work is grouping, never pairwise: one pass computes 64-bit fingerprints of the keys,
 //! a sort groups them (O(n log n) on integers), and exact keys are compared only within
@@ -31,6 +42,8 @@ use kleym_api::{ConflictPeer, IdentityMode, IdentityWarning};
 use super::CompiledIdentity;
 use super::output::NAMESPACE_NAME_LABEL;
 use super::refusal::{Reason, Refusal};
+use crate::explain::Precedence;
+use crate::explain::pool::PoolPods;
 
 /// At most this many peers are listed per finding (the count is always exact).
 pub const MAX_LISTED_PEERS: usize = 32;
@@ -54,10 +67,14 @@ impl fmt::Display for BindingRef {
 pub type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
 
 /// A ClusterSPIFFEID kleym does not manage.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ForeignSpiffeId {
     /// Object name.
     pub name: String,
+    /// `spec.spiffeIDTemplate`.
+    pub spiffe_id_template: String,
+    /// Its creation, deletion and UID: which of two identical entries SPIRE keeps.
+    pub precedence: Precedence,
     /// `spec.className`.
     pub class_name: Option<String>,
     /// `spec.fallback`.
@@ -81,6 +98,8 @@ impl ForeignSpiffeId {
         }
         Some(ForeignSpiffeId {
             name: obj.metadata.name.clone().unwrap_or_default(),
+            spiffe_id_template: obj.spec.spiffe_id_template.clone(),
+            precedence: Precedence::of(obj),
             class_name: obj.spec.class_name.clone(),
             fallback: obj.spec.fallback.unwrap_or(false),
             namespace_selector: obj.spec.namespace_selector.clone(),
@@ -114,6 +133,10 @@ pub enum WarningReason {
     PoolAndObjectiveIdentities,
     /// A non-kleym, non-fallback ClusterSPIFFEID also selects the pool's pods.
     OverlappingDefaultIdentity,
+    /// An older non-kleym ClusterSPIFFEID renders the same entry: kleym's is masked.
+    MaskedByForeignObject,
+    /// kleym identities with different SPIFFE IDs select the same workloads.
+    MultipleSvids,
 }
 
 impl WarningReason {
@@ -122,6 +145,8 @@ impl WarningReason {
         match self {
             WarningReason::PoolAndObjectiveIdentities => "PoolAndObjectiveIdentities",
             WarningReason::OverlappingDefaultIdentity => "OverlappingDefaultIdentity",
+            WarningReason::MaskedByForeignObject => "MaskedByForeignObject",
+            WarningReason::MultipleSvids => "MultipleSVIDs",
         }
     }
 }
@@ -359,6 +384,11 @@ fn groups_by<'a, K: PartialEq>(
     out
 }
 
+/// The precedence of each binding's ClusterSPIFFEID as it exists in the cluster (see
+/// [`Precedence`]). A binding missing here has no output yet: the one it gets will be
+/// created after every object that exists now, so any identical foreign entry masks it.
+pub type OutputPrecedence = BTreeMap<BindingRef, Precedence>;
+
 /// Analyze all compiled bindings of one cluster (one entry per binding) against each
 /// other and against the cluster's foreign ClusterSPIFFEIDs.
 pub fn analyze(
@@ -372,10 +402,22 @@ pub fn analyze(
 
 /// [`analyze`] over borrowed identities, so a caller holding them elsewhere (the
 /// reconciler's compile memo) need not clone every identity of the namespace per call.
+/// Every output counts as not created yet (see [`OutputPrecedence`]).
 pub fn analyze_refs(
     identities: &[&CompiledIdentity],
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
+) -> Analysis {
+    analyze_observed(identities, foreign, namespaces, &OutputPrecedence::new())
+}
+
+/// [`analyze_refs`] knowing when the bindings' outputs were created (`outputs`), which
+/// decides whether an identical foreign entry masks kleym's or kleym's masks it.
+pub fn analyze_observed(
+    identities: &[&CompiledIdentity],
+    foreign: &[ForeignSpiffeId],
+    namespaces: &NamespaceLabels,
+    outputs: &OutputPrecedence,
 ) -> Analysis {
     let mut verdicts: BTreeMap<BindingRef, CollisionFindings> = BTreeMap::new();
     let fps = Fingerprints::new(identities);
@@ -431,7 +473,8 @@ pub fn analyze_refs(
         pod_set_key,
     );
     pool_and_objective_warnings(identities, &pod_sets, &mut verdicts);
-    overlapping_default_warnings(identities, foreign, namespaces, &mut verdicts);
+    foreign_object_warnings(identities, foreign, namespaces, outputs, &mut verdicts);
+    multiple_svid_warnings(identities, &mut verdicts);
 
     for v in verdicts.values_mut() {
         v.conflicts
@@ -487,12 +530,74 @@ fn pool_and_objective_warnings(
     }
 }
 
-fn overlapping_default_warnings(
+/// Whether `binding` is refused by a conflict (its output is withdrawn: it declares no
+/// entry to mask or to add).
+fn refused(verdicts: &BTreeMap<BindingRef, CollisionFindings>, binding: &BindingRef) -> bool {
+    verdicts
+        .get(binding)
+        .is_some_and(|v| !v.conflicts.is_empty())
+}
+
+/// The trust domain of a SPIFFE ID kleym compiled (`spiffe://<td>/…`).
+fn trust_domain_of(spiffe_id: &str) -> &str {
+    spiffe_id
+        .strip_prefix("spiffe://")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
+}
+
+/// What a foreign object's entry is to a binding's, for every pod of the binding's pool.
+enum Relation {
+    /// The same entry (SPIFFE ID and selectors; the parent is the pod's node for both).
+    SameEntry,
+    /// Another entry whose selectors hold for every workload the binding's entry selects.
+    AlsoApplies,
+    /// Neither can be shown for every pod of the pool.
+    Unproven,
+}
+
+fn relation(f: &ForeignSpiffeId, id: &CompiledIdentity, pods: &PoolPods<'_>) -> Relation {
+    let ours = id.selectors();
+    let rendered: Vec<Option<String>> = f
+        .workload_selector_templates
+        .iter()
+        .map(|t| pods.render(t))
+        .collect();
+    if pods.render(&f.spiffe_id_template).as_deref() == Some(id.spiffe_id())
+        && rendered.len() == ours.len()
+    {
+        // Both entries also carry the pod's `k8s:pod-uid`, and SPIRE Controller Manager
+        // keys an entry by its sorted selectors as they are (duplicates included).
+        let mut theirs: Vec<&str> = rendered.iter().flatten().map(String::as_str).collect();
+        theirs.sort_unstable();
+        if theirs.len() == ours.len() && theirs.iter().zip(ours).all(|(t, o)| *t == o) {
+            return Relation::SameEntry;
+        }
+    }
+    let applies = f
+        .workload_selector_templates
+        .iter()
+        .zip(&rendered)
+        .all(|(template, value)| match value {
+            Some(s) => ours.binary_search(s).is_ok(),
+            None => is_pod_intrinsic(template),
+        });
+    if applies {
+        Relation::AlsoApplies
+    } else {
+        Relation::Unproven
+    }
+}
+
+fn foreign_object_warnings(
     ids: &[&CompiledIdentity],
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
+    outputs: &OutputPrecedence,
     verdicts: &mut BTreeMap<BindingRef, CollisionFindings>,
 ) {
+    // A fallback never applies where kleym's (non-fallback) entry renders: it neither
+    // masks kleym's entry nor adds one.
     let candidates: Vec<&ForeignSpiffeId> = foreign.iter().filter(|f| !f.fallback).collect();
     if candidates.is_empty() {
         return;
@@ -506,6 +611,7 @@ fn overlapping_default_warnings(
         groups.entry(key).or_default().push(i);
     }
     let mut namespace_match: HashMap<(usize, &str), bool> = HashMap::new();
+    let mut found: Vec<(BindingRef, Warning)> = Vec::new();
     for ((ns, pool_labels, class), members) in groups {
         for (fi, f) in candidates.iter().enumerate() {
             if f.class_name.as_deref().unwrap_or("") != class {
@@ -523,26 +629,227 @@ fn overlapping_default_warnings(
             }
             for &m in &members {
                 let id = &ids[m];
-                let workloads_ok = f
-                    .workload_selector_templates
-                    .iter()
-                    .all(|t| workload_selector_satisfied(t, id.selectors()));
-                if !workloads_ok {
-                    continue;
-                }
-                verdicts
-                    .entry(id.binding.clone())
-                    .or_default()
-                    .warnings
-                    .push(Warning {
+                let pods = PoolPods {
+                    trust_domain: trust_domain_of(id.spiffe_id()),
+                    namespace: ns,
+                    service_account: &id.service_account,
+                    labels: pool_labels,
+                };
+                let warning = match relation(f, id, &pods) {
+                    Relation::Unproven => continue,
+                    Relation::AlsoApplies => Warning {
                         reason: WarningReason::OverlappingDefaultIdentity,
                         message: format!(
                             "ClusterSPIFFEID {} (not managed by kleym, fallback not set) also selects the pods of InferencePool {}/{} (service account {}): they receive two SVIDs; set `fallback: true` on {} so it applies only where no other identity does",
                             f.name, ns, id.pool.name, id.service_account, f.name
                         ),
-                    });
+                    },
+                    Relation::SameEntry => {
+                        // The older declaration wins (SPIRE Controller Manager's order);
+                        // when kleym's is older the foreign one is masked, and the pods
+                        // get kleym's entry, once.
+                        let foreign_wins = outputs
+                            .get(&id.binding)
+                            .is_none_or(|ours| f.precedence < *ours);
+                        if !foreign_wins || refused(verdicts, &id.binding) {
+                            continue;
+                        }
+                        let output = id.output_name();
+                        Warning {
+                            reason: WarningReason::MaskedByForeignObject,
+                            message: format!(
+                                "ClusterSPIFFEID {} (not managed by kleym, older than kleym's {output}) renders the same SPIRE entry as {output} for the pods of InferencePool {}/{} (SPIFFE ID {}, the same selectors): SPIRE Controller Manager keeps the older declaration and masks kleym's, so {}'s settings (TTL, DNS names, federation) apply and its owner controls this identity; delete {} or change its spiffeIDTemplate",
+                                f.name,
+                                ns,
+                                id.pool.name,
+                                id.spiffe_id(),
+                                f.name,
+                                f.name
+                            ),
+                        }
+                    }
+                };
+                found.push((id.binding.clone(), warning));
             }
         }
+    }
+    for (binding, warning) in found {
+        verdicts.entry(binding).or_default().warnings.push(warning);
+    }
+}
+
+/// Labels of a pool beyond which the several-SVID analysis compares pools only for
+/// equality (it enumerates the subsets of a pool's labels: 2^n lookups).
+const MAX_ENUMERATED_LABELS: usize = 10;
+
+/// Fingerprint of what decides which workloads a kleym identity can select: namespace,
+/// service account, pool labels (in order) and container selector.
+fn scope_fingerprint<'a>(
+    namespace: &str,
+    service_account: &str,
+    container: Option<&str>,
+    labels: impl Iterator<Item = (&'a str, &'a str)>,
+) -> u64 {
+    let mut h = DefaultHasher::new();
+    namespace.hash(&mut h);
+    service_account.hash(&mut h);
+    container.hash(&mut h);
+    for (k, v) in labels {
+        k.hash(&mut h);
+        v.hash(&mut h);
+    }
+    h.finish()
+}
+
+/// `small ⊆ big`, both sorted.
+fn is_sorted_subset(small: &[String], big: &[String]) -> bool {
+    let mut big = big.iter();
+    small.iter().all(|s| big.any(|b| b == s))
+}
+
+/// kleym identities with different SPIFFE IDs whose selectors all hold for the workloads
+/// one identity selects. A workload receives one SVID per entry whose selectors it
+/// satisfies; identity O's selectors hold for every workload identity B selects when O's
+/// selectors are a subset of B's (kleym's selectors are the namespace, the service
+/// account, the pool's labels, the container and the binding's own literal selectors).
+///
+/// Work: identities are indexed by [`scope_fingerprint`]; for each distinct selector set
+/// the candidates are looked up under each subset of its pool's labels, with its own
+/// container selector or none, and checked exactly. Cases the analysis already reports
+/// (`IdentityCollision` refuses; `PoolAndObjectiveIdentities` on one pool) are not
+/// repeated.
+fn multiple_svid_warnings(
+    ids: &[&CompiledIdentity],
+    verdicts: &mut BTreeMap<BindingRef, CollisionFindings>,
+) {
+    let live: Vec<usize> = (0..ids.len())
+        .filter(|&i| !refused(verdicts, &ids[i].binding))
+        .collect();
+    let mut by_scope: HashMap<u64, Vec<usize>> = HashMap::new();
+    let mut anchors: HashMap<&[String], Vec<usize>> = HashMap::new();
+    for &i in &live {
+        let id = ids[i];
+        by_scope
+            .entry(scope_fingerprint(
+                &id.binding.namespace,
+                &id.service_account,
+                id.container_selector.as_deref(),
+                id.pool_labels().iter(),
+            ))
+            .or_default()
+            .push(i);
+        anchors.entry(id.selectors()).or_default().push(i);
+    }
+    let mut anchors: Vec<(&[String], Vec<usize>)> = anchors.into_iter().collect();
+    anchors.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut found: Vec<(BindingRef, Warning)> = Vec::new();
+    for (selectors, members) in anchors {
+        let rep = ids[members[0]];
+        let labels: Vec<(&str, &str)> = rep.pool_labels().iter().collect();
+        // `None`: every label (the pool itself); `Some(mask)`: the labels whose bit is set.
+        let masks: Vec<Option<u32>> = if labels.len() > MAX_ENUMERATED_LABELS {
+            vec![None]
+        } else {
+            (1..(1u32 << labels.len())).map(Some).collect()
+        };
+        let mut containers = vec![None];
+        if rep.container_selector.is_some() {
+            containers.push(rep.container_selector.as_deref());
+        }
+        let mut covered: BTreeSet<usize> = members.iter().copied().collect();
+        for mask in masks {
+            for container in &containers {
+                let subset = labels
+                    .iter()
+                    .enumerate()
+                    .filter(|(bit, _)| mask.is_none_or(|m| m & (1u32 << bit) != 0))
+                    .map(|(_, pair)| *pair);
+                let fp = scope_fingerprint(
+                    &rep.binding.namespace,
+                    &rep.service_account,
+                    *container,
+                    subset,
+                );
+                for &o in by_scope.get(&fp).into_iter().flatten() {
+                    if is_sorted_subset(ids[o].selectors(), selectors) {
+                        covered.insert(o);
+                    }
+                }
+            }
+        }
+        let spiffe_ids: BTreeSet<&str> = covered.iter().map(|&o| ids[o].spiffe_id()).collect();
+        if spiffe_ids.len() < 2 {
+            continue;
+        }
+        if covered
+            .iter()
+            .all(|&o| pod_set_key(ids[o]) == pod_set_key(rep))
+        {
+            // On one pod set the only several-ID cases are a PoolOnly beside PerObjective
+            // identities (`PoolAndObjectiveIdentities`) and colliding PerObjective ones
+            // (refused): report only what those do not.
+            let ids_of = |mode: IdentityMode| -> BTreeSet<&str> {
+                covered
+                    .iter()
+                    .filter(|&&o| ids[o].mode == mode)
+                    .map(|&o| ids[o].spiffe_id())
+                    .collect()
+            };
+            if ids_of(IdentityMode::PoolOnly).len() <= 1
+                && ids_of(IdentityMode::PerObjective).len() <= 1
+            {
+                continue;
+            }
+        }
+        let mut anchor_names: Vec<&str> = members
+            .iter()
+            .map(|&m| ids[m].binding.name.as_str())
+            .collect();
+        anchor_names.sort_unstable();
+        let mut holders: Vec<(&str, &str)> = covered
+            .iter()
+            .map(|&o| (ids[o].binding.name.as_str(), ids[o].spiffe_id()))
+            .collect();
+        holders.sort_unstable();
+        let listed = holders
+            .iter()
+            .take(MAX_LISTED_PEERS)
+            .map(|(name, id)| format!("{name} ({id})"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = holders.len().saturating_sub(MAX_LISTED_PEERS);
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        let container = rep
+            .container_selector
+            .as_deref()
+            .map(|c| format!(", {c}"))
+            .unwrap_or_default();
+        let message = format!(
+            "the workloads that binding(s) {} select (InferencePool {}/{}, service account {}{container}) match the selectors of {} kleym identities with {} different SPIFFE IDs, so each receives {} SVIDs: {listed}{more}; give each identity its own pods (pool), service account or container (spec.containerDiscriminator)",
+            anchor_names.join(", "),
+            rep.binding.namespace,
+            rep.pool.name,
+            rep.service_account,
+            holders.len(),
+            spiffe_ids.len(),
+            spiffe_ids.len(),
+        );
+        for &o in &covered {
+            found.push((
+                ids[o].binding.clone(),
+                Warning {
+                    reason: WarningReason::MultipleSvids,
+                    message: message.clone(),
+                },
+            ));
+        }
+    }
+    for (binding, warning) in found {
+        verdicts.entry(binding).or_default().warnings.push(warning);
     }
 }
 
@@ -596,12 +903,9 @@ const POD_INTRINSIC_TEMPLATES: [&str; 5] = [
     "k8s:node-name:{{.PodSpec.NodeName}}",
 ];
 
-/// A foreign workload selector template is satisfied by our workloads when it is one of
-/// ours literally, or a pod-intrinsic template.
-fn workload_selector_satisfied(template: &str, ours: &[String]) -> bool {
-    if !template.contains("{{") {
-        return ours.binary_search_by(|s| s.as_str().cmp(template)).is_ok();
-    }
+/// Whether a template that has no value for the pool as a whole ([`PoolPods::render`])
+/// still holds for every pod by construction (the pod's own UID, name or node).
+fn is_pod_intrinsic(template: &str) -> bool {
     let compact: String = template.chars().filter(|c| *c != ' ').collect();
     POD_INTRINSIC_TEMPLATES.contains(&compact.as_str())
 }

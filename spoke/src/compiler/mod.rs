@@ -28,8 +28,8 @@ use kleym_api::label_map::LabelMap;
 use kleym_api::{DiscriminatorType, IdentityMode, TargetKind};
 
 pub use collisions::{
-    Analysis, BindingRef, CollisionFindings, ForeignSpiffeId, NamespaceLabels, analyze,
-    analyze_refs,
+    Analysis, BindingRef, CollisionFindings, ForeignSpiffeId, NamespaceLabels, OutputPrecedence,
+    analyze, analyze_observed, analyze_refs,
 };
 pub use input::{BindingInput, ClusterConfig, Lookup, PoolRefView, PoolView, TargetView};
 pub use output::ClusterSpiffeIdOutput;

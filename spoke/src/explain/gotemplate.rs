@@ -77,6 +77,15 @@ const MAP_FIELDS: [&str; 3] = ["Labels", "Annotations", "NodeSelector"];
 
 /// Render `template` with `data`.
 pub fn render(template: &str, data: &TemplateData<'_>) -> Result<String, GoTemplateError> {
+    render_with(template, |action| evaluate(action, data))
+}
+
+/// Render `template`, each action's text (trimmed, such as `.PodMeta.Name`) evaluated by
+/// `eval`: the same parsing and trimming as [`render`], over other data.
+pub fn render_with(
+    template: &str,
+    mut eval: impl FnMut(&str) -> Result<String, GoTemplateError>,
+) -> Result<String, GoTemplateError> {
     let mut out = String::new();
     let mut rest = template;
     let mut offset = 0usize;
@@ -100,7 +109,7 @@ pub fn render(template: &str, data: &TemplateData<'_>) -> Result<String, GoTempl
         if trim_right {
             action = &action[..action.len() - 2];
         }
-        out.push_str(&evaluate(action.trim(), data)?);
+        out.push_str(&eval(action.trim())?);
         let consumed = start + 2 + body_start + end + 2;
         offset += consumed;
         rest = &rest[consumed..];

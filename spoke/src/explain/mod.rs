@@ -28,6 +28,7 @@
 pub mod containers;
 pub mod gotemplate;
 pub mod labels;
+pub mod pool;
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -261,32 +262,43 @@ pub struct PodInputs<'a> {
     pub node: Option<&'a Node>,
 }
 
-/// An object's precedence as SPIRE Controller Manager orders declarations of one entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Precedence {
-    created_ns: i128,
-    deleted_ns: Option<i128>,
-    uid: String,
+/// An object's precedence as SPIRE Controller Manager orders declarations of one entry:
+/// the smaller one declares the entry, the others are masked. Also what the report's
+/// masking analysis compares (`crate::compiler::collisions`), so both read one rule.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Precedence {
+    /// `metadata.creationTimestamp`, in nanoseconds since the epoch (0 when unset).
+    pub created_ns: i128,
+    /// `metadata.deletionTimestamp`, in nanoseconds since the epoch, when deleting.
+    pub deleted_ns: Option<i128>,
+    /// `metadata.uid`.
+    pub uid: String,
 }
 
 impl Precedence {
-    fn of(obj: &ClusterSPIFFEID) -> Self {
+    /// The precedence of `obj`.
+    pub fn of(obj: &ClusterSPIFFEID) -> Self {
+        Self::of_meta(&obj.metadata)
+    }
+
+    /// The precedence of an object with metadata `meta`.
+    pub fn of_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Self {
         Precedence {
-            created_ns: obj
-                .metadata
+            created_ns: meta
                 .creation_timestamp
                 .as_ref()
                 .map(|t| t.0.as_nanosecond())
                 .unwrap_or_default(),
-            deleted_ns: obj
-                .metadata
+            deleted_ns: meta
                 .deletion_timestamp
                 .as_ref()
                 .map(|t| t.0.as_nanosecond()),
-            uid: obj.uid().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
         }
     }
+}
 
+impl Ord for Precedence {
     /// Older first; then not deleting before deleting; then deleted later first; then UID.
     fn cmp(&self, other: &Self) -> Ordering {
         self.created_ns
@@ -298,6 +310,12 @@ impl Precedence {
                 (Some(a), Some(b)) => b.cmp(&a),
             })
             .then_with(|| self.uid.cmp(&other.uid))
+    }
+}
+
+impl PartialOrd for Precedence {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
     }
 }
 

@@ -12,14 +12,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kleym_api::{InferenceIdentityBinding, TargetKind};
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 use super::api_availability::{ApiKind, ServedApis};
 use super::error::Error;
 #[cfg(doc)]
 use super::evaluation::CompileMemo;
 use super::evaluation::{
-    BindingDecision, InputFingerprint, NamespaceEvaluation, SeenFp, compile_namespace, merge,
+    BindingDecision, InputFingerprint, NamespaceEvaluation, SeenFp, compile_namespace_observed,
+    merge,
 };
 use super::queue::ObjectKey;
 use super::state::SpokeState;
@@ -216,11 +217,40 @@ pub fn evaluate_namespace_uncached(
             .get_or_compile_shared(key, fp, || compiler::compile(&input, cluster));
         results.push((input, result));
     }
+    let outputs = output_precedence(
+        state,
+        results.iter().filter_map(|(_, r)| r.as_ref().as_ref().ok()),
+    );
     merge(
         results,
         &foreign_spiffe_ids(state),
         &namespace_labels(state, namespace),
+        &outputs,
     )
+}
+
+/// When each compiled binding's ClusterSPIFFEID was created, for the masking analysis
+/// (an identical older foreign entry masks kleym's). Only an object proven kleym's counts
+/// (a foreign object holding our name is no output of ours, and refuses the binding).
+///
+/// The namespace evaluation that reads this is not invalidated when kleym creates an
+/// output: an output missing here counts as created after every existing object, which is
+/// what its creation then makes true.
+fn output_precedence<'a>(
+    state: &SpokeState,
+    compiled: impl Iterator<Item = &'a compiler::CompiledIdentity>,
+) -> compiler::OutputPrecedence {
+    compiled
+        .filter_map(|id| {
+            let observed = state.current_cluster_spiffe_id(&id.output_name())?;
+            observed.foreign().is_none().then(|| {
+                (
+                    id.binding.clone(),
+                    crate::explain::Precedence::of_meta(observed.meta()),
+                )
+            })
+        })
+        .collect()
 }
 
 /// The binding `key` unless it is gone or being deleted (which no longer claims an
@@ -241,7 +271,7 @@ fn namespace_labels(state: &SpokeState, namespace: &str) -> NamespaceLabels {
 }
 
 /// Reference evaluation for tests: gathers every live binding of `namespace` and runs the
-/// pure [`compile_namespace`], with neither the namespace cache nor the compile memo.
+/// pure [`compile_namespace_observed`], with neither the namespace cache nor the compile memo.
 pub fn evaluate_namespace_reference(
     state: &SpokeState,
     cluster: &ClusterConfig,
@@ -258,10 +288,15 @@ pub fn evaluate_namespace_reference(
         .filter_map(|k| live_binding(state, k))
         .map(|b| gather(state, served, &b).0)
         .collect();
-    compile_namespace(
+    let compiled: Vec<compiler::CompiledIdentity> = inputs
+        .iter()
+        .filter_map(|i| compiler::compile(i, cluster).ok())
+        .collect();
+    compile_namespace_observed(
         &inputs,
         cluster,
         &foreign_spiffe_ids(state),
         &namespace_labels(state, namespace),
+        &output_precedence(state, compiled.iter()),
     )
 }

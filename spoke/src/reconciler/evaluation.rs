@@ -297,18 +297,36 @@ impl CompileMemo {
     }
 }
 
-/// The pure part: compile each binding, analyse the namespace, merge into verdicts.
+/// The pure part: compile each binding, analyse the namespace, merge into verdicts. Every
+/// output counts as not created yet ([`compiler::OutputPrecedence`]).
 pub fn compile_namespace(
     inputs: &[BindingInput],
     config: &ClusterConfig,
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
 ) -> BTreeMap<String, BindingDecision> {
+    compile_namespace_observed(
+        inputs,
+        config,
+        foreign,
+        namespaces,
+        &compiler::OutputPrecedence::new(),
+    )
+}
+
+/// [`compile_namespace`] knowing when the bindings' outputs were created.
+pub fn compile_namespace_observed(
+    inputs: &[BindingInput],
+    config: &ClusterConfig,
+    foreign: &[ForeignSpiffeId],
+    namespaces: &NamespaceLabels,
+    outputs: &compiler::OutputPrecedence,
+) -> BTreeMap<String, BindingDecision> {
     let results = inputs
         .iter()
         .map(|i| (i.clone(), Arc::new(compiler::compile(i, config))))
         .collect();
-    merge(results, foreign, namespaces).verdicts()
+    merge(results, foreign, namespaces, outputs).verdicts()
 }
 
 /// Merges compile results with the namespace analysis.
@@ -316,12 +334,13 @@ pub(crate) fn merge(
     results: Vec<(BindingInput, Arc<CompileResult>)>,
     foreign: &[ForeignSpiffeId],
     namespaces: &NamespaceLabels,
+    outputs: &compiler::OutputPrecedence,
 ) -> NamespaceEvaluation {
     let compiled: Vec<&compiler::CompiledIdentity> = results
         .iter()
         .filter_map(|(_, r)| r.as_ref().as_ref().ok())
         .collect();
-    let analysis = compiler::analyze_refs(&compiled, foreign, namespaces);
+    let analysis = compiler::analyze_observed(&compiled, foreign, namespaces, outputs);
     let bindings = results
         .into_iter()
         .map(|(input, compiled)| {
