@@ -8,6 +8,9 @@
 //! hands spokes over, its requests are held a while at each spoke (discovery polls every
 //! second keep some in flight): a successor that started before they were dropped would
 //! see them let through after its own.
+//!
+//! The fleet report in sharded mode, built by the leader from every replica's published
+//! observations, equals what one leader-mode replica reports for the same fleet.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
