@@ -8,23 +8,32 @@
 //! hands spokes over, its requests are held a while at each spoke (discovery polls every
 //! second keep some in flight): a successor that started before they were dropped would
 //! see them let through after its own.
+//!
+//! The fleet report in sharded mode, built by the leader from every replica's published
+//! observations, equals what one leader-mode replica reports for the same fleet.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kleym_e2e::fixtures::env;
+use kleym_api::hub_status::{
+    ClusterIdentityObservation, ClusterIdentityStatus, FLEET_REPORT_NAME, FindingKind,
+    FindingMember, FleetIdentityReport, FleetIdentityReportStatus,
+};
+use kleym_e2e::fixtures::env::{self, NS, SA};
 use kleym_e2e::fixtures::harness::{FleetHarness, HUB_NS, grant_admin, parse_hub_args, wait_for};
 use kleym_e2e::fixtures::plugins::static_token_plugin;
-use kleym_e2e::fixtures::profiles::register_admin_token_spoke;
+use kleym_e2e::fixtures::profiles::{PROFILE_NS, register_admin_token_spoke};
 use kleym_e2e::fixtures::recording::RecordingAuthenticator;
 use kleym_hub::fleet::{FleetState, Phase};
-use kleym_hub::runtime::{HubHandle, start_hub};
+use kleym_hub::http::HubView;
+use kleym_hub::runtime::{HubHandle, HubStartOptions, start_hub_with};
+use kleym_hub::status::{StatusLoopOptions, WriterOptions};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::Api;
 use kube::api::ListParams;
-use serde_json::json;
+use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const SPOKES: [&str; 6] = ["s0", "s1", "s2", "s3", "s4", "s5"];
@@ -57,6 +66,19 @@ async fn start_replica(
     weight: u32,
     hub_recorder: Option<&RecordingAuthenticator>,
 ) -> Replica {
+    start_replica_with(f, name, spoke_token, Some(weight), hub_recorder, None).await
+}
+
+/// A replica in sharded mode with this weight (`None`: the default leader mode), running
+/// the status loop with `status` (`None`: no status loop).
+async fn start_replica_with(
+    f: &FleetHarness,
+    name: &str,
+    spoke_token: &str,
+    weight: Option<u32>,
+    hub_recorder: Option<&RecordingAuthenticator>,
+    status: Option<StatusLoopOptions>,
+) -> Replica {
     let user = format!("replica-{name}");
     let hub_token = match hub_recorder {
         Some(r) => r.token().to_string(),
@@ -82,32 +104,37 @@ async fn start_replica(
         .to_string(),
     )
     .unwrap();
-    let flags: Vec<String> = [
+    let mut flags: Vec<String> = [
         "--clusterprofile-provider-file",
         pf.to_str().unwrap(),
         "--trust-domain",
         "fleet.example",
         "--namespace",
         HUB_NS,
-        "--shard-mode",
-        "sharded",
         // Renew deadline 2 s, retry period 0.4 s.
         "--lease-duration-seconds",
         "3",
         "--instance",
         &user,
-        "--shard-weight",
-        &weight.to_string(),
         "--discovery-interval-seconds",
         "1",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Some(weight) = weight {
+        flags.extend([
+            "--shard-mode".into(),
+            "sharded".into(),
+            "--shard-weight".into(),
+            weight.to_string(),
+        ]);
+    }
     let args = parse_hub_args(&flags).unwrap();
     let client = f.hub.client_for_token(&hub_token).await.unwrap();
     let shutdown = CancellationToken::new();
-    let handle = start_hub(&args, client, shutdown.clone()).unwrap();
+    let handle =
+        start_hub_with(&args, client, HubStartOptions { status }, shutdown.clone()).unwrap();
     Replica {
         handle,
         shutdown,
@@ -379,4 +406,306 @@ async fn sharded_replicas_engage_each_spoke_once_and_hand_over_without_overlap()
     for r in replicas.into_iter().flatten() {
         r.stop().await;
     }
+}
+
+const FLEET_TOKEN: &str = "tok-fleet-hub-0123456789";
+const TD: &str = "fleet.example";
+/// How long the single replica may take to say what the sharded ones said.
+const SAME_LIMIT: Duration = Duration::from_secs(20);
+/// Fields that say when or which write, not what: left out when comparing reports.
+const UNCOMPARED: [&str; 4] = [
+    "generatedAt",
+    "resourceVersion",
+    "generation",
+    "observedGeneration",
+];
+
+/// A status loop that writes promptly, as the fleet report tests run it.
+fn prompt_status() -> StatusLoopOptions {
+    StatusLoopOptions {
+        writer: WriterOptions {
+            min_interval: Duration::from_millis(200),
+            sync_refresh: Duration::from_secs(300),
+        },
+        min_rebuild: Duration::from_millis(100),
+        tick: Duration::from_millis(500),
+        ..StatusLoopOptions::default()
+    }
+}
+
+/// A PerObjective binding in the spoke's namespace, confined to `container`.
+fn plant(
+    spoke: &str,
+    f: &FleetHarness,
+    name: &str,
+    objective: &str,
+    container: &str,
+    id: Option<&str>,
+) {
+    let mut spec = json!({
+        "targetRef": {"name": objective},
+        "mode": "PerObjective",
+        "containerDiscriminator": {"type": "ContainerName", "value": container},
+        "workloadSelectorTemplates": ["k8s:ns:{{ .Namespace }}", format!("k8s:sa:{SA}")]
+    });
+    if let Some(t) = id {
+        spec["spiffeIDTemplate"] = json!(t);
+    }
+    let store = f.spoke(spoke).store();
+    let res = store
+        .resolve("kleym.io", "v1alpha1", "inferenceidentitybindings")
+        .expect("served");
+    store
+        .create(
+            &res,
+            Some(NS),
+            json!({"apiVersion": "kleym.io/v1alpha1", "kind": "InferenceIdentityBinding",
+                   "metadata": {"name": name, "namespace": NS}, "spec": spec}),
+            &kubesim_store::WriteOptions::default(),
+        )
+        .expect("binding created");
+}
+
+fn member(spoke: &str, binding: &str) -> FindingMember {
+    FindingMember {
+        cluster: format!("{PROFILE_NS}/{spoke}"),
+        namespace: NS.into(),
+        binding: binding.into(),
+    }
+}
+
+/// `v` without the fields that say when or which write ([`UNCOMPARED`], and every
+/// timestamp string), so two runs over one fleet compare equal exactly when they say the
+/// same.
+fn timeless(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .filter(|(k, _)| !UNCOMPARED.contains(&k.as_str()))
+                .map(|(k, v)| (k, timeless(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(timeless).collect()),
+        Value::String(s) if chrono::DateTime::parse_from_rfc3339(&s).is_ok() => json!("<time>"),
+        v => v,
+    }
+}
+
+/// What the hub cluster shows of the fleet, once every spoke is synced: the
+/// `FleetIdentityReport`'s status and each spoke's `ClusterIdentityStatus` status, by name,
+/// timestamps left out.
+#[derive(Debug, Clone, PartialEq)]
+struct Published {
+    report: FleetIdentityReportStatus,
+    report_json: Value,
+    clusters: BTreeMap<String, Value>,
+}
+
+async fn published_when_synced(hub: &kube::Client) -> Result<Published, String> {
+    let report = Api::<FleetIdentityReport>::all(hub.clone())
+        .get_opt(FLEET_REPORT_NAME)
+        .await
+        .map_err(|e| e.to_string())?
+        .and_then(|r| r.status)
+        .ok_or("no FleetIdentityReport status yet")?;
+    if report.clusters.total != SPOKES.len() as i64 || report.clusters.unhealthy != 0 {
+        return Err(format!("report's clusters: {:?}", report.clusters));
+    }
+    let statuses = Api::<ClusterIdentityStatus>::namespaced(hub.clone(), PROFILE_NS)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut clusters = BTreeMap::new();
+    for c in statuses.items {
+        let name = c.metadata.name.clone().unwrap_or_default();
+        let st = c.status.ok_or(format!("{name}: no status yet"))?;
+        let synced = st
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Synced" && c.status == "True");
+        if !synced {
+            return Err(format!("{name} not synced: {:?}", st.conditions));
+        }
+        clusters.insert(
+            name,
+            timeless(serde_json::to_value(&st).map_err(|e| e.to_string())?),
+        );
+    }
+    if clusters.len() != SPOKES.len() {
+        return Err(format!("ClusterIdentityStatuses: {:?}", clusters.keys()));
+    }
+    Ok(Published {
+        report_json: timeless(serde_json::to_value(&report).map_err(|e| e.to_string())?),
+        report,
+        clusters,
+    })
+}
+
+/// The leader's report in sharded mode is built from every replica's published
+/// observations: planted findings that need several replicas' spokes (a cross-cluster
+/// drift over spokes of different owners) and refused bindings on spokes of different
+/// owners must come out exactly as one replica running every spoke reports them: the
+/// `FleetIdentityReport`, every `ClusterIdentityStatus`, and the API's report of every
+/// replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sharded_report_equals_the_single_replica_report() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&SPOKES, dir.path()).await.unwrap();
+    // b-0 everywhere alike (no finding); b-1 on another container in s5: a drift that
+    // names every spoke, so every replica's share.
+    for s in SPOKES {
+        register_admin_token_spoke(&f.hub_client, s, &f.spoke(s), "ok", FLEET_TOKEN, 5, 0..1)
+            .await
+            .unwrap();
+        let container = if s == "s5" { "c-other" } else { "c-1" };
+        plant(s, &f, "b-1", "obj-1", container, None);
+    }
+
+    let mut replicas = Vec::new();
+    for r in REPLICAS {
+        replicas.push(
+            start_replica_with(&f, r, FLEET_TOKEN, Some(10), None, Some(prompt_status())).await,
+        );
+    }
+    settled(&f, 3, "three replicas announce one view").await;
+    let states: Vec<Option<FleetState>> = replicas
+        .iter()
+        .map(|r| Some(r.handle.state.clone()))
+        .collect();
+    let owners = one_owner_each(&states, "every spoke engaged once").await;
+    println!("owners: {owners:?}");
+    // The collision on s0, the duplicate SPIFFE ID on a spoke another replica owns.
+    let owner = |s: &str| owners[&format!("{PROFILE_NS}/{s}")];
+    let collided = "s0";
+    let duplicated = *SPOKES
+        .iter()
+        .find(|s| owner(s) != owner(collided))
+        .expect("one replica owns every spoke");
+    plant(collided, &f, "collide-x", "obj-3", "shared", None);
+    plant(collided, &f, "collide-y", "obj-4", "shared", None);
+    let dup = "spiffe://{{ .TrustDomain }}/ns/llm/shared";
+    plant(duplicated, &f, "dup-x", "obj-3", "dx", Some(dup));
+    plant(duplicated, &f, "dup-y", "obj-4", "dy", Some(dup));
+    let mut expected = vec![
+        (
+            FindingKind::IdentityCollision,
+            None,
+            vec![member(collided, "collide-x"), member(collided, "collide-y")],
+        ),
+        (
+            FindingKind::DuplicateSpiffeId,
+            Some(format!("spiffe://{TD}/ns/{NS}/shared")),
+            vec![member(duplicated, "dup-x"), member(duplicated, "dup-y")],
+        ),
+        (
+            FindingKind::CrossClusterDrift,
+            Some(format!("spiffe://{TD}/ns/{NS}/objective/obj-1")),
+            SPOKES.iter().map(|s| member(s, "b-1")).collect(),
+        ),
+    ];
+    expected.sort();
+
+    // Sharded: the planted findings, every spoke synced, and every replica's API says the
+    // same.
+    let hub = f.hub_client.clone();
+    let sharded = wait_for(
+        "the sharded report shows the planted findings",
+        LIMIT,
+        || {
+            let hub = hub.clone();
+            let expected = expected.clone();
+            async move {
+                let p = published_when_synced(&hub).await.ok()?;
+                let mut got: Vec<_> = p
+                    .report
+                    .findings
+                    .iter()
+                    .map(|f| (f.kind, f.spiffe_id.clone(), f.members.clone()))
+                    .collect();
+                got.sort();
+                (got == expected && p.report.finding_counts.total == 3).then_some(p)
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(sharded.report.bindings, 16, "{:?}", sharded.report);
+    let views: Vec<_> = replicas.iter().map(|r| r.handle.view.clone()).collect();
+    let sharded_api = wait_for("every replica's API serves one report", LIMIT, || {
+        let views = views.clone();
+        async move {
+            let reports: Vec<Value> = views.iter().map(|v| timeless(v.report())).collect();
+            let first = reports[0].clone();
+            let all_planted = first["findingCounts"]["total"] == json!(3)
+                && first["spokes"]
+                    .as_array()
+                    .is_some_and(|s| s.len() == SPOKES.len());
+            (all_planted && reports.iter().all(|r| *r == first)).then_some(first)
+        }
+    })
+    .await
+    .unwrap();
+
+    // The same fleet, one replica in the default leader mode: start from no status objects
+    // (the sharded run's are removed), so everything compared is its own.
+    for r in replicas {
+        r.stop().await;
+    }
+    let delete = kube::api::DeleteParams::default();
+    Api::<FleetIdentityReport>::all(hub.clone())
+        .delete(FLEET_REPORT_NAME, &delete)
+        .await
+        .unwrap();
+    let statuses = Api::<ClusterIdentityStatus>::namespaced(hub.clone(), PROFILE_NS);
+    for s in SPOKES {
+        statuses.delete(s, &delete).await.unwrap();
+    }
+    let observations = Api::<ClusterIdentityObservation>::namespaced(hub.clone(), HUB_NS);
+    for o in observations
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+    {
+        let name = o.metadata.name.unwrap();
+        observations.delete(&name, &delete).await.unwrap();
+    }
+    let single =
+        start_replica_with(&f, "single", FLEET_TOKEN, None, None, Some(prompt_status())).await;
+    // Polled until equal (a status object is written again as the replica learns more,
+    // e.g. its first successful sync); one that stays different fails with both shown.
+    let same = wait_for(
+        "the single replica's report equals the sharded one",
+        SAME_LIMIT,
+        || {
+            let hub = hub.clone();
+            let want = sharded.clone();
+            async move {
+                let p = published_when_synced(&hub).await.ok()?;
+                (p.report_json == want.report_json && p.clusters == want.clusters).then_some(())
+            }
+        },
+    )
+    .await;
+    if let Err(e) = same {
+        let alone = published_when_synced(&hub).await.expect(&e);
+        assert_eq!(
+            alone.report_json, sharded.report_json,
+            "FleetIdentityReport: single replica (left) vs sharded (right)"
+        );
+        assert_eq!(
+            alone.clusters, sharded.clusters,
+            "ClusterIdentityStatuses: single replica (left) vs sharded (right)"
+        );
+    }
+    assert_eq!(
+        timeless(single.handle.view.report()),
+        sharded_api,
+        "the API's report: single replica (left) vs sharded (right)"
+    );
+    single.stop().await;
 }
