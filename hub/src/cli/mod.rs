@@ -36,14 +36,16 @@ pub struct Cli {
 /// The subcommands of `kleym`.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print kleym's three CustomResourceDefinitions as multi-document YAML.
+    /// Print kleym's four CustomResourceDefinitions as multi-document YAML.
     #[command(
-        long_about = "Print kleym's three CustomResourceDefinitions (group kleym.io, \
+        long_about = "Print kleym's four CustomResourceDefinitions (group kleym.io, \
         v1alpha1) as multi-document YAML on stdout: InferenceIdentityBinding (namespaced; \
-        every spoke, and the single cluster), ClusterIdentityStatus (namespaced) and \
-        FleetIdentityReport (cluster-scoped), which only the hub cluster needs.\n\n\
+        every spoke, and the single cluster), ClusterIdentityStatus (namespaced), \
+        FleetIdentityReport (cluster-scoped) and ClusterIdentityObservation (namespaced, \
+        the hub's internal record of each spoke for the fleet report), which only the hub \
+        cluster needs.\n\n\
         Install them with `kleym crds | kubectl apply --server-side -f -`; applying all \
-        three everywhere is harmless. The Helm chart's charts/kleym/crds/ holds the same \
+        four everywhere is harmless. The Helm chart's charts/kleym/crds/ holds the same \
         documents, one file each, written by `kleym crds --write charts/kleym/crds`."
     )]
     Crds(crds::Args),
@@ -219,8 +221,8 @@ mod tests {
         let cli = Cli::command();
         let text = about(sub(&cli, "crds"));
         let crds = kleym_api::crds::all();
-        assert_eq!(crds.len(), 3, "update the count in `kleym crds --help`");
-        assert!(text.contains("three"), "{text}");
+        assert_eq!(crds.len(), 4, "update the count in `kleym crds --help`");
+        assert!(text.contains("four"), "{text}");
         for crd in crds {
             assert!(
                 text.contains(&crd.spec.names.kind),

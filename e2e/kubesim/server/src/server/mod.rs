@@ -215,6 +215,11 @@ impl ClusterServer {
         let query = Query::parse(parts.uri.query());
         let is_fault_endpoint = path == "/kubesim/faults";
 
+        // A stopped cluster (removed at run time) answers nothing, even on a keep-alive
+        // connection a client opened before: as a gone API server would.
+        if self.shutdown.is_cancelled() {
+            return response::text(503, "shutting down");
+        }
         if !is_fault_endpoint {
             // Requests on connections opened before a blackhole hang until it is lifted.
             let mut rx = self.faults.subscribe();
