@@ -302,6 +302,55 @@ impl Membership {
     }
 }
 
+impl Membership {
+    /// How long a round may take. While this replica is alive, no longer than until its
+    /// renew deadline, so that a hung request cannot keep it owning past it; once it is
+    /// past (it owns nothing), a whole renew deadline, so that it can come back.
+    fn round_limit(&self, started: Instant) -> Duration {
+        match self.last_ok {
+            Some(t) if started < t + self.opts.renew_deadline => {
+                (t + self.opts.renew_deadline).saturating_duration_since(started)
+            }
+            _ => self.opts.renew_deadline,
+        }
+        .max(Duration::from_millis(1))
+    }
+
+    /// When the next round starts: at the next renewal, or sooner
+    /// - at this replica's renew deadline (it owns nothing from then on);
+    /// - when a peer that has looked alive turns out gone (its record unchanged for the
+    ///   lease duration): its spokes are taken over then, not up to a retry period later;
+    /// - every [`BARRIER_POLL`] while the current view waits for its barrier: the others
+    ///   announce it within a round of each other, and each round a spoke waits is a
+    ///   round in which no binding on it converges.
+    fn next_wake(&self, now: Instant, renew_due: Instant, barrier_pending: bool) -> Instant {
+        let mut wake = renew_due;
+        if let Some(t) = self.last_ok {
+            let deadline = t + self.opts.renew_deadline;
+            if deadline > now {
+                wake = wake.min(deadline);
+            }
+        }
+        let expiry = self
+            .peers
+            .values()
+            .filter(|p| p.identity != self.opts.identity)
+            .map(|p| p.changed_at + self.opts.lease_duration)
+            .filter(|e| *e > now)
+            .min();
+        if let Some(e) = expiry {
+            wake = wake.min(e);
+        }
+        if barrier_pending {
+            wake = wake.min(now + BARRIER_POLL.min(self.opts.retry_period));
+        }
+        wake.max(now)
+    }
+}
+
+/// How often a replica reads the others' Leases while its view waits for the barrier.
+pub const BARRIER_POLL: Duration = Duration::from_millis(200);
+
 /// Runs membership until `stop`; then deletes this replica's Lease. Cancel `stop` only
 /// after the supervisor stopped every spoke: the others take them over as soon as the
 /// Lease is gone.
@@ -324,6 +373,8 @@ pub fn spawn(
         metrics,
     };
     let task = tokio::spawn(async move {
+        // When the next renewal is due (at once for the first).
+        let mut renew_due = Instant::now();
         loop {
             let started = Instant::now();
             // The view we may announce: the supervisor released for it and it is still
@@ -335,24 +386,32 @@ pub fn spawn(
                 (Some(r), Some(c)) if r == c => Some(r.clone()),
                 _ => m.published.clone(),
             };
-            let limit = m.last_ok.map_or(m.opts.renew_deadline, |t| {
-                (t + m.opts.renew_deadline).saturating_duration_since(started)
-            });
+            // Between renewals a round only reads the others' Leases (see `next_wake`).
+            let renewing = m.last_ok.is_none() || announce != m.published || started >= renew_due;
+            let limit = m.round_limit(started);
             let round = async {
-                let written = m.renew(announce).await?;
+                let written = if renewing {
+                    Some(m.renew(announce).await?)
+                } else {
+                    None
+                };
                 m.observe().await?;
                 Ok::<_, kube::Error>(written)
             };
-            match tokio::time::timeout(limit.max(Duration::from_millis(1)), round).await {
-                Ok(Ok(written)) => {
+            match tokio::time::timeout(limit, round).await {
+                Ok(Ok(Some(written))) => {
                     m.last_ok = Some(started);
                     m.published = written;
+                    renew_due = Instant::now() + m.opts.retry_period;
                 }
+                Ok(Ok(None)) => {}
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, lease = %m.name, "renewing the replica Lease failed");
+                    renew_due = Instant::now() + m.opts.retry_period;
                 }
                 Err(_) => {
                     tracing::warn!(lease = %m.name, "renewing the replica Lease timed out");
+                    renew_due = Instant::now() + m.opts.retry_period;
                 }
             }
             let next = m.ownership();
@@ -365,14 +424,11 @@ pub fn spawn(
                 );
                 tx.send_replace(next);
             }
-            // Renew no later than the deadline; sooner when the supervisor released.
-            let wait = match m.last_ok {
-                Some(t) => m
-                    .opts
-                    .retry_period
-                    .min((t + m.opts.renew_deadline).saturating_duration_since(Instant::now())),
-                None => m.opts.retry_period,
-            };
+            let pending =
+                matches!(&*tx.borrow(), Ownership::Shard(s) if s.view.is_some() && !s.ready);
+            let wait = m
+                .next_wake(Instant::now(), renew_due, pending)
+                .saturating_duration_since(Instant::now());
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}
@@ -628,8 +684,121 @@ mod tests {
             "still owning {owned_for:?} after the last renewal (renew deadline {:?})",
             o.renew_deadline
         );
-        stop.cancel();
-        a.task.abort();
+        // Once the hub cluster answers again, the replica comes back: a round after the
+        // deadline gets a whole renew deadline, not what was left of the old one.
         hub.faults().set_blackhole(false);
+        tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|o| o.is_ready()))
+            .await
+            .expect("ready again once the hub cluster answers")
+            .unwrap();
+        stop.cancel();
+        a.task.await.unwrap();
+    }
+
+    /// A replica killed without a word (its Lease stays) is gone for the others exactly
+    /// a lease duration after they last saw its record change, and the survivors' joint
+    /// view passes its barrier within a few barrier polls, not rounds of the retry period:
+    /// until then no spoke of the dead replica converges anything.
+    #[tokio::test(start_paused = true)]
+    async fn survivors_take_over_a_lease_duration_after_the_last_renewal_they_saw() {
+        let (_sim, hub, client) = hub().await;
+        let mut handles = Vec::new();
+        for id in ["a", "b", "c"] {
+            let stop = CancellationToken::new();
+            let h = spawn(
+                client.clone(),
+                opts(id),
+                ShardMetrics::default(),
+                stop.clone(),
+            );
+            confirm_every_view(&h);
+            handles.push((h, stop));
+            // Start the replicas out of phase, as real ones are.
+            tokio::time::sleep(Duration::from_millis(700)).await;
+        }
+        let three = |o: &Ownership| {
+            o.is_ready()
+                && matches!(o, Ownership::Shard(s) if s.view.as_ref().is_some_and(|v| v.members().len() == 3))
+        };
+        for (h, _) in &handles {
+            let mut rx = h.ownership.clone();
+            tokio::time::timeout(Duration::from_secs(60), rx.wait_for(three))
+                .await
+                .expect("three ready")
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        // SIGKILL: the task ends without deleting its Lease.
+        let (c, _stop_c) = handles.pop().unwrap();
+        c.task.abort();
+        let _ = c.task.await;
+        let path = format!("/leases/{}", lease_name("c"));
+        let last_renewal = hub
+            .requests()
+            .entries()
+            .into_iter()
+            .filter(|r| r.path.ends_with(&path) && r.method == "PUT")
+            .map(|r| r.at)
+            .max()
+            .unwrap();
+        let two = |o: &Ownership| {
+            o.is_ready()
+                && matches!(o, Ownership::Shard(s) if s.view.as_ref().is_some_and(|v| v.members().len() == 2))
+        };
+        for (h, _) in &handles {
+            let mut rx = h.ownership.clone();
+            tokio::time::timeout(Duration::from_secs(60), rx.wait_for(two))
+                .await
+                .expect("the survivors' view is ready")
+                .unwrap();
+        }
+        let took = Instant::now().duration_since(last_renewal);
+        let o = opts("a");
+        // A survivor sees the last renewal within a retry period (its next read), counts
+        // the lease duration from there, and the barrier needs a read or two more.
+        let bound = o.retry_period + o.lease_duration + 2 * BARRIER_POLL;
+        assert!(
+            took <= bound,
+            "the survivors' view was ready {took:?} after c's last renewal (bound {bound:?})"
+        );
+        for (h, stop) in handles {
+            stop.cancel();
+            h.task.await.unwrap();
+        }
+    }
+
+    /// Over real HTTPS (requests take real time): a replica cut off from the hub cluster
+    /// for longer than its renew deadline comes back once the cluster answers again.
+    #[tokio::test]
+    async fn a_replica_cut_off_past_its_renew_deadline_comes_back() {
+        let (_sim, hub, _) = hub().await;
+        let client = hub.kube_client().await.unwrap();
+        let o = MembershipOptions {
+            lease_duration: Duration::from_millis(1500),
+            renew_deadline: Duration::from_millis(1000),
+            retry_period: Duration::from_millis(300),
+            ..opts("a")
+        };
+        let stop = CancellationToken::new();
+        let a = spawn(client, o, ShardMetrics::default(), stop.clone());
+        confirm_every_view(&a);
+        let mut rx = a.ownership.clone();
+        tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|o| o.is_ready()))
+            .await
+            .expect("ready")
+            .unwrap();
+        hub.faults().set_blackhole(true);
+        tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|o| !o.is_ready()))
+            .await
+            .expect("owns nothing while cut off")
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        hub.faults().set_blackhole(false);
+        tokio::time::timeout(Duration::from_secs(30), rx.wait_for(|o| o.is_ready()))
+            .await
+            .expect("ready again once the hub cluster answers")
+            .unwrap();
+        stop.cancel();
+        a.task.await.unwrap();
     }
 }
