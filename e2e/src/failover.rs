@@ -174,6 +174,9 @@ pub struct FailoverReport {
     pub double_write_examples: Vec<String>,
     /// Per replica: `--instance`, peak RSS (MiB), CPU seconds.
     pub usage: Vec<(String, u64, f64)>,
+    /// The same, read when the fleet had converged (before the kill: what a replica needs
+    /// for its share, and the CPU of the cold start).
+    pub usage_at_converge: Vec<(String, u64, f64)>,
 }
 
 /// The value at quantile `p` of sorted `v` (zero when empty).
@@ -245,6 +248,17 @@ impl FailoverReport {
         let peak = self.usage.iter().map(|u| u.1).max().unwrap_or(0);
         let cpu: f64 = self.usage.iter().map(|u| u.2).sum();
         let _ = write!(s, " hub_peak_rss_mib_max={peak} hub_cpu_s_total={cpu:.2}");
+        let peak = self
+            .usage_at_converge
+            .iter()
+            .map(|u| u.1)
+            .max()
+            .unwrap_or(0);
+        let cpu: f64 = self.usage_at_converge.iter().map(|u| u.2).sum();
+        let _ = write!(
+            s,
+            " converge_peak_rss_mib_max={peak} converge_cpu_s_total={cpu:.2}"
+        );
         s
     }
 }
@@ -309,6 +323,12 @@ impl fmt::Display for FailoverReport {
         )?;
         for e in &self.double_write_examples {
             writeln!(f, "    {e}")?;
+        }
+        for (name, rss, cpu) in &self.usage_at_converge {
+            writeln!(
+                f,
+                "replica {name} at converge: peak RSS {rss} MiB, CPU {cpu:.2} s user+sys"
+            )?;
         }
         for (name, rss, cpu) in &self.usage {
             writeln!(
@@ -519,6 +539,8 @@ pub async fn run(
     }
     let converge = converged_at.map_or(Duration::ZERO, |t| t.saturating_duration_since(started));
     progress(&format!("converged after {converge:.1?}"));
+    hubs.sample();
+    let usage_at_converge = hubs.per_replica();
 
     // Who serves which spoke, from the spokes' own logs.
     let owners = serving(&fleet);
@@ -678,6 +700,7 @@ pub async fn run(
         double_write_spokes,
         double_write_examples: examples,
         usage: hubs.per_replica(),
+        usage_at_converge,
     };
     hubs.stop().await;
     Ok(report)
@@ -734,6 +757,7 @@ mod tests {
             double_write_spokes: 0,
             double_write_examples: vec![],
             usage: vec![("hub-0".into(), 50, 1.0), ("hub-1".into(), 40, 0.5)],
+            usage_at_converge: vec![("hub-0".into(), 30, 0.25), ("hub-1".into(), 20, 0.5)],
         };
         assert!(r.complete());
         let s = r.summary();
@@ -749,6 +773,8 @@ mod tests {
             "double_writes=0",
             "hub_peak_rss_mib_max=50",
             "hub_cpu_s_total=1.50",
+            "converge_peak_rss_mib_max=30",
+            "converge_cpu_s_total=0.75",
         ] {
             assert!(s.contains(kv), "{kv} missing in {s}");
         }
