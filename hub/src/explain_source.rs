@@ -283,6 +283,14 @@ pub struct HubCaches {
     pub cluster: String,
 }
 
+impl HubCaches {
+    /// Whether the caches can answer now (every cache completed its first list); checked
+    /// before anything is read from the spoke.
+    pub fn ready(&self) -> Result<(), ExplainError> {
+        explain_view::synced(&self.context).map_err(not_cached)
+    }
+}
+
 fn not_cached(e: explain_view::NotAnswerable) -> ExplainError {
     ExplainError::NotCached(e.to_string())
 }

@@ -230,6 +230,11 @@ async fn explain(
     let fm = query.field_manager.as_str();
     let answer = match reach {
         SpokeReach::Cached(caches) => {
+            // Until the caches synced they cannot answer, and nothing is read from the
+            // spoke.
+            if let Err(e) = caches.ready() {
+                return not_synced(&cluster, &e, &cluster_ns, &cluster_name);
+            }
             tokio::time::timeout(
                 READ_LIMIT,
                 answer(&caches, kind, &ns, &name, m, fm, query.sample),
@@ -256,12 +261,9 @@ async fn explain(
     };
     match answer {
         Ok(Ok(v)) => axum::Json(v).into_response(),
-        Ok(Err(e @ ExplainError::NotCached(_))) => error_body(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "SpokeNotSynced",
-            &format!("cluster {cluster}: {e}"),
-            json!({"cluster": {"namespace": cluster_ns, "name": cluster_name}}),
-        ),
+        Ok(Err(e @ ExplainError::NotCached(_))) => {
+            not_synced(&cluster, &e, &cluster_ns, &cluster_name)
+        }
         Ok(Err(e @ (ExplainError::PodNotFound { .. } | ExplainError::BindingNotFound { .. }))) => {
             error_body(
                 StatusCode::NOT_FOUND,
@@ -306,6 +308,16 @@ async fn explain(
             Value::Null,
         ),
     }
+}
+
+/// 503 `SpokeNotSynced`: the hub's caches of the spoke cannot answer yet.
+fn not_synced(cluster: &str, e: &ExplainError, cluster_ns: &str, cluster_name: &str) -> Response {
+    error_body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "SpokeNotSynced",
+        &format!("cluster {cluster}: {e}"),
+        json!({"cluster": {"namespace": cluster_ns, "name": cluster_name}}),
+    )
 }
 
 /// The explanation of `kind` `ns/name` from `source`, as JSON.

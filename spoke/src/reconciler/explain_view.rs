@@ -57,6 +57,11 @@ pub struct ToRead {
     pub why: String,
 }
 
+/// Whether the caches can answer: every active cache has completed its first list.
+pub fn synced(ctx: &Context) -> Result<(), NotAnswerable> {
+    require_synced(ctx)
+}
+
 fn require_synced(ctx: &Context) -> Result<(), NotAnswerable> {
     if ctx.state.all_synced() {
         Ok(())

@@ -403,4 +403,75 @@ mod tests {
         );
         assert_eq!(view.workload_selector_templates, ["k8s:ns:ns", "k8s:sa:s"]);
     }
+
+    #[test]
+    fn rebuilt_objects_answer_as_the_originals() {
+        use crate::explain::{ManagerConfig, PodInputs, Precedence, explain_pod, ownership_of};
+        use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+
+        // kleym's own object: the spec comes from elsewhere, the rest from the cache.
+        let full = applied(&owner(), FM);
+        let observed = ObservedOutput::observe(full.clone(), FM);
+        assert_eq!(observed.foreign_spec(), None);
+        let rebuilt = observed.with_spec(full.spec.clone());
+        assert_eq!(ownership_of(&rebuilt, FM), ownership_of(&full, FM));
+        assert_eq!(Precedence::of(&rebuilt), Precedence::of(&full));
+
+        // A forged one (not proven kleym's), additive, with DNS names, a class and a
+        // creation time: rebuilt from its cached view alone.
+        let mut forged = applied(&owner(), "someone-else");
+        forged.metadata.name = Some("a-forged".into());
+        forged.metadata.uid = Some("u-forged".into());
+        forged.metadata.creation_timestamp =
+            serde_json::from_value(serde_json::json!("2026-01-02T03:04:05Z")).unwrap();
+        forged
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(ADDITIVE_ANNOTATION.into(), "true".into());
+        forged.spec.dns_name_templates = Some(vec!["{{ .PodMeta.Name }}.example".into()]);
+        forged.spec.class_name = Some("c".into());
+        let observed = ObservedOutput::observe(forged.clone(), FM);
+        let rebuilt = observed.with_spec(observed.foreign_spec().expect("a foreign view"));
+        assert!(matches!(
+            ownership_of(&rebuilt, FM),
+            crate::explain::Ownership::Claimed { .. }
+        ));
+        assert_eq!(ownership_of(&rebuilt, FM), ownership_of(&forged, FM));
+        assert_eq!(Precedence::of(&rebuilt), Precedence::of(&forged));
+
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u-p", "labels": {"app": "a"}},
+            "spec": {"nodeName": "n", "serviceAccountName": "s",
+                "containers": [{"name": "c", "image": "i"}]}
+        }))
+        .unwrap();
+        let namespace: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "ns"}})).unwrap();
+        let node: Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n", "uid": "u-n"}}))
+                .unwrap();
+        let config = ManagerConfig {
+            trust_domain: "td".into(),
+            cluster_name: "k".into(),
+            cluster_domain: "cluster.local".into(),
+            class_name: "c".into(),
+            watch_classless: true,
+            ignore_namespaces: Vec::new(),
+        };
+        let inputs = PodInputs {
+            pod: &pod,
+            namespace: &namespace,
+            node: Some(&node),
+        };
+        let original = explain_pod(inputs, &[forged, full.clone()], &config, FM).unwrap();
+        let from_cache = explain_pod(inputs, &[rebuilt, full], &config, FM).unwrap();
+        assert_eq!(from_cache, original);
+        let forged = &original.candidates[0];
+        assert!(forged.additive, "{forged:?}");
+        assert_eq!(
+            forged.entry.as_ref().map(|e| e.dns_names.clone()),
+            Some(vec!["p.example".to_string()])
+        );
+    }
 }
