@@ -135,7 +135,7 @@ pub fn cluster_spiffe_ids(ctx: &Context) -> Result<ClusterSpiffeIds, NotAnswerab
         return Ok(out);
     }
     let mut cached = state.caches.cluster_spiffe_ids.list();
-    cached.sort_by(|a, b| a.name_any().cmp(&b.name_any()));
+    cached.sort_by_key(|o| o.name_any());
     for entry in cached {
         let name = entry.name_any();
         // Kleym's own newer write wins over the cache, as in a reconcile.
