@@ -224,8 +224,8 @@ async fn explain(
     if let Err(f) = s.auth.authorize_also(caller.as_ref(), &check).await {
         return failure_response(&f);
     }
-    // The one ownership check: only a replica that runs the spoke holds its client (in a
-    // sharded hub, only the replica that owns the cluster).
+    // The one ownership check: only a replica that runs the spoke holds its reconciler's
+    // caches and its client (in a sharded hub, only the replica that owns the cluster).
     let m = &query.manager;
     let fm = query.field_manager.as_str();
     let answer = match reach {
