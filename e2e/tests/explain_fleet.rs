@@ -1,6 +1,12 @@
 //! `kleym explain --hub-url` against a running in-process hub engaging one kubesim spoke: the
-//! hub API reads the spoke with the client of the spoke task that engages it, its answer is
-//! the local command's, and once the hub stopped engaging the spoke it no longer reaches it.
+//! hub API answers from the caches of the spoke task that engages it and reads the spoke
+//! (with that task's client) only for what no cache holds, its answer is the local
+//! command's, and once the hub stopped engaging the spoke it no longer reaches it.
+//!
+//! What the hub read is taken from the spoke's own request log during each explain call:
+//! the reads an explanation could make (pods, nodes, the namespace, ClusterSPIFFEIDs,
+//! bindings, objectives, pools), so the spoke reconciler's discovery and the hub's health
+//! probes do not count.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +17,7 @@ use kleym_e2e::fixtures::plugins::{kleym_binary, static_token_plugin};
 use kleym_e2e::fixtures::profiles::{PROFILE_NS, access_provider, apply_profile, status};
 use kleym_hub::http::auth::{ApiAuth, AuthConfig, AuthMode, KubeReviewer};
 use kleym_hub::http::{ApiState, HubView, SpokeReach, router, serve};
+use kubesim::{ErrorRule, LoggedRequest};
 use serde_json::{Value, json};
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -47,6 +54,30 @@ async fn kleym(args: &[&str]) -> (Option<i32>, Value, String) {
     )
 }
 
+/// The reads an explanation could make, among `log`'s requests answered in `[from, to]`,
+/// as `METHOD path`, in the order they were answered.
+fn explain_reads(
+    log: &[LoggedRequest],
+    from: tokio::time::Instant,
+    to: tokio::time::Instant,
+) -> Vec<String> {
+    const KINDS: [&str; 8] = [
+        "/pods",
+        "/nodes",
+        "/api/v1/namespaces/",
+        "/clusterspiffeids",
+        "/inferenceidentitybindings",
+        "/inferenceobjectives",
+        "/inferencepools",
+        "/inferencemodels",
+    ];
+    log.iter()
+        .filter(|r| r.at >= from && r.at <= to && r.method == "GET")
+        .filter(|r| KINDS.iter().any(|k| r.path.contains(k)))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_hub_explains_the_spokes_it_engages() {
     let dir = tempfile::tempdir().unwrap();
@@ -69,6 +100,19 @@ async fn the_running_hub_explains_the_spokes_it_engages() {
             "metadata": {"name": "vllm-0", "namespace": NS, "labels": {"app": "vllm-qwen"}},
             "spec": {"serviceAccountName": env::SA, "nodeName": "node-a",
                 "containers": [{"name": "c-0", "image": "vllm:1"}]}}),
+    )
+    .await;
+    // A foreign, additive identity for the same pods, with DNS names: the hub rebuilds it
+    // from its cached view.
+    kleym_e2e::single::create_manifest(
+        &admin,
+        &json!({"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID",
+            "metadata": {"name": "team-default", "annotations": {
+                "spire-controller-manager.edera.dev/additive": "true"}},
+            "spec": {"spiffeIDTemplate": "spiffe://fleet.example/team/{{ .PodMeta.Name }}",
+                "podSelector": {"matchLabels": {"app": "vllm-qwen"}},
+                "dnsNameTemplates": ["{{ .PodMeta.Name }}.team.example"],
+                "workloadSelectorTemplates": ["k8s:ns:llm"]}}),
     )
     .await;
     let pf = dir.path().join("providers.json");
@@ -101,7 +145,9 @@ async fn the_running_hub_explains_the_spokes_it_engages() {
     let view = hub.handle.view.clone();
     wait_for("spoke-a engaged and reachable", LIMIT, || {
         let reach = view.spoke_reach(PROFILE_NS, "spoke-a");
-        async move { matches!(reach, SpokeReach::Client(_)).then_some(()) }
+        async move {
+            (!matches!(reach, SpokeReach::NotHere(_) | SpokeReach::Unknown)).then_some(())
+        }
     })
     .await
     .unwrap();
@@ -147,10 +193,30 @@ async fn the_running_hub_explains_the_spokes_it_engages() {
     assert_eq!(code, Some(0), "{err}");
     // The binding's identity reaches the pod's container c-0.
     assert_eq!(local["bindings"][0]["selectsPod"], true, "{local:#}");
-    let (code, via_hub, err) =
-        kleym(&["pod", &pod, "--hub-url", &url, "--cluster", &cluster]).await;
+    let log = a.requests();
+    let (from, (code, via_hub, err)) = (
+        tokio::time::Instant::now(),
+        kleym(&["pod", &pod, "--hub-url", &url, "--cluster", &cluster]).await,
+    );
+    let reads = explain_reads(&log.entries(), from, tokio::time::Instant::now());
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(via_hub, local);
+    assert!(
+        local["clusterSPIFFEIDs"]
+            .to_string()
+            .contains("vllm-0.team.example"),
+        "the foreign object renders its DNS name: {local:#}"
+    );
+    eprintln!("hub explain pod read from the spoke: {reads:#?}");
+    // Everything else came from the caches: no namespace, no list of ClusterSPIFFEIDs or
+    // bindings.
+    assert_eq!(
+        reads,
+        [
+            format!("GET /api/v1/namespaces/{NS}/pods/vllm-0"),
+            "GET /api/v1/nodes/node-a".to_string(),
+        ]
+    );
     let binding = format!("{NS}/{}", env::binding_name(0));
     let (code, local, err) = kleym(&[
         "binding",
@@ -161,6 +227,7 @@ async fn the_running_hub_explains_the_spokes_it_engages() {
     .await;
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(local["selected"]["count"], 1, "{local:#}");
+    let from = tokio::time::Instant::now();
     let (code, via_hub, err) = kleym(&[
         "binding",
         &binding,
@@ -170,14 +237,86 @@ async fn the_running_hub_explains_the_spokes_it_engages() {
         &cluster,
     ])
     .await;
+    let reads = explain_reads(&log.entries(), from, tokio::time::Instant::now());
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(via_hub, local);
+    eprintln!("hub explain binding read from the spoke: {reads:#?}");
+    // The pool's pods (one list by its label) and their node.
+    assert_eq!(
+        reads,
+        [
+            format!("GET /api/v1/namespaces/{NS}/pods"),
+            "GET /api/v1/nodes/node-a".to_string(),
+        ]
+    );
+
+    // Drift: an administrator edits kleym's ClusterSPIFFEID, and kleym cannot put it back
+    // (its writes fail). The hub's cache keeps only the spec's digest, which is no longer
+    // the one kleym compiles: the hub reads that one object and shows it as it is.
+    a.faults()
+        .add_error_rule(ErrorRule {
+            verb: Some("patch".into()),
+            resource: Some("clusterspiffeids.spire.spiffe.io".into()),
+            rate: 1.0,
+            code: 503,
+        })
+        .unwrap();
+    let csids = kube::Api::<kleym_api::external::spiffeid::ClusterSPIFFEID>::all(admin.clone());
+    let output = env::csid_name(0);
+    let mut edited = csids.get(&output).await.unwrap();
+    edited.spec.dns_name_templates = Some(vec!["edited.example".into()]);
+    csids
+        .replace(&output, &Default::default(), &edited)
+        .await
+        .unwrap();
+    wait_for("the hub's cache holds the edited object", LIMIT, || {
+        let reach = view.spoke_reach(PROFILE_NS, "spoke-a");
+        let output = output.clone();
+        async move {
+            let SpokeReach::Cached(c) = reach else {
+                return None;
+            };
+            let ids = kleym_spoke::reconciler::explain_view::cluster_spiffe_ids(&c.context).ok()?;
+            ids.to_read.iter().any(|r| r.name == output).then_some(())
+        }
+    })
+    .await
+    .unwrap();
+    let from = tokio::time::Instant::now();
+    let (code, via_hub, err) =
+        kleym(&["pod", &pod, "--hub-url", &url, "--cluster", &cluster]).await;
+    let reads = explain_reads(&log.entries(), from, tokio::time::Instant::now());
+    assert_eq!(code, Some(0), "{err}");
+    eprintln!("hub explain pod read from the spoke after drift: {reads:#?}");
+    assert_eq!(
+        reads,
+        [
+            format!("GET /api/v1/namespaces/{NS}/pods/vllm-0"),
+            "GET /api/v1/nodes/node-a".to_string(),
+            format!("GET /apis/spire.spiffe.io/v1alpha1/clusterspiffeids/{output}"),
+        ]
+    );
+    let kleyms = via_hub["clusterSPIFFEIDs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == output.as_str()))
+        .cloned()
+        .unwrap_or_else(|| panic!("{via_hub:#}"));
+    assert_eq!(
+        kleyms["entry"]["dnsNames"],
+        json!(["edited.example"]),
+        "the hub shows the edited spec: {kleyms:#}"
+    );
+    let (code, local, err) =
+        kleym(&["pod", &pod, "--kubeconfig", kubeconfig.to_str().unwrap()]).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(via_hub, local);
+    a.faults().clear_error_rules();
 
     // Stopped, the hub no longer engages the spoke: the API does not reach it.
     hub.stop().await.unwrap();
-    assert!(!matches!(
+    assert!(matches!(
         view.spoke_reach(PROFILE_NS, "spoke-a"),
-        SpokeReach::Client(_)
+        SpokeReach::NotHere(_)
     ));
     let (code, _, err) = kleym(&["pod", &pod, "--hub-url", &url, "--cluster", &cluster]).await;
     assert_eq!(code, Some(1));

@@ -1,8 +1,10 @@
 //! `kleym explain pod`: read one pod, its namespace and node, every ClusterSPIFFEID and the
-//! bindings of the pod's namespace from one cluster, and explain with the spoke's pure model
-//! (`kleym_spoke::explain`) which SVIDs the pod gets and why. Reads only, with the caller's
-//! own credentials: it needs `get` on the pod, its namespace and its node, `list` on
-//! ClusterSPIFFEIDs and on the namespace's InferenceIdentityBindings.
+//! bindings of the pod's namespace, and explain with the spoke's pure model
+//! (`kleym_spoke::explain`) which SVIDs the pod gets and why. The inputs come from an
+//! [`ExplainSource`]: the cluster itself (the local command: reads only, with the caller's
+//! own credentials; it needs `get` on the pod, its namespace and its node, `list` on
+//! ClusterSPIFFEIDs and on the namespace's InferenceIdentityBindings), or the hub's caches of
+//! the spoke plus the reads they cannot answer ([`crate::explain_source::HubCaches`]).
 
 use std::io::{self, Write};
 
@@ -14,44 +16,11 @@ use kleym_spoke::explain::containers::{Applies, ContainerSvids, per_container};
 use kleym_spoke::explain::{
     Candidate, KeptEntry, ManagerConfig, Ownership, PodInputs, Verdict, explain_pod as model,
 };
-use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
-/// Why a pod could not be explained.
-#[derive(Debug, thiserror::Error)]
-pub enum ExplainError {
-    /// The pod does not exist.
-    #[error("pod {namespace}/{name} not found")]
-    PodNotFound {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// The binding does not exist.
-    #[error("binding {namespace}/{name} not found")]
-    BindingNotFound {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
-    /// Reading an object failed.
-    #[error("reading {what}: {source}")]
-    Read {
-        /// What was read.
-        what: String,
-        /// The API error.
-        source: kube::Error,
-    },
-    /// The answer could not be encoded.
-    #[error("encoding the explanation: {0}")]
-    Encode(String),
-    /// The model refused its input.
-    #[error(transparent)]
-    Model(#[from] kleym_spoke::explain::ExplainError),
-}
+pub use crate::explain_source::ExplainError;
+use crate::explain_source::{ClusterReads, ExplainSource};
 
 /// `kleym explain pod`'s answer: the `-o json|yaml` document (schema in docs/explain.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -147,19 +116,34 @@ pub async fn explain_pod(
     field_manager: &str,
     scope: Scope,
 ) -> Result<PodExplanation, ExplainError> {
-    let read = |what: String| move |source| ExplainError::Read { what, source };
-    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await
-        .map_err(read(format!("pod {namespace}/{name}")))?
+    explain_pod_from(
+        &ClusterReads(client),
+        namespace,
+        name,
+        manager,
+        field_manager,
+        scope,
+    )
+    .await
+}
+
+/// Explain pod `namespace/name` with the inputs `source` reads.
+pub async fn explain_pod_from(
+    source: &impl ExplainSource,
+    namespace: &str,
+    name: &str,
+    manager: &ManagerConfig,
+    field_manager: &str,
+    scope: Scope,
+) -> Result<PodExplanation, ExplainError> {
+    let pod = source
+        .pod(namespace, name)
+        .await?
         .ok_or_else(|| ExplainError::PodNotFound {
             namespace: namespace.to_string(),
             name: name.to_string(),
         })?;
-    let ns = Api::<Namespace>::all(client.clone())
-        .get(namespace)
-        .await
-        .map_err(read(format!("namespace {namespace}")))?;
+    let ns = source.namespace(namespace).await?;
     let node_name = pod
         .spec
         .as_ref()
@@ -168,22 +152,11 @@ pub async fn explain_pod(
     let node = if node_name.is_empty() {
         None
     } else {
-        Api::<Node>::all(client.clone())
-            .get_opt(&node_name)
-            .await
-            .map_err(read(format!("node {node_name}")))?
+        source.node(&node_name).await?
     };
-    let objects = Api::<ClusterSPIFFEID>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(read("ClusterSPIFFEIDs".to_string()))?
-        .items;
+    let objects = source.cluster_spiffe_ids().await?;
     let objects = in_scope(objects, &ns, scope);
-    let bindings = Api::<InferenceIdentityBinding>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-        .map_err(read(format!("InferenceIdentityBindings in {namespace}")))?
-        .items;
+    let bindings = source.bindings(namespace).await?;
     explain_objects(
         &pod,
         &ns,

@@ -6,9 +6,11 @@
 //! pods its identity reaches, the pool's pods it does not reach and why, the pods where
 //! SPIRE masks its entry, and its collisions and warnings.
 //!
-//! Reads only: `get` on the binding, its namespace and each pod's node; `list` on
+//! The inputs come from an [`ExplainSource`]. Read from the cluster (the local command),
+//! that is `get` on the binding, its namespace and each pod's node; `list` on
 //! ClusterSPIFFEIDs, on the namespace's objectives (or models) and pools, and on its pods
-//! (with the pool's label selector).
+//! (with the pool's label selector). Through the hub, only the pods and their nodes are read
+//! from the spoke; the rest comes from its caches ([`crate::explain_source::HubCaches`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
@@ -16,15 +18,14 @@ use std::io::{self, Write};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kleym_api::conditions::READY;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_api::external::{model, objective, pool};
-use kleym_api::{ConflictPeer, IdentityWarning, InferenceIdentityBinding, TargetKind};
+use kleym_api::{ConflictPeer, IdentityWarning, InferenceIdentityBinding};
 use kleym_spoke::compiler::{BindingInput, Lookup, PoolView, TargetView, resolve};
 use kleym_spoke::explain::{ManagerConfig, Ownership, Verdict};
-use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
 
 use crate::explain::{ExplainError, Scope, binding_verdict, explain_objects, in_scope};
+use crate::explain_source::{ClusterReads, ExplainSource};
 
 /// The default number of pods listed per group ([`BindingExplanation::selected`] and
 /// [`BindingExplanation::not_selected`]).
@@ -200,26 +201,41 @@ pub async fn explain_binding(
     sample: usize,
     scope: Scope,
 ) -> Result<BindingExplanation, ExplainError> {
-    let read = |what: String| move |source| ExplainError::Read { what, source };
-    let binding = Api::<InferenceIdentityBinding>::namespaced(client.clone(), namespace)
-        .get_opt(name)
-        .await
-        .map_err(read(format!("InferenceIdentityBinding {namespace}/{name}")))?
-        .ok_or_else(|| ExplainError::BindingNotFound {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        })?;
-    let ns = Api::<Namespace>::all(client.clone())
-        .get(namespace)
-        .await
-        .map_err(read(format!("namespace {namespace}")))?;
-    let objects = Api::<ClusterSPIFFEID>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(read("ClusterSPIFFEIDs".to_string()))?
-        .items;
+    explain_binding_from(
+        &ClusterReads(client),
+        namespace,
+        name,
+        manager,
+        field_manager,
+        sample,
+        scope,
+    )
+    .await
+}
+
+/// Explain binding `namespace/name` with the inputs `source` reads; at most `sample` pods
+/// are listed per group.
+pub async fn explain_binding_from(
+    source: &impl ExplainSource,
+    namespace: &str,
+    name: &str,
+    manager: &ManagerConfig,
+    field_manager: &str,
+    sample: usize,
+    scope: Scope,
+) -> Result<BindingExplanation, ExplainError> {
+    let binding =
+        source
+            .binding(namespace, name)
+            .await?
+            .ok_or_else(|| ExplainError::BindingNotFound {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })?;
+    let ns = source.namespace(namespace).await?;
+    let objects = source.cluster_spiffe_ids().await?;
     let objects = in_scope(objects, &ns, scope);
-    let (target, pool) = read_target_and_pool(client, &binding).await?;
+    let (target, pool) = source.target_and_pool(&binding).await?;
 
     // Candidate pods: the pool's, and those the output selects (kleym writes the pool's
     // labels as the output's matchLabels, so the second list is usually the same pods).
@@ -234,7 +250,6 @@ pub async fn explain_binding(
     {
         selectors.insert(label_selector(sel.match_labels.iter().flatten()));
     }
-    let pods_api = Api::<Pod>::namespaced(client.clone(), namespace);
     let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
     for selector in &selectors {
         // An empty selector would list every pod of the namespace: a pool without labels
@@ -242,11 +257,7 @@ pub async fn explain_binding(
         if selector.is_empty() {
             continue;
         }
-        let listed = pods_api
-            .list(&ListParams::default().labels(selector))
-            .await
-            .map_err(read(format!("pods in {namespace} ({selector})")))?;
-        for p in listed.items {
+        for p in source.pods(namespace, selector).await? {
             pods.insert(p.name_any(), p);
         }
     }
@@ -257,13 +268,8 @@ pub async fn explain_binding(
         .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
         .filter(|n| !n.is_empty())
         .collect();
-    let nodes_api = Api::<Node>::all(client.clone());
     for n in node_names {
-        if let Some(node) = nodes_api
-            .get_opt(&n)
-            .await
-            .map_err(read(format!("node {n}")))?
-        {
+        if let Some(node) = source.node(&n).await? {
             nodes.insert(n, node);
         }
     }
@@ -299,95 +305,6 @@ fn output_object<'a>(
 ) -> Option<&'a ClusterSPIFFEID> {
     let want = b.status.as_ref()?.cluster_spiffe_id.as_ref()?;
     objects.iter().find(|o| o.name_any() == want.name)
-}
-
-/// A list that answers 404 is a resource the cluster does not serve.
-fn served<T>(r: Result<Vec<T>, kube::Error>, what: String) -> Result<Option<Vec<T>>, ExplainError> {
-    match r {
-        Ok(items) => Ok(Some(items)),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(source) => Err(ExplainError::Read { what, source }),
-    }
-}
-
-/// The binding's target and pool, looked up as the reconciler looks them up in its caches
-/// (both objective groups, llm-d preferred; the pool in the group the target names).
-async fn read_target_and_pool(
-    client: &kube::Client,
-    b: &InferenceIdentityBinding,
-) -> Result<(Lookup<TargetView>, Lookup<PoolView>), ExplainError> {
-    let ns = b.namespace().unwrap_or_default();
-    let name = b.spec.target_ref.name.as_str();
-    let lp = ListParams::default();
-    fn lookup<T: ResourceExt, V>(
-        items: Option<Vec<T>>,
-        name: &str,
-        view: impl Fn(&T) -> V,
-    ) -> Lookup<V> {
-        match items {
-            None => Lookup::CrdNotServed,
-            Some(items) => items
-                .iter()
-                .find(|o| o.name_any() == name)
-                .map_or(Lookup::NotFound, |o| Lookup::Found(view(o))),
-        }
-    }
-    let target = match b.spec.target_ref.kind {
-        TargetKind::InferenceObjective => {
-            let llmd = served(
-                Api::<objective::llmd::InferenceObjective>::namespaced(client.clone(), &ns)
-                    .list(&lp)
-                    .await
-                    .map(|l| l.items),
-                format!("InferenceObjectives ({}) in {ns}", objective::GROUP_LLMD),
-            )?;
-            let gaie = served(
-                Api::<objective::gaie::InferenceObjective>::namespaced(client.clone(), &ns)
-                    .list(&lp)
-                    .await
-                    .map(|l| l.items),
-                format!("InferenceObjectives ({}) in {ns}", objective::GROUP_GAIE),
-            )?;
-            resolve::prefer_objective(
-                lookup(llmd, name, TargetView::from_llmd_objective),
-                lookup(gaie, name, TargetView::from_gaie_objective),
-            )
-        }
-        TargetKind::InferenceModel => {
-            let models = served(
-                Api::<model::InferenceModel>::namespaced(client.clone(), &ns)
-                    .list(&lp)
-                    .await
-                    .map(|l| l.items),
-                format!("InferenceModels in {ns}"),
-            )?;
-            lookup(models, name, TargetView::from_model)
-        }
-    };
-    let pool = match target.found().map(|t| resolve::pool_key(&ns, t)) {
-        Some(Ok(key)) if key.group == pool::GROUP_V1 => {
-            let pools = served(
-                Api::<pool::v1::InferencePool>::namespaced(client.clone(), &ns)
-                    .list(&lp)
-                    .await
-                    .map(|l| l.items),
-                format!("InferencePools ({}) in {ns}", pool::GROUP_V1),
-            )?;
-            lookup(pools, &key.name, PoolView::from_v1)
-        }
-        Some(Ok(key)) if key.group == pool::GROUP_LEGACY => {
-            let pools = served(
-                Api::<pool::v1alpha2::InferencePool>::namespaced(client.clone(), &ns)
-                    .list(&lp)
-                    .await
-                    .map(|l| l.items),
-                format!("InferencePools ({}) in {ns}", pool::GROUP_LEGACY),
-            )?;
-            lookup(pools, &key.name, PoolView::from_v1alpha2)
-        }
-        _ => Lookup::NotFound,
-    };
-    Ok((target, pool))
 }
 
 /// Explain from objects already read (the pure half of [`explain_binding`]).

@@ -819,3 +819,43 @@ async fn tokens_never_reach_the_logs() {
         "the hash prefix identifies the token:\n{text}"
     );
 }
+
+/// Through a replica that runs the spoke, explain answers from that spoke reconciler's
+/// caches: until they synced, 503 `SpokeNotSynced` says so, and nothing is read from the
+/// spoke (its client points at a closed port: a read would answer 502 instead).
+#[tokio::test]
+async fn explain_waits_for_the_spoke_caches_with_a_503() {
+    let h = harness(AuthMode::Off);
+    let client =
+        kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+    let context = Arc::new(kleym_spoke::reconciler::context::Context::new(
+        client.clone(),
+        kleym_spoke::reconciler::SpokeConfig::new("td"),
+        Arc::new(kleym_spoke::reconciler::SpokeMetrics::default()),
+    ));
+    h.view.set_spoke_caches(
+        "fleet",
+        "spoke-1",
+        kleym_hub::explain_source::HubCaches {
+            client,
+            context,
+            cluster: "fleet/spoke-1".into(),
+        },
+    );
+    for path in [
+        "/v1/clusters/fleet/spoke-1/explain/binding/serving/b?trustDomain=td",
+        "/v1/clusters/fleet/spoke-1/explain/pod/serving/p?trustDomain=td",
+    ] {
+        let r = get(&h.app, path, None).await;
+        let body = r.json();
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert_eq!(body["reason"], "SpokeNotSynced", "{body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .contains("caches of this spoke have not synced"),
+            "{body}"
+        );
+    }
+}

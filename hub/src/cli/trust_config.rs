@@ -158,7 +158,7 @@ pub struct Args {
     #[command(flatten)]
     pub svid: kleym_hub::flags::SvidBoundsFlags,
     /// Also grant the hub's identity what `kleym explain --hub-url` reads on each spoke: the
-    /// ClusterRole `kleym-explain-reader` (get/list pods, get nodes) and its binding
+    /// ClusterRole `kleym-explain-reader` (get/list pods, get nodes and ClusterSPIFFEIDs) and its binding
     /// `kleym-hub-explain`. Off by default: it lets the hub's credential read every pod spec.
     #[arg(long)]
     pub allow_explain: bool,

@@ -246,9 +246,14 @@ async fn engage_once(
     // Once per engagement, then every `admission_policy_interval` from the health loop.
     Box::pin(check_admission_policy(shared, spec, stop, &sc)).await;
 
-    // The hub API's explain routes read this spoke with this client while it is engaged
-    // here, and no longer once this attempt ends or the task is aborted (leadership lost).
-    let reach = (!stop.is_cancelled()).then(|| shared.state.reach_spoke(name, sc.client.clone()));
+    // The hub API's explain routes read this spoke's caches, and the spoke with this client
+    // for what the caches do not hold, while it is engaged here, and no longer once this
+    // attempt ends or the task is aborted (leadership lost).
+    let reach = (!stop.is_cancelled()).then(|| {
+        shared
+            .state
+            .reach_spoke(name, sc.client.clone(), Arc::clone(&ctx))
+    });
     let end = health_loop(shared, spec, signal, &sc, &reconciler, &ctx).await;
     drop(reach);
     match end {

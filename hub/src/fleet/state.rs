@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use chrono::{DateTime, Utc};
 use dashmap::DashMap;
 use kleym_api::hub_status::DuplicateOf;
+use kleym_spoke::reconciler::context::Context;
 use kleym_spoke::reconciler::snapshot::BindingSnapshot;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -185,9 +186,10 @@ struct Inner {
     reach: DashMap<String, SpokeClientHandle>,
 }
 
-/// A spoke's client as [`FleetState`] keeps it (`kube::Client` has no `Debug`).
+/// A spoke's client and its running reconciler, as [`FleetState`] keeps them
+/// (`kube::Client` has no `Debug`).
 #[derive(Clone)]
-struct SpokeClientHandle(kube::Client);
+struct SpokeClientHandle(kube::Client, Arc<Context>);
 
 impl std::fmt::Debug for SpokeClientHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -359,17 +361,27 @@ impl FleetState {
         }
     }
 
-    /// The client of spoke `name`, while this replica engages it.
-    pub fn spoke_client(&self, name: &str) -> Option<kube::Client> {
-        self.inner.reach.get(name).map(|c| c.value().0.clone())
-    }
-
-    /// Lists `client` as spoke `name`'s until the returned guard is dropped (the spoke task
-    /// holds it while the spoke is engaged, and drops it when it stops or is aborted).
-    pub fn reach_spoke(&self, name: &str, client: kube::Client) -> ReachGuard {
+    /// The client of spoke `name` and the context of its running reconciler (whose caches
+    /// the explain routes read), while this replica engages it.
+    pub fn spoke_client(&self, name: &str) -> Option<(kube::Client, Arc<Context>)> {
         self.inner
             .reach
-            .insert(name.to_string(), SpokeClientHandle(client));
+            .get(name)
+            .map(|c| (c.value().0.clone(), Arc::clone(&c.value().1)))
+    }
+
+    /// Lists `client` and the reconciler `context` as spoke `name`'s until the returned
+    /// guard is dropped (the spoke task holds it while the spoke is engaged, and drops it
+    /// when it stops or is aborted).
+    pub fn reach_spoke(
+        &self,
+        name: &str,
+        client: kube::Client,
+        context: Arc<Context>,
+    ) -> ReachGuard {
+        self.inner
+            .reach
+            .insert(name.to_string(), SpokeClientHandle(client, context));
         ReachGuard {
             state: self.clone(),
             name: name.to_string(),

@@ -7,8 +7,11 @@
 //! granted. The answer is also limited to that namespace
 //! ([`Scope::Namespace`](crate::explain::Scope)).
 //!
-//! The spoke is read with the hub's own client for it ([`SpokeReach`]); a replica that does
-//! not run the spoke answers 503 without reaching it.
+//! A replica that runs the spoke answers from that spoke reconciler's caches, and reads the
+//! spoke with the hub's own client for it only for what the caches do not hold
+//! ([`SpokeReach::Cached`], [`HubCaches`](crate::explain_source::HubCaches)); until those
+//! caches synced it answers 503. A replica that does not run the spoke answers 503 without
+//! reaching it.
 
 use std::time::Duration;
 
@@ -19,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::explain::{ExplainError, Scope};
+use crate::explain_source::{ClusterReads, ExplainSource};
 use crate::http::auth::{AccessCheck, Caller};
 use crate::http::router::{ApiState, error_body, failure_response};
 use crate::http::view::SpokeReach;
@@ -220,10 +224,31 @@ async fn explain(
     if let Err(f) = s.auth.authorize_also(caller.as_ref(), &check).await {
         return failure_response(&f);
     }
-    // The one ownership check: only a replica that runs the spoke holds its client (in a
-    // sharded hub, only the replica that owns the cluster).
-    let client = match reach {
-        SpokeReach::Client(c) => c,
+    // The one ownership check: only a replica that runs the spoke holds its reconciler's
+    // caches and its client (in a sharded hub, only the replica that owns the cluster).
+    let m = &query.manager;
+    let fm = query.field_manager.as_str();
+    let answer = match reach {
+        SpokeReach::Cached(caches) => {
+            // Until the caches synced they cannot answer, and nothing is read from the
+            // spoke.
+            if let Err(e) = caches.ready() {
+                return not_synced(&cluster, &e, &cluster_ns, &cluster_name);
+            }
+            tokio::time::timeout(
+                READ_LIMIT,
+                answer(&caches, kind, &ns, &name, m, fm, query.sample),
+            )
+            .await
+        }
+        SpokeReach::Client(client) => {
+            let source = ClusterReads(&client);
+            tokio::time::timeout(
+                READ_LIMIT,
+                answer(&source, kind, &ns, &name, m, fm, query.sample),
+            )
+            .await
+        }
         SpokeReach::NotHere(why) => {
             return error_body(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -234,28 +259,11 @@ async fn explain(
         }
         SpokeReach::Unknown => return unknown(),
     };
-    let m = &query.manager;
-    let fm = query.field_manager.as_str();
-    let answer = async {
-        match kind {
-            Kind::Pod => crate::explain::explain_pod(&client, &ns, &name, m, fm, Scope::Namespace)
-                .await
-                .and_then(|e| serde_json::to_value(e).map_err(|e| encoding(&e))),
-            Kind::Binding => crate::explain_binding::explain_binding(
-                &client,
-                &ns,
-                &name,
-                m,
-                fm,
-                query.sample,
-                Scope::Namespace,
-            )
-            .await
-            .and_then(|e| serde_json::to_value(e).map_err(|e| encoding(&e))),
-        }
-    };
-    match tokio::time::timeout(READ_LIMIT, answer).await {
+    match answer {
         Ok(Ok(v)) => axum::Json(v).into_response(),
+        Ok(Err(e @ ExplainError::NotCached(_))) => {
+            not_synced(&cluster, &e, &cluster_ns, &cluster_name)
+        }
         Ok(Err(e @ (ExplainError::PodNotFound { .. } | ExplainError::BindingNotFound { .. }))) => {
             error_body(
                 StatusCode::NOT_FOUND,
@@ -299,6 +307,51 @@ async fn explain(
             ),
             Value::Null,
         ),
+    }
+}
+
+/// 503 `SpokeNotSynced`: the hub's caches of the spoke cannot answer yet.
+fn not_synced(cluster: &str, e: &ExplainError, cluster_ns: &str, cluster_name: &str) -> Response {
+    error_body(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "SpokeNotSynced",
+        &format!("cluster {cluster}: {e}"),
+        json!({"cluster": {"namespace": cluster_ns, "name": cluster_name}}),
+    )
+}
+
+/// The explanation of `kind` `ns/name` from `source`, as JSON.
+async fn answer(
+    source: &impl ExplainSource,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    manager: &ManagerConfig,
+    field_manager: &str,
+    sample: usize,
+) -> Result<Value, ExplainError> {
+    match kind {
+        Kind::Pod => crate::explain::explain_pod_from(
+            source,
+            ns,
+            name,
+            manager,
+            field_manager,
+            Scope::Namespace,
+        )
+        .await
+        .and_then(|e| serde_json::to_value(e).map_err(|e| encoding(&e))),
+        Kind::Binding => crate::explain_binding::explain_binding_from(
+            source,
+            ns,
+            name,
+            manager,
+            field_manager,
+            sample,
+            Scope::Namespace,
+        )
+        .await
+        .and_then(|e| serde_json::to_value(e).map_err(|e| encoding(&e))),
     }
 }
 

@@ -6,6 +6,8 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::RwLock;
 
+use crate::explain_source::HubCaches;
+
 /// A response body could not be encoded as JSON.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("encoding the response body: {0}")]
@@ -67,8 +69,12 @@ pub enum SpokeReach {
     /// it does not run the cluster's spoke (a follower, or in a sharded hub a replica that
     /// does not own the cluster), or the spoke is not engaged.
     NotHere(String),
-    /// The spoke's client, with the hub's own credentials for that cluster.
+    /// The spoke's client, with the hub's own credentials for that cluster: every input
+    /// is read from the spoke, as the local command reads it.
     Client(kube::Client),
+    /// The spoke reconciler this replica runs for the cluster (the caches explain reads)
+    /// and its client for what the caches do not hold (the pod, its node, a pool's pods).
+    Cached(HubCaches),
 }
 
 impl std::fmt::Debug for SpokeReach {
@@ -77,6 +83,7 @@ impl std::fmt::Debug for SpokeReach {
             Self::Unknown => f.write_str("Unknown"),
             Self::NotHere(why) => f.debug_tuple("NotHere").field(why).finish(),
             Self::Client(_) => f.write_str("Client(..)"),
+            Self::Cached(c) => write!(f, "Cached({})", c.cluster),
         }
     }
 }
@@ -193,6 +200,16 @@ impl StaticHubView {
         self.write().spokes.insert(
             (namespace.to_string(), name.to_string()),
             SpokeReach::Client(client),
+        );
+    }
+
+    /// Reach the cluster `<namespace>/<name>` (which must also be [set](Self::set_cluster))
+    /// through the caches of a running spoke reconciler on the explain routes, as the
+    /// fleet's view does.
+    pub fn set_spoke_caches(&self, namespace: &str, name: &str, caches: HubCaches) {
+        self.write().spokes.insert(
+            (namespace.to_string(), name.to_string()),
+            SpokeReach::Cached(caches),
         );
     }
 

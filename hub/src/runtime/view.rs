@@ -23,6 +23,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
 
+use crate::explain_source::HubCaches;
 use crate::fleet::state::FleetState;
 use crate::http::cached::Versioned;
 use crate::http::view::{clusters_body, json_bytes};
@@ -326,14 +327,18 @@ impl HubView for FleetHubView {
         self.cached(&self.clusters_body, || clusters_body(&self.clusters()))
     }
 
-    /// The spoke's client while this replica engages it. The one ownership check is
-    /// [`FleetState::spoke_client`]: only a replica that runs the spoke has its client, so
-    /// a follower (and, once the hub is sharded, a replica that does not own the cluster)
-    /// never reaches it.
+    /// The spoke's caches and client while this replica engages it. The one ownership
+    /// check is [`FleetState::spoke_client`]: only a replica that runs the spoke has its
+    /// reconciler and client, so a follower (and, once the hub is sharded, a replica that
+    /// does not own the cluster) never reaches it.
     fn spoke_reach(&self, namespace: &str, name: &str) -> SpokeReach {
         let key = format!("{namespace}/{name}");
-        if let Some(client) = self.state.spoke_client(&key) {
-            return SpokeReach::Client(client);
+        if let Some((client, context)) = self.state.spoke_client(&key) {
+            return SpokeReach::Cached(HubCaches {
+                client,
+                context,
+                cluster: key,
+            });
         }
         if self.cluster(namespace, name).is_none() {
             return SpokeReach::Unknown;
@@ -604,10 +609,15 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert!(not_here(view.spoke_reach("fleet", "a")).contains("not engaged"));
-        let guard = state.reach_spoke("fleet/a", client);
+        let context = Arc::new(kleym_spoke::reconciler::context::Context::new(
+            client.clone(),
+            kleym_spoke::reconciler::SpokeConfig::new("td"),
+            Arc::new(kleym_spoke::reconciler::SpokeMetrics::default()),
+        ));
+        let guard = state.reach_spoke("fleet/a", client, context);
         assert!(matches!(
             view.spoke_reach("fleet", "a"),
-            SpokeReach::Client(_)
+            SpokeReach::Cached(HubCaches { ref cluster, .. }) if cluster == "fleet/a"
         ));
         assert!(matches!(
             view.spoke_reach("fleet", "b"),

@@ -85,6 +85,9 @@ pub struct ForeignSpiffeId {
     pub pod_selector: Option<LabelSelector>,
     /// `spec.workloadSelectorTemplates`.
     pub workload_selector_templates: Vec<String>,
+    /// `spec.dnsNameTemplates`: the overlap analysis does not read them, `kleym explain`
+    /// through the hub renders them from this view (usually empty: no heap).
+    pub dns_name_templates: Vec<String>,
 }
 
 impl ForeignSpiffeId {
@@ -109,6 +112,7 @@ impl ForeignSpiffeId {
                 .workload_selector_templates
                 .clone()
                 .unwrap_or_default(),
+            dns_name_templates: obj.spec.dns_name_templates.clone().unwrap_or_default(),
         })
     }
 }

@@ -23,6 +23,7 @@ pub mod effects;
 pub mod error;
 pub mod evaluation;
 pub mod events;
+pub mod explain_view;
 pub mod finalizer;
 pub mod index;
 pub mod lean;

@@ -11,9 +11,16 @@
 //!
 //! Objects that are not proven kleym's keep the view the overlap analysis reads
 //! ([`ForeignSpiffeId`]), taken from the full spec when the object arrives.
+//!
+//! `kleym explain` through the hub rebuilds the API object from this form
+//! ([`ObservedOutput::with_spec`]): for a foreign object from its view, for kleym's own from
+//! the spec the compiler gives its binding, used only when the digest says it is the spec the
+//! object has (see [`super::explain_view`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
-use kleym_api::external::spiffeid::{ClusterSPIFFEID, ClusterSPIFFEIDSpec, ClusterSPIFFEIDStats};
+use kleym_api::external::spiffeid::{
+    ClusterSPIFFEID, ClusterSPIFFEIDSpec, ClusterSPIFFEIDStats, ClusterSPIFFEIDStatus,
+};
 use kleym_api::label_map::LabelMap;
 use kleym_api::labels;
 use kube::Resource;
@@ -21,7 +28,15 @@ use sha2::{Digest, Sha256};
 
 use super::trim::{CacheForm, strip_unread_metadata};
 use crate::compiler::ForeignSpiffeId;
+use crate::explain::ADDITIVE_ANNOTATION;
 use crate::ownership::{PROOF_ANNOTATIONS, ProofSubject};
+
+/// Whether the cache keeps annotation `key`: those the ownership proof reads, and the one
+/// that makes a ClusterSPIFFEID additive (SPIRE Controller Manager reads it, and so does
+/// `kleym explain` through the hub). Objects without them keep no annotation at all.
+fn kept_annotation(key: &str) -> bool {
+    PROOF_ANNOTATIONS.contains(&key) || key == ADDITIVE_ANNOTATION
+}
 
 /// SHA-256 of a ClusterSPIFFEID spec's JSON: equal digests mean equal specs (the JSON of
 /// a spec is a function of its value, and differs for different values).
@@ -90,7 +105,8 @@ pub struct ObservedOutput {
     metadata: ObjectMeta,
     /// kleym's own labels, the only ones read.
     labels: KleymLabels,
-    /// Only the annotations the ownership proof reads.
+    /// Only the annotations the ownership proof reads, and the additive one
+    /// ([`kept_annotation`]).
     proof_annotations: LabelMap,
     /// The spec's digest.
     spec_digest: SpecDigest,
@@ -114,7 +130,7 @@ impl ObservedOutput {
             .take()
             .into_iter()
             .flatten()
-            .filter(|(k, _)| PROOF_ANNOTATIONS.contains(&k.as_str()))
+            .filter(|(k, _)| kept_annotation(k))
             .collect();
         Self {
             metadata,
@@ -139,6 +155,55 @@ impl ObservedOutput {
     /// `status.stats`.
     pub fn stats(&self) -> Option<ClusterSPIFFEIDStats> {
         self.stats
+    }
+
+    /// The spec of an object not proven kleym's, from its overlap view: every field SPIRE
+    /// Controller Manager reads to select pods and render their entries (template,
+    /// selectors, workload selectors, DNS names, class, fallback); the SVID's TTLs,
+    /// federation, hint and flags are not kept. `None` for kleym's own objects.
+    pub fn foreign_spec(&self) -> Option<ClusterSPIFFEIDSpec> {
+        let f = self.foreign.as_deref()?;
+        let list = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+        Some(ClusterSPIFFEIDSpec {
+            spiffe_id_template: f.spiffe_id_template.clone(),
+            namespace_selector: f.namespace_selector.clone(),
+            pod_selector: f.pod_selector.clone(),
+            workload_selector_templates: list(&f.workload_selector_templates),
+            dns_name_templates: list(&f.dns_name_templates),
+            class_name: f.class_name.clone(),
+            fallback: f.fallback.then_some(true),
+            ..ClusterSPIFFEIDSpec::default()
+        })
+    }
+
+    /// The API object with spec `spec`: the cached metadata (name, UID, timestamps, the
+    /// ownership record of `managedFields`), kleym's labels, the kept annotations and the
+    /// stats. Everything the ownership proof and `kleym explain`'s model read of an object
+    /// is there, so both answer for it as for the object on the server, given its spec.
+    pub fn with_spec(&self, spec: ClusterSPIFFEIDSpec) -> ClusterSPIFFEID {
+        let mut metadata = self.metadata.clone();
+        let labels: std::collections::BTreeMap<String, String> = [
+            labels::MANAGED_BY,
+            labels::BINDING_NAMESPACE,
+            labels::BINDING_NAME,
+        ]
+        .into_iter()
+        .filter_map(|k| Some((k.to_string(), self.labels.get(k)?.to_string())))
+        .collect();
+        metadata.labels = (!labels.is_empty()).then_some(labels);
+        let annotations: std::collections::BTreeMap<String, String> = self
+            .proof_annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        metadata.annotations = (!annotations.is_empty()).then_some(annotations);
+        ClusterSPIFFEID {
+            metadata,
+            spec,
+            status: self
+                .stats
+                .map(|stats| ClusterSPIFFEIDStatus { stats: Some(stats) }),
+        }
     }
 }
 
@@ -337,5 +402,76 @@ mod tests {
             ForeignSpiffeId::from_object(&forged, FM).as_ref()
         );
         assert_eq!(view.workload_selector_templates, ["k8s:ns:ns", "k8s:sa:s"]);
+    }
+
+    #[test]
+    fn rebuilt_objects_answer_as_the_originals() {
+        use crate::explain::{ManagerConfig, PodInputs, Precedence, explain_pod, ownership_of};
+        use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+
+        // kleym's own object: the spec comes from elsewhere, the rest from the cache.
+        let full = applied(&owner(), FM);
+        let observed = ObservedOutput::observe(full.clone(), FM);
+        assert_eq!(observed.foreign_spec(), None);
+        let rebuilt = observed.with_spec(full.spec.clone());
+        assert_eq!(ownership_of(&rebuilt, FM), ownership_of(&full, FM));
+        assert_eq!(Precedence::of(&rebuilt), Precedence::of(&full));
+
+        // A forged one (not proven kleym's), additive, with DNS names, a class and a
+        // creation time: rebuilt from its cached view alone.
+        let mut forged = applied(&owner(), "someone-else");
+        forged.metadata.name = Some("a-forged".into());
+        forged.metadata.uid = Some("u-forged".into());
+        forged.metadata.creation_timestamp =
+            serde_json::from_value(serde_json::json!("2026-01-02T03:04:05Z")).unwrap();
+        forged
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(ADDITIVE_ANNOTATION.into(), "true".into());
+        forged.spec.dns_name_templates = Some(vec!["{{ .PodMeta.Name }}.example".into()]);
+        forged.spec.class_name = Some("c".into());
+        let observed = ObservedOutput::observe(forged.clone(), FM);
+        let rebuilt = observed.with_spec(observed.foreign_spec().expect("a foreign view"));
+        assert!(matches!(
+            ownership_of(&rebuilt, FM),
+            crate::explain::Ownership::Claimed { .. }
+        ));
+        assert_eq!(ownership_of(&rebuilt, FM), ownership_of(&forged, FM));
+        assert_eq!(Precedence::of(&rebuilt), Precedence::of(&forged));
+
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u-p", "labels": {"app": "a"}},
+            "spec": {"nodeName": "n", "serviceAccountName": "s",
+                "containers": [{"name": "c", "image": "i"}]}
+        }))
+        .unwrap();
+        let namespace: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "ns"}})).unwrap();
+        let node: Node =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "n", "uid": "u-n"}}))
+                .unwrap();
+        let config = ManagerConfig {
+            trust_domain: "td".into(),
+            cluster_name: "k".into(),
+            cluster_domain: "cluster.local".into(),
+            class_name: "c".into(),
+            watch_classless: true,
+            ignore_namespaces: Vec::new(),
+        };
+        let inputs = PodInputs {
+            pod: &pod,
+            namespace: &namespace,
+            node: Some(&node),
+        };
+        let original = explain_pod(inputs, &[forged, full.clone()], &config, FM).unwrap();
+        let from_cache = explain_pod(inputs, &[rebuilt, full], &config, FM).unwrap();
+        assert_eq!(from_cache, original);
+        let forged = &original.candidates[0];
+        assert!(forged.additive, "{forged:?}");
+        assert_eq!(
+            forged.entry.as_ref().map(|e| e.dns_names.clone()),
+            Some(vec!["p.example".to_string()])
+        );
     }
 }
