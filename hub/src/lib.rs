@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod credentials;
 pub mod explain;
 pub mod explain_binding;
+pub mod explain_targets;
 pub mod flags;
 pub mod fleet;
 pub mod http;

@@ -37,7 +37,8 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 pub enum What {
     /// A pod: every ClusterSPIFFEID that selects it, the entries SPIRE receives, the SVIDs
-    /// of each container, and why the bindings of its namespace do or do not reach it.
+    /// of each container, which bindings of its namespace target its pool, and why they do
+    /// or do not reach it.
     Pod(PodArgs),
     /// A binding: its ClusterSPIFFEID, the pods it reaches, the pods of its pool it does
     /// not reach and why, where SPIRE masks it, and its collisions and warnings.
@@ -116,7 +117,8 @@ configured: the answer depends on them."
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = concat!("\
 Reads: get on the pod, its namespace and its node; list on ClusterSPIFFEIDs and on the \
-namespace's InferenceIdentityBindings. ", sources_help!(), "
+namespace's InferenceIdentityBindings, InferenceObjectives, InferenceModels and InferencePools \
+(to tell which bindings target the pod's pool). ", sources_help!(), "
 
 EXIT STATUS:
   0  explained

@@ -29,6 +29,7 @@ pub mod containers;
 pub mod gotemplate;
 pub mod labels;
 pub mod pool;
+pub mod targets;
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -96,7 +97,11 @@ impl ManagerConfig {
 
 /// Who a ClusterSPIFFEID belongs to, as far as kleym can tell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "kind"
+)]
 pub enum Ownership {
     /// kleym's output for this binding: the ownership proof holds on the object.
     Proven {
@@ -150,7 +155,11 @@ pub struct RenderedEntry {
 
 /// What became of one ClusterSPIFFEID for the pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "verdict")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "verdict"
+)]
 pub enum Verdict {
     /// Its `className` is not read by the manager.
     OtherClass {
