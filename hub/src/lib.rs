@@ -3,6 +3,7 @@
 //! [`observe`], [`backoff`], [`flags`] and [`kubeconfig`] are shared by the `kleym` commands.
 
 pub mod access;
+pub mod api_client;
 pub mod backoff;
 pub mod credentials;
 pub mod explain;

@@ -6,13 +6,11 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use kleym_hub::explain::{PodExplanation, Scope, explain_pod};
 use kleym_hub::explain_binding::{BindingExplanation, DEFAULT_SAMPLE, explain_binding};
 use kleym_hub::http::explain::{ExplainQuery, encode, query_string};
 use kleym_spoke::explain::ManagerConfig;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -284,59 +282,16 @@ fn fetch<'a, T: serde::de::DeserializeOwned>(
     })
 }
 
-/// `GET url+path` with the bearer token; a non-2xx answer is an error carrying the hub's
-/// message.
+/// `GET url+path` with the bearer token: any answer is final (a `503` from a replica that
+/// does not engage the spoke says so at once); only a request that got no answer is
+/// retried, a few times ([`kleym_hub::api_client`]).
 async fn hub_get(
     url: &str,
     path: &str,
     token: Option<&str>,
     ca_pem: Option<&[u8]>,
 ) -> anyhow::Result<String> {
-    let uri: http::Uri = url.parse().map_err(|e| anyhow!("--hub-url {url:?}: {e}"))?;
-    if !matches!(uri.scheme_str(), Some("https" | "http")) {
-        return Err(anyhow!(
-            "--hub-url {url:?}: the scheme must be https or http"
-        ));
-    }
-    let mut config = kube::Config::new(uri);
-    // kube's default retries a 503 for minutes (up to 15 times, honouring Retry-After): an
-    // operator asking once wants the hub's answer, e.g. that this replica does not reach the
-    // spoke, at once.
-    config.default_retry = false;
-    if let Some(pem) = ca_pem {
-        let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(pem)
-            .map(|c| c.map(|c| c.to_vec()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| anyhow!("--ca-file: {e}"))?;
-        if certs.is_empty() {
-            return Err(anyhow!("--ca-file: no PEM certificate found"));
-        }
-        config.root_cert = Some(certs);
-    }
-    let client = kube::Client::try_from(config).context("building the hub API client")?;
-    let mut request = http::Request::get(path).header(http::header::ACCEPT, "application/json");
-    if let Some(token) = token {
-        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-    }
-    let request = request.body(Vec::new()).context("building the request")?;
-    let response = client
-        .send(request.map(kube::client::Body::from))
-        .await
-        .with_context(|| format!("GET {url}{}", path.split('?').next().unwrap_or(path)))?;
-    let status = response.status();
-    let bytes = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .context("reading the hub's answer")?
-        .to_bytes();
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    if status.is_success() {
-        return Ok(text);
-    }
-    let message = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v["message"].as_str().map(str::to_string))
-        .unwrap_or(text);
-    Err(anyhow!("the hub answered {status}: {message}"))
+    Ok(kleym_hub::api_client::get(url, path, token, ca_pem).await?)
 }
 
 fn print<T: serde::Serialize, W: Write>(
