@@ -38,6 +38,7 @@ fn manager() -> ManagerConfig {
         class_name: String::new(),
         watch_classless: false,
         ignore_namespaces: Vec::new(),
+        parent_id_template: String::new(),
     }
 }
 

@@ -92,6 +92,11 @@ pub struct Common {
     /// expression); repeat for several.
     #[arg(long = "ignore-namespace", value_name = "REGEX")]
     pub ignore_namespaces: Vec<String>,
+    /// The controller manager's `parentIDTemplate` (default: its built-in
+    /// `spiffe://<trust domain>/spire/agent/k8s_psat/<cluster name>/<node UID>`): rendered
+    /// with the node's data only, it must give a SPIFFE ID of the trust domain.
+    #[arg(long, value_name = "TEMPLATE", default_value = "")]
+    pub parent_id_template: String,
     /// kleym's field manager, for the ownership proof of its ClusterSPIFFEIDs.
     #[arg(long, default_value = kleym_spoke::reconciler::config::DEFAULT_FIELD_MANAGER)]
     pub field_manager: String,
@@ -222,6 +227,7 @@ fn manager(c: &Common) -> ManagerConfig {
         class_name: c.spire_class.clone(),
         watch_classless: c.watch_classless,
         ignore_namespaces: c.ignore_namespaces.clone(),
+        parent_id_template: c.parent_id_template.clone(),
     }
 }
 

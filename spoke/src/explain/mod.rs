@@ -13,8 +13,9 @@
 //!   every namespace), the namespace is not one the manager ignores, and its `podSelector`
 //!   selects the pod's labels (unset: every pod);
 //! - a pod not yet scheduled gets no entry (it is rendered again once it is);
-//! - the entry is: parent `spiffe://<td>/spire/agent/k8s_psat/<cluster>/<node UID>`,
-//!   selectors `k8s:pod-uid:<uid>` plus the rendered `workloadSelectorTemplates`, the
+//! - the entry is: parent `spiffe://<td>/spire/agent/k8s_psat/<cluster>/<node UID>` (or the
+//!   manager's `parentIDTemplate`, rendered without the pod's data and required to be a
+//!   SPIFFE ID of the trust domain), selectors `k8s:pod-uid:<uid>` plus the rendered `workloadSelectorTemplates`, the
 //!   rendered SPIFFE ID (which must be in the manager's trust domain) and DNS names
 //!   (rendered, duplicates dropped, order kept);
 //! - non-fallback ClusterSPIFFEIDs are evaluated first; a `fallback` one is skipped for a pod
@@ -41,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compiler::spiffe_id::SpiffeId;
 use crate::ownership::{self, OWNER_ANNOTATION, Owner};
-use gotemplate::{TemplateData, render};
+use gotemplate::{TemplateData, render, render_without_pod};
 
 /// Annotation that makes a ClusterSPIFFEID additive: its entry does not keep fallback
 /// ClusterSPIFFEIDs from applying to the same pod.
@@ -64,6 +65,10 @@ pub struct ManagerConfig {
     /// Namespaces it ignores (`ignoreNamespaces`): regular expressions, a namespace is
     /// ignored when one of them matches anywhere in its name (Go's `MatchString`).
     pub ignore_namespaces: Vec<String>,
+    /// Its `parentIDTemplate`; empty for the default,
+    /// `spiffe://<td>/spire/agent/k8s_psat/<clusterName>/<node UID>`.
+    #[serde(default, rename = "parentIDTemplate")]
+    pub parent_id_template: String,
 }
 
 /// The model cannot answer.
@@ -529,12 +534,29 @@ pub fn render_entry(
         node_meta: &node_meta,
         node_spec: &node_spec,
     };
-    let parent_id = format!(
-        "spiffe://{}/spire/agent/k8s_psat/{}/{}",
-        config.trust_domain,
-        config.cluster_name,
-        node.uid().unwrap_or_default()
-    );
+    // The parent first, as the manager renders it, and before the pod's data is set.
+    let parent_id = if config.parent_id_template.is_empty() {
+        format!(
+            "spiffe://{}/spire/agent/k8s_psat/{}/{}",
+            config.trust_domain,
+            config.cluster_name,
+            node.uid().unwrap_or_default()
+        )
+    } else {
+        let parent = render_without_pod(&config.parent_id_template, &data)
+            .map_err(|e| format!("failed to render parent ID: {e}"))?;
+        let id = SpiffeId::parse(&parent).map_err(|e| {
+            format!("failed to render parent ID: invalid SPIFFE ID {parent:?}: {e}")
+        })?;
+        if id.trust_domain().as_str() != config.trust_domain {
+            return Err(format!(
+                "failed to render parent ID: invalid SPIFFE ID: expected trust domain {:?} but got {:?}",
+                config.trust_domain,
+                id.trust_domain().as_str()
+            ));
+        }
+        parent
+    };
     let rendered = render(&obj.spec.spiffe_id_template, &data)
         .map_err(|e| format!("failed to render SPIFFE ID: {e}"))?;
     let id =
