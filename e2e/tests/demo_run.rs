@@ -112,6 +112,21 @@ fn demo_converges_and_reports_exactly_the_planted_findings() {
         spoke1.contains("parent    spiffe://test.example/spire/agent/k8s_psat/spoke-1/"),
         "{spoke1}"
     );
+    // The bindings are grouped by whether their objective's pool selects the pod: `embed`
+    // targets the embedding pool.
+    let (mine, others) = spoke1
+        .split_once("\nOther bindings in namespace llm:\n")
+        .unwrap_or_else(|| panic!("no group of other bindings in:\n{spoke1}"));
+    assert!(
+        mine.contains("Bindings in namespace llm that target the pod's pool:\n")
+            && mine.contains("  summarize-canary (no output)"),
+        "{spoke1}"
+    );
+    assert!(
+        others.contains("  embed (")
+            && others.contains("it targets InferencePool embed-pool (inference.networking.k8s.io) via InferenceObjective llm/embed (llm-d.ai), which does not select the pod: needs app=text-embedder (the pod has app=vllm-qwen)"),
+        "{spoke1}"
+    );
     // … and in spoke-2 the chat ID goes to the renamed container: the drift.
     let spoke2 = std::fs::read_to_string(dir.path().join("explain-spoke-2.txt")).unwrap();
     assert!(

@@ -379,7 +379,8 @@ async fn explain_binding_and_the_hub_path_agree_with_the_objects() {
     assert_eq!(code, Some(1));
     assert!(err.contains("binding serving/nope not found"), "{err}");
 
-    // Label mismatch, from the pod's side: the binding names the label it needs.
+    // Label mismatch, from the pod's side: the binding's objective names a pool that does
+    // not select this pod, and the answer names the pool and the label it needs.
     let (code, llama, err) = kleym(&["pod", "serving/llama-0", "--kubeconfig", kc]).await;
     assert_eq!(code, Some(0), "{err}");
     let chat_verdict = llama["bindings"]
@@ -388,10 +389,13 @@ async fn explain_binding_and_the_hub_path_agree_with_the_objects() {
         .cloned()
         .unwrap_or_else(|| panic!("{llama:#}"));
     assert_eq!(chat_verdict["selectsPod"], false);
+    assert_eq!(chat_verdict["targetsPodPool"], false);
     assert_eq!(
         chat_verdict["whyNot"],
         json!([
-            "its podSelector does not select the pod's labels: needs app=vllm-qwen (the pod has app=vllm-llama)"
+            "it targets InferencePool qwen-pool (inference.networking.k8s.io) via \
+             InferenceObjective serving/chat (llm-d.ai), which does not select the pod: \
+             needs app=vllm-qwen (the pod has app=vllm-llama)"
         ])
     );
 

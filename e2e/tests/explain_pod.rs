@@ -151,6 +151,7 @@ async fn explain_pod_matches_hand_computed_entries() {
         class_name: String::new(),
         watch_classless: false,
         ignore_namespaces: vec!["^kube-system$".into()],
+        parent_id_template: String::new(),
     };
     let explained = kleym_hub::explain::explain_pod(
         &admin,

@@ -3,7 +3,8 @@
 //! (`kleym_spoke::explain`) which SVIDs the pod gets and why. The inputs come from an
 //! [`ExplainSource`]: the cluster itself (the local command: reads only, with the caller's
 //! own credentials; it needs `get` on the pod, its namespace and its node, `list` on
-//! ClusterSPIFFEIDs and on the namespace's InferenceIdentityBindings), or the hub's caches of
+//! ClusterSPIFFEIDs and on the namespace's InferenceIdentityBindings, objectives, models and
+//! pools), or the hub's caches of
 //! the spoke plus the reads they cannot answer ([`crate::explain_source::HubCaches`]).
 
 use std::io::{self, Write};
@@ -13,6 +14,7 @@ use kleym_api::InferenceIdentityBinding;
 use kleym_api::conditions::READY;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_spoke::explain::containers::{Applies, ContainerSvids, per_container};
+use kleym_spoke::explain::targets::{PoolResolution, TargetsOf, resolve_pool};
 use kleym_spoke::explain::{
     Candidate, KeptEntry, ManagerConfig, Ownership, PodInputs, Verdict, explain_pod as model,
 };
@@ -39,7 +41,8 @@ pub struct PodExplanation {
     pub containers: Vec<ContainerSvids>,
     /// The distinct SPIFFE IDs of the pod's entries.
     pub svids: Vec<String>,
-    /// Each binding of the pod's namespace and whether it gives the pod its identity.
+    /// Each binding of the pod's namespace: the pool it targets, whether that is the pod's
+    /// pool, whether it gives the pod its identity, and why not.
     pub bindings: Vec<BindingVerdict>,
 }
 
@@ -68,6 +71,10 @@ pub struct BindingVerdict {
     /// The ClusterSPIFFEID proven to be its output, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_spiffe_id: Option<String>,
+    /// Its pool, resolved through its target as the compiler resolves it.
+    pub pool: PoolResolution,
+    /// Whether that pool selects the pod: the binding is meant for pods like this one.
+    pub targets_pod_pool: bool,
     /// Whether its identity reaches the pod (an entry SPIRE receives, for some container).
     pub selects_pod: bool,
     /// Why not, when it does not (empty when it does).
@@ -157,24 +164,29 @@ pub async fn explain_pod_from(
     let objects = source.cluster_spiffe_ids().await?;
     let objects = in_scope(objects, &ns, scope);
     let bindings = source.bindings(namespace).await?;
+    let targets = source.namespace_targets(namespace, &bindings).await?;
     explain_objects(
         &pod,
         &ns,
         node.as_ref(),
         &objects,
         &bindings,
+        targets.as_ref(),
         manager,
         field_manager,
     )
 }
 
-/// Explain from objects already read (the pure half of [`explain_pod`]).
+/// Explain from objects already read (the pure half of [`explain_pod`]); `targets` holds
+/// the namespace's objectives, models and pools, to resolve each binding's pool.
+#[allow(clippy::too_many_arguments)]
 pub fn explain_objects(
     pod: &Pod,
     namespace: &Namespace,
     node: Option<&Node>,
     objects: &[ClusterSPIFFEID],
     bindings: &[InferenceIdentityBinding],
+    targets: &dyn TargetsOf,
     manager: &ManagerConfig,
     field_manager: &str,
 ) -> Result<PodExplanation, ExplainError> {
@@ -189,7 +201,10 @@ pub fn explain_objects(
     let spec = pod.spec.as_ref();
     let bindings = bindings
         .iter()
-        .map(|b| binding_verdict(b, pod, objects, &m.candidates, &containers))
+        .map(|b| {
+            let pool = resolve_pool(&targets.input_for(b));
+            binding_verdict(b, &pool, pod, objects, &m.candidates, &containers)
+        })
         .collect();
     Ok(PodExplanation {
         pod: PodRef {
@@ -210,10 +225,12 @@ pub fn explain_objects(
     })
 }
 
-/// Whether binding `b`'s identity reaches `pod`, and why not, from the model's answer for
-/// the pod (`candidates`, `containers`).
+/// Whether binding `b`, whose pool resolves to `pool`, targets `pod`'s pool, whether its
+/// identity reaches the pod, and why not, from the model's answer for the pod
+/// (`candidates`, `containers`).
 pub(crate) fn binding_verdict(
     b: &InferenceIdentityBinding,
+    pool: &PoolResolution,
     pod: &Pod,
     objects: &[ClusterSPIFFEID],
     candidates: &[Candidate],
@@ -287,9 +304,39 @@ pub(crate) fn binding_verdict(
             other => why_not.push(verdict_text(other)),
         },
     }
+    let targets_pod_pool = pool.selects(pod.labels());
+    if !selects_pod && !targets_pod_pool {
+        // Not meant for this pod: that is the whole answer. The output's verdict would only
+        // restate it (its podSelector is the other pool's labels).
+        why_not = vec![match pool {
+            PoolResolution::Found {
+                target,
+                name,
+                group,
+                ..
+            } => {
+                let missing = pool.missing_labels(pod.labels());
+                if missing.is_empty() {
+                    format!(
+                        "it targets InferencePool {name} ({group}) via {target}, which has no labels and selects no pod"
+                    )
+                } else {
+                    format!(
+                        "it targets InferencePool {name} ({group}) via {target}, which does not select the pod: needs {}",
+                        missing.join(", ")
+                    )
+                }
+            }
+            PoolResolution::Refused { reason, message } => {
+                format!("the binding is refused: {reason}: {message}")
+            }
+        }];
+    }
     BindingVerdict {
         name: b.name_any(),
         cluster_spiffe_id: output.map(|c| c.name.clone()),
+        pool: pool.clone(),
+        targets_pod_pool,
         selects_pod,
         why_not,
     }
@@ -432,19 +479,39 @@ pub fn render_text(e: &PodExplanation, out: &mut impl Write) -> io::Result<()> {
         }
         writeln!(out, "    {}", verdict_text(&c.verdict))?;
     }
-    writeln!(out, "\nBindings in namespace {}:", e.pod.namespace)?;
-    if e.bindings.is_empty() {
-        writeln!(out, "  none")?;
-    }
-    for b in &e.bindings {
-        let output = b.cluster_spiffe_id.as_deref().unwrap_or("no output");
-        if b.selects_pod {
-            writeln!(out, "  {} ({output}): gives the pod its identity", b.name)?;
-        } else {
-            writeln!(out, "  {} ({output}): does not reach the pod", b.name)?;
+    // Bindings meant for the pod (their pool selects it) first: their "why not" is the
+    // answer to "why does this pod not get the identity I declared".
+    let (mine, others): (Vec<&BindingVerdict>, Vec<&BindingVerdict>) = e
+        .bindings
+        .iter()
+        .partition(|b| b.targets_pod_pool || b.selects_pod);
+    for (title, group) in [
+        (
+            format!(
+                "Bindings in namespace {} that target the pod's pool:",
+                e.pod.namespace
+            ),
+            mine,
+        ),
+        (
+            format!("Other bindings in namespace {}:", e.pod.namespace),
+            others,
+        ),
+    ] {
+        writeln!(out, "\n{title}")?;
+        if group.is_empty() {
+            writeln!(out, "  none")?;
         }
-        for why in &b.why_not {
-            writeln!(out, "    {why}")?;
+        for b in group {
+            let output = b.cluster_spiffe_id.as_deref().unwrap_or("no output");
+            if b.selects_pod {
+                writeln!(out, "  {} ({output}): gives the pod its identity", b.name)?;
+            } else {
+                writeln!(out, "  {} ({output}): does not reach the pod", b.name)?;
+            }
+            for why in &b.why_not {
+                writeln!(out, "    {why}")?;
+            }
         }
     }
     Ok(())

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kleym_api::conditions::READY;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use kleym_api::{ConflictPeer, IdentityWarning, InferenceIdentityBinding};
-use kleym_spoke::compiler::{BindingInput, Lookup, PoolView, TargetView, resolve};
+use kleym_spoke::compiler::{BindingInput, Lookup, PoolView, TargetView};
 use kleym_spoke::explain::{ManagerConfig, Ownership, Verdict};
 use kube::ResourceExt;
 use serde::{Deserialize, Serialize};
@@ -99,35 +99,8 @@ pub struct OutputRef {
     pub ownership: Ownership,
 }
 
-/// The pool a binding targets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(
-    rename_all = "camelCase",
-    rename_all_fields = "camelCase",
-    tag = "resolved"
-)]
-pub enum PoolResolution {
-    /// Target and pool found.
-    #[serde(rename = "true")]
-    Found {
-        /// The target, `Kind namespace/name (group)`.
-        target: String,
-        /// Pool name.
-        name: String,
-        /// Pool API group.
-        group: String,
-        /// The pool's pod selector.
-        match_labels: BTreeMap<String, String>,
-    },
-    /// The compiler refuses the reference (the same reason the binding is refused with).
-    #[serde(rename = "false")]
-    Refused {
-        /// The refusal reason.
-        reason: String,
-        /// Its message.
-        message: String,
-    },
-}
+/// The pool a binding targets (the model's type, re-exported here where it was born).
+pub use kleym_spoke::explain::targets::PoolResolution;
 
 /// A count and the first pods of a group, by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -357,34 +330,10 @@ pub fn explain_binding_objects(
         target: inputs.target.clone(),
         pool: inputs.pool.clone(),
     };
-    let (pool, pool_labels) = match resolve::resolve(&input) {
-        Ok(r) => {
-            let labels: BTreeMap<String, String> = r
-                .pool
-                .match_labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            (
-                PoolResolution::Found {
-                    target: format!(
-                        "{} {}/{} ({})",
-                        r.target.kind, r.target.namespace, r.target.name, r.target.group
-                    ),
-                    name: r.pool.name.clone(),
-                    group: r.pool.group.clone(),
-                    match_labels: labels.clone(),
-                },
-                Some(labels),
-            )
-        }
-        Err(refusal) => (
-            PoolResolution::Refused {
-                reason: refusal.reason.to_string(),
-                message: refusal.message.clone(),
-            },
-            None,
-        ),
+    let pool = kleym_spoke::explain::targets::resolve_pool(&input);
+    let pool_labels = match &pool {
+        PoolResolution::Found { match_labels, .. } => Some(match_labels.clone()),
+        PoolResolution::Refused { .. } => None,
     };
 
     let mut selected = Vec::new();
@@ -402,10 +351,18 @@ pub fn explain_binding_objects(
             node,
             inputs.objects,
             &[],
+            &kleym_spoke::explain::targets::NamespaceTargets::default(),
             manager,
             field_manager,
         )?;
-        let verdict = binding_verdict(b, pod, inputs.objects, &e.cluster_spiffe_ids, &e.containers);
+        let verdict = binding_verdict(
+            b,
+            &pool,
+            pod,
+            inputs.objects,
+            &e.cluster_spiffe_ids,
+            &e.containers,
+        );
         let own = e
             .cluster_spiffe_ids
             .iter()

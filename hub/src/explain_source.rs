@@ -61,6 +61,8 @@ pub enum ExplainError {
     Model(#[from] kleym_spoke::explain::ExplainError),
 }
 
+use kleym_spoke::explain::targets::{LookedUp, TargetsOf};
+
 fn read(what: String) -> impl FnOnce(kube::Error) -> ExplainError {
     move |source| ExplainError::Read { what, source }
 }
@@ -106,6 +108,12 @@ pub trait ExplainSource: Sync {
         &self,
         binding: &InferenceIdentityBinding,
     ) -> impl Future<Output = Result<(Lookup<TargetView>, Lookup<PoolView>), ExplainError>> + Send;
+    /// Where the targets and pools of `bindings` (all of `namespace`) are looked up.
+    fn namespace_targets(
+        &self,
+        namespace: &str,
+        bindings: &[InferenceIdentityBinding],
+    ) -> impl Future<Output = Result<Box<dyn TargetsOf + Send + Sync>, ExplainError>> + Send;
 }
 
 /// Reads everything from the cluster with `client` (the local command).
@@ -179,6 +187,21 @@ impl ExplainSource for ClusterReads<'_> {
         binding: &InferenceIdentityBinding,
     ) -> Result<(Lookup<TargetView>, Lookup<PoolView>), ExplainError> {
         read_target_and_pool(self.0, binding).await
+    }
+
+    /// One list per kind for the whole namespace, rather than per binding.
+    async fn namespace_targets(
+        &self,
+        namespace: &str,
+        _bindings: &[InferenceIdentityBinding],
+    ) -> Result<Box<dyn TargetsOf + Send + Sync>, ExplainError> {
+        let t = crate::explain_targets::read_namespace_targets(self.0, namespace)
+            .await
+            .map_err(|e| ExplainError::Read {
+                what: e.what,
+                source: e.source,
+            })?;
+        Ok(Box::new(t))
     }
 }
 
@@ -361,5 +384,19 @@ impl ExplainSource for HubCaches {
         binding: &InferenceIdentityBinding,
     ) -> Result<(Lookup<TargetView>, Lookup<PoolView>), ExplainError> {
         explain_view::target_and_pool(&self.context, binding).map_err(not_cached)
+    }
+
+    /// Each binding's lookups in the reconciler's caches: nothing is read from the spoke.
+    async fn namespace_targets(
+        &self,
+        _namespace: &str,
+        bindings: &[InferenceIdentityBinding],
+    ) -> Result<Box<dyn TargetsOf + Send + Sync>, ExplainError> {
+        let mut looked_up = LookedUp::default();
+        for b in bindings {
+            let found = explain_view::target_and_pool(&self.context, b).map_err(not_cached)?;
+            looked_up.0.insert(b.name_any(), found);
+        }
+        Ok(Box::new(looked_up))
     }
 }

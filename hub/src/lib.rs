@@ -3,11 +3,13 @@
 //! [`observe`], [`backoff`], [`flags`] and [`kubeconfig`] are shared by the `kleym` commands.
 
 pub mod access;
+pub mod api_client;
 pub mod backoff;
 pub mod credentials;
 pub mod explain;
 pub mod explain_binding;
 pub mod explain_source;
+pub mod explain_targets;
 pub mod flags;
 pub mod fleet;
 pub mod http;

@@ -1,9 +1,13 @@
 //! `kleym report` as a user runs it: the real binary, table and JSON/YAML output, the
 //! `--fail-on` exit codes, the hub API form (`--server`, bearer token), and errors (exit 2).
+//! Also how `kleym report --server` and `kleym explain --hub-url` (one client) treat the hub's
+//! answers: any answer is final, only a request without an answer is retried.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::thread;
 
@@ -308,4 +312,98 @@ fn server_form_reads_the_full_report_with_a_bearer_token() {
         !stderr.contains("s3cr3t") && !stdout(&out).contains("s3cr3t"),
         "token leaked: {stderr}"
     );
+}
+
+/// Serve every connection on 127.0.0.1 until the test ends: read the request's head, count
+/// it, then close the first `drops` connections without an answer and answer the others with
+/// `status` and `body`. The count is taken before answering, so once the client has its
+/// answer every request it sent is counted.
+fn serve_counting(drops: usize, status: u16, body: String) -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = count.clone();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let n = seen.fetch_add(1, Ordering::SeqCst);
+            if n < drops {
+                continue; // dropped: the connection closes without an answer
+            }
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\nretry-after: 1\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    (format!("http://{addr}"), count)
+}
+
+#[test]
+fn a_503_from_the_hub_is_an_answer_reported_at_once() {
+    // A follower that has not read the published status yet.
+    let not_published = r#"{"code":503,"reason":"NotPublished","message":"the leader has not published the fleet status yet"}"#;
+    let (url, requests) = serve_counting(0, 503, not_published.to_string());
+    let out = kleym(&["report", "--server", &url]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("/v1/report: the hub answered 503 Service Unavailable (NotPublished): the leader has not published the fleet status yet"),
+        "{stderr}"
+    );
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        1,
+        "retried a 503: {stderr}"
+    );
+
+    // A replica that does not run the spoke asked about.
+    let not_here = r#"{"code":503,"reason":"SpokeNotReachable","message":"this replica does not run cluster fleet/spoke-1's spoke; the leader does","cluster":{"namespace":"fleet","name":"spoke-1"}}"#;
+    let (url, requests) = serve_counting(0, 503, not_here.to_string());
+    let out = kleym(&[
+        "explain",
+        "pod",
+        "serving/vllm-0",
+        "--hub-url",
+        &url,
+        "--cluster",
+        "fleet/spoke-1",
+        "--trust-domain",
+        "example.org",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("/v1/clusters/fleet/spoke-1/explain/pod/serving/vllm-0: the hub answered 503 Service Unavailable (SpokeNotReachable): this replica does not run cluster fleet/spoke-1's spoke; the leader does"),
+        "{stderr}"
+    );
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        1,
+        "retried a 503: {stderr}"
+    );
+}
+
+#[test]
+fn a_request_without_an_answer_is_retried_a_bounded_number_of_times() {
+    // Two connections closed without an answer (a replica restarting), then the report.
+    let body = serde_json::to_string(&full(false, false)).unwrap();
+    let (url, requests) = serve_counting(2, 200, body);
+    let out = kleym(&["report", "--server", &url, "--fail-on", "none"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(requests.load(Ordering::SeqCst), 3);
+
+    // Never an answer: three attempts, then a failure that says so.
+    let (url, requests) = serve_counting(usize::MAX, 200, String::new());
+    let out = kleym(&["report", "--server", &url]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no answer after 3 attempts"), "{stderr}");
+    assert_eq!(requests.load(Ordering::SeqCst), 3);
 }

@@ -331,6 +331,7 @@ async fn explain_demo_pod(
         class_name: String::new(),
         watch_classless: false,
         ignore_namespaces: Vec::new(),
+        parent_id_template: String::new(),
     };
     let explained = kleym_hub::explain::explain_pod(
         &client,

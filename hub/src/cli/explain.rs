@@ -6,13 +6,11 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use kleym_hub::explain::{PodExplanation, Scope, explain_pod};
 use kleym_hub::explain_binding::{BindingExplanation, DEFAULT_SAMPLE, explain_binding};
 use kleym_hub::http::explain::{ExplainQuery, encode, query_string};
 use kleym_spoke::explain::ManagerConfig;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 
 /// Output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -37,7 +35,8 @@ pub struct Args {
 #[derive(Debug, clap::Subcommand)]
 pub enum What {
     /// A pod: every ClusterSPIFFEID that selects it, the entries SPIRE receives, the SVIDs
-    /// of each container, and why the bindings of its namespace do or do not reach it.
+    /// of each container, which bindings of its namespace target its pool, and why they do
+    /// or do not reach it.
     Pod(PodArgs),
     /// A binding: its ClusterSPIFFEID, the pods it reaches, the pods of its pool it does
     /// not reach and why, where SPIRE masks it, and its collisions and warnings.
@@ -93,6 +92,11 @@ pub struct Common {
     /// expression); repeat for several.
     #[arg(long = "ignore-namespace", value_name = "REGEX")]
     pub ignore_namespaces: Vec<String>,
+    /// The controller manager's `parentIDTemplate` (default: its built-in
+    /// `spiffe://<trust domain>/spire/agent/k8s_psat/<cluster name>/<node UID>`): rendered
+    /// with the node's data only, it must give a SPIFFE ID of the trust domain.
+    #[arg(long, value_name = "TEMPLATE", default_value = "")]
+    pub parent_id_template: String,
     /// kleym's field manager, for the ownership proof of its ClusterSPIFFEIDs.
     #[arg(long, default_value = kleym_spoke::reconciler::config::DEFAULT_FIELD_MANAGER)]
     pub field_manager: String,
@@ -116,7 +120,8 @@ configured: the answer depends on them."
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = concat!("\
 Reads: get on the pod, its namespace and its node; list on ClusterSPIFFEIDs and on the \
-namespace's InferenceIdentityBindings. ", sources_help!(), "
+namespace's InferenceIdentityBindings, InferenceObjectives, InferenceModels and InferencePools \
+(to tell which bindings target the pod's pool). ", sources_help!(), "
 
 EXIT STATUS:
   0  explained
@@ -222,6 +227,7 @@ fn manager(c: &Common) -> ManagerConfig {
         class_name: c.spire_class.clone(),
         watch_classless: c.watch_classless,
         ignore_namespaces: c.ignore_namespaces.clone(),
+        parent_id_template: c.parent_id_template.clone(),
     }
 }
 
@@ -282,59 +288,16 @@ fn fetch<'a, T: serde::de::DeserializeOwned>(
     })
 }
 
-/// `GET url+path` with the bearer token; a non-2xx answer is an error carrying the hub's
-/// message.
+/// `GET url+path` with the bearer token: any answer is final (a `503` from a replica that
+/// does not engage the spoke says so at once); only a request that got no answer is
+/// retried, a few times ([`kleym_hub::api_client`]).
 async fn hub_get(
     url: &str,
     path: &str,
     token: Option<&str>,
     ca_pem: Option<&[u8]>,
 ) -> anyhow::Result<String> {
-    let uri: http::Uri = url.parse().map_err(|e| anyhow!("--hub-url {url:?}: {e}"))?;
-    if !matches!(uri.scheme_str(), Some("https" | "http")) {
-        return Err(anyhow!(
-            "--hub-url {url:?}: the scheme must be https or http"
-        ));
-    }
-    let mut config = kube::Config::new(uri);
-    // kube's default retries a 503 for minutes (up to 15 times, honouring Retry-After): an
-    // operator asking once wants the hub's answer, e.g. that this replica does not reach the
-    // spoke, at once.
-    config.default_retry = false;
-    if let Some(pem) = ca_pem {
-        let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(pem)
-            .map(|c| c.map(|c| c.to_vec()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| anyhow!("--ca-file: {e}"))?;
-        if certs.is_empty() {
-            return Err(anyhow!("--ca-file: no PEM certificate found"));
-        }
-        config.root_cert = Some(certs);
-    }
-    let client = kube::Client::try_from(config).context("building the hub API client")?;
-    let mut request = http::Request::get(path).header(http::header::ACCEPT, "application/json");
-    if let Some(token) = token {
-        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-    }
-    let request = request.body(Vec::new()).context("building the request")?;
-    let response = client
-        .send(request.map(kube::client::Body::from))
-        .await
-        .with_context(|| format!("GET {url}{}", path.split('?').next().unwrap_or(path)))?;
-    let status = response.status();
-    let bytes = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .context("reading the hub's answer")?
-        .to_bytes();
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    if status.is_success() {
-        return Ok(text);
-    }
-    let message = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v["message"].as_str().map(str::to_string))
-        .unwrap_or(text);
-    Err(anyhow!("the hub answered {status}: {message}"))
+    Ok(kleym_hub::api_client::get(url, path, token, ca_pem).await?)
 }
 
 fn print<T: serde::Serialize, W: Write>(

@@ -56,6 +56,7 @@ pub fn query_string(q: &ExplainQuery) -> String {
         ("clusterDomain", m.cluster_domain.clone()),
         ("spireClass", m.class_name.clone()),
         ("watchClassless", m.watch_classless.to_string()),
+        ("parentIDTemplate", m.parent_id_template.clone()),
         ("fieldManager", q.field_manager.clone()),
         ("sample", q.sample.to_string()),
     ];
@@ -120,6 +121,7 @@ pub fn parse_query(raw: Option<&str>) -> Result<ExplainQuery, String> {
             class_name: String::new(),
             watch_classless: false,
             ignore_namespaces: Vec::new(),
+            parent_id_template: String::new(),
         },
         field_manager: kleym_spoke::reconciler::config::DEFAULT_FIELD_MANAGER.to_string(),
         sample: crate::explain_binding::DEFAULT_SAMPLE,
@@ -138,6 +140,7 @@ pub fn parse_query(raw: Option<&str>) -> Result<ExplainQuery, String> {
                 })?
             }
             "ignoreNamespace" => q.manager.ignore_namespaces.push(v),
+            "parentIDTemplate" => q.manager.parent_id_template = v,
             "fieldManager" => q.field_manager = v,
             "sample" => {
                 q.sample = v.parse().map_err(|_| {
@@ -373,6 +376,7 @@ mod tests {
                 class_name: "a&b".into(),
                 watch_classless: true,
                 ignore_namespaces: vec!["^kube-.*$".into(), "=x%".into()],
+                parent_id_template: "spiffe://{{ .TrustDomain }}/agent/{{ .NodeMeta.Name }}".into(),
             },
             field_manager: "kleym".into(),
             sample: 3,

@@ -3,8 +3,6 @@
 
 use kleym_api::hub_status::{FleetIdentityReport, FleetIdentityReportStatus};
 use kube::api::Api;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 
 /// A report as read: the document to print for `-o json|yaml`, and its parsed form.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,17 +32,9 @@ pub enum SourceError {
         #[source]
         source: kube::Error,
     },
-    /// The server URL is not valid.
-    #[error("invalid --server URL {url:?}: {reason}")]
-    BadUrl {
-        /// The URL.
-        url: String,
-        /// Why.
-        reason: String,
-    },
-    /// The CA file holds no usable certificate.
-    #[error("--ca-file: {0}")]
-    BadCa(String),
+    /// The hub API refused or could not be reached (`--server`).
+    #[error(transparent)]
+    Api(#[from] crate::api_client::HubApiError),
     /// The document is not a report.
     #[error("not a kleym fleet report: {0}")]
     Parse(String),
@@ -109,52 +99,14 @@ pub async fn from_cluster(client: kube::Client, name: &str) -> Result<ReportDocu
 }
 
 /// Read the full report from the hub API: `GET <server>/v1/report` with `token` as bearer
-/// token and `ca_pem` (PEM) as the only trusted CA when given.
+/// token and `ca_pem` (PEM) as the only trusted CA when given. Any answer is final (a `503`
+/// says why at once); only a request that got no answer is retried, a few times
+/// ([`crate::api_client`]).
 pub async fn from_api(
     server: &str,
     token: Option<&str>,
     ca_pem: Option<&[u8]>,
 ) -> Result<ReportDocument, SourceError> {
-    let url: http::Uri =
-        server
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| SourceError::BadUrl {
-                url: server.to_string(),
-                reason: e.to_string(),
-            })?;
-    if !matches!(url.scheme_str(), Some("https" | "http")) {
-        return Err(SourceError::BadUrl {
-            url: server.to_string(),
-            reason: "the scheme must be https or http".into(),
-        });
-    }
-    let mut config = kube::Config::new(url);
-    if let Some(pem) = ca_pem {
-        let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(pem)
-            .map(|c| c.map(|c| c.to_vec()))
-            .collect::<Result<_, _>>()
-            .map_err(|e| SourceError::BadCa(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(SourceError::BadCa("no PEM certificate found".into()));
-        }
-        config.root_cert = Some(certs);
-    }
-    let what = format!("GET {server}/v1/report");
-    let client = kube::Client::try_from(config).map_err(|source| SourceError::Request {
-        what: what.clone(),
-        source,
-    })?;
-    let mut request =
-        http::Request::get("/v1/report").header(http::header::ACCEPT, "application/json");
-    if let Some(token) = token {
-        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
-    }
-    let request = request
-        .body(Vec::new())
-        .map_err(|e| SourceError::Parse(e.to_string()))?;
-    let body = client
-        .request_text(request)
-        .await
-        .map_err(|source| SourceError::Request { what, source })?;
+    let body = crate::api_client::get(server, "/v1/report", token, ca_pem).await?;
     ReportDocument::parse(body.as_bytes())
 }

@@ -350,9 +350,13 @@ impl HubView for FleetHubView {
             ));
         }
         match self.following() {
-            Some(_) => SpokeReach::NotHere(format!(
-                "this replica does not run cluster {key}'s spoke; the leader does"
-            )),
+            // Name the leader when the Lease says who it is: the caller can ask it directly.
+            Some(_) => SpokeReach::NotHere(match self.leader.holder() {
+                Some(leader) => format!(
+                    "this replica does not run cluster {key}'s spoke; the leader {leader} does"
+                ),
+                None => format!("this replica does not run cluster {key}'s spoke; the leader does"),
+            }),
             None => SpokeReach::NotHere(format!(
                 "cluster {key} is not engaged right now (see /v1/clusters/{key})"
             )),

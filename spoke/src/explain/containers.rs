@@ -11,7 +11,11 @@ use super::KeptEntry;
 
 /// Whether one entry applies to one container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "applies")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "applies"
+)]
 pub enum Applies {
     /// Every selector holds for the container.
     Yes,

@@ -26,6 +26,12 @@ pub enum GoTemplateError {
         /// The path up to it.
         path: String,
     },
+    /// `.PodMeta` or `.PodSpec` in a parent ID template: SPIRE Controller Manager renders
+    /// the parent before it sets the pod's data, and Go fails on the nil pointer.
+    #[error(
+        "nil pointer evaluating {0}: the parent ID template is rendered without the pod's data"
+    )]
+    NilPointer(String),
     /// The value is a struct or list, which Go would print in its own `%v` format.
     #[error(
         "{0} is not a scalar value; kleym does not reproduce Go's formatting of structs and lists"
@@ -78,6 +84,25 @@ const MAP_FIELDS: [&str; 3] = ["Labels", "Annotations", "NodeSelector"];
 /// Render `template` with `data`.
 pub fn render(template: &str, data: &TemplateData<'_>) -> Result<String, GoTemplateError> {
     render_with(template, |action| evaluate(action, data))
+}
+
+/// Render a parent ID template (the manager's `parentIDTemplate`): the same data as
+/// [`render`] without the pod's, which SPIRE Controller Manager sets only after it rendered
+/// the parent (`renderPodEntry` in `pkg/spireentry/entries.go`).
+pub fn render_without_pod(
+    template: &str,
+    data: &TemplateData<'_>,
+) -> Result<String, GoTemplateError> {
+    render_with(template, |action| {
+        let root = action
+            .strip_prefix('.')
+            .and_then(|p| p.split('.').next())
+            .unwrap_or_default();
+        if matches!(root, "PodMeta" | "PodSpec") {
+            return Err(GoTemplateError::NilPointer(action.to_string()));
+        }
+        evaluate(action, data)
+    })
 }
 
 /// Render `template`, each action's text (trimmed, such as `.PodMeta.Name`) evaluated by

@@ -13,8 +13,9 @@
 //!   every namespace), the namespace is not one the manager ignores, and its `podSelector`
 //!   selects the pod's labels (unset: every pod);
 //! - a pod not yet scheduled gets no entry (it is rendered again once it is);
-//! - the entry is: parent `spiffe://<td>/spire/agent/k8s_psat/<cluster>/<node UID>`,
-//!   selectors `k8s:pod-uid:<uid>` plus the rendered `workloadSelectorTemplates`, the
+//! - the entry is: parent `spiffe://<td>/spire/agent/k8s_psat/<cluster>/<node UID>` (or the
+//!   manager's `parentIDTemplate`, rendered without the pod's data and required to be a
+//!   SPIFFE ID of the trust domain), selectors `k8s:pod-uid:<uid>` plus the rendered `workloadSelectorTemplates`, the
 //!   rendered SPIFFE ID (which must be in the manager's trust domain) and DNS names
 //!   (rendered, duplicates dropped, order kept);
 //! - non-fallback ClusterSPIFFEIDs are evaluated first; a `fallback` one is skipped for a pod
@@ -29,6 +30,7 @@ pub mod containers;
 pub mod gotemplate;
 pub mod labels;
 pub mod pool;
+pub mod targets;
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -40,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::compiler::spiffe_id::SpiffeId;
 use crate::ownership::{self, OWNER_ANNOTATION, Owner};
-use gotemplate::{TemplateData, render};
+use gotemplate::{TemplateData, render, render_without_pod};
 
 /// Annotation that makes a ClusterSPIFFEID additive: its entry does not keep fallback
 /// ClusterSPIFFEIDs from applying to the same pod.
@@ -63,6 +65,10 @@ pub struct ManagerConfig {
     /// Namespaces it ignores (`ignoreNamespaces`): regular expressions, a namespace is
     /// ignored when one of them matches anywhere in its name (Go's `MatchString`).
     pub ignore_namespaces: Vec<String>,
+    /// Its `parentIDTemplate`; empty for the default,
+    /// `spiffe://<td>/spire/agent/k8s_psat/<clusterName>/<node UID>`.
+    #[serde(default, rename = "parentIDTemplate")]
+    pub parent_id_template: String,
 }
 
 /// The model cannot answer.
@@ -96,7 +102,11 @@ impl ManagerConfig {
 
 /// Who a ClusterSPIFFEID belongs to, as far as kleym can tell.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "kind")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "kind"
+)]
 pub enum Ownership {
     /// kleym's output for this binding: the ownership proof holds on the object.
     Proven {
@@ -150,7 +160,11 @@ pub struct RenderedEntry {
 
 /// What became of one ClusterSPIFFEID for the pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "verdict")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "verdict"
+)]
 pub enum Verdict {
     /// Its `className` is not read by the manager.
     OtherClass {
@@ -224,6 +238,83 @@ pub struct PodModel {
     pub candidates: Vec<Candidate>,
     /// The entries SPIRE receives for the pod (one per key), in SPIFFE ID order.
     pub entries: Vec<KeptEntry>,
+    /// ClusterStaticEntries that declare one of those SPIFFE IDs as another entry (another
+    /// parent or selector set): the ID is issued to other workloads too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_with_static: Vec<SharedId>,
+}
+
+/// A SPIFFE ID of the pod that a ClusterStaticEntry declares for another entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SharedId {
+    /// The SPIFFE ID.
+    pub spiffe_id: String,
+    /// The ClusterStaticEntry, as `ClusterStaticEntry <name>`.
+    pub declared_by: String,
+    /// Its parent ID.
+    pub parent_id: String,
+}
+
+/// A ClusterStaticEntry (`spire.spiffe.io/v1alpha1`, cluster-scoped): a literal entry that
+/// takes part in the same one-entry-per-key rule as the ClusterSPIFFEIDs' entries
+/// (`addClusterStaticEntryEntriesState` in `pkg/spireentry/reconciler.go`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticEntry {
+    /// Object name.
+    pub name: String,
+    /// `spec.className` (empty: none).
+    pub class_name: String,
+    /// `spec.spiffeID`.
+    pub spiffe_id: String,
+    /// `spec.parentID`.
+    pub parent_id: String,
+    /// `spec.selectors`, `type:value` each.
+    pub selectors: Vec<String>,
+    /// `spec.dnsNames`.
+    pub dns_names: Vec<String>,
+    /// Its age and UID, for the precedence between declarations of one entry.
+    pub precedence: Precedence,
+}
+
+impl StaticEntry {
+    /// The name the model gives it in verdicts and entries.
+    pub fn label(&self) -> String {
+        format!("ClusterStaticEntry {}", self.name)
+    }
+
+    /// The entry it declares, when the manager renders it: both IDs must parse and every
+    /// selector must be `type:value` (`renderStaticEntry` in `pkg/spireentry/entries.go`;
+    /// unlike a pod's entry, no trust domain check).
+    fn render(&self) -> Option<RenderedEntry> {
+        SpiffeId::parse(&self.spiffe_id).ok()?;
+        SpiffeId::parse(&self.parent_id).ok()?;
+        let valid = |s: &String| {
+            s.split_once(':')
+                .is_some_and(|(t, v)| !t.is_empty() && !v.is_empty())
+        };
+        if !self.selectors.iter().all(valid) {
+            return None;
+        }
+        let mut selectors = self.selectors.clone();
+        sort_selectors(&mut selectors);
+        selectors.dedup();
+        Some(RenderedEntry {
+            spiffe_id: self.spiffe_id.clone(),
+            parent_id: self.parent_id.clone(),
+            selectors,
+            dns_names: self.dns_names.clone(),
+        })
+    }
+}
+
+/// Sort selectors by type, then value, as SPIRE Controller Manager keys them.
+fn sort_selectors(selectors: &mut [String]) {
+    selectors.sort_by(|a, b| {
+        let (ta, va) = a.split_once(':').unwrap_or((a, ""));
+        let (tb, vb) = b.split_once(':').unwrap_or((b, ""));
+        ta.cmp(tb).then_with(|| va.cmp(vb))
+    });
 }
 
 /// An entry SPIRE receives, with the object that declares it and those it masks.
@@ -327,6 +418,20 @@ pub fn explain_pod(
     config: &ManagerConfig,
     field_manager: &str,
 ) -> Result<PodModel, ExplainError> {
+    explain_pod_with_static(inputs, objects, &[], config, field_manager)
+}
+
+/// [`explain_pod`], with the cluster's ClusterStaticEntries `statics` declaring entries
+/// beside the ClusterSPIFFEIDs: one that declares the very entry of a pod's (same SPIFFE ID,
+/// parent and selectors) masks it or is masked by the same precedence; one that declares one
+/// of the pod's SPIFFE IDs for another entry is listed in [`PodModel::shared_with_static`].
+pub fn explain_pod_with_static(
+    inputs: PodInputs<'_>,
+    objects: &[ClusterSPIFFEID],
+    statics: &[StaticEntry],
+    config: &ManagerConfig,
+    field_manager: &str,
+) -> Result<PodModel, ExplainError> {
     let ignored = config.ignores(&inputs.namespace.name_any())?;
     let mut order: Vec<&ClusterSPIFFEID> = objects.iter().collect();
     order.sort_by_key(|a| a.name_any());
@@ -382,20 +487,50 @@ pub fn explain_pod(
                 .push(i);
         }
     }
+    // The manager reads the ClusterStaticEntries of its class, as its ClusterSPIFFEIDs.
+    let statics: Vec<(&StaticEntry, RenderedEntry)> = statics
+        .iter()
+        .filter(|s| reads_class(config, &s.class_name))
+        .filter_map(|s| s.render().map(|e| (s, e)))
+        .collect();
     let precedence: Vec<Precedence> = order.iter().map(|o| Precedence::of(o)).collect();
     let mut entries = Vec::new();
-    for (_, mut declared) in by_key {
-        declared.sort_by(|&a, &b| precedence[a].cmp(&precedence[b]));
-        let winner = declared[0];
-        let winner_name = candidates[winner].name.clone();
-        let mut masks = Vec::new();
-        for &other in &declared[1..] {
-            candidates[other].verdict = Verdict::Masked {
-                by: winner_name.clone(),
-            };
-            masks.push(candidates[other].name.clone());
+    for (key, declared) in by_key {
+        // Candidates by index, ClusterStaticEntries by the entry they declare.
+        let mut declared: Vec<(Declarer, &Precedence)> = declared
+            .into_iter()
+            .map(|i| (Declarer::Object(i), &precedence[i]))
+            .chain(
+                statics
+                    .iter()
+                    .filter(|(_, e)| {
+                        (&e.spiffe_id, &e.parent_id, &e.selectors) == (&key.0, &key.1, &key.2)
+                    })
+                    .map(|(s, e)| (Declarer::Static(s, e), &s.precedence)),
+            )
+            .collect();
+        declared.sort_by(|a, b| a.1.cmp(b.1));
+        let names: Vec<String> = declared
+            .iter()
+            .map(|(d, _)| match d {
+                Declarer::Object(i) => candidates[*i].name.clone(),
+                Declarer::Static(s, _) => s.label(),
+            })
+            .collect();
+        let winner_name = names[0].clone();
+        for (other, _) in &declared[1..] {
+            if let Declarer::Object(i) = other {
+                candidates[*i].verdict = Verdict::Masked {
+                    by: winner_name.clone(),
+                };
+            }
         }
-        if let Some(entry) = candidates[winner].entry.clone() {
+        let masks = names[1..].to_vec();
+        let entry = match &declared[0].0 {
+            Declarer::Object(i) => candidates[*i].entry.clone(),
+            Declarer::Static(_, e) => Some((*e).clone()),
+        };
+        if let Some(entry) = entry {
             entries.push(KeptEntry {
                 entry,
                 declared_by: winner_name,
@@ -403,10 +538,38 @@ pub fn explain_pod(
             });
         }
     }
+    let mut shared_with_static = Vec::new();
+    for (s, e) in &statics {
+        let same_id_other_entry = entries.iter().any(|k| {
+            k.entry.spiffe_id == e.spiffe_id
+                && (k.entry.parent_id != e.parent_id || k.entry.selectors != e.selectors)
+        });
+        if same_id_other_entry {
+            shared_with_static.push(SharedId {
+                spiffe_id: e.spiffe_id.clone(),
+                declared_by: s.label(),
+                parent_id: e.parent_id.clone(),
+            });
+        }
+    }
     Ok(PodModel {
         candidates,
         entries,
+        shared_with_static,
     })
+}
+
+/// Who declares an entry: a ClusterSPIFFEID (by its index among the candidates) or a
+/// ClusterStaticEntry.
+enum Declarer<'a> {
+    Object(usize),
+    Static(&'a StaticEntry, &'a RenderedEntry),
+}
+
+/// Whether the manager configured by `config` reads objects of class `class`
+/// (`reconcileClass` in `pkg/spireentry/reconciler.go`).
+fn reads_class(config: &ManagerConfig, class: &str) -> bool {
+    (class.is_empty() && config.watch_classless) || class == config.class_name
 }
 
 fn evaluate(
@@ -419,8 +582,7 @@ fn evaluate(
 ) -> (Option<RenderedEntry>, Verdict) {
     let spec = &obj.spec;
     let class = spec.class_name.clone().unwrap_or_default();
-    let reads = (class.is_empty() && config.watch_classless) || class == config.class_name;
-    if !reads {
+    if !reads_class(config, &class) {
         return (None, Verdict::OtherClass { class_name: class });
     }
     if spec.spiffe_id_template.is_empty() {
@@ -520,12 +682,29 @@ pub fn render_entry(
         node_meta: &node_meta,
         node_spec: &node_spec,
     };
-    let parent_id = format!(
-        "spiffe://{}/spire/agent/k8s_psat/{}/{}",
-        config.trust_domain,
-        config.cluster_name,
-        node.uid().unwrap_or_default()
-    );
+    // The parent first, as the manager renders it, and before the pod's data is set.
+    let parent_id = if config.parent_id_template.is_empty() {
+        format!(
+            "spiffe://{}/spire/agent/k8s_psat/{}/{}",
+            config.trust_domain,
+            config.cluster_name,
+            node.uid().unwrap_or_default()
+        )
+    } else {
+        let parent = render_without_pod(&config.parent_id_template, &data)
+            .map_err(|e| format!("failed to render parent ID: {e}"))?;
+        let id = SpiffeId::parse(&parent).map_err(|e| {
+            format!("failed to render parent ID: invalid SPIFFE ID {parent:?}: {e}")
+        })?;
+        if id.trust_domain().as_str() != config.trust_domain {
+            return Err(format!(
+                "failed to render parent ID: invalid SPIFFE ID: expected trust domain {:?} but got {:?}",
+                config.trust_domain,
+                id.trust_domain().as_str()
+            ));
+        }
+        parent
+    };
     let rendered = render(&obj.spec.spiffe_id_template, &data)
         .map_err(|e| format!("failed to render SPIFFE ID: {e}"))?;
     let id =
@@ -566,11 +745,7 @@ pub fn render_entry(
             Some(_) => selectors.push(s),
         }
     }
-    selectors.sort_by(|a, b| {
-        let (ta, va) = a.split_once(':').unwrap_or((a, ""));
-        let (tb, vb) = b.split_once(':').unwrap_or((b, ""));
-        ta.cmp(tb).then_with(|| va.cmp(vb))
-    });
+    sort_selectors(&mut selectors);
     Ok(RenderedEntry {
         spiffe_id: rendered,
         parent_id,

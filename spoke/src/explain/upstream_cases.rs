@@ -9,7 +9,7 @@ use kleym_api::external::spiffeid::ClusterSPIFFEID;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{ManagerConfig, PodInputs, Verdict, explain_pod};
+use super::{ManagerConfig, PodInputs, Precedence, StaticEntry, Verdict, explain_pod_with_static};
 
 #[derive(Deserialize)]
 struct Cases {
@@ -27,7 +27,23 @@ struct Case {
     pod: PodDesc,
     node_uid: Option<String>,
     objects: Vec<ObjectDesc>,
+    #[serde(default)]
+    static_entries: Vec<StaticDesc>,
     expect: Expect,
+}
+
+/// A ClusterStaticEntry: its spec's fields as upstream spells them.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StaticDesc {
+    name: String,
+    #[serde(rename = "spiffeID")]
+    spiffe_id: String,
+    #[serde(rename = "parentID")]
+    parent_id: String,
+    selectors: Vec<String>,
+    class_name: Option<String>,
+    created: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -81,6 +97,10 @@ struct Expect {
     verdicts: BTreeMap<String, String>,
     #[serde(default)]
     masked_by: BTreeMap<String, String>,
+    /// `spiffeId` → the ClusterStaticEntry (`ClusterStaticEntry <name>`) that declares it
+    /// for another entry.
+    #[serde(default)]
+    shared_with_static: BTreeMap<String, String>,
 }
 
 fn object(d: &ObjectDesc) -> ClusterSPIFFEID {
@@ -189,7 +209,33 @@ fn upstream_cases_hold() {
             namespace: &ns,
             node: Some(&node),
         };
-        let model = match explain_pod(inputs, &objects, &config, "kleym") {
+        let statics: Vec<StaticEntry> = case
+            .static_entries
+            .iter()
+            .map(|d| {
+                let created = d
+                    .created
+                    .clone()
+                    .unwrap_or_else(|| "2026-01-01T00:00:00Z".into());
+                let meta: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta =
+                    match serde_json::from_value(
+                        json!({"uid": format!("uid-{}", d.name), "creationTimestamp": created}),
+                    ) {
+                        Ok(m) => m,
+                        Err(e) => panic!("{at}: static entry {}: {e}", d.name),
+                    };
+                StaticEntry {
+                    name: d.name.clone(),
+                    class_name: d.class_name.clone().unwrap_or_default(),
+                    spiffe_id: d.spiffe_id.clone(),
+                    parent_id: d.parent_id.clone(),
+                    selectors: d.selectors.clone(),
+                    dns_names: Vec::new(),
+                    precedence: Precedence::of_meta(&meta),
+                }
+            })
+            .collect();
+        let model = match explain_pod_with_static(inputs, &objects, &statics, &config, "kleym") {
             Ok(m) => m,
             Err(e) => panic!("{at}: {e}"),
         };
@@ -229,6 +275,15 @@ fn upstream_cases_hold() {
                 "{at}: verdict of {name}: {c:?}"
             );
         }
+        let shared: BTreeMap<String, String> = model
+            .shared_with_static
+            .iter()
+            .map(|s| (s.spiffe_id.clone(), s.declared_by.clone()))
+            .collect();
+        assert_eq!(
+            shared, e.shared_with_static,
+            "{at}: shared with static entries"
+        );
         for (name, by) in &e.masked_by {
             let Some(c) = model.candidates.iter().find(|c| &c.name == name) else {
                 panic!("{at}: no candidate {name}")

@@ -458,6 +458,7 @@ mod tests {
             class_name: "c".into(),
             watch_classless: true,
             ignore_namespaces: Vec::new(),
+            parent_id_template: String::new(),
         };
         let inputs = PodInputs {
             pod: &pod,
