@@ -516,14 +516,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
             _ => None,
         })
         .collect();
-    let mut hubs = Replicas::start_each(
-        &o.kleym,
-        flags,
-        &o.dir,
-        w.f.hub.store(),
-        each,
-        &deferred,
-    )?;
+    let mut hubs = Replicas::start_each(&o.kleym, flags, &o.dir, w.f.hub.store(), each, &deferred)?;
     let limit = Duration::from_secs(60);
     let waited = Instant::now();
     while hubs.leader().is_none() {
@@ -734,6 +727,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         .iter()
         .map(|s| invariants::binding_snapshot(s))
         .collect();
+    let leases_before = invariants::replica_leases(&w.f.hub.store(), HUB_NS);
     let quiet_from = Instant::now();
     while quiet_from.elapsed() < o.quiet {
         hubs.observe_leader();
@@ -743,6 +737,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     logs.drain(&w);
+    let leases_after = invariants::replica_leases(&w.f.hub.store(), HUB_NS);
     let after = w.writes();
     let mut quiet_writes = BTreeMap::new();
     for (cluster, a) in &after {
@@ -761,6 +756,18 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
             name,
             log,
             Duration::from_secs(o.lease_seconds),
+        );
+    }
+    if sharded {
+        let running: Vec<&str> = (0..hubs.len())
+            .filter(|i| hubs.is_running(*i))
+            .map(|i| hubs.instance(i))
+            .collect();
+        invariants::check_replica_membership(
+            &mut violations,
+            &running,
+            &leases_before,
+            &leases_after,
         );
     }
     let shard_faults_fired = if sharded {
@@ -898,23 +905,30 @@ impl ShardEvidence {
                 })
             })
             .count();
-        BTreeMap::from([
-            ProcessFault::Join { replica: 0 }.kind(),
-            ProcessFault::KillPause {
-                replica: 0,
-                restart_after: Duration::ZERO,
-            }
-            .kind(),
-            ProcessFault::LeaseLoss { replica: 0 }.kind(),
-            ProcessFault::HubPartition {
-                replica: 0,
-                lasts: Duration::ZERO,
-            }
-            .kind(),
-        ]
-        .into_iter()
-        .zip([joined, taken_over, self.lease_losses, self.partitions_refused])
-        .collect::<BTreeMap<_, _>>())
+        BTreeMap::from(
+            [
+                ProcessFault::Join { replica: 0 }.kind(),
+                ProcessFault::KillPause {
+                    replica: 0,
+                    restart_after: Duration::ZERO,
+                }
+                .kind(),
+                ProcessFault::LeaseLoss { replica: 0 }.kind(),
+                ProcessFault::HubPartition {
+                    replica: 0,
+                    lasts: Duration::ZERO,
+                }
+                .kind(),
+            ]
+            .into_iter()
+            .zip([
+                joined,
+                taken_over,
+                self.lease_losses,
+                self.partitions_refused,
+            ])
+            .collect::<BTreeMap<_, _>>(),
+        )
     }
 }
 
@@ -930,8 +944,10 @@ fn shard_fault(
     match *pf {
         ProcessFault::Join { replica } => {
             hubs.restart(replica)?;
-            ev.joins
-                .push((hubs.instance(replica).to_string(), tokio::time::Instant::now()));
+            ev.joins.push((
+                hubs.instance(replica).to_string(),
+                tokio::time::Instant::now(),
+            ));
             Ok(true)
         }
         ProcessFault::LeaseLoss { replica } => {

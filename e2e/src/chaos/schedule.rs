@@ -340,6 +340,11 @@ mod tests {
         assert!(join_at.is_some());
         assert_eq!(open, None, "a partition left open");
         assert_eq!((losses, pauses, partitions), (2, 1, 1));
-        assert!(sharded.events.iter().all(|e| e.at <= Duration::from_secs(60)));
+        assert!(
+            sharded
+                .events
+                .iter()
+                .all(|e| e.at <= Duration::from_secs(60))
+        );
     }
 }

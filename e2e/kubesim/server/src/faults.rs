@@ -428,7 +428,8 @@ impl FaultHandle {
     /// the fault state changes): the end of a partition of one client.
     pub fn restore_token(&self, token: &str) {
         let h = kubesim_auth::token_sha256(token);
-        self.state.send_if_modified(|s| s.revoked_token_hashes.remove(&h));
+        self.state
+            .send_if_modified(|s| s.revoked_token_hashes.remove(&h));
     }
 
     /// Revoke every ServiceAccount token issued up to now.
