@@ -701,6 +701,51 @@ mod tests {
         assert!(v.to_string().contains("hub-b runs"), "{v}");
     }
 
+    /// Three sharded replicas: a spoke handed from a to b to c (each stopping before the
+    /// next starts) is clean; one written by a, then c, then a again within the lease
+    /// duration (the window), or by b in the middle of c's writes, is not, whichever
+    /// replica is in between. A hand-back to a after more than the window (a's partition
+    /// outlasted the lease, c served meanwhile) is clean.
+    #[test]
+    fn double_writers_are_checked_across_three_replicas() {
+        let t = tokio::time::Instant::now();
+        let req = |ms: u64, id: &str| kubesim::LoggedRequest {
+            method: "PATCH".into(),
+            path: "/apis/kleym.io/v1alpha1/x".into(),
+            status: 200,
+            at: t + std::time::Duration::from_millis(ms),
+            user_agent: Some(format!("kleym-hub/0.1.0 (replica {id})")),
+        };
+        let window = std::time::Duration::from_secs(4);
+        let check = |log: &[kubesim::LoggedRequest]| {
+            let mut v = Violations::default();
+            check_double_writers(&mut v, "spoke-3", log, window);
+            v
+        };
+        let chain = [
+            req(0, "a_1"),
+            req(500, "a_1"),
+            req(5_000, "b_1"),
+            req(5_200, "b_1"),
+            req(10_000, "c_1"),
+        ];
+        assert_eq!(check(&chain).total(), 0);
+        let back_too_soon = [req(0, "a_1"), req(1_000, "c_1"), req(3_900, "a_1")];
+        let v = check(&back_too_soon);
+        assert_eq!(v.count("double_writers"), 1, "{v}");
+        assert!(v.to_string().contains("a_1 wrote, then c_1"), "{v}");
+        let overlap = [
+            req(0, "c_1"),
+            req(100, "b_1"),
+            req(200, "c_1"),
+            req(300, "b_1"),
+            req(400, "a_1"),
+        ];
+        assert_eq!(check(&overlap).count("double_writers"), 2);
+        let hand_back = [req(0, "a_1"), req(5_000, "c_1"), req(12_000, "a_1")];
+        assert_eq!(check(&hand_back).total(), 0);
+    }
+
     /// Writes `status` to the hub object `name` of `plural` (created first when absent).
     fn put_status(
         hub: &Cluster,

@@ -618,6 +618,17 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
                     if kill && (killed || !matches!(pf, ProcessFault::KillPause { .. })) {
                         *faults.entry(pf.kind()).or_insert(0) += 1;
                     }
+                    if sharded {
+                        // When each replica fault struck, to read the replicas' logs by.
+                        progress(&format!("{:.1?}: {pf:?}", start.elapsed()));
+                    }
+                }
+                Action::PartitionEnd(replica) if sharded => {
+                    progress(&format!(
+                        "{:.1?}: partition of replica {replica} ends",
+                        start.elapsed()
+                    ));
+                    end_partition(&w, &hub_tokens, *replica, &mut partition, &mut evidence);
                 }
                 Action::PartitionEnd(replica) => {
                     end_partition(&w, &hub_tokens, *replica, &mut partition, &mut evidence);

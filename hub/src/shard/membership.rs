@@ -2,7 +2,9 @@
 //! Lease of its own in the hub namespace, renews it every retry period, and reads the
 //! others' to know the live set. Liveness is judged as the leader election does it: a
 //! Lease whose record (its resourceVersion) has not changed for the lease duration, on the
-//! observer's own clock, is gone (clock skew between replicas does not matter).
+//! observer's own clock, is gone (clock skew between replicas does not matter). So is a
+//! Lease that disappeared without a release: someone may have deleted it under a running
+//! replica. A released Lease (no holder: its replica stopped cleanly) is gone at once.
 //!
 //! A replica that could not renew its own Lease (and read the others') within the renew
 //! deadline publishes "owns nothing": its supervisor stops every spoke, before the others,
@@ -328,9 +330,9 @@ impl Membership {
     }
 }
 
-/// Runs membership until `stop`; then deletes this replica's Lease. Cancel `stop` only
-/// after the supervisor stopped every spoke: the others take them over as soon as the
-/// Lease is gone.
+/// Runs membership until `stop`; then releases this replica's Lease (clears its holder) and
+/// deletes it. Cancel `stop` only after the supervisor stopped every spoke: the others take
+/// them over as soon as they see the release.
 pub fn spawn(
     client: kube::Client,
     opts: MembershipOptions,
@@ -549,7 +551,7 @@ mod tests {
     }
 
     /// A joining replica takes nothing until the other announced the joint view, and a
-    /// replica stopping cleanly deletes its Lease, so the other is alone at once.
+    /// replica stopping cleanly releases its Lease, so the other is alone at once.
     /// Virtual time: the in-process client keeps every wait on tokio's paused clock.
     #[tokio::test(start_paused = true)]
     async fn a_view_is_ready_only_once_every_member_announced_it() {
@@ -610,7 +612,8 @@ mod tests {
                 .map(String::as_str),
             Some("true")
         );
-        // b stops: its Lease goes, a is alone again without waiting for it to expire.
+        // b stops: it releases its Lease, then deletes it; a is alone again without waiting
+        // for it to expire.
         let stopped_at = Instant::now();
         stop_b.cancel();
         b.task.await.unwrap();
