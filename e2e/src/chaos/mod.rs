@@ -916,30 +916,28 @@ impl ShardEvidence {
                 })
             })
             .count();
-        BTreeMap::from(
-            [
-                ProcessFault::Join { replica: 0 }.kind(),
-                ProcessFault::KillPause {
-                    replica: 0,
-                    restart_after: Duration::ZERO,
-                }
-                .kind(),
-                ProcessFault::LeaseLoss { replica: 0 }.kind(),
-                ProcessFault::HubPartition {
-                    replica: 0,
-                    lasts: Duration::ZERO,
-                }
-                .kind(),
-            ]
-            .into_iter()
-            .zip([
-                joined,
-                taken_over,
-                self.lease_losses,
-                self.partitions_refused,
-            ])
-            .collect::<BTreeMap<_, _>>(),
-        )
+        [
+            ProcessFault::Join { replica: 0 }.kind(),
+            ProcessFault::KillPause {
+                replica: 0,
+                restart_after: Duration::ZERO,
+            }
+            .kind(),
+            ProcessFault::LeaseLoss { replica: 0 }.kind(),
+            ProcessFault::HubPartition {
+                replica: 0,
+                lasts: Duration::ZERO,
+            }
+            .kind(),
+        ]
+        .into_iter()
+        .zip([
+            joined,
+            taken_over,
+            self.lease_losses,
+            self.partitions_refused,
+        ])
+        .collect()
     }
 }
 
@@ -997,9 +995,10 @@ fn end_partition(
     if let Some(t) = tokens.get(replica).and_then(Option::as_ref) {
         w.f.hub.faults().restore_token(t);
     }
-    if let Some((r, since)) = partition.take() {
-        if r == replica && faults::unauthorized_since(&w.f.hub.requests().entries(), since) > 0 {
-            ev.partitions_refused += 1;
-        }
+    if let Some((r, since)) = partition.take()
+        && r == replica
+        && faults::unauthorized_since(&w.f.hub.requests().entries(), since) > 0
+    {
+        ev.partitions_refused += 1;
     }
 }

@@ -51,7 +51,7 @@ pub async fn run(
             // closed port), so that no other socket of the machine can take it meanwhile:
             // a client's outgoing connection given it as its ephemeral port would keep the
             // cluster from ever listening there again.
-            listener = None;
+            drop(listener.take());
             let hold = hold_port(server.addr);
             generation.cancel();
             generation = server.shutdown.child_token();
