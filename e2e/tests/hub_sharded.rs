@@ -10,7 +10,9 @@
 //! see them let through after its own.
 //!
 //! The fleet report in sharded mode, built by the leader from every replica's published
-//! observations, equals what one leader-mode replica reports for the same fleet.
+//! observations, equals what one leader-mode replica reports for the same fleet, also as
+//! clients read it: `/v1/report` and `/v1/clusters` over HTTPS from each sharded replica
+//! equal the single replica's (timestamps and the fields that say which write left out).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,7 +29,8 @@ use kleym_e2e::fixtures::plugins::static_token_plugin;
 use kleym_e2e::fixtures::profiles::{PROFILE_NS, register_admin_token_spoke};
 use kleym_e2e::fixtures::recording::RecordingAuthenticator;
 use kleym_hub::fleet::{FleetState, Phase};
-use kleym_hub::http::HubView;
+use kleym_hub::http::auth::{ApiAuth, AuthConfig, AuthMode, KubeReviewer};
+use kleym_hub::http::{ApiState, HubView, load_tls_config, router, serve};
 use kleym_hub::runtime::{HubHandle, HubStartOptions, start_hub_with};
 use kleym_hub::status::{StatusLoopOptions, WriterOptions};
 use kleym_spoke::reconciler::CancellationToken;
@@ -408,6 +411,99 @@ async fn sharded_replicas_engage_each_spoke_once_and_hand_over_without_overlap()
     }
 }
 
+/// Serves `handle`'s hub API (its fleet view, as `kleym hub` serves it) over HTTPS on a
+/// port of its own with a serving certificate of `pki` (authentication off: the subject of
+/// hub_api_auth.rs); returns the address.
+async fn serve_api_https(
+    f: &FleetHarness,
+    handle: &HubHandle,
+    pki: &kubesim_auth::pki::ClusterPki,
+    name: &str,
+) -> std::net::SocketAddr {
+    let (cert, key) = (
+        f.dir.join(format!("{name}-api.crt")),
+        f.dir.join(format!("{name}-api.key")),
+    );
+    std::fs::write(&cert, pki.serving_cert_pem()).unwrap();
+    std::fs::write(&key, pki.serving_key_pem()).unwrap();
+    let tls = load_tls_config(&cert, &key).unwrap();
+    let metrics = handle.api_metrics.clone();
+    let auth = ApiAuth::new(
+        AuthConfig::new(AuthMode::Off, "kleym-hub"),
+        Arc::new(KubeReviewer::new(f.hub_client.clone())),
+        metrics.clone(),
+    );
+    let app = router(ApiState {
+        view: handle.view.clone(),
+        registry: handle.registry.clone(),
+        auth,
+        metrics,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, app, Some(tls), std::future::pending()));
+    addr
+}
+
+/// GET `path` over HTTPS (HTTP/1.1), trusting only `ca_pem`; the body of a 200 as JSON.
+async fn get_https(addr: std::net::SocketAddr, ca_pem: &str, path: &str) -> Result<Value, String> {
+    use http_body_util::BodyExt;
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(c.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let req = http::Request::get(format!("https://{addr}{path}"))
+        .header("host", "127.0.0.1")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    if status != 200 {
+        return Err(format!(
+            "{path}: {status}: {}",
+            String::from_utf8_lossy(&body)
+        ));
+    }
+    serde_json::from_slice(&body).map_err(|e| e.to_string())
+}
+
+/// `/v1/report` and `/v1/clusters` of the API at `addr`, timestamps left out.
+async fn api_over_https(addr: std::net::SocketAddr, ca: &str) -> Result<(Value, Value), String> {
+    Ok((
+        timeless(get_https(addr, ca, "/v1/report").await?),
+        timeless(get_https(addr, ca, "/v1/clusters").await?),
+    ))
+}
+
 const FLEET_TOKEN: &str = "tok-fleet-hub-0123456789";
 const TD: &str = "fleet.example";
 /// How long the single replica may take to say what the sharded ones said.
@@ -545,8 +641,8 @@ async fn published_when_synced(hub: &kube::Client) -> Result<Published, String> 
 /// observations: planted findings that need several replicas' spokes (a cross-cluster
 /// drift over spokes of different owners) and refused bindings on spokes of different
 /// owners must come out exactly as one replica running every spoke reports them: the
-/// `FleetIdentityReport`, every `ClusterIdentityStatus`, and the API's report of every
-/// replica.
+/// `FleetIdentityReport`, every `ClusterIdentityStatus`, the API's report of every replica,
+/// and `/v1/report` and `/v1/clusters` over HTTPS from every replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sharded_report_equals_the_single_replica_report() {
     let _ = tracing_subscriber::fmt()
@@ -650,6 +746,34 @@ async fn the_sharded_report_equals_the_single_replica_report() {
     .await
     .unwrap();
 
+    // Over HTTPS, as clients see it: every sharded replica answers `/v1/report` with that
+    // report and `/v1/clusters` with one list.
+    let pki = kubesim_auth::pki::ClusterPki::generate("hub-api").unwrap();
+    let ca = pki.ca_cert_pem().to_string();
+    let mut addrs = Vec::new();
+    for (r, name) in replicas.iter().zip(REPLICAS) {
+        addrs.push(serve_api_https(&f, &r.handle, &pki, name).await);
+    }
+    let https_sharded = wait_for(
+        "every sharded replica serves one report and one cluster list over HTTPS",
+        LIMIT,
+        || {
+            let (addrs, ca, want) = (addrs.clone(), ca.clone(), sharded_api.clone());
+            async move {
+                let mut answers = Vec::new();
+                for a in &addrs {
+                    answers.push(api_over_https(*a, &ca).await.ok()?);
+                }
+                let first = answers[0].clone();
+                let clusters = first.1["items"].as_array().map_or(0, Vec::len);
+                (first.0 == want && clusters == SPOKES.len() && answers.iter().all(|a| *a == first))
+                    .then_some(first)
+            }
+        },
+    )
+    .await
+    .unwrap();
+
     // The same fleet, one replica in the default leader mode: start from no status objects
     // (the sharded run's are removed), so everything compared is its own.
     for r in replicas {
@@ -707,5 +831,28 @@ async fn the_sharded_report_equals_the_single_replica_report() {
         sharded_api,
         "the API's report: single replica (left) vs sharded (right)"
     );
+    // And over HTTPS: the single replica's `/v1/report` and `/v1/clusters` are the sharded
+    // replicas'.
+    let single_addr = serve_api_https(&f, &single.handle, &pki, "single").await;
+    let same = wait_for(
+        "the single replica's API over HTTPS equals the sharded replicas'",
+        SAME_LIMIT,
+        || {
+            let (ca, want) = (ca.clone(), https_sharded.clone());
+            async move { (api_over_https(single_addr, &ca).await.ok()? == want).then_some(()) }
+        },
+    )
+    .await;
+    if let Err(e) = same {
+        let alone = api_over_https(single_addr, &ca).await.expect(&e);
+        assert_eq!(
+            alone.0, https_sharded.0,
+            "/v1/report: single replica (left) vs sharded (right)"
+        );
+        assert_eq!(
+            alone.1, https_sharded.1,
+            "/v1/clusters: single replica (left) vs sharded (right)"
+        );
+    }
     single.stop().await;
 }

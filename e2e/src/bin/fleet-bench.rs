@@ -69,9 +69,13 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 new binding (its kleym_spoke_api_writes_total before and after).
   chaos         two hub replicas (leader election; --replicas, --shard-mode and --hub-arg
                 as in failover) under seeded churn and faults for
-                --duration-seconds, then invariants against oracles (the pure compiler
+                --duration-seconds (sharded: also the last replica joining late, a
+                replica killed for longer than the lease, replicas' own Leases deleted
+                under them, one replica at a time cut from the hub cluster while it
+                reaches the spokes), then invariants against oracles (the pure compiler
                 over the final objects; the report objects against an independent report
-                oracle; at most one writer per spoke against the spokes' request logs);
+                oracle; at most one writer per spoke against the spokes' request logs;
+                sharded: every running replica renews its Lease);
                 defaults 50 spokes x 40 bindings; prints the seed
                 first and a `summary: scenario=chaos seed=... violations=...` line last;
                 exits non-zero on any violation, keeping its temp dir (seed, report.txt,

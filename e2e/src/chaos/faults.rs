@@ -1,7 +1,8 @@
 //! Faults: per-spoke windows of kubesim faults (through its fault API), of the credential
 //! plugin (through a fault file the chaos plugin reads, see
 //! [`crate::fixtures::plugins::chaos_plugin`]) and hub process faults (`kill -9` of the
-//! leader, of both replicas).
+//! leader, of both replicas; in sharded mode also a replica joining late or after a long
+//! pause, a replica's Lease deleted under it, a replica cut from the hub cluster).
 
 use std::path::Path;
 use std::time::Duration;
@@ -172,7 +173,9 @@ pub struct FaultWindow {
     pub lasts: Duration,
 }
 
-/// A process fault on the hub replicas.
+/// A process fault on the hub replicas. The last four are drawn only in sharded mode
+/// (`--shard-mode sharded`), where each replica holds a Lease of its own and serves a share
+/// of the spokes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProcessFault {
     /// `kill -9` of the leader; it restarts after `restart_after`.
@@ -185,6 +188,33 @@ pub enum ProcessFault {
         /// Down time.
         restart_after: Duration,
     },
+    /// Replica `replica` was left out at the start and starts now: it joins a fleet the
+    /// others already serve and takes its share from them.
+    Join {
+        /// The replica (index).
+        replica: usize,
+    },
+    /// `kill -9` of replica `replica`, which restarts after a pause longer than the lease
+    /// duration: the others take its spokes over, then it joins again.
+    KillPause {
+        /// The replica (index).
+        replica: usize,
+        /// Down time.
+        restart_after: Duration,
+    },
+    /// Someone else deletes replica `replica`'s own Lease while it runs.
+    LeaseLoss {
+        /// The replica (index).
+        replica: usize,
+    },
+    /// Replica `replica`'s credential of the hub cluster is revoked for `lasts` (every hub
+    /// request it makes gets 401), then accepted again; it still reaches every spoke.
+    HubPartition {
+        /// The replica (index).
+        replica: usize,
+        /// How long.
+        lasts: Duration,
+    },
 }
 
 impl ProcessFault {
@@ -193,6 +223,60 @@ impl ProcessFault {
         match self {
             ProcessFault::KillLeader { .. } => "kill_leader",
             ProcessFault::KillBoth { .. } => "kill_both",
+            ProcessFault::Join { .. } => "replica_join",
+            ProcessFault::KillPause { .. } => "kill_pause",
+            ProcessFault::LeaseLoss { .. } => "lease_loss",
+            ProcessFault::HubPartition { .. } => "hub_partition",
         }
     }
+}
+
+/// The label every sharded replica's own Lease carries.
+pub const REPLICA_LEASE_LABEL: &str = "kleym.io/hub-replica";
+
+/// Deletes, as someone else would (straight in the hub cluster's store), the replica Lease
+/// in `namespace` whose holder is a process of replica `instance` (identity
+/// `<instance>_<suffix>`, the one renewed last); returns the holder it deleted, `None` when
+/// it found none.
+pub fn delete_replica_lease(
+    hub: &kubesim_store::Cluster,
+    namespace: &str,
+    instance: &str,
+) -> Option<String> {
+    let res = hub.resolve("coordination.k8s.io", "v1", "leases")?;
+    let prefix = format!("{instance}_");
+    let list = kleym_test_support::env::list(hub, "coordination.k8s.io", "v1", "leases");
+    // A killed process's Lease stays until it expires: the running process's is the one
+    // renewed last (renew times are RFC 3339 in one format, so they sort as strings).
+    let lease = list
+        .into_iter()
+        .filter(|l| {
+            l["metadata"]["namespace"] == namespace
+                && l["metadata"]["labels"][REPLICA_LEASE_LABEL] == "true"
+                && l["spec"]["holderIdentity"]
+                    .as_str()
+                    .is_some_and(|h| h.starts_with(&prefix))
+        })
+        .max_by(|a, b| {
+            let t = |l: &serde_json::Value| l["spec"]["renewTime"].as_str().map(str::to_string);
+            t(a).cmp(&t(b))
+        })?;
+    let name = lease["metadata"]["name"].as_str()?;
+    let holder = lease["spec"]["holderIdentity"].as_str()?.to_string();
+    hub.delete(
+        &res,
+        Some(namespace),
+        name,
+        &kubesim_store::DeleteOptions::default(),
+    )
+    .ok()?;
+    Some(holder)
+}
+
+/// Requests in `log` the hub cluster refused with 401 at or after `since`: with one
+/// replica's credential revoked, these are that replica's (every other client's is valid).
+pub fn unauthorized_since(log: &[kubesim::LoggedRequest], since: tokio::time::Instant) -> usize {
+    log.iter()
+        .filter(|r| r.status == 401 && r.at >= since)
+        .count()
 }

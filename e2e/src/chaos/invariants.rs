@@ -24,7 +24,7 @@ use crate::report_oracle::{
 };
 
 /// The invariants, in report order.
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 14] = [
     "binding_conditions",
     "binding_status_fields",
     "binding_status_current",
@@ -38,6 +38,7 @@ pub const NAMES: [&str; 13] = [
     "fleet_identity_report",
     "quiet_writes",
     "double_writers",
+    "replica_membership",
 ];
 
 /// One spoke as the check sees it.
@@ -439,6 +440,49 @@ pub fn check_double_writers(
     }
 }
 
+/// The sharded replicas' own Leases in `namespace` of the hub cluster: holder identity →
+/// resourceVersion (a renewal changes it).
+pub fn replica_leases(hub: &Cluster, namespace: &str) -> BTreeMap<String, String> {
+    kleym_test_support::env::list(hub, "coordination.k8s.io", "v1", "leases")
+        .into_iter()
+        .filter(|l| {
+            l["metadata"]["namespace"] == namespace
+                && l["metadata"]["labels"][super::faults::REPLICA_LEASE_LABEL] == "true"
+        })
+        .filter_map(|l| {
+            Some((
+                l["spec"]["holderIdentity"].as_str()?.to_string(),
+                l["metadata"]["resourceVersion"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Every running sharded replica is a member: a Lease held by one of its processes
+/// (`<instance>_<suffix>`) was renewed between `before` and `after` ([`replica_leases`] at
+/// the start and the end of the quiet window, in which nothing stops a replica). A replica
+/// that runs without renewing serves no spoke (its share waits for nobody, or for it).
+pub fn check_replica_membership(
+    v: &mut Violations,
+    running: &[&str],
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) {
+    for instance in running {
+        let renewed = after.iter().any(|(holder, rv)| {
+            holder
+                .strip_prefix(instance)
+                .is_some_and(|rest| rest.starts_with('_'))
+                && before.get(holder) != Some(rv)
+        });
+        if !renewed {
+            v.add("replica_membership", || {
+                format!("{instance} runs, but no Lease of it was renewed in the quiet window")
+            });
+        }
+    }
+}
+
 /// Stored writes per resource type of `store`, without the types in `except`.
 pub fn writes(store: &Cluster, except: &[&str]) -> BTreeMap<String, u64> {
     store
@@ -628,6 +672,78 @@ mod tests {
                 .contains("spoke-2: hub-a_1 wrote, then hub-b_1"),
             "{v}"
         );
+    }
+
+    /// A running replica whose Lease did not change in the quiet window (or that has
+    /// none, or only a dead process's) is a violation; one renewed, or a new process's
+    /// Lease, is not.
+    #[test]
+    fn a_running_replica_must_renew_its_lease() {
+        let m = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(h, rv)| (h.to_string(), rv.to_string()))
+                .collect()
+        };
+        let before = m(&[("hub-a_1", "10"), ("hub-b_1", "11"), ("hub-c_1", "12")]);
+        let after = m(&[
+            ("hub-a_1", "20"),
+            ("hub-b_1", "11"),
+            ("hub-c_1", "12"),
+            ("hub-c_2", "30"),
+            ("hub-ab_1", "40"),
+        ]);
+        let mut v = Violations::default();
+        check_replica_membership(&mut v, &["hub-a", "hub-c"], &before, &after);
+        assert_eq!(v.total(), 0, "{v}");
+        check_replica_membership(&mut v, &["hub-b", "hub-d"], &before, &after);
+        assert_eq!(v.count("replica_membership"), 2, "{v}");
+        assert!(v.to_string().contains("hub-b runs"), "{v}");
+    }
+
+    /// Three sharded replicas: a spoke handed from a to b to c (each stopping before the
+    /// next starts) is clean; one written by a, then c, then a again within the lease
+    /// duration (the window), or by b in the middle of c's writes, is not, whichever
+    /// replica is in between. A hand-back to a after more than the window (a's partition
+    /// outlasted the lease, c served meanwhile) is clean.
+    #[test]
+    fn double_writers_are_checked_across_three_replicas() {
+        let t = tokio::time::Instant::now();
+        let req = |ms: u64, id: &str| kubesim::LoggedRequest {
+            method: "PATCH".into(),
+            path: "/apis/kleym.io/v1alpha1/x".into(),
+            status: 200,
+            at: t + std::time::Duration::from_millis(ms),
+            user_agent: Some(format!("kleym-hub/0.1.0 (replica {id})")),
+        };
+        let window = std::time::Duration::from_secs(4);
+        let check = |log: &[kubesim::LoggedRequest]| {
+            let mut v = Violations::default();
+            check_double_writers(&mut v, "spoke-3", log, window);
+            v
+        };
+        let chain = [
+            req(0, "a_1"),
+            req(500, "a_1"),
+            req(5_000, "b_1"),
+            req(5_200, "b_1"),
+            req(10_000, "c_1"),
+        ];
+        assert_eq!(check(&chain).total(), 0);
+        let back_too_soon = [req(0, "a_1"), req(1_000, "c_1"), req(3_900, "a_1")];
+        let v = check(&back_too_soon);
+        assert_eq!(v.count("double_writers"), 1, "{v}");
+        assert!(v.to_string().contains("a_1 wrote, then c_1"), "{v}");
+        let overlap = [
+            req(0, "c_1"),
+            req(100, "b_1"),
+            req(200, "c_1"),
+            req(300, "b_1"),
+            req(400, "a_1"),
+        ];
+        assert_eq!(check(&overlap).count("double_writers"), 2);
+        let hand_back = [req(0, "a_1"), req(5_000, "c_1"), req(12_000, "a_1")];
+        assert_eq!(check(&hand_back).total(), 0);
     }
 
     /// Writes `status` to the hub object `name` of `plural` (created first when absent).

@@ -30,13 +30,14 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use kleym_api::external::clusterprofile::ClusterProfile;
 use kube::api::{Api, Patch, PatchParams};
+use kubesim::LoggedRequest;
 use kubesim_store::Cluster;
 use serde_json::json;
 
 use crate::fixtures::admission::install_admission_policy;
 use crate::fixtures::counting::{COUNTING_USER, CountingAuthenticator, counting_token};
 use crate::fixtures::env;
-use crate::fixtures::harness::FleetHarness;
+use crate::fixtures::harness::{FleetHarness, HUB_NS, grant_admin};
 use crate::fixtures::hub_process::HubProcessError;
 use crate::fixtures::plugins::{chaos_plugin, plugin_fault_key, plugin_faults_fired};
 use crate::fixtures::profiles::{
@@ -47,7 +48,7 @@ use faults::{ProcessFault, SpokeFault};
 use invariants::{SpokeView, Violations};
 use replicas::Replicas;
 use report::ChaosReport;
-use schedule::{Action, Schedule, ScheduleOptions};
+use schedule::{Action, Schedule, ScheduleOptions, ShardedOptions};
 
 /// The trust domain the replicas compile with.
 pub const TRUST_DOMAIN: &str = "chaos.example";
@@ -127,6 +128,15 @@ impl ChaosOptions {
         }
     }
 
+    /// Whether the replicas run in sharded mode (`--shard-mode sharded` among
+    /// [`ChaosOptions::hub_args`]).
+    pub fn sharded(&self) -> bool {
+        self.hub_args
+            .windows(2)
+            .any(|w| w[0] == "--shard-mode" && w[1] == "sharded")
+            || self.hub_args.iter().any(|a| a == "--shard-mode=sharded")
+    }
+
     fn schedule_options(&self) -> ScheduleOptions {
         ScheduleOptions {
             seed: self.seed,
@@ -138,6 +148,10 @@ impl ChaosOptions {
             process_faults: self
                 .process_faults
                 .unwrap_or_else(|| ((self.duration.as_secs() / 120) as usize).max(2)),
+            sharded: (self.sharded() && self.replicas >= 2).then(|| ShardedOptions {
+                replicas: self.replicas,
+                lease: Duration::from_secs(self.lease_seconds),
+            }),
         }
     }
 }
@@ -462,14 +476,47 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         PLUGIN_EXEC_TIMEOUT_S.to_string(),
     ];
     let flags = [flags, o.hub_args.clone()].concat();
-    let mut hubs = Replicas::start_named(
-        &o.kleym,
-        &w.f.hub_kubeconfig(),
-        flags,
-        &o.dir,
-        w.f.hub.store(),
-        replicas::instances(o.replicas),
-    )?;
+    let sharded = o.schedule_options().sharded.is_some();
+    // Sharded: every replica has a credential of the hub cluster of its own (the same
+    // rights), so that one can be cut from the hub cluster while the others are not.
+    let hub_tokens: Vec<Option<String>> = replicas::instances(o.replicas)
+        .iter()
+        .map(|instance| {
+            sharded
+                .then(|| replica_hub_token(&w, o.seed, instance))
+                .transpose()
+        })
+        .collect::<Result<_, _>>()
+        .map_err(ChaosError::Setup)?;
+    let each = replicas::instances(o.replicas)
+        .into_iter()
+        .zip(&hub_tokens)
+        .map(|(instance, token)| match token {
+            None => Ok((instance, w.f.hub_kubeconfig())),
+            Some(token) => {
+                let path = o.dir.join(format!("hub-{instance}.kubeconfig"));
+                std::fs::write(
+                    &path,
+                    w.f.hub
+                        .kubeconfig_yaml_with(kubesim::kubeconfig::Credentials::Token(
+                            token.clone(),
+                        )),
+                )
+                .map_err(|e| ChaosError::Setup(format!("{}: {e}", path.display())))?;
+                Ok((instance, path))
+            }
+        })
+        .collect::<Result<Vec<_>, ChaosError>>()?;
+    // The replica that joins late starts with its fault.
+    let deferred: Vec<usize> = schedule
+        .events
+        .iter()
+        .filter_map(|e| match e.action {
+            Action::Process(ProcessFault::Join { replica }) => Some(replica),
+            _ => None,
+        })
+        .collect();
+    let mut hubs = Replicas::start_each(&o.kleym, flags, &o.dir, w.f.hub.store(), each, &deferred)?;
     let limit = Duration::from_secs(60);
     let waited = Instant::now();
     while hubs.leader().is_none() {
@@ -489,6 +536,10 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
     let mut faults: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut churn: BTreeMap<&'static str, (usize, usize)> = BTreeMap::new();
     let mut restarts: Vec<(Instant, usize)> = Vec::new();
+    let mut logs = SpokeLogs::new(w.names.len());
+    let mut evidence = ShardEvidence::default();
+    // The partition open now: (replica, since).
+    let mut partition: Option<(usize, tokio::time::Instant)> = None;
     let token = counting_token();
     // The fault window open on each spoke (the schedule never overlaps two on one spoke).
     let mut open: BTreeMap<usize, SpokeFault> = BTreeMap::new();
@@ -526,13 +577,61 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
                         ProcessFault::KillBoth { restart_after } => {
                             ((0..hubs.len()).collect(), *restart_after)
                         }
+                        ProcessFault::KillPause {
+                            replica,
+                            restart_after,
+                        } => {
+                            if hubs.is_running(*replica) {
+                                evidence.pauses.push(Pause {
+                                    instance: hubs.instance(*replica).to_string(),
+                                    from: tokio::time::Instant::now(),
+                                    until: tokio::time::Instant::now() + *restart_after,
+                                });
+                            }
+                            (vec![*replica], *restart_after)
+                        }
+                        other => {
+                            if shard_fault(other, &mut hubs, &w, &hub_tokens, &mut evidence)? {
+                                *faults.entry(other.kind()).or_insert(0) += 1;
+                            }
+                            if let ProcessFault::HubPartition { replica, .. } = other {
+                                partition = Some((*replica, tokio::time::Instant::now()));
+                            }
+                            (Vec::new(), Duration::ZERO)
+                        }
                     };
+                    let kill = matches!(
+                        pf,
+                        ProcessFault::KillLeader { .. }
+                            | ProcessFault::KillBoth { .. }
+                            | ProcessFault::KillPause { .. }
+                    );
+                    let mut killed = false;
                     for i in victims {
                         if hubs.kill(i).await? {
                             restarts.push((Instant::now() + after, i));
+                            killed = true;
                         }
                     }
-                    *faults.entry(pf.kind()).or_insert(0) += 1;
+                    // Kills of the leader and of both count as scheduled (as they always
+                    // did); a pause counts when it killed a running replica.
+                    if kill && (killed || !matches!(pf, ProcessFault::KillPause { .. })) {
+                        *faults.entry(pf.kind()).or_insert(0) += 1;
+                    }
+                    if sharded {
+                        // When each replica fault struck, to read the replicas' logs by.
+                        progress(&format!("{:.1?}: {pf:?}", start.elapsed()));
+                    }
+                }
+                Action::PartitionEnd(replica) if sharded => {
+                    progress(&format!(
+                        "{:.1?}: partition of replica {replica} ends",
+                        start.elapsed()
+                    ));
+                    end_partition(&w, &hub_tokens, *replica, &mut partition, &mut evidence);
+                }
+                Action::PartitionEnd(replica) => {
+                    end_partition(&w, &hub_tokens, *replica, &mut partition, &mut evidence);
                 }
             }
             next += 1;
@@ -549,6 +648,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         ticks += 1;
         if ticks.is_multiple_of(10) {
             hubs.sample();
+            logs.drain(&w);
         }
         if next >= schedule.events.len() && elapsed >= o.duration {
             break;
@@ -564,6 +664,13 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
             &w.plugin_fault(i),
             open.remove(&i).as_ref(),
         );
+    }
+    if let Some((replica, _)) = partition {
+        end_partition(&w, &hub_tokens, replica, &mut partition, &mut evidence);
+    }
+    // A replica that was to join and did not (a window too short) joins now.
+    for &i in &deferred {
+        hubs.restart(i)?;
     }
     for op in &schedule.restore {
         let took = w.apply(op).await?;
@@ -613,6 +720,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
         hubs.sample();
+        logs.drain(&w);
     }
     match settle {
         Some(d) => progress(&format!("settled {d:.1?} after the last fault")),
@@ -630,13 +738,17 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         .iter()
         .map(|s| invariants::binding_snapshot(s))
         .collect();
+    let leases_before = invariants::replica_leases(&w.f.hub.store(), HUB_NS);
     let quiet_from = Instant::now();
     while quiet_from.elapsed() < o.quiet {
         hubs.observe_leader();
         hubs.check_running()?;
         hubs.sample();
+        logs.drain(&w);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    logs.drain(&w);
+    let leases_after = invariants::replica_leases(&w.f.hub.store(), HUB_NS);
     let after = w.writes();
     let mut quiet_writes = BTreeMap::new();
     for (cluster, a) in &after {
@@ -646,15 +758,34 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         }
     }
     let (mut violations, coverage) = w.check();
-    // At most one writer per spoke over the whole run, from the spokes' own logs.
-    for name in &w.names {
+    // At most one writer per spoke over the whole run, from the spokes' own logs (every
+    // request of a replica, drained as the run went: a spoke's log keeps only its last
+    // requests).
+    for (name, log) in w.names.iter().zip(&logs.kept) {
         invariants::check_double_writers(
             &mut violations,
             name,
-            &w.f.spoke(name).requests().entries(),
+            log,
             Duration::from_secs(o.lease_seconds),
         );
     }
+    if sharded {
+        let running: Vec<&str> = (0..hubs.len())
+            .filter(|i| hubs.is_running(*i))
+            .map(|i| hubs.instance(i))
+            .collect();
+        invariants::check_replica_membership(
+            &mut violations,
+            &running,
+            &leases_before,
+            &leases_after,
+        );
+    }
+    let shard_faults_fired = if sharded {
+        evidence.fired(&logs.kept)
+    } else {
+        BTreeMap::new()
+    };
     for (what, n) in &quiet_writes {
         violations.add_n("quiet_writes", *n as usize, format!("{n} writes of {what}"));
     }
@@ -675,6 +806,7 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
         duration: o.duration,
         faults,
         plugin_faults_fired: plugin_faults_fired(&w.plugin_faults),
+        shard_faults_fired,
         churn,
         leader_changes: hubs.leaders().changes(),
         settle,
@@ -685,4 +817,188 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
     };
     hubs.stop().await;
     Ok(report)
+}
+
+/// Replica `instance`'s credential of the hub cluster in sharded chaos: a static token of a
+/// user of its own (`kleym-chaos-<instance>`), bound to `cluster-admin` like the hub's
+/// other users in these tests.
+fn replica_hub_token(w: &World, seed: u64, instance: &str) -> Result<String, String> {
+    let user = format!("kleym-chaos-{instance}");
+    let token = format!("tok-{user}-{seed:016x}");
+    w.f.hub.add_static_token(
+        &token,
+        kubesim_auth::UserInfo {
+            username: user.clone(),
+            ..Default::default()
+        },
+    );
+    grant_admin(&w.f.hub, &user)?;
+    Ok(token)
+}
+
+/// Every request of a hub replica each spoke answered over the run, drained from the
+/// spokes' request logs as the run goes (a log keeps only its last requests).
+struct SpokeLogs {
+    kept: Vec<Vec<LoggedRequest>>,
+}
+
+impl SpokeLogs {
+    fn new(spokes: usize) -> Self {
+        Self {
+            kept: vec![Vec::new(); spokes],
+        }
+    }
+
+    fn drain(&mut self, w: &World) {
+        for (kept, name) in self.kept.iter_mut().zip(&w.names) {
+            kept.extend(w.f.spoke(name).requests().drain().into_iter().filter(|r| {
+                r.user_agent
+                    .as_deref()
+                    .and_then(crate::fixtures::writers::replica_of)
+                    .is_some()
+            }));
+        }
+    }
+}
+
+/// A replica killed for a long pause.
+struct Pause {
+    instance: String,
+    from: tokio::time::Instant,
+    until: tokio::time::Instant,
+}
+
+/// What shows that each fault of sharded replicas had its effect (counted from what the
+/// clusters saw, not assumed from the schedule).
+#[derive(Default)]
+struct ShardEvidence {
+    /// Replicas that joined late, and when.
+    joins: Vec<(String, tokio::time::Instant)>,
+    /// Replicas killed for a long pause.
+    pauses: Vec<Pause>,
+    /// Leases of running replicas found and deleted.
+    lease_losses: usize,
+    /// Partitions in which the hub cluster refused the replica (401).
+    partitions_refused: usize,
+}
+
+fn is_of(r: &LoggedRequest, instance: &str) -> bool {
+    r.user_agent
+        .as_deref()
+        .and_then(crate::fixtures::writers::replica_of)
+        .and_then(|id| id.strip_prefix(instance))
+        .is_some_and(|rest| rest.starts_with('_'))
+}
+
+impl ShardEvidence {
+    /// Per fault kind, how many had their effect: a joined replica reached a spoke; in a
+    /// pause another replica reached a spoke the paused one had reached; a running
+    /// replica's Lease was deleted; the hub cluster refused the cut replica.
+    fn fired(&self, logs: &[Vec<LoggedRequest>]) -> BTreeMap<&'static str, usize> {
+        let joined = self
+            .joins
+            .iter()
+            .filter(|(instance, at)| {
+                logs.iter()
+                    .flatten()
+                    .any(|r| r.at >= *at && is_of(r, instance))
+            })
+            .count();
+        let taken_over = self
+            .pauses
+            .iter()
+            .filter(|p| {
+                logs.iter().any(|log| {
+                    log.iter().any(|r| r.at < p.from && is_of(r, &p.instance))
+                        && log
+                            .iter()
+                            .any(|r| r.at >= p.from && r.at < p.until && !is_of(r, &p.instance))
+                })
+            })
+            .count();
+        [
+            ProcessFault::Join { replica: 0 }.kind(),
+            ProcessFault::KillPause {
+                replica: 0,
+                restart_after: Duration::ZERO,
+            }
+            .kind(),
+            ProcessFault::LeaseLoss { replica: 0 }.kind(),
+            ProcessFault::HubPartition {
+                replica: 0,
+                lasts: Duration::ZERO,
+            }
+            .kind(),
+        ]
+        .into_iter()
+        .zip([
+            joined,
+            taken_over,
+            self.lease_losses,
+            self.partitions_refused,
+        ])
+        .collect()
+    }
+}
+
+/// Applies a fault of sharded replicas (a join, a Lease loss, the start of a partition);
+/// returns whether it was applied (the replica to join, a Lease found, a credential to cut).
+fn shard_fault(
+    pf: &ProcessFault,
+    hubs: &mut Replicas,
+    w: &World,
+    tokens: &[Option<String>],
+    ev: &mut ShardEvidence,
+) -> Result<bool, ChaosError> {
+    match *pf {
+        ProcessFault::Join { replica } => {
+            hubs.restart(replica)?;
+            ev.joins.push((
+                hubs.instance(replica).to_string(),
+                tokio::time::Instant::now(),
+            ));
+            Ok(true)
+        }
+        ProcessFault::LeaseLoss { replica } => {
+            let deleted = hubs.is_running(replica)
+                && faults::delete_replica_lease(&w.f.hub.store(), HUB_NS, hubs.instance(replica))
+                    .is_some();
+            if deleted {
+                ev.lease_losses += 1;
+            }
+            Ok(deleted)
+        }
+        ProcessFault::HubPartition { replica, .. } => {
+            match tokens.get(replica).and_then(Option::as_ref) {
+                Some(t) => {
+                    w.f.hub.faults().revoke_token(t);
+                    Ok(true)
+                }
+                None => Ok(false),
+            }
+        }
+        ProcessFault::KillLeader { .. }
+        | ProcessFault::KillBoth { .. }
+        | ProcessFault::KillPause { .. } => Ok(false),
+    }
+}
+
+/// Ends the partition of `replica`: its credential is accepted again; counts it as fired
+/// when the hub cluster refused a request meanwhile.
+fn end_partition(
+    w: &World,
+    tokens: &[Option<String>],
+    replica: usize,
+    partition: &mut Option<(usize, tokio::time::Instant)>,
+    ev: &mut ShardEvidence,
+) {
+    if let Some(t) = tokens.get(replica).and_then(Option::as_ref) {
+        w.f.hub.faults().restore_token(t);
+    }
+    if let Some((r, since)) = partition.take()
+        && r == replica
+        && faults::unauthorized_since(&w.f.hub.requests().entries(), since) > 0
+    {
+        ev.partitions_refused += 1;
+    }
 }

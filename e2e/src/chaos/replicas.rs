@@ -29,6 +29,8 @@ pub const LEASE: &str = "kleym-hub";
 /// One replica: its current process (none while down) and its resource figures.
 struct Replica {
     instance: String,
+    /// Its kubeconfig of the hub cluster (its own credential in sharded chaos).
+    kubeconfig: PathBuf,
     process: Option<HubProcess>,
     starts: usize,
     /// CPU seconds of the processes that already ended (their last reading).
@@ -48,7 +50,6 @@ struct Replica {
 /// The hub replicas.
 pub struct Replicas {
     kleym: PathBuf,
-    kubeconfig: PathBuf,
     flags: Vec<String>,
     dir: PathBuf,
     replicas: Vec<Replica>,
@@ -153,15 +154,33 @@ impl Replicas {
         hub_store: Arc<Cluster>,
         instances: Vec<String>,
     ) -> Result<Self, HubProcessError> {
+        let each = instances
+            .into_iter()
+            .map(|i| (i, kubeconfig.to_path_buf()))
+            .collect();
+        Self::start_each(kleym, flags, dir, hub_store, each, &[])
+    }
+
+    /// One replica per `(instance, hub kubeconfig)` of `each` with `flags` (plus
+    /// `--instance`, `--namespace`); those whose index is in `deferred` start only on
+    /// [`Replicas::restart`].
+    pub fn start_each(
+        kleym: &Path,
+        flags: Vec<String>,
+        dir: &Path,
+        hub_store: Arc<Cluster>,
+        each: Vec<(String, PathBuf)>,
+        deferred: &[usize],
+    ) -> Result<Self, HubProcessError> {
         let mut r = Self {
             kleym: kleym.to_path_buf(),
-            kubeconfig: kubeconfig.to_path_buf(),
             flags,
             dir: dir.to_path_buf(),
-            replicas: instances
+            replicas: each
                 .into_iter()
-                .map(|i| Replica {
-                    instance: i,
+                .map(|(instance, kubeconfig)| Replica {
+                    instance,
+                    kubeconfig,
                     process: None,
                     starts: 0,
                     cpu_done: 0.0,
@@ -178,9 +197,16 @@ impl Replicas {
             recording: true,
         };
         for i in 0..r.replicas.len() {
-            r.spawn(i)?;
+            if !deferred.contains(&i) {
+                r.spawn(i)?;
+            }
         }
         Ok(r)
+    }
+
+    /// Whether replica `i` runs now.
+    pub fn is_running(&self, i: usize) -> bool {
+        self.replicas.get(i).is_some_and(|r| r.process.is_some())
     }
 
     fn spawn(&mut self, i: usize) -> Result<(), HubProcessError> {
@@ -198,7 +224,7 @@ impl Replicas {
         ]);
         rep.process = Some(HubProcess::spawn(
             &self.kleym,
-            &self.kubeconfig,
+            &rep.kubeconfig,
             &flags,
             &log,
         )?);

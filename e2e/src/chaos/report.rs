@@ -54,6 +54,11 @@ pub struct ChaosReport {
     /// Plugin runs a plugin fault changed, by kind (`fail`, `hang`, `skew`): proof that
     /// the plugin faults reached the hub's credential path (a 401 made it re-exec).
     pub plugin_faults_fired: BTreeMap<String, usize>,
+    /// Sharded mode: faults of sharded replicas that had their effect, by kind (a joined
+    /// replica reached a spoke, another replica took a paused one's spoke, a running
+    /// replica's Lease was deleted, the hub cluster refused a cut replica); empty in leader
+    /// mode.
+    pub shard_faults_fired: BTreeMap<&'static str, usize>,
     /// Churn operations by kind: (applied, rejected by the API).
     pub churn: BTreeMap<&'static str, (usize, usize)>,
     /// Lease holder changes seen.
@@ -94,7 +99,7 @@ impl ChaosReport {
             .map(|n| format!("v_{n}={}", self.violations.count(n)))
             .collect();
         format!(
-            "summary: scenario=chaos seed={} spokes={} bindings_per_spoke={} duration_s={} violations={} checked_bindings={} checked_ready={} faults={} plugin_faults_fired={} churn_ops={} churn_rejected={} leader_changes={} settle_s={} hub_peak_rss_mib={} hub_cpu_s={:.2} hub_starts={} hub_rss_slope_mib_per_10min={} {}",
+            "summary: scenario=chaos seed={} spokes={} bindings_per_spoke={} duration_s={} violations={} checked_bindings={} checked_ready={} faults={} plugin_faults_fired={} shard_faults_fired={} churn_ops={} churn_rejected={} leader_changes={} settle_s={} hub_peak_rss_mib={} hub_cpu_s={:.2} hub_starts={} hub_rss_slope_mib_per_10min={} {}",
             self.seed,
             self.spokes,
             self.bindings,
@@ -104,6 +109,7 @@ impl ChaosReport {
             self.coverage.ready,
             self.faults_total(),
             self.plugin_faults_fired.values().sum::<usize>(),
+            self.shard_faults_fired.values().sum::<usize>(),
             self.churn_applied(),
             self.churn_rejected(),
             self.leader_changes,
@@ -143,6 +149,17 @@ impl fmt::Display for ChaosReport {
                     .join(", ")
             }
         )?;
+        if !self.shard_faults_fired.is_empty() {
+            writeln!(
+                f,
+                "sharded faults seen to take effect: {}",
+                self.shard_faults_fired
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )?;
+        }
         writeln!(
             f,
             "churn operations ({} applied, {} rejected by the API):",

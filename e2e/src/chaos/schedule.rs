@@ -28,6 +28,19 @@ pub struct ScheduleOptions {
     pub fault_every: Duration,
     /// Process faults (`kill -9`) in the window (alternating leader / both).
     pub process_faults: usize,
+    /// Sharded mode: also draw the faults of sharded replicas (`None`: leader mode, whose
+    /// schedule for a seed stays what it was before these faults existed).
+    pub sharded: Option<ShardedOptions>,
+}
+
+/// What the faults of sharded replicas are drawn for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShardedOptions {
+    /// Hub replicas (at least 2).
+    pub replicas: usize,
+    /// The replicas' lease duration: partitions and pauses last longer than it, so that
+    /// another replica takes the spokes over for a while.
+    pub lease: Duration,
 }
 
 /// What happens at one moment.
@@ -41,6 +54,9 @@ pub enum Action {
     FaultEnd(usize),
     /// A process fault.
     Process(ProcessFault),
+    /// The end of a [`ProcessFault::HubPartition`] of this replica: its credential is
+    /// accepted again.
+    PartitionEnd(usize),
 }
 
 /// One scheduled action, at `at` from the start of the window.
@@ -125,9 +141,76 @@ impl Schedule {
                 action: Action::Process(fault),
             });
         }
+        // Drawn last, so that a seed draws the same everything else in both modes.
+        if let Some(sh) = o.sharded {
+            draw_sharded(&mut rng, &mut events, window, sh);
+        }
         events.sort_by_key(|e| e.at);
         let restore = model.restore_profiles();
         Schedule { events, restore }
+    }
+}
+
+/// The faults of sharded replicas: the last replica joins late (in the first quarter of the
+/// window), then, at random times, replicas lose their Lease (one per minute, at least 2),
+/// are killed for more than a lease duration (one per 5 minutes, at least 1), and are cut
+/// from the hub cluster for 2.5-4 lease durations (one per 2.5 minutes, at least 1, one at a
+/// time). Faults before the join spare the replica that has not started.
+fn draw_sharded(rng: &mut StdRng, events: &mut Vec<Event>, window: f64, sh: ShardedOptions) {
+    let n = sh.replicas.max(2);
+    let lease = sh.lease.as_secs_f64().max(1.0);
+    let joiner = n - 1;
+    let join_at = rng.gen_range(0.1..0.25) * window;
+    events.push(Event {
+        at: Duration::from_secs_f64(join_at),
+        action: Action::Process(ProcessFault::Join { replica: joiner }),
+    });
+    let pick = |rng: &mut StdRng, at: f64| {
+        if at < join_at {
+            rng.gen_range(0..joiner)
+        } else {
+            rng.gen_range(0..n)
+        }
+    };
+    let count = |per: f64, min: usize| ((window / per) as usize).max(min);
+    for _ in 0..count(60.0, 2) {
+        let at = rng.gen_range(0.05..0.95) * window;
+        let replica = pick(rng, at);
+        events.push(Event {
+            at: Duration::from_secs_f64(at),
+            action: Action::Process(ProcessFault::LeaseLoss { replica }),
+        });
+    }
+    for _ in 0..count(300.0, 1) {
+        let at = rng.gen_range(0.3..0.9) * window;
+        let replica = pick(rng, at);
+        let restart_after = Duration::from_secs_f64(lease * rng.gen_range(2.5..5.0));
+        events.push(Event {
+            at: Duration::from_secs_f64(at),
+            action: Action::Process(ProcessFault::KillPause {
+                replica,
+                restart_after,
+            }),
+        });
+    }
+    // One partition per slot of the window, each within its slot: never two at once.
+    let partitions = count(150.0, 1);
+    let slot = window / partitions as f64;
+    for i in 0..partitions {
+        let lasts = (lease * rng.gen_range(2.5..4.0)).min(slot * 0.8);
+        let at = i as f64 * slot + rng.gen_range(0.0..(slot - lasts).max(0.001));
+        let replica = pick(rng, at);
+        events.push(Event {
+            at: Duration::from_secs_f64(at),
+            action: Action::Process(ProcessFault::HubPartition {
+                replica,
+                lasts: Duration::from_secs_f64(lasts),
+            }),
+        });
+        events.push(Event {
+            at: Duration::from_secs_f64(at + lasts),
+            action: Action::PartitionEnd(replica),
+        });
     }
 }
 
@@ -144,6 +227,7 @@ mod tests {
             churn_per_second: 5.0,
             fault_every: Duration::from_secs(10),
             process_faults: 2,
+            sharded: None,
         }
     }
 
@@ -185,5 +269,82 @@ mod tests {
             .filter(|e| matches!(e.action, Action::Process(_)))
             .count();
         assert_eq!(kills, 2);
+    }
+
+    fn is_sharded_fault(a: &Action) -> bool {
+        matches!(
+            a,
+            Action::PartitionEnd(_)
+                | Action::Process(
+                    ProcessFault::Join { .. }
+                        | ProcessFault::KillPause { .. }
+                        | ProcessFault::LeaseLoss { .. }
+                        | ProcessFault::HubPartition { .. }
+                )
+        )
+    }
+
+    /// Sharded mode adds its faults to the leader-mode schedule of the same seed and
+    /// changes nothing else in it (a leader-mode seed replays as before).
+    #[test]
+    fn sharded_faults_are_added_to_the_same_schedule() {
+        let leader = Schedule::draw(&options(11));
+        let mut o = options(11);
+        o.sharded = Some(ShardedOptions {
+            replicas: 3,
+            lease: Duration::from_secs(4),
+        });
+        let sharded = Schedule::draw(&o);
+        let rest: Vec<&Event> = sharded
+            .events
+            .iter()
+            .filter(|e| !is_sharded_fault(&e.action))
+            .collect();
+        assert_eq!(rest, leader.events.iter().collect::<Vec<_>>());
+        assert!(!leader.events.iter().any(|e| is_sharded_fault(&e.action)));
+
+        let mut join_at = None;
+        let mut open: Option<usize> = None;
+        let (mut losses, mut pauses, mut partitions) = (0, 0, 0);
+        for e in &sharded.events {
+            match &e.action {
+                Action::Process(ProcessFault::Join { replica }) => {
+                    assert_eq!(*replica, 2);
+                    assert!(join_at.replace(e.at).is_none(), "two joins");
+                }
+                Action::Process(ProcessFault::LeaseLoss { replica }) => {
+                    losses += 1;
+                    assert!(*replica < 3);
+                    assert!(join_at.is_some() || *replica != 2, "{e:?} before the join");
+                }
+                Action::Process(ProcessFault::KillPause {
+                    replica,
+                    restart_after,
+                }) => {
+                    pauses += 1;
+                    assert!(join_at.is_some() || *replica != 2, "{e:?} before the join");
+                    assert!(*restart_after > Duration::from_secs(4));
+                }
+                Action::Process(ProcessFault::HubPartition { replica, lasts }) => {
+                    partitions += 1;
+                    assert!(join_at.is_some() || *replica != 2, "{e:?} before the join");
+                    assert!(open.replace(*replica).is_none(), "two partitions at once");
+                    assert!(*lasts > Duration::from_secs(4));
+                }
+                Action::PartitionEnd(replica) => {
+                    assert_eq!(open.take(), Some(*replica));
+                }
+                _ => {}
+            }
+        }
+        assert!(join_at.is_some());
+        assert_eq!(open, None, "a partition left open");
+        assert_eq!((losses, pauses, partitions), (2, 1, 1));
+        assert!(
+            sharded
+                .events
+                .iter()
+                .all(|e| e.at <= Duration::from_secs(60))
+        );
     }
 }

@@ -424,6 +424,14 @@ impl FaultHandle {
         });
     }
 
+    /// Accept a token revoked by [`FaultHandle::revoke_token`] again (and nothing else of
+    /// the fault state changes): the end of a partition of one client.
+    pub fn restore_token(&self, token: &str) {
+        let h = kubesim_auth::token_sha256(token);
+        self.state
+            .send_if_modified(|s| s.revoked_token_hashes.remove(&h));
+    }
+
     /// Revoke every ServiceAccount token issued up to now.
     pub fn revoke_all_service_account_tokens(&self) {
         let now = chrono::Utc::now().timestamp_millis();
@@ -837,6 +845,18 @@ mod tests {
         assert!(!json.contains("tok-1"));
         h.clear();
         assert!(!h.is_token_revoked("tok-1"));
+    }
+
+    #[test]
+    fn restoring_one_token_keeps_the_other_revocations_and_faults() {
+        let (h, _) = handle();
+        h.revoke_token("tok-1");
+        h.revoke_token("tok-2");
+        h.set_latency(Duration::from_millis(7));
+        h.restore_token("tok-1");
+        assert!(!h.is_token_revoked("tok-1"));
+        assert!(h.is_token_revoked("tok-2"));
+        assert_eq!(h.snapshot().latency_ms, 7);
     }
 
     #[test]

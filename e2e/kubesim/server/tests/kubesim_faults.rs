@@ -241,6 +241,45 @@ async fn refused_connections_until_lifted() {
     assert!(ok, "the cluster serves again on the same port");
 }
 
+/// While connections are refused the port stays the cluster's: no other socket of the
+/// machine can take it (one that did, e.g. a client's connection given it as its ephemeral
+/// port, would keep the cluster from listening there again), and it listens there again
+/// once the refusal is lifted. No connection was ever made to it, so no closed connection
+/// lingering on the port holds it instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_cluster_keeps_its_port() {
+    let (_sim, c, api) = start().await;
+    let addr = c.server().addr;
+    c.faults().set_refuse_connections(true);
+    let mut refused = false;
+    for _ in 0..100 {
+        match tokio::net::TcpStream::connect(addr).await {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                refused = true;
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+    assert!(refused, "the port must refuse connections");
+    let taken = tokio::net::TcpSocket::new_v4()
+        .unwrap()
+        .bind(addr)
+        .map(drop);
+    let e = taken.expect_err("another socket took the refused port");
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    c.faults().set_refuse_connections(false);
+    let mut ok = false;
+    for _ in 0..100 {
+        if api.list(&ListParams::default()).await.is_ok() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok, "the cluster serves again on the same port");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_endpoint_is_admin_only_and_drives_faults() {
     let (_sim, c, api) = start().await;

@@ -46,14 +46,20 @@ pub async fn run(
     loop {
         let refuse = faults.borrow_and_update().refuse_connections;
         if refuse {
-            // Close the port: new connections are refused; open ones are dropped.
-            listener = None;
+            // Close the port: new connections are refused; open ones are dropped. The port
+            // stays bound without listening (a SYN to it is answered with a reset, as to a
+            // closed port), so that no other socket of the machine can take it meanwhile:
+            // a client's outgoing connection given it as its ephemeral port would keep the
+            // cluster from ever listening there again.
+            drop(listener.take());
+            let hold = hold_port(server.addr);
             generation.cancel();
             generation = server.shutdown.child_token();
             tokio::select! {
                 _ = faults.wait_for(|s| !s.refuse_connections) => {}
                 () = server.shutdown.cancelled() => return,
             }
+            listener = hold.and_then(|socket| socket.listen(1024).ok());
             continue;
         }
         let l = match listener.take() {
@@ -81,6 +87,16 @@ pub async fn run(
         }
         listener = Some(l);
     }
+}
+
+/// The cluster's port bound and not listening (`None` if it could not be bound: then it is
+/// bound again when the refusal is lifted, see [`rebind`]).
+fn hold_port(addr: SocketAddr) -> Option<tokio::net::TcpSocket> {
+    let socket = tokio::net::TcpSocket::new_v4().ok()?;
+    // The closed listener's connections linger in TIME_WAIT on this port.
+    socket.set_reuseaddr(true).ok()?;
+    socket.bind(addr).ok()?;
+    Some(socket)
 }
 
 /// Bind the cluster's port again after connection refusal was lifted.

@@ -124,6 +124,14 @@ impl RequestLog {
         entries.iter().cloned().collect()
     }
 
+    /// Takes every entry out of the log at once: a reader that keeps what it drains sees
+    /// every request once, however long the run (the log itself keeps only the last
+    /// [`CAPACITY`]), and none is lost between reading and clearing.
+    pub fn drain(&self) -> Vec<LoggedRequest> {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::take(&mut *entries).into()
+    }
+
     /// The requests with this method, oldest first.
     pub fn with_method(&self, method: &str) -> Vec<LoggedRequest> {
         self.entries()
@@ -190,6 +198,18 @@ mod tests {
         assert_eq!(log.with_method("PATCH").len(), CAPACITY / 2);
         log.clear();
         assert!(log.entries().is_empty());
+    }
+
+    #[test]
+    fn drain_takes_every_entry_once() {
+        let log = RequestLog::default();
+        log.record(req(0));
+        log.record(req(1));
+        let drained: Vec<String> = log.drain().into_iter().map(|r| r.path).collect();
+        assert_eq!(drained, ["/p/0", "/p/1"]);
+        assert!(log.drain().is_empty());
+        log.record(req(2));
+        assert_eq!(log.entries().len(), 1);
     }
 
     #[test]
