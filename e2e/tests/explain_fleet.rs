@@ -102,13 +102,12 @@ async fn the_running_hub_explains_the_spokes_it_engages() {
                 "containers": [{"name": "c-0", "image": "vllm:1"}]}}),
     )
     .await;
-    // A foreign, additive identity for the same pods, with DNS names: the hub rebuilds it
-    // from its cached view.
+    // A foreign identity for the same pods, with DNS names: the hub rebuilds it from its
+    // cached view.
     kleym_e2e::single::create_manifest(
         &admin,
         &json!({"apiVersion": "spire.spiffe.io/v1alpha1", "kind": "ClusterSPIFFEID",
-            "metadata": {"name": "team-default", "annotations": {
-                "spire-controller-manager.edera.dev/additive": "true"}},
+            "metadata": {"name": "team-default"},
             "spec": {"spiffeIDTemplate": "spiffe://fleet.example/team/{{ .PodMeta.Name }}",
                 "podSelector": {"matchLabels": {"app": "vllm-qwen"}},
                 "dnsNameTemplates": ["{{ .PodMeta.Name }}.team.example"],

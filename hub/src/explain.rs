@@ -463,11 +463,7 @@ pub fn render_text(e: &PodExplanation, out: &mut impl Write) -> io::Result<()> {
             }
             Ownership::Foreign => "foreign".to_string(),
         };
-        let kind = match (c.fallback, c.additive) {
-            (true, _) => " [fallback]",
-            (false, true) => " [additive]",
-            _ => "",
-        };
+        let kind = if c.fallback { " [fallback]" } else { "" };
         writeln!(out, "  {}{kind} ({owner})", c.name)?;
         if let Some(entry) = &c.entry {
             writeln!(

@@ -19,8 +19,8 @@
 //!   rendered SPIFFE ID (which must be in the manager's trust domain) and DNS names
 //!   (rendered, duplicates dropped, order kept);
 //! - non-fallback ClusterSPIFFEIDs are evaluated first; a `fallback` one is skipped for a pod
-//!   for which a non-fallback one that is not additive (annotation [`ADDITIVE_ANNOTATION`]
-//!   `"true"`) rendered an entry, whether that entry is then kept or masked;
+//!   for which any non-fallback one rendered an entry, whether that entry is then kept or
+//!   masked (a non-fallback whose render fails does not count);
 //! - entries with the same SPIFFE ID, parent and selector set are one entry: the object
 //!   created first declares it, ties broken by the one not being deleted, then the one
 //!   deleted later, then the smaller UID; the others are masked;
@@ -43,10 +43,6 @@ use serde::{Deserialize, Serialize};
 use crate::compiler::spiffe_id::SpiffeId;
 use crate::ownership::{self, OWNER_ANNOTATION, Owner};
 use gotemplate::{TemplateData, render, render_without_pod};
-
-/// Annotation that makes a ClusterSPIFFEID additive: its entry does not keep fallback
-/// ClusterSPIFFEIDs from applying to the same pod.
-pub const ADDITIVE_ANNOTATION: &str = "spire-controller-manager.edera.dev/additive";
 
 /// How the SPIRE Controller Manager instance that serves the pod is configured.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -218,8 +214,6 @@ pub struct Candidate {
     pub uid: String,
     /// `spec.fallback`.
     pub fallback: bool,
-    /// [`ADDITIVE_ANNOTATION`] is `"true"`.
-    pub additive: bool,
     /// Who it belongs to.
     pub ownership: Ownership,
     /// The entry it renders for the pod, when it renders one.
@@ -445,11 +439,6 @@ pub fn explain_pod_with_static(
     for i in evaluation {
         let obj = order[i];
         let fallback = obj.spec.fallback.unwrap_or(false);
-        let additive = obj
-            .annotations()
-            .get(ADDITIVE_ANNOTATION)
-            .map(String::as_str)
-            == Some("true");
         let (entry, verdict) = evaluate(
             obj,
             inputs,
@@ -458,14 +447,13 @@ pub fn explain_pod_with_static(
             fallback,
             &non_fallback_rendered,
         );
-        if entry.is_some() && !fallback && !additive {
+        if entry.is_some() && !fallback {
             non_fallback_rendered.push(obj.name_any());
         }
         candidates[i] = Some(Candidate {
             name: obj.name_any(),
             uid: obj.uid().unwrap_or_default(),
             fallback,
-            additive,
             ownership: ownership_of(obj, field_manager),
             entry,
             verdict,

@@ -296,3 +296,121 @@ fn upstream_cases_hold() {
         }
     }
 }
+
+/// The table's header: the one upstream commit every case restates.
+#[derive(Deserialize)]
+struct Pinned {
+    repository: String,
+    commit: String,
+}
+
+#[derive(Deserialize)]
+struct Citations {
+    about: String,
+    upstream: Option<Pinned>,
+    cases: Vec<CitedCase>,
+}
+
+#[derive(Deserialize)]
+struct CitedCase {
+    name: String,
+    upstream: Upstream,
+}
+
+/// Checks, without the network, that every case cites the commit pinned in the header, a
+/// Go file and a function or test by its bare name (`TestName` or `TestName/subtest`): a
+/// citation that cannot be looked up in the upstream tree as written is a wrong one.
+fn check_citations(table: &str) -> Result<(), String> {
+    let t: Citations = serde_json::from_str(table).map_err(|e| format!("table: {e}"))?;
+    let Some(pinned) = &t.upstream else {
+        return Err("the table's header pins no upstream commit".into());
+    };
+    let full_hex = |c: &str| c.len() == 40 && c.bytes().all(|b| b.is_ascii_hexdigit());
+    if !full_hex(&pinned.commit) || pinned.commit.to_lowercase() != pinned.commit {
+        return Err(format!(
+            "pinned commit {:?} is not a full commit",
+            pinned.commit
+        ));
+    }
+    if pinned.repository.is_empty() {
+        return Err("the header names no repository".into());
+    }
+    if !t.about.contains(&pinned.commit) {
+        return Err("\"about\" does not state the pinned commit".into());
+    }
+    let ident = |s: &str| {
+        let mut b = s.bytes();
+        b.next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+            && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+    };
+    for c in &t.cases {
+        let u = &c.upstream;
+        if u.commit != pinned.commit {
+            return Err(format!(
+                "{}: cites {:?}, not the pinned {}",
+                c.name, u.commit, pinned.commit
+            ));
+        }
+        let file_ok = u.file.ends_with(".go")
+            && !u.file.starts_with('/')
+            && !u.file.contains(char::is_whitespace);
+        if !file_ok {
+            return Err(format!("{}: {:?} is not a Go file path", c.name, u.file));
+        }
+        let (func, subtest) = match u.test.split_once('/') {
+            Some((f, s)) => (f, Some(s)),
+            None => (u.test.as_str(), None),
+        };
+        if !ident(func) || subtest.is_some_and(str::is_empty) {
+            return Err(format!(
+                "{}: {:?} is not a function or test name",
+                c.name, u.test
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn upstream_cases_cite_one_pinned_commit() {
+    if let Err(e) = check_citations(include_str!("testdata/upstream_cases.json")) {
+        panic!("testdata/upstream_cases.json: {e}");
+    }
+}
+
+#[test]
+fn citation_check_rejects_bad_citations() {
+    let pinned = "430567cc024fb0a2c07d2a1972128e68d1c1f54d";
+    let table = |commit: &str, file: &str, test: &str| {
+        json!({"about": format!("at {pinned}"),
+            "upstream": {"repository": "github.com/spiffe/spire-controller-manager", "commit": pinned},
+            "cases": [{"name": "c", "upstream": {"file": file, "commit": commit, "test": test}}]})
+        .to_string()
+    };
+    let good = table(
+        pinned,
+        "pkg/spireentry/entries_test.go",
+        "TestRenderPodEntry",
+    );
+    assert_eq!(check_citations(&good), Ok(()));
+    let bad = [
+        table(
+            "f1e2588ca924756fff65967c55e5bc97d1c396d0",
+            "pkg/spireentry/reconciler.go",
+            "objectCmp",
+        ),
+        table(pinned, "", "objectCmp"),
+        table(pinned, "pkg/spireentry/reconciler.go", ""),
+        table(pinned, "pkg/spireentry/reconciler.go", "objectCmp (UID)"),
+        table(
+            pinned,
+            "pkg/spireentry/reconciler_test.go",
+            "TestMakeEntryKey/",
+        ),
+        json!({"about": "", "cases": []}).to_string(),
+    ];
+    for t in bad {
+        assert!(check_citations(&t).is_err(), "accepted {t}");
+    }
+}

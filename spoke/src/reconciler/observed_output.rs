@@ -28,14 +28,12 @@ use sha2::{Digest, Sha256};
 
 use super::trim::{CacheForm, strip_unread_metadata};
 use crate::compiler::ForeignSpiffeId;
-use crate::explain::ADDITIVE_ANNOTATION;
 use crate::ownership::{PROOF_ANNOTATIONS, ProofSubject};
 
-/// Whether the cache keeps annotation `key`: those the ownership proof reads, and the one
-/// that makes a ClusterSPIFFEID additive (SPIRE Controller Manager reads it, and so does
-/// `kleym explain` through the hub). Objects without them keep no annotation at all.
+/// Whether the cache keeps annotation `key`: only those the ownership proof reads (SPIRE
+/// Controller Manager reads no annotation). Objects without them keep no annotation at all.
 fn kept_annotation(key: &str) -> bool {
-    PROOF_ANNOTATIONS.contains(&key) || key == ADDITIVE_ANNOTATION
+    PROOF_ANNOTATIONS.contains(&key)
 }
 
 /// SHA-256 of a ClusterSPIFFEID spec's JSON: equal digests mean equal specs (the JSON of
@@ -105,8 +103,7 @@ pub struct ObservedOutput {
     metadata: ObjectMeta,
     /// kleym's own labels, the only ones read.
     labels: KleymLabels,
-    /// Only the annotations the ownership proof reads, and the additive one
-    /// ([`kept_annotation`]).
+    /// Only the annotations the ownership proof reads ([`kept_annotation`]).
     proof_annotations: LabelMap,
     /// The spec's digest.
     spec_digest: SpecDigest,
@@ -417,18 +414,13 @@ mod tests {
         assert_eq!(ownership_of(&rebuilt, FM), ownership_of(&full, FM));
         assert_eq!(Precedence::of(&rebuilt), Precedence::of(&full));
 
-        // A forged one (not proven kleym's), additive, with DNS names, a class and a
+        // A forged one (not proven kleym's), with DNS names, a class and a
         // creation time: rebuilt from its cached view alone.
         let mut forged = applied(&owner(), "someone-else");
         forged.metadata.name = Some("a-forged".into());
         forged.metadata.uid = Some("u-forged".into());
         forged.metadata.creation_timestamp =
             serde_json::from_value(serde_json::json!("2026-01-02T03:04:05Z")).unwrap();
-        forged
-            .metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(ADDITIVE_ANNOTATION.into(), "true".into());
         forged.spec.dns_name_templates = Some(vec!["{{ .PodMeta.Name }}.example".into()]);
         forged.spec.class_name = Some("c".into());
         let observed = ObservedOutput::observe(forged.clone(), FM);
@@ -469,7 +461,7 @@ mod tests {
         let from_cache = explain_pod(inputs, &[rebuilt, full], &config, FM).unwrap();
         assert_eq!(from_cache, original);
         let forged = &original.candidates[0];
-        assert!(forged.additive, "{forged:?}");
+        assert_eq!(forged.name, "a-forged", "{forged:?}");
         assert_eq!(
             forged.entry.as_ref().map(|e| e.dns_names.clone()),
             Some(vec!["p.example".to_string()])
