@@ -14,10 +14,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kleym_api::InferenceIdentityBinding;
 use kleym_api::external::spiffeid::ClusterSPIFFEID;
-use kleym_api::external::{model, objective, pool};
-use kleym_api::{InferenceIdentityBinding, TargetKind};
-use kleym_spoke::compiler::{Lookup, PoolView, TargetView, resolve};
+use kleym_spoke::compiler::{Lookup, PoolView, TargetView};
 use kleym_spoke::reconciler::context::Context;
 use kleym_spoke::reconciler::explain_view;
 use kube::api::ListParams;
@@ -195,103 +194,33 @@ impl ExplainSource for ClusterReads<'_> {
         namespace: &str,
         _bindings: &[InferenceIdentityBinding],
     ) -> Result<Box<dyn TargetsOf + Send + Sync>, ExplainError> {
-        let t = crate::explain_targets::read_namespace_targets(self.0, namespace)
-            .await
-            .map_err(|e| ExplainError::Read {
-                what: e.what,
-                source: e.source,
-            })?;
-        Ok(Box::new(t))
+        Ok(Box::new(read_namespace_targets(self.0, namespace).await?))
     }
 }
 
-/// A list that answers 404 is a resource the cluster does not serve.
-fn served<T>(r: Result<Vec<T>, kube::Error>, what: String) -> Result<Option<Vec<T>>, ExplainError> {
-    match r {
-        Ok(items) => Ok(Some(items)),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(source) => Err(ExplainError::Read { what, source }),
-    }
-}
-
-/// [`ExplainSource::target_and_pool`] of [`ClusterReads`]: lists the namespace's objectives
-/// (or models) and pools.
+/// [`ExplainSource::target_and_pool`] of [`ClusterReads`]: the namespace's objectives,
+/// models and pools as listed for `explain pod`, looked up for `b` with the compiler's rules.
 async fn read_target_and_pool(
     client: &kube::Client,
     b: &InferenceIdentityBinding,
 ) -> Result<(Lookup<TargetView>, Lookup<PoolView>), ExplainError> {
     let ns = b.namespace().unwrap_or_default();
-    let name = b.spec.target_ref.name.as_str();
-    let lp = ListParams::default();
-    fn lookup<T: ResourceExt, V>(
-        items: Option<Vec<T>>,
-        name: &str,
-        view: impl Fn(&T) -> V,
-    ) -> Lookup<V> {
-        match items {
-            None => Lookup::CrdNotServed,
-            Some(items) => items
-                .iter()
-                .find(|o| o.name_any() == name)
-                .map_or(Lookup::NotFound, |o| Lookup::Found(view(o))),
-        }
-    }
-    let target = match b.spec.target_ref.kind {
-        TargetKind::InferenceObjective => {
-            let llmd = served(
-                Api::<objective::llmd::InferenceObjective>::namespaced(client.clone(), &ns)
-                    .list(&lp)
-                    .await
-                    .map(|l| l.items),
-                format!("InferenceObjectives ({}) in {ns}", objective::GROUP_LLMD),
-            )?;
-            let gaie = served(
-                Api::<objective::gaie::InferenceObjective>::namespaced(client.clone(), &ns)
-                    .list(&lp)
-                    .await
-                    .map(|l| l.items),
-                format!("InferenceObjectives ({}) in {ns}", objective::GROUP_GAIE),
-            )?;
-            resolve::prefer_objective(
-                lookup(llmd, name, TargetView::from_llmd_objective),
-                lookup(gaie, name, TargetView::from_gaie_objective),
-            )
-        }
-        TargetKind::InferenceModel => {
-            let models = served(
-                Api::<model::InferenceModel>::namespaced(client.clone(), &ns)
-                    .list(&lp)
-                    .await
-                    .map(|l| l.items),
-                format!("InferenceModels in {ns}"),
-            )?;
-            lookup(models, name, TargetView::from_model)
-        }
-    };
-    let pool = match target.found().map(|t| resolve::pool_key(&ns, t)) {
-        Some(Ok(key)) if key.group == pool::GROUP_V1 => {
-            let pools = served(
-                Api::<pool::v1::InferencePool>::namespaced(client.clone(), &ns)
-                    .list(&lp)
-                    .await
-                    .map(|l| l.items),
-                format!("InferencePools ({}) in {ns}", pool::GROUP_V1),
-            )?;
-            lookup(pools, &key.name, PoolView::from_v1)
-        }
-        Some(Ok(key)) if key.group == pool::GROUP_LEGACY => {
-            let pools = served(
-                Api::<pool::v1alpha2::InferencePool>::namespaced(client.clone(), &ns)
-                    .list(&lp)
-                    .await
-                    .map(|l| l.items),
-                format!("InferencePools ({}) in {ns}", pool::GROUP_LEGACY),
-            )?;
-            lookup(pools, &key.name, PoolView::from_v1alpha2)
-        }
-        _ => Lookup::NotFound,
-    };
-    Ok((target, pool))
+    let targets = read_namespace_targets(client, &ns).await?;
+    let input = targets.input_for(b);
+    Ok((input.target, input.pool))
+}
+
+/// The namespace's objectives, models and pools, read from the cluster.
+async fn read_namespace_targets(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<kleym_spoke::explain::targets::NamespaceTargets, ExplainError> {
+    crate::explain_targets::read_namespace_targets(client, namespace)
+        .await
+        .map_err(|e| ExplainError::Read {
+            what: e.what,
+            source: e.source,
+        })
 }
 
 /// The hub's path: the caches of the spoke reconciler this replica runs for the cluster,
