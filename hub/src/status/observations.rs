@@ -26,7 +26,7 @@ use serde_json::json;
 use super::FIELD_MANAGER;
 use super::writer::WriteFence;
 use crate::report::published::{
-    Limits, ObservationError, PublishedSpoke, assemble, encode, merge, object_name,
+    Limits, ObservationError, PublishedSpoke, decode_objects, encode, merge, object_name,
 };
 
 /// What the fleet report (the `FleetIdentityReport`, `/v1/report` and `/v1/clusters` of
@@ -174,59 +174,26 @@ impl ObservationCache {
         self.synced.load(Ordering::Acquire)
     }
 
-    /// Every object in the cache.
-    fn objects(&self) -> Vec<Arc<ClusterIdentityObservation>> {
-        self.store.state()
+    /// The cache's objects, grouped by the cluster they name.
+    fn by_cluster(&self) -> HashMap<String, Vec<Arc<ClusterIdentityObservation>>> {
+        let mut groups: HashMap<String, Vec<Arc<ClusterIdentityObservation>>> = HashMap::new();
+        for o in self.store.state() {
+            groups.entry(o.spec.cluster.clone()).or_default().push(o);
+        }
+        groups
     }
 
     /// Every published spoke, by cluster, decoded (or refused) once per change of its
     /// objects. A spoke whose parts are mid-rewrite is served as last decoded whole.
     pub fn published(&self) -> BTreeMap<String, Result<PublishedSpoke, ObservationError>> {
-        let mut groups: BTreeMap<String, Vec<Arc<ClusterIdentityObservation>>> = BTreeMap::new();
-        for o in self.objects() {
-            groups.entry(o.spec.cluster.clone()).or_default().push(o);
-        }
+        let groups = self.by_cluster();
         let mut decoded = self.decoded.lock().unwrap_or_else(|p| p.into_inner());
         let mut last_good = self.last_good.lock().unwrap_or_else(|p| p.into_inner());
         decoded.retain(|c, _| groups.contains_key(c));
         last_good.retain(|c, _| groups.contains_key(c));
         let mut out = BTreeMap::new();
         for (cluster, objs) in groups {
-            let mut key: Vec<String> = objs
-                .iter()
-                .map(|o| {
-                    format!(
-                        "{}@{}",
-                        o.metadata.name.as_deref().unwrap_or_default(),
-                        o.metadata.resource_version.as_deref().unwrap_or_default()
-                    )
-                })
-                .collect();
-            key.sort();
-            let result = match decoded.get(&cluster) {
-                Some(d) if d.key == key => d.result.clone(),
-                _ => {
-                    let result = assemble(&objs, &self.limits)
-                        .remove(&cluster)
-                        .unwrap_or_else(|| {
-                            Err(ObservationError::Incomplete {
-                                object: cluster.clone(),
-                                why: "no object".into(),
-                            })
-                        });
-                    if let Err(e) = &result {
-                        tracing::warn!(cluster = %cluster, error = %e, "a published observation was refused");
-                    }
-                    decoded.insert(
-                        cluster.clone(),
-                        Decoded {
-                            key,
-                            result: result.clone(),
-                        },
-                    );
-                    result
-                }
-            };
+            let result = decode_once(&mut decoded, &cluster, &objs, &self.limits).clone();
             let result = match result {
                 Ok(s) => {
                     last_good.insert(cluster.clone(), s.clone());
@@ -242,25 +209,77 @@ impl ObservationCache {
         out
     }
 
+    /// Whether `objects` (the cache's objects of `cluster`) decode whole, part 0 naming
+    /// `digest`: decoded once per change of the objects, like [`Self::published`], since
+    /// the publisher asks this of every spoke on every pass.
+    fn verifies(
+        &self,
+        cluster: &str,
+        objects: &[Arc<ClusterIdentityObservation>],
+        digest: &str,
+    ) -> bool {
+        if !objects
+            .iter()
+            .any(|o| o.spec.part == 0 && o.spec.digest == digest)
+        {
+            return false;
+        }
+        let mut decoded = self.decoded.lock().unwrap_or_else(|p| p.into_inner());
+        decode_once(&mut decoded, cluster, objects, &self.limits).is_ok()
+    }
+
+    /// Drops the decodes of clusters without objects in `groups` (a replica that never
+    /// builds the report would otherwise keep every spoke it ever published).
+    fn forget_decodes_but(&self, groups: &HashMap<String, Vec<Arc<ClusterIdentityObservation>>>) {
+        let mut decoded = self.decoded.lock().unwrap_or_else(|p| p.into_inner());
+        decoded.retain(|c, _| groups.contains_key(c));
+    }
+
     /// The report's input in sharded mode: `local` (this replica's spokes) with each spoke
     /// replaced by its published observation where one exists (see [`merge`]).
     pub fn report_inputs(&self, local: Vec<PublishedSpoke>) -> Vec<PublishedSpoke> {
         merge(local, &self.published())
     }
+}
 
-    /// `part 0`'s digest, the parts count and every object name the cache holds per cluster.
-    fn written_state(&self) -> HashMap<String, (Option<String>, Vec<String>)> {
-        let mut out: HashMap<String, (Option<String>, Vec<String>)> = HashMap::new();
-        for o in self.objects() {
-            let entry = out.entry(o.spec.cluster.clone()).or_default();
-            if o.spec.part == 0 {
-                entry.0 = Some(o.spec.digest.clone());
+/// `cluster`'s decode of `objects` from `memo`, decoding again only when the objects'
+/// names and resourceVersions changed. A refusal is logged when it is first seen.
+fn decode_once<'m>(
+    memo: &'m mut HashMap<String, Decoded>,
+    cluster: &str,
+    objects: &[Arc<ClusterIdentityObservation>],
+    limits: &Limits,
+) -> &'m Result<PublishedSpoke, ObservationError> {
+    let mut key: Vec<String> = objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}@{}",
+                o.metadata.name.as_deref().unwrap_or_default(),
+                o.metadata.resource_version.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    key.sort();
+    use std::collections::hash_map::Entry;
+    match memo.entry(cluster.to_string()) {
+        Entry::Occupied(e) if e.get().key == key => &e.into_mut().result,
+        entry => {
+            let refs: Vec<&ClusterIdentityObservation> =
+                objects.iter().map(AsRef::as_ref).collect();
+            let result = decode_objects(&refs, limits);
+            if let Err(e) = &result {
+                tracing::warn!(cluster = %cluster, error = %e, "a published observation was refused");
             }
-            if let Some(n) = &o.metadata.name {
-                entry.1.push(n.clone());
+            let fresh = Decoded { key, result };
+            match entry {
+                Entry::Occupied(mut e) => {
+                    e.insert(fresh);
+                    &e.into_mut().result
+                }
+                Entry::Vacant(v) => &v.insert(fresh).result,
             }
         }
-        out
     }
 }
 
@@ -333,7 +352,10 @@ impl ObservationPublisher {
             // Comparing with an empty cache would rewrite every spoke after a restart.
             return stats;
         }
-        let on_server = self.cache.written_state();
+        // One grouping per pass: looking each spoke up in the whole cache made a pass
+        // quadratic in spokes.
+        let on_server = self.cache.by_cluster();
+        self.cache.forget_decodes_but(&on_server);
         let now = Instant::now();
         for spoke in spokes {
             let specs = encode(spoke, &self.options.limits);
@@ -342,8 +364,8 @@ impl ObservationPublisher {
             let digest = first.digest.clone();
             let parts = first.parts;
             let last_sync = first.last_sync.as_ref().map(|t| t.0.as_second());
-            let server = on_server.get(&cluster);
-            let server_digest = server.and_then(|(d, _)| d.as_deref());
+            let server: &[Arc<ClusterIdentityObservation>] =
+                on_server.get(&cluster).map_or(&[], Vec::as_slice);
             let sync_stale = |w: &Written| match (w.last_sync, last_sync) {
                 (Some(o), Some(n)) => (n - o).abs() >= self.options.sync_refresh.as_secs() as i64,
                 (None, None) => false,
@@ -353,15 +375,13 @@ impl ObservationPublisher {
                 Some(w) if w.digest == digest && w.parts == parts && !sync_stale(w) => {
                     // Ours, as the watch shows it, or written recently enough that the
                     // watch may not show it yet.
-                    server_digest == Some(digest.as_str()) && self.cache_verifies(&cluster, &digest)
+                    self.cache.verifies(&cluster, server, &digest)
                         || now.duration_since(w.at) < self.options.confirm_window
                 }
                 Some(_) => false,
                 // Not written by this process: current if the server holds this content
                 // and its lastSync is recent enough.
-                None => {
-                    server_digest == Some(digest.as_str()) && self.cache_verifies(&cluster, &digest)
-                }
+                None => self.cache.verifies(&cluster, server, &digest),
             };
             if up_to_date {
                 if !self.written.contains_key(&cluster) {
@@ -427,14 +447,10 @@ impl ObservationPublisher {
             // Parts the observation no longer has.
             let keep: HashSet<String> = (0..parts).map(|i| object_name(&cluster, i)).collect();
             let stale: Vec<String> = server
-                .map(|(_, names)| {
-                    names
-                        .iter()
-                        .filter(|n| !keep.contains(*n))
-                        .cloned()
-                        .collect()
-                })
-                .unwrap_or_default();
+                .iter()
+                .filter_map(|o| o.metadata.name.clone())
+                .filter(|n| !keep.contains(n))
+                .collect();
             for name in stale {
                 if !self.delete(&name, &mut stats).await {
                     return stats;
@@ -447,33 +463,17 @@ impl ObservationPublisher {
             .map(|s| s.observation.cluster.as_str())
             .collect();
         self.written.retain(|c, _| current.contains(c.as_str()));
-        for (cluster, (_, names)) in on_server {
+        for (cluster, objects) in on_server {
             if current.contains(cluster.as_str()) || !in_scope(&cluster) {
                 continue;
             }
-            for name in names {
+            for name in objects.iter().filter_map(|o| o.metadata.name.clone()) {
                 if !self.delete(&name, &mut stats).await {
                     return stats;
                 }
             }
         }
         stats
-    }
-
-    /// Whether the cache holds `cluster`'s observation whole, with `digest` and content
-    /// matching it.
-    fn cache_verifies(&self, cluster: &str, digest: &str) -> bool {
-        let objs: Vec<Arc<ClusterIdentityObservation>> = self
-            .cache
-            .objects()
-            .into_iter()
-            .filter(|o| o.spec.cluster == cluster)
-            .collect();
-        let refs: Vec<&ClusterIdentityObservation> = objs.iter().map(AsRef::as_ref).collect();
-        crate::report::published::decode_objects(&refs, &self.options.limits).is_ok()
-            && objs
-                .iter()
-                .any(|o| o.spec.part == 0 && o.spec.digest == digest)
     }
 
     /// Deletes `name`; false when the fence stopped the pass.

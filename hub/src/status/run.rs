@@ -158,7 +158,8 @@ pub async fn run_status_loop(
                     _ = tokio::time::sleep_until(earliest.into()) => {}
                 }
             }
-            Some(()) = published_changed(published_changes.as_mut()) => {
+            // Another shard's observations changed: only the report's writer needs a pass.
+            Some(()) = published_changed(published_changes.as_mut().filter(|_| state.is_leader())) => {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep_until(earliest.into()) => {}
@@ -286,11 +287,17 @@ async fn sync_once(
             tracing::debug!(?stats, "observations published");
         }
     }
-    let report_input: Vec<SpokeObservation> =
+    // Sharded mode: the leader alone writes the report, from every shard's published
+    // observations; the others neither decode nor merge them.
+    let writes_report = !sharded || state.is_leader();
+    let report_input: Vec<SpokeObservation> = if writes_report {
         report_spokes(options.observations.inputs, observations.cache, listed)
             .into_iter()
             .map(|s| s.observation)
-            .collect();
+            .collect()
+    } else {
+        Vec::new()
+    };
     let spokes: Vec<SpokeObservation> = local.into_iter().map(|s| s.observation).collect();
     let names: Vec<&str> = spokes.iter().map(|s| s.cluster.as_str()).collect();
     uids.refresh_for(client, options.profile_version.for_writes(), &names)
@@ -320,9 +327,7 @@ async fn sync_once(
             cluster_status(spoke, now, Some(&options.caps)),
         );
     }
-    // Sharded mode: the leader alone writes the report, from every shard's published
-    // observations.
-    if !sharded || state.is_leader() {
+    if writes_report {
         let full = FullReport::build(&report_input, now);
         writer.submit_report(bound_report(&full.summary, &options.caps));
     }
