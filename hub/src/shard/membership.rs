@@ -108,6 +108,10 @@ struct Membership {
     peers: BTreeMap<String, Seen>,
     /// When the last round that renewed and listed started.
     last_ok: Option<Instant>,
+    /// When this process first renewed its Lease (see [`JOIN_SETTLE`]).
+    joined_at: Option<Instant>,
+    /// When the last successful read of the others' Leases started.
+    last_read: Option<Instant>,
     /// The view annotation our Lease shows (as last written).
     published: Option<String>,
     /// When the current view was first computed (for the barrier-wait metric).
@@ -297,12 +301,20 @@ impl Membership {
                 view: p.view.clone(),
             })
             .collect();
-        let ready = barrier_passed(
-            &view,
-            &self.opts.identity,
-            self.published.as_deref(),
-            &records,
-        );
+        // Replicas started together (a rollout) write their Leases within moments of each
+        // other: the first to read must not take the whole fleet alone and hand two thirds
+        // of it back a round later.
+        let settled = match (self.joined_at, self.last_read) {
+            (Some(joined), Some(read)) => read >= joined + JOIN_SETTLE,
+            _ => false,
+        };
+        let ready = settled
+            && barrier_passed(
+                &view,
+                &self.opts.identity,
+                self.published.as_deref(),
+                &records,
+            );
         let hash = view.hash();
         match &self.view_since {
             Some((h, since)) if *h == hash => {
@@ -379,6 +391,11 @@ impl Membership {
 /// How often a replica reads the others' Leases while its view waits for the barrier.
 pub const BARRIER_POLL: Duration = Duration::from_millis(200);
 
+/// A starting replica takes spokes only from a read of the others' Leases made at least
+/// this long after its own Lease was first written, so that replicas started together see
+/// each other before any of them engages a spoke.
+pub const JOIN_SETTLE: Duration = BARRIER_POLL;
+
 /// Runs membership until `stop`; then releases this replica's Lease (clears its holder) and
 /// deletes it. Cancel `stop` only after the supervisor stopped every spoke: the others take
 /// them over as soon as they see the release.
@@ -396,6 +413,8 @@ pub fn spawn(
         opts,
         peers: BTreeMap::new(),
         last_ok: None,
+        joined_at: None,
+        last_read: None,
         published: None,
         view_since: None,
         metrics,
@@ -428,11 +447,13 @@ pub fn spawn(
             };
             match tokio::time::timeout(limit, round).await {
                 Ok(Ok(Some(written))) => {
+                    m.joined_at.get_or_insert(started);
+                    m.last_read = Some(started);
                     m.last_ok = Some(started);
                     m.published = written;
                     renew_due = Instant::now() + m.opts.retry_period;
                 }
-                Ok(Ok(None)) => {}
+                Ok(Ok(None)) => m.last_read = Some(started),
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, lease = %m.name, "renewing the replica Lease failed");
                     renew_due = Instant::now() + m.opts.retry_period;
@@ -680,6 +701,59 @@ mod tests {
         );
         stop_a.cancel();
         a.task.await.unwrap();
+    }
+
+    /// Replicas started together (b a moment after a, before a's second read) never
+    /// engage alone: a's first ready view already holds b.
+    #[tokio::test(start_paused = true)]
+    async fn replicas_started_together_never_take_the_fleet_alone() {
+        let (_sim, _hub, client) = hub().await;
+        let stop = CancellationToken::new();
+        let a = spawn(
+            client.clone(),
+            opts("a"),
+            ShardMetrics::default(),
+            stop.clone(),
+        );
+        confirm_every_view(&a);
+        // Every ownership a publishes, in order (virtual time advances only when every
+        // task waits, so none is skipped).
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Ownership>::new()));
+        let (mut rx, log) = (a.ownership.clone(), seen.clone());
+        tokio::spawn(async move {
+            loop {
+                log.lock().unwrap().push(rx.borrow_and_update().clone());
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        tokio::time::sleep(JOIN_SETTLE / 2).await;
+        let b = spawn(
+            client.clone(),
+            opts("b"),
+            ShardMetrics::default(),
+            stop.clone(),
+        );
+        confirm_every_view(&b);
+        let mut rx_a = a.ownership.clone();
+        tokio::time::timeout(Duration::from_secs(60), rx_a.wait_for(|o| o.is_ready()))
+            .await
+            .expect("a ready")
+            .unwrap();
+        let seen = seen.lock().unwrap().clone();
+        assert!(
+            !seen.iter().any(alone),
+            "a took the fleet alone before it saw b: {seen:?}"
+        );
+        let first_ready = seen.iter().find(|o| o.is_ready());
+        assert!(
+            matches!(first_ready, Some(Ownership::Shard(s)) if s.view.as_ref().is_some_and(|v| v.contains("b"))),
+            "{seen:?}"
+        );
+        stop.cancel();
+        a.task.await.unwrap();
+        b.task.await.unwrap();
     }
 
     /// A replica whose hub cluster stops answering owns nothing any more no later than its
