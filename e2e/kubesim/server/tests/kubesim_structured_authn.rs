@@ -314,13 +314,26 @@ async fn kubesim_command_loads_and_reloads_the_authentication_config() {
                 .then_some(s.user?.username?)
         })
     };
+    // kubesim reads the file once a second; the first review after the reload fetches the
+    // hub's discovery document and keys. A deadline, not a count of tries: on a loaded
+    // machine each review takes longer.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut user = None;
-    for _ in 0..100 {
+    while tokio::time::Instant::now() < deadline {
         user = review(spoke.clone(), token.clone()).await;
         if user.is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if user.is_none() {
+        let mut logged = Vec::new();
+        while let Ok(line) = log_rx.try_recv() {
+            logged.push(line);
+        }
+        panic!(
+            "the reloaded configuration never authenticated the token; kubesim logged: {logged:#?}"
+        );
     }
     assert_eq!(
         user.as_deref(),
