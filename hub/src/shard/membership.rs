@@ -593,6 +593,17 @@ mod tests {
         (sim, hub, client)
     }
 
+    /// A replica's membership task with a supervisor that confirms every view at once.
+    fn started(
+        client: kube::Client,
+        opts: MembershipOptions,
+        stop: CancellationToken,
+    ) -> ShardHandle {
+        let h = spawn(client, opts, ShardMetrics::default(), stop);
+        confirm_every_view(&h);
+        h
+    }
+
     /// A supervisor that has nothing to stop: it confirms every view at once.
     fn confirm_every_view(h: &ShardHandle) {
         let (mut rx, tx) = (h.ownership.clone(), h.released.clone());
@@ -630,26 +641,14 @@ mod tests {
         let (_sim, _hub, client) = hub().await;
         let leases: Api<Lease> = Api::namespaced(client.clone(), "kleym");
         let stop_a = CancellationToken::new();
-        let a = spawn(
-            client.clone(),
-            opts("a"),
-            ShardMetrics::default(),
-            stop_a.clone(),
-        );
-        confirm_every_view(&a);
+        let a = started(client.clone(), opts("a"), stop_a.clone());
         let mut rx_a = a.ownership.clone();
         tokio::time::timeout(Duration::from_secs(60), rx_a.wait_for(|o| o.is_ready()))
             .await
             .expect("a alone is ready")
             .unwrap();
         let stop_b = CancellationToken::new();
-        let b = spawn(
-            client.clone(),
-            opts("b"),
-            ShardMetrics::default(),
-            stop_b.clone(),
-        );
-        confirm_every_view(&b);
+        let b = started(client.clone(), opts("b"), stop_b.clone());
         let mut rx_b = b.ownership.clone();
         let joint = tokio::time::timeout(Duration::from_secs(60), rx_b.wait_for(|o| o.is_ready()))
             .await
@@ -709,13 +708,7 @@ mod tests {
     async fn replicas_started_together_never_take_the_fleet_alone() {
         let (_sim, _hub, client) = hub().await;
         let stop = CancellationToken::new();
-        let a = spawn(
-            client.clone(),
-            opts("a"),
-            ShardMetrics::default(),
-            stop.clone(),
-        );
-        confirm_every_view(&a);
+        let a = started(client.clone(), opts("a"), stop.clone());
         // Every ownership a publishes, in order (virtual time advances only when every
         // task waits, so none is skipped).
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Ownership>::new()));
@@ -729,13 +722,7 @@ mod tests {
             }
         });
         tokio::time::sleep(JOIN_SETTLE / 2).await;
-        let b = spawn(
-            client.clone(),
-            opts("b"),
-            ShardMetrics::default(),
-            stop.clone(),
-        );
-        confirm_every_view(&b);
+        let b = started(client.clone(), opts("b"), stop.clone());
         let mut rx_a = a.ownership.clone();
         tokio::time::timeout(Duration::from_secs(60), rx_a.wait_for(|o| o.is_ready()))
             .await
@@ -764,13 +751,7 @@ mod tests {
         let (_sim, hub, client) = hub().await;
         let stop = CancellationToken::new();
         let o = opts("a");
-        let a = spawn(
-            client.clone(),
-            o.clone(),
-            ShardMetrics::default(),
-            stop.clone(),
-        );
-        confirm_every_view(&a);
+        let a = started(client.clone(), o.clone(), stop.clone());
         let mut rx = a.ownership.clone();
         tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|o| o.is_ready()))
             .await
@@ -817,13 +798,7 @@ mod tests {
         let mut handles = Vec::new();
         for id in ["a", "b", "c"] {
             let stop = CancellationToken::new();
-            let h = spawn(
-                client.clone(),
-                opts(id),
-                ShardMetrics::default(),
-                stop.clone(),
-            );
-            confirm_every_view(&h);
+            let h = started(client.clone(), opts(id), stop.clone());
             handles.push((h, stop));
             // Start the replicas out of phase, as real ones are.
             tokio::time::sleep(Duration::from_millis(700)).await;
@@ -897,8 +872,7 @@ mod tests {
             ..opts("a")
         };
         let stop = CancellationToken::new();
-        let a = spawn(client, o, ShardMetrics::default(), stop.clone());
-        confirm_every_view(&a);
+        let a = started(client, o, stop.clone());
         let mut rx = a.ownership.clone();
         let limit = Duration::from_secs(60);
         tokio::time::timeout(limit, rx.wait_for(|o| o.is_ready()))
@@ -950,13 +924,7 @@ mod tests {
             // Out of step with a's renewals, as replicas started apart are.
             tokio::time::sleep(Duration::from_millis(900)).await;
             let stop = CancellationToken::new();
-            let h = spawn(
-                client.clone(),
-                opts(id),
-                ShardMetrics::default(),
-                stop.clone(),
-            );
-            confirm_every_view(&h);
+            let h = started(client.clone(), opts(id), stop.clone());
             rxs.push(h.ownership.clone());
             handles.push((h, stop));
         }
