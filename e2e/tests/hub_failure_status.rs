@@ -102,6 +102,7 @@ async fn start(
         client.clone(),
         HubStartOptions {
             status: Some(status_options()),
+            coordination: None,
         },
         shutdown.clone(),
     )

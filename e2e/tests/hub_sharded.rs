@@ -31,7 +31,7 @@ use kleym_e2e::fixtures::recording::RecordingAuthenticator;
 use kleym_hub::fleet::{FleetState, Phase};
 use kleym_hub::http::auth::{ApiAuth, AuthConfig, AuthMode, KubeReviewer};
 use kleym_hub::http::{ApiState, HubView, load_tls_config, router, serve};
-use kleym_hub::runtime::{HubHandle, HubStartOptions, start_hub_with};
+use kleym_hub::runtime::{Coordination, HubHandle, HubStartOptions, start_hub_with};
 use kleym_hub::status::{StatusLoopOptions, WriterOptions};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::Api;
@@ -135,9 +135,33 @@ async fn start_replica_with(
     }
     let args = parse_hub_args(&flags).unwrap();
     let client = f.hub.client_for_token(&hub_token).await.unwrap();
+    // Sharded replicas renew their Leases on a thread of their own, as `kleym hub` does.
+    let coordination = match weight {
+        Some(_) => {
+            let (hub, token) = (f.hub.clone(), hub_token.clone());
+            Some(
+                Coordination::start(move || async move {
+                    hub.client_for_token(&token)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))
+                })
+                .await
+                .unwrap(),
+            )
+        }
+        None => None,
+    };
     let shutdown = CancellationToken::new();
-    let handle =
-        start_hub_with(&args, client, HubStartOptions { status }, shutdown.clone()).unwrap();
+    let handle = start_hub_with(
+        &args,
+        client,
+        HubStartOptions {
+            status,
+            coordination,
+        },
+        shutdown.clone(),
+    )
+    .unwrap();
     Replica {
         handle,
         shutdown,

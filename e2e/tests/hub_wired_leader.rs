@@ -127,6 +127,7 @@ async fn start_replica(f: &FleetHarness, pf: &std::path::Path, with_status: bool
         client.clone(),
         HubStartOptions {
             status: with_status.then_some(status),
+            coordination: None,
         },
         shutdown.clone(),
     )

@@ -218,8 +218,9 @@ impl Candidate {
 }
 
 /// Runs the election until `shutdown`; the receiver is true while this process leads.
-/// On shutdown the lease is released (if held) before the task ends.
+/// On shutdown the lease is released (if held) before the task ends. The task runs on `on`.
 pub fn spawn(
+    on: &tokio::runtime::Handle,
     client: kube::Client,
     opts: LeaderOptions,
     shutdown: CancellationToken,
@@ -232,7 +233,7 @@ pub fn spawn(
         observed: None,
         last_renew: None,
     };
-    let handle = tokio::spawn(async move {
+    let handle = on.spawn(async move {
         loop {
             let leading_before = *tx.borrow();
             // While leading, nothing may keep us leading past the renew deadline: the attempt
@@ -332,7 +333,12 @@ mod tests {
             retry_period: Duration::from_secs(2),
         };
         let shutdown = CancellationToken::new();
-        let (mut rx, task) = spawn(client, opts.clone(), shutdown.clone());
+        let (mut rx, task) = spawn(
+            &tokio::runtime::Handle::current(),
+            client,
+            opts.clone(),
+            shutdown.clone(),
+        );
         // Bounded: a lease that can never be written would spin the paused clock forever.
         tokio::time::timeout(Duration::from_secs(60), rx.wait_for(|leading| *leading))
             .await

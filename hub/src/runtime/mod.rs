@@ -7,6 +7,7 @@
 //! - [`routers`]: the hub API ([`api_router`], on `--api-addr`) and the health routers
 //!   ([`health_router`] on `--metrics-addr`, [`probe_router`] on `--health-addr`);
 //! - [`run`]: [`run_hub`], all of it from flags until shutdown;
+//! - [`coordination`]: the Lease work's own thread and client ([`Coordination`]);
 //! - [`view`]: what the HTTP API serves, over the fleet state ([`FleetHubView`]);
 //! - [`published`]: what a follower serves instead, the published status objects
 //!   ([`PublishedStatus`]).
@@ -15,6 +16,7 @@
 //! of them (nor its own children) imports it back.
 
 pub mod args;
+pub mod coordination;
 pub mod published;
 pub mod routers;
 pub mod run;
@@ -22,6 +24,7 @@ pub mod start;
 pub mod view;
 
 pub use args::{HubArgs, ShardMode, hub_client};
+pub use coordination::Coordination;
 pub use published::PublishedStatus;
 pub use routers::{
     api_router, health_router, probe_router, ready_check, ready_check_with_issuer, serve_health,

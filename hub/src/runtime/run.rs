@@ -5,7 +5,8 @@
 use anyhow::Context as _;
 use kleym_spoke::reconciler::CancellationToken;
 
-use super::args::{HubArgs, hub_client};
+use super::args::{HubArgs, ShardMode, hub_client};
+use super::coordination::Coordination;
 use super::routers::{api_router, ready_check_with_issuer};
 use super::start::{HubStartOptions, start_hub_with};
 use crate::observe::health::HealthListeners;
@@ -46,11 +47,34 @@ pub async fn run_hub(args: &HubArgs, shutdown: CancellationToken) -> anyhow::Res
         }
     }
     let health = HealthListeners::bind(args.metrics_addr, args.health_addr).await?;
+    // Leases are renewed on a thread of their own, not behind the spoke work.
+    let coordination = if args.leader_elect() || args.shard_mode == ShardMode::Sharded {
+        let (kubeconfig, context, limit) = (
+            args.kubeconfig.clone(),
+            args.context.clone(),
+            args.limits.max_response_bytes(),
+        );
+        Some(
+            Coordination::start(move || async move {
+                crate::kubeconfig::client_with_limit(
+                    kubeconfig.as_deref(),
+                    context.as_deref(),
+                    limit,
+                )
+                .await
+                .context("building the hub client for the Lease work")
+            })
+            .await?,
+        )
+    } else {
+        None
+    };
     let hub = start_hub_with(
         args,
         client.clone(),
         HubStartOptions {
             status: Some(StatusLoopOptions::default()),
+            coordination,
         },
         shutdown.clone(),
     )?;

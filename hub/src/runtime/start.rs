@@ -12,6 +12,7 @@ use kleym_spoke::reconciler::CancellationToken;
 use prometheus_client::registry::Registry;
 
 use super::args::HubArgs;
+use super::coordination::Coordination;
 use super::view::{FleetCollector, FleetHubView, LeaderInfo, observe_lease};
 use crate::credentials::{CredentialCache, CredentialMetrics, spoke_user_agent};
 use crate::fleet::{
@@ -31,6 +32,9 @@ pub struct HubStartOptions {
     /// Run the status loop (writes `ClusterIdentityStatus` and `FleetIdentityReport` while
     /// leading) with these options; `None` leaves status writing to the caller.
     pub status: Option<StatusLoopOptions>,
+    /// Where the Lease work (membership, leader election, the leader Lease's watch) runs:
+    /// `None` runs it on the caller's runtime with the hub client.
+    pub coordination: Option<Coordination>,
 }
 
 /// The running pieces of a hub, for in-process use (tests, benchmarks).
@@ -125,11 +129,17 @@ pub fn start_hub_with(
     // Sharded mode: membership runs until the supervisor stopped every spoke (its own
     // token, cancelled after `supervisor.run` returned), then deletes this replica's
     // Lease so the others take its spokes over at once.
+    let coordination = options.coordination.clone();
+    let (lease_runtime, lease_client) = match &coordination {
+        Some(c) => (c.handle().clone(), c.client().clone()),
+        None => (tokio::runtime::Handle::current(), client.clone()),
+    };
     let membership_stop = CancellationToken::new();
     let membership = match (shard_opts, shard_metrics) {
         (Some(opts), Some(metrics)) => {
             let h = crate::shard::spawn(
-                client.clone(),
+                &lease_runtime,
+                lease_client.clone(),
                 opts,
                 metrics.clone(),
                 membership_stop.clone(),
@@ -152,15 +162,15 @@ pub fn start_hub_with(
         let info = LeaderInfo::default();
         // The election only says whether *we* lead; followers also need the holder's name
         // (named in their 503) and `/readyz` needs to know leadership is settled.
-        tokio::spawn(observe_lease(
-            client.clone(),
+        lease_runtime.spawn(observe_lease(
+            lease_client.clone(),
             opts.namespace.clone(),
             opts.lease_name.clone(),
             opts.retry_period,
             info.clone(),
             shutdown.clone(),
         ));
-        let (rx, h) = leader::spawn(client.clone(), opts, shutdown.clone());
+        let (rx, h) = leader::spawn(&lease_runtime, lease_client, opts, shutdown.clone());
         (rx, Some(h), info)
     } else {
         (leader::always_leader(), None, LeaderInfo::always_leader())
@@ -245,6 +255,8 @@ pub fn start_hub_with(
         if let Some(h) = election {
             let _ = h.await;
         }
+        // The Lease work has ended: its runtime may stop.
+        drop(coordination);
     });
     Ok(HubHandle {
         state,

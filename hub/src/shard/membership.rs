@@ -398,8 +398,10 @@ pub const JOIN_SETTLE: Duration = BARRIER_POLL;
 
 /// Runs membership until `stop`; then releases this replica's Lease (clears its holder) and
 /// deletes it. Cancel `stop` only after the supervisor stopped every spoke: the others take
-/// them over as soon as they see the release.
+/// them over as soon as they see the release. The task runs on `on` (with `client`'s
+/// connections there too: see `runtime::coordination`).
 pub fn spawn(
+    on: &tokio::runtime::Handle,
     client: kube::Client,
     opts: MembershipOptions,
     metrics: ShardMetrics,
@@ -419,7 +421,7 @@ pub fn spawn(
         view_since: None,
         metrics,
     };
-    let task = tokio::spawn(async move {
+    let task = on.spawn(async move {
         // When the next renewal is due (at once for the first).
         let mut renew_due = Instant::now();
         loop {
@@ -599,7 +601,13 @@ mod tests {
         opts: MembershipOptions,
         stop: CancellationToken,
     ) -> ShardHandle {
-        let h = spawn(client, opts, ShardMetrics::default(), stop);
+        let h = spawn(
+            &tokio::runtime::Handle::current(),
+            client,
+            opts,
+            ShardMetrics::default(),
+            stop,
+        );
         confirm_every_view(&h);
         h
     }

@@ -23,7 +23,7 @@ use kubesim_auth::jwt::{ObjectRef, SaTokenRequest};
 use kubesim_auth::pki::ClusterPki;
 use kubesim_store::{Cluster, WriteOptions};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -57,6 +57,11 @@ pub struct KubesimOptions {
     /// Per cluster name, PEM CA bundles whose client certificates the cluster also accepts
     /// (kube-apiserver's `--client-ca-file`, added to the cluster's own CA).
     pub client_cas: BTreeMap<String, String>,
+    /// Cluster names whose API server runs on an OS thread of its own rather than on the
+    /// caller's runtime. A real API server is a process of its own: one that many clients
+    /// depend on (a hub cluster, its Leases) must not queue behind the traffic of thousands
+    /// of simulated spokes sharing the caller's runtime.
+    pub own_threads: BTreeSet<String>,
 }
 
 impl Default for KubesimOptions {
@@ -68,6 +73,7 @@ impl Default for KubesimOptions {
             history_limit: None,
             authentication_configs: BTreeMap::new(),
             client_cas: BTreeMap::new(),
+            own_threads: BTreeSet::new(),
         }
     }
 }
@@ -258,7 +264,35 @@ async fn start_cluster(
     if let Some(text) = options.authentication_configs.get(&name) {
         handle.set_authentication_config(text)?;
     }
-    tokio::spawn(listener::run(handle.server.clone(), listener, tls));
+    let server = handle.server.clone();
+    if options.own_threads.contains(&name) {
+        // Registered with the thread's reactor, not the caller's.
+        let std_listener = listener.into_std()?;
+        own_thread(&name, shutdown)?.spawn(async move {
+            match tokio::net::TcpListener::from_std(std_listener) {
+                Ok(l) => listener::run(server, l, tls).await,
+                Err(e) => tracing::error!(error = %e, "kubesim: listener on its own thread"),
+            }
+        });
+    } else {
+        tokio::spawn(listener::run(server, listener, tls));
+    }
+    Ok(handle)
+}
+
+/// A runtime on an OS thread of its own (`kubesim-<name>`), running until `shutdown`; the
+/// tasks spawned on it (the listener, and from it every connection) stop with it.
+fn own_thread(
+    name: &str,
+    shutdown: CancellationToken,
+) -> Result<tokio::runtime::Handle, KubesimError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let handle = rt.handle().clone();
+    std::thread::Builder::new()
+        .name(format!("kubesim-{name}"))
+        .spawn(move || rt.block_on(shutdown.cancelled()))?;
     Ok(handle)
 }
 
