@@ -352,7 +352,9 @@ async fn setup(o: &FailoverOptions) -> Result<Fleet, FailoverError> {
     let err = |e: String| FailoverError::Setup(e);
     let names: Vec<String> = (0..o.spokes).map(|i| format!("spoke-{i:04}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let f = FleetHarness::start(&refs, &o.dir).await.map_err(err)?;
+    let f = FleetHarness::start_with(&refs, &o.dir, needs_shared_port(o.spokes))
+        .await
+        .map_err(err)?;
     let plugin = static_token_plugin(&o.dir, "bench.sh", &counting_token(), None)
         .map_err(|e| err(e.to_string()))?;
     let provider_file = o.dir.join("providers.json");
@@ -402,6 +404,19 @@ async fn setup(o: &FailoverOptions) -> Result<Fleet, FailoverError> {
         stores,
         provider_file,
     })
+}
+
+/// Whether the simulated spokes must share one port: a socket each, plus a connection each
+/// from the replica engaging it, would pass this process's open-file limit.
+pub fn needs_shared_port(spokes: usize) -> bool {
+    open_file_limit().is_some_and(|limit| 2 * spokes as u64 + 1024 > limit)
+}
+
+/// The soft open-file limit of this process (Linux: `/proc/self/limits`).
+fn open_file_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 /// Runs `fut`, checking every second that the replicas that should run still do.
@@ -478,9 +493,14 @@ pub async fn run(
     let t = Instant::now();
     let fleet = setup(o).await?;
     progress(&format!(
-        "setup ({} spokes x {} bindings, profiles): {:.1?}",
+        "setup ({} spokes x {} bindings, profiles{}): {:.1?}",
         o.spokes,
         o.bindings,
+        if needs_shared_port(o.spokes) {
+            "; the spokes share one port: a socket each would pass the open-file limit"
+        } else {
+            ""
+        },
         t.elapsed()
     ));
     let names = Arc::new(Names::new(o.bindings));

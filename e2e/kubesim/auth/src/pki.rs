@@ -76,6 +76,16 @@ impl ClusterPki {
     /// server that tests reach under a host name that is not loopback's (through a proxy,
     /// which clients never use for loopback addresses).
     pub fn generate_with_names(cluster_name: &str, dns_names: &[&str]) -> Result<Self> {
+        Self::generate_with_addresses(cluster_name, dns_names, &[])
+    }
+
+    /// As [`ClusterPki::generate_with_names`], with `ips` also in the serving certificate:
+    /// for a server at a loopback address other than `127.0.0.1`.
+    pub fn generate_with_addresses(
+        cluster_name: &str,
+        dns_names: &[&str],
+        ips: &[IpAddr],
+    ) -> Result<Self> {
         let now = SystemTime::now();
         let ca_key = KeyPair::generate().map_err(|e| pki_err("generate CA key", e))?;
         let mut ca_params = CertificateParams::default();
@@ -108,6 +118,9 @@ impl ClusterPki {
                     .map_err(|e| pki_err("SAN", e))?,
             ),
         ];
+        params
+            .subject_alt_names
+            .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
         for name in dns_names {
             params.subject_alt_names.push(SanType::DnsName(
                 name.to_string().try_into().map_err(|e| pki_err("SAN", e))?,

@@ -17,6 +17,7 @@ use crate::error::KubesimError;
 use crate::faults::FaultHandle;
 use crate::kubeconfig::{self, Credentials, Entry};
 use crate::server::request_log::RequestLog;
+use crate::server::shared_port::SharedPort;
 use crate::server::{ClusterServer, listener};
 use kubesim_auth::UserInfo;
 use kubesim_auth::jwt::{ObjectRef, SaTokenRequest};
@@ -62,6 +63,11 @@ pub struct KubesimOptions {
     /// depend on (a hub cluster, its Leases) must not queue behind the traffic of thousands
     /// of simulated spokes sharing the caller's runtime.
     pub own_threads: BTreeSet<String>,
+    /// Serve every cluster not in `own_threads` through one listening socket, each at a
+    /// loopback address of its own (`127.1.0.1`, ...) on one port, instead of a socket per
+    /// cluster: for fleets whose listeners and connections would pass the process's
+    /// open-file limit. See [`crate::server::shared_port`] for what differs.
+    pub shared_port: bool,
 }
 
 impl Default for KubesimOptions {
@@ -74,6 +80,7 @@ impl Default for KubesimOptions {
             authentication_configs: BTreeMap::new(),
             client_cas: BTreeMap::new(),
             own_threads: BTreeSet::new(),
+            shared_port: false,
         }
     }
 }
@@ -86,6 +93,7 @@ pub struct Kubesim {
     clusters: RwLock<BTreeMap<String, ClusterHandle>>,
     options: KubesimOptions,
     shutdown: CancellationToken,
+    shared: Option<SharedPort>,
 }
 
 impl Drop for Kubesim {
@@ -98,10 +106,17 @@ impl Kubesim {
     /// Start one server per name (in parallel); returns when all are serving.
     pub async fn start(names: &[&str], options: KubesimOptions) -> Result<Self, KubesimError> {
         install_crypto_provider();
+        let shutdown = CancellationToken::new();
+        let shared = if options.shared_port {
+            Some(SharedPort::start(shutdown.clone()).await?)
+        } else {
+            None
+        };
         let sim = Self {
             clusters: RwLock::new(BTreeMap::new()),
             options,
-            shutdown: CancellationToken::new(),
+            shutdown,
+            shared,
         };
         let mut seen = std::collections::BTreeSet::new();
         for n in names {
@@ -113,6 +128,7 @@ impl Kubesim {
             start_cluster(
                 n.to_string(),
                 sim.options.clone(),
+                sim.shared.as_ref(),
                 sim.shutdown.child_token(),
             )
         });
@@ -146,6 +162,7 @@ impl Kubesim {
         let h = start_cluster(
             name.to_string(),
             self.options.clone(),
+            self.shared.as_ref(),
             self.shutdown.child_token(),
         )
         .await?;
@@ -229,18 +246,30 @@ pub fn install_crypto_provider() {
 async fn start_cluster(
     name: String,
     options: KubesimOptions,
+    shared: Option<&SharedPort>,
     shutdown: CancellationToken,
 ) -> Result<ClusterHandle, KubesimError> {
+    let own_thread = options.own_threads.contains(&name);
+    let shared = shared.filter(|_| !own_thread);
+    // A socket of its own, or an address of its own on the shared port.
+    let (listener, addr) = match shared {
+        Some(s) => (None, s.allocate()?),
+        None => {
+            let l = listener::bind_random().await?;
+            let addr = l.local_addr()?;
+            (Some(l), addr)
+        }
+    };
     let pki_name = name.clone();
-    let pki = tokio::task::spawn_blocking(move || ClusterPki::generate(&pki_name))
-        .await
-        .map_err(|e| KubesimError::Kube(format!("pki task: {e}")))??;
+    let pki = tokio::task::spawn_blocking(move || {
+        ClusterPki::generate_with_addresses(&pki_name, &[], &[addr.ip()])
+    })
+    .await
+    .map_err(|e| KubesimError::Kube(format!("pki task: {e}")))??;
     let tls = pki.server_config_with_client_cas(
         options.client_certs,
         options.client_cas.get(&name).map(String::as_str),
     )?;
-    let listener = listener::bind_random().await?;
-    let addr = listener.local_addr()?;
     let store = Cluster::new(&name);
     if let Some(n) = options.history_limit {
         store.set_history_limit(n);
@@ -265,10 +294,16 @@ async fn start_cluster(
         handle.set_authentication_config(text)?;
     }
     let server = handle.server.clone();
-    if options.own_threads.contains(&name) {
+    let Some(listener) = listener else {
+        if let Some(s) = shared {
+            s.add(server, tls);
+        }
+        return Ok(handle);
+    };
+    if own_thread {
         // Registered with the thread's reactor, not the caller's.
         let std_listener = listener.into_std()?;
-        own_thread(&name, shutdown)?.spawn(async move {
+        runtime_of_its_own(&name, shutdown)?.spawn(async move {
             match tokio::net::TcpListener::from_std(std_listener) {
                 Ok(l) => listener::run(server, l, tls).await,
                 Err(e) => tracing::error!(error = %e, "kubesim: listener on its own thread"),
@@ -282,7 +317,7 @@ async fn start_cluster(
 
 /// A runtime on an OS thread of its own (`kubesim-<name>`), running until `shutdown`; the
 /// tasks spawned on it (the listener, and from it every connection) stop with it.
-fn own_thread(
+fn runtime_of_its_own(
     name: &str,
     shutdown: CancellationToken,
 ) -> Result<tokio::runtime::Handle, KubesimError> {

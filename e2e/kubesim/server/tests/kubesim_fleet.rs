@@ -184,3 +184,96 @@ async fn clusters_can_be_added_and_removed_at_run_time() {
             .is_err()
     );
 }
+
+/// With `shared_port`, every cluster is served through one listening socket, each at a
+/// loopback address of its own: each answers as itself under its own CA, a refusal fault on
+/// one leaves the others serving, and a cluster with a thread of its own keeps its own socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusters_on_a_shared_port_answer_at_their_own_addresses() {
+    let sim = Kubesim::start(
+        &["hub", "a", "b"],
+        KubesimOptions {
+            shared_port: true,
+            own_threads: ["hub".to_string()].into(),
+            ..KubesimOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let (hub, a, b) = (
+        sim.cluster("hub").unwrap(),
+        sim.cluster("a").unwrap(),
+        sim.cluster("b").unwrap(),
+    );
+    let (addr_a, addr_b) = (a.server().addr, b.server().addr);
+    assert_eq!(addr_a.port(), addr_b.port(), "one port");
+    assert_ne!(addr_a.ip(), addr_b.ip(), "an address each");
+    assert!(addr_a.ip().is_loopback() && addr_b.ip().is_loopback());
+    assert_ne!(
+        hub.server().addr.port(),
+        addr_a.port(),
+        "the hub has its own socket"
+    );
+
+    // Each client trusts only its cluster's CA and checks the address in its certificate.
+    let api_a = Api::<Namespace>::all(a.kube_client().await.unwrap());
+    let api_b = Api::<Namespace>::all(b.kube_client().await.unwrap());
+    let ns = |name: &str| Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api_a
+        .create(&PostParams::default(), &ns("only-in-a"))
+        .await
+        .unwrap();
+    assert!(api_a.get_opt("only-in-a").await.unwrap().is_some());
+    assert!(
+        api_b.get_opt("only-in-a").await.unwrap().is_none(),
+        "b is not a"
+    );
+    // a's credentials mean nothing at b's address.
+    let wrong = b.client_for_token(&a.admin_token()).await.unwrap();
+    let err = Api::<Namespace>::all(wrong)
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
+    assert!(is_status(&err, 401), "{err}");
+
+    // Refusing connections at a: a's clients fail, b's are served.
+    a.faults().set_refuse_connections(true);
+    let mut a_down = false;
+    for _ in 0..100 {
+        if api_a.list(&ListParams::default()).await.is_err() {
+            a_down = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(a_down, "a still served while refusing connections");
+    api_b.list(&ListParams::default()).await.unwrap();
+    a.faults().set_refuse_connections(false);
+    let mut a_up = false;
+    for _ in 0..100 {
+        if api_a.list(&ListParams::default()).await.is_ok() {
+            a_up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(a_up, "a serves again once the refusal is lifted");
+
+    // A removed cluster's address answers no more (closed before any TLS).
+    sim.remove_cluster("b");
+    let mut gone = false;
+    for _ in 0..100 {
+        if api_b.list(&ListParams::default()).await.is_err() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "b still served after its removal");
+}

@@ -33,12 +33,7 @@ pub async fn run(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
 ) {
-    let mut h1 = (*tls).clone();
-    h1.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptors = Acceptors {
-        any: TlsAcceptor::from(tls),
-        h1_only: TlsAcceptor::from(Arc::new(h1)),
-    };
+    let acceptors = Acceptors::new(tls);
     let mut faults = server.faults.subscribe();
     let mut listener = Some(listener);
     // Cancelled (and replaced) when connection refusal starts, to drop open connections.
@@ -119,12 +114,26 @@ async fn rebind(server: &ClusterServer) -> Option<TcpListener> {
 
 /// The TLS acceptors: HTTP/2 and HTTP/1.1 by ALPN, or HTTP/1.1 only (`h1Only`).
 #[derive(Clone)]
-struct Acceptors {
+pub(super) struct Acceptors {
     any: TlsAcceptor,
     h1_only: TlsAcceptor,
 }
 
-async fn connection(
+impl Acceptors {
+    /// Both acceptors from the cluster's TLS configuration.
+    pub(super) fn new(tls: Arc<rustls::ServerConfig>) -> Self {
+        let mut h1 = (*tls).clone();
+        h1.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Self {
+            any: TlsAcceptor::from(tls),
+            h1_only: TlsAcceptor::from(Arc::new(h1)),
+        }
+    }
+}
+
+/// Serves one accepted connection of `server` until it ends, `kill` fires, or a fault
+/// ends it.
+pub(super) async fn connection(
     server: Arc<ClusterServer>,
     acceptors: Acceptors,
     stream: TcpStream,

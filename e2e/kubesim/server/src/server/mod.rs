@@ -11,6 +11,7 @@ pub mod request;
 pub mod request_log;
 pub mod resources;
 pub mod response;
+pub mod shared_port;
 pub mod table;
 pub mod watch;
 
