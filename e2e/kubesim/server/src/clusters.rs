@@ -261,8 +261,13 @@ async fn start_cluster(
         }
     };
     let pki_name = name.clone();
+    // The serving certificate names 127.0.0.1 already; a shared-port address is added.
+    let ips: Vec<std::net::IpAddr> = Some(addr.ip())
+        .filter(|ip| *ip != std::net::Ipv4Addr::LOCALHOST)
+        .into_iter()
+        .collect();
     let pki = tokio::task::spawn_blocking(move || {
-        ClusterPki::generate_with_addresses(&pki_name, &[], &[addr.ip()])
+        ClusterPki::generate_with_addresses(&pki_name, &[], &ips)
     })
     .await
     .map_err(|e| KubesimError::Kube(format!("pki task: {e}")))??;
