@@ -60,9 +60,9 @@ impl FleetMetrics {
 
     /// Recomputes the gauges from `state`.
     pub fn refresh(&self, state: &FleetState) {
-        let spokes = state.spokes();
+        let counts = state.phase_counts();
         for p in Phase::ALL {
-            let n = spokes.iter().filter(|s| s.phase == p).count();
+            let n = counts.get(&p).copied().unwrap_or(0);
             self.spokes
                 .get_or_create(&PhaseLabels {
                     phase: p.as_str().to_string(),
@@ -82,6 +82,43 @@ impl FleetMetrics {
             tokio::time::sleep(min_interval).await;
             rx.borrow_and_update();
             self.refresh(&state);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::encoding::text::encode;
+
+    /// The gauges count each phase of the fleet's spokes, read back from the text format.
+    #[test]
+    fn spokes_are_counted_per_phase() {
+        let state = FleetState::new();
+        let phases = [
+            ("fleet/a", Phase::Engaged),
+            ("fleet/b", Phase::Engaged),
+            ("fleet/c", Phase::Standby),
+            ("fleet/d", Phase::Refused),
+        ];
+        for (name, phase) in phases {
+            state.update(name, |s| s.phase = phase);
+        }
+        let mut registry = Registry::default();
+        let metrics = FleetMetrics::register(&mut registry);
+        metrics.refresh(&state);
+        state.update("fleet/b", |s| s.phase = Phase::Standby);
+        metrics.refresh(&state);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for (phase, n) in [
+            ("Engaged", 1),
+            ("Standby", 2),
+            ("Refused", 1),
+            ("Syncing", 0),
+        ] {
+            let line = format!("kleym_hub_spokes{{phase=\"{phase}\"}} {n}");
+            assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
         }
     }
 }

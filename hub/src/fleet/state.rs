@@ -249,6 +249,16 @@ impl FleetState {
         out
     }
 
+    /// How many spokes are in each phase (no spoke's state is copied: the gauges follow
+    /// every change of a fleet of thousands).
+    pub fn phase_counts(&self) -> std::collections::HashMap<Phase, usize> {
+        let mut counts = std::collections::HashMap::new();
+        for e in self.inner.spokes.iter() {
+            *counts.entry(e.value().phase).or_insert(0) += 1;
+        }
+        counts
+    }
+
     /// One spoke's state.
     pub fn get(&self, name: &str) -> Option<SpokeState> {
         self.inner.spokes.get(name).map(|e| e.value().clone())
