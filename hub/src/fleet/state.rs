@@ -239,10 +239,28 @@ impl FleetState {
 
     /// Every spoke's state, sorted by name.
     pub fn spokes(&self) -> Vec<SpokeState> {
+        self.spokes_where(|_| true)
+    }
+
+    /// The spokes [`FleetState::may_report`] lets this replica answer for, sorted by name:
+    /// in sharded mode only those are copied (the others are most of the fleet).
+    pub fn reported_spokes(&self) -> Vec<SpokeState> {
+        if !self.is_sharded() {
+            return if self.is_leader() {
+                self.spokes()
+            } else {
+                Vec::new()
+            };
+        }
+        self.spokes_where(|s| s.phase != Phase::Standby)
+    }
+
+    fn spokes_where(&self, keep: impl Fn(&SpokeState) -> bool) -> Vec<SpokeState> {
         let mut out: Vec<SpokeState> = self
             .inner
             .spokes
             .iter()
+            .filter(|e| keep(e.value()))
             .map(|e| e.value().clone())
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -426,6 +444,35 @@ impl Drop for ReachGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The spokes a replica answers for are exactly those `may_report` allows, sorted.
+    #[test]
+    fn reported_spokes_are_those_the_replica_may_report() {
+        let s = FleetState::new();
+        for (name, phase) in [
+            ("fleet/c", Phase::Engaged),
+            ("fleet/a", Phase::Standby),
+            ("fleet/b", Phase::Refused),
+            ("fleet/d", Phase::Standby),
+        ] {
+            s.update(name, |st| st.phase = phase);
+        }
+        let names = |v: Vec<SpokeState>| v.into_iter().map(|x| x.name).collect::<Vec<_>>();
+        // Leader mode: every spoke while leading, none otherwise.
+        assert!(s.reported_spokes().is_empty());
+        s.set_leader(true);
+        assert_eq!(names(s.reported_spokes()).len(), 4);
+        // Sharded mode: leadership does not matter, ownership (not Standby) does.
+        s.set_sharded(true);
+        for leading in [true, false] {
+            s.set_leader(leading);
+            let reported = names(s.reported_spokes());
+            assert_eq!(reported, ["fleet/b", "fleet/c"]);
+            for n in ["fleet/a", "fleet/b", "fleet/c", "fleet/d"] {
+                assert_eq!(reported.iter().any(|r| r == n), s.may_report(n), "{n}");
+            }
+        }
+    }
 
     #[tokio::test]
     async fn updates_notify_only_on_change() {

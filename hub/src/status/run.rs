@@ -252,10 +252,21 @@ async fn sync_once(
 ) {
     let now = chrono::Utc::now();
     let sharded = state.is_sharded();
+    let leading = state.is_leader();
+    // Sharded mode: the leader alone writes the report, from every shard's published
+    // observations; the others neither decode nor merge them.
+    let writes_report = !sharded || leading;
     // Every listed spoke: in sharded mode those other replicas run are `Standby` here, and
-    // the report takes their published observations instead.
-    let listed = local_spokes(state);
-    let local: Vec<PublishedSpoke> = if sharded {
+    // the report takes their published observations instead. A sharded replica that does
+    // not write the report needs only its own (most of the fleet is not).
+    let listed = if writes_report {
+        local_spokes(state)
+    } else {
+        Vec::new()
+    };
+    let local: Vec<PublishedSpoke> = if !sharded {
+        listed.clone()
+    } else if writes_report {
         // Only the spokes this replica handles are its to publish and report.
         listed
             .iter()
@@ -263,7 +274,11 @@ async fn sync_once(
             .cloned()
             .collect()
     } else {
-        listed.clone()
+        state
+            .reported_spokes()
+            .iter()
+            .map(PublishedSpoke::from)
+            .collect()
     };
     if let Some(publisher) = observations.publisher {
         let stats = if sharded {
@@ -273,7 +288,6 @@ async fn sync_once(
                 .iter()
                 .map(|s| s.observation.cluster.clone())
                 .collect();
-            let leading = state.is_leader();
             publisher
                 .publish(&local, &|c| {
                     state.may_report(c) || (leading && !names.contains(c))
@@ -287,9 +301,6 @@ async fn sync_once(
             tracing::debug!(?stats, "observations published");
         }
     }
-    // Sharded mode: the leader alone writes the report, from every shard's published
-    // observations; the others neither decode nor merge them.
-    let writes_report = !sharded || state.is_leader();
     let report_input: Vec<SpokeObservation> = if writes_report {
         report_spokes(options.observations.inputs, observations.cache, listed)
             .into_iter()
