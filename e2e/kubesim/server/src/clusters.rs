@@ -58,8 +58,8 @@ pub struct KubesimOptions {
     /// Per cluster name, PEM CA bundles whose client certificates the cluster also accepts
     /// (kube-apiserver's `--client-ca-file`, added to the cluster's own CA).
     pub client_cas: BTreeMap<String, String>,
-    /// Cluster names whose API server runs on an OS thread of its own rather than on the
-    /// caller's runtime. A real API server is a process of its own: one that many clients
+    /// Cluster names whose API server runs on a runtime (threads) of its own rather than on
+    /// the caller's runtime. A real API server is a process of its own: one that many clients
     /// depend on (a hub cluster, its Leases) must not queue behind the traffic of thousands
     /// of simulated spokes sharing the caller's runtime.
     pub own_threads: BTreeSet<String>,
@@ -320,13 +320,19 @@ async fn start_cluster(
     Ok(handle)
 }
 
-/// A runtime on an OS thread of its own (`kubesim-<name>`), running until `shutdown`; the
-/// tasks spawned on it (the listener, and from it every connection) stop with it.
+/// Worker threads of a cluster's own runtime: kube-apiserver serves requests in parallel,
+/// and one thread made a hub cluster's server the bottleneck of three busy hub replicas.
+const OWN_RUNTIME_THREADS: usize = 2;
+
+/// A runtime of its own (`kubesim-<name>` threads), running until `shutdown`; the tasks
+/// spawned on it (the listener, and from it every connection) stop with it.
 fn runtime_of_its_own(
     name: &str,
     shutdown: CancellationToken,
 ) -> Result<tokio::runtime::Handle, KubesimError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(OWN_RUNTIME_THREADS)
+        .thread_name(format!("kubesim-{name}"))
         .enable_all()
         .build()?;
     let handle = rt.handle().clone();

@@ -187,7 +187,7 @@ async fn clusters_can_be_added_and_removed_at_run_time() {
 
 /// With `shared_port`, every cluster is served through one listening socket, each at a
 /// loopback address of its own: each answers as itself under its own CA, a refusal fault on
-/// one leaves the others serving, and a cluster with a thread of its own keeps its own socket.
+/// one leaves the others serving, and a cluster with a runtime of its own keeps its own socket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusters_on_a_shared_port_answer_at_their_own_addresses() {
     let sim = Kubesim::start(
