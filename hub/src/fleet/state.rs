@@ -245,14 +245,7 @@ impl FleetState {
     /// The spokes [`FleetState::may_report`] lets this replica answer for, sorted by name:
     /// in sharded mode only those are copied (the others are most of the fleet).
     pub fn reported_spokes(&self) -> Vec<SpokeState> {
-        if !self.is_sharded() {
-            return if self.is_leader() {
-                self.spokes()
-            } else {
-                Vec::new()
-            };
-        }
-        self.spokes_where(|s| s.phase != Phase::Standby)
+        self.spokes_where(|s| self.answers_for(s))
     }
 
     fn spokes_where(&self, keep: impl Fn(&SpokeState) -> bool) -> Vec<SpokeState> {
@@ -357,7 +350,16 @@ impl FleetState {
         self.inner
             .spokes
             .get(name)
-            .is_some_and(|s| s.phase != Phase::Standby)
+            .is_some_and(|s| self.answers_for(s.value()))
+    }
+
+    /// [`FleetState::may_report`] for a spoke whose state is at hand.
+    fn answers_for(&self, s: &SpokeState) -> bool {
+        if self.is_sharded() {
+            s.phase != Phase::Standby
+        } else {
+            self.is_leader()
+        }
     }
 
     /// Records leadership (supervisor only).
