@@ -630,8 +630,10 @@ pub async fn run(
     ));
 
     progress(&format!(
-        "killing {victim_name} (serves {} spokes); {} failover bindings, {} trickle bindings on the survivors' spokes",
+        "killing {victim_name} (serves {} spokes) at {}; {} failover bindings, {} trickle bindings on the survivors' spokes",
         victim_spokes.len(),
+        // Wall clock, to line the kill up with the replicas' logs.
+        chrono::Utc::now().format("%H:%M:%S%.3f"),
         failover_plan.len(),
         survivor_plan.len()
     ));

@@ -1,6 +1,7 @@
 //! Replica membership: every replica in sharded mode holds a `coordination.k8s.io/v1`
 //! Lease of its own in the hub namespace, renews it every retry period, and reads the
-//! others' to know the live set. Liveness is judged as the leader election does it: a
+//! others' to know the live set (watching them in between, to see each renewal as it is
+//! written). Liveness is judged as the leader election does it: a
 //! Lease whose record (its resourceVersion) has not changed for the lease duration, on the
 //! observer's own clock, is gone (clock skew between replicas does not matter). So is a
 //! Lease that disappeared without a release: someone may have deleted it under a running
@@ -17,10 +18,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -123,6 +126,21 @@ fn now() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
+/// The label selector of every replica Lease.
+fn replica_selector() -> String {
+    format!("{REPLICA_LABEL}=true")
+}
+
+/// The view a Lease announces.
+fn view_of(lease: &Lease) -> Option<String> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(VIEW_ANNOTATION))
+        .cloned()
+}
+
 fn weight_of(lease: &Lease) -> u32 {
     lease
         .metadata
@@ -217,7 +235,7 @@ impl Membership {
     async fn observe(&mut self) -> Result<(), kube::Error> {
         let list = self
             .api
-            .list(&ListParams::default().labels(&format!("{REPLICA_LABEL}=true")))
+            .list(&ListParams::default().labels(&replica_selector()))
             .await?;
         let at = Instant::now();
         let mut next = BTreeMap::new();
@@ -239,12 +257,7 @@ impl Membership {
                 Some(prev) if prev.record == record => prev.changed_at,
                 _ => at,
             };
-            let view = lease
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(VIEW_ANNOTATION))
-                .cloned();
+            let view = view_of(&lease);
             next.insert(
                 name,
                 Seen {
@@ -268,6 +281,36 @@ impl Membership {
         );
         self.peers = next;
         Ok(())
+    }
+
+    /// Notes a peer's Lease as the watch delivered it `at`, between reads. A new record of a
+    /// peer already known restarts its lease duration at once, when it was written (to
+    /// within the watch's delay), rather than at the next read, up to a retry period later:
+    /// a dead peer is then counted gone a lease duration after its last renewal, not up to
+    /// a retry period after that, and every survivor counts it gone at the same moment.
+    /// Returns whether a read is needed now: the Lease is of a replica not known yet, was
+    /// released, is not its holder's, or shows another view or weight. Only reads change
+    /// the live set and the views the barrier trusts, so a stale event can only keep a peer
+    /// live a little longer, never make one look gone or ready.
+    fn note_watched(&mut self, lease: &Lease, at: Instant) -> bool {
+        let Some(name) = lease.metadata.name.as_deref() else {
+            return false;
+        };
+        if name == self.name {
+            return false;
+        }
+        let Some(peer) = self.peers.get_mut(name) else {
+            return true;
+        };
+        if replica_identity(lease).as_deref() != Some(peer.identity.as_str()) {
+            return true;
+        }
+        let record = lease.metadata.resource_version.clone().unwrap_or_default();
+        if record != peer.record {
+            peer.record = record;
+            peer.changed_at = at;
+        }
+        view_of(lease) != peer.view || weight_of(lease) != peer.weight
     }
 
     /// The ownership after a round (pure over what was observed).
@@ -422,8 +465,20 @@ pub fn spawn(
         metrics,
     };
     let task = on.spawn(async move {
+        // Between reads, the watch delivers the peers' renewals as they are written (see
+        // `note_watched`); the reads stay the source of the live set and of the views, and
+        // keep it right when the watch lags or breaks (its own backoff reconnects it).
+        let mut watched = watcher(
+            m.api.clone(),
+            watcher::Config::default().labels(&replica_selector()),
+        )
+        .default_backoff()
+        .boxed();
+        let mut watching = true;
         // When the next renewal is due (at once for the first).
         let mut renew_due = Instant::now();
+        // Whether this wake reads the Leases (every wake but a watched event that needs none).
+        let mut read = true;
         loop {
             let started = Instant::now();
             // The view we may announce: the supervisor released for it and it is still
@@ -439,6 +494,9 @@ pub fn spawn(
             let renewing = m.last_ok.is_none() || announce != m.published || started >= renew_due;
             let limit = m.round_limit(started);
             let round = async {
+                if !(renewing || read) {
+                    return Ok(None);
+                }
                 let written = if renewing {
                     Some(m.renew(announce).await?)
                 } else {
@@ -447,7 +505,9 @@ pub fn spawn(
                 m.observe().await?;
                 Ok::<_, kube::Error>(written)
             };
+            let reading = renewing || read;
             match tokio::time::timeout(limit, round).await {
+                Ok(Ok(_)) if !reading => {}
                 Ok(Ok(Some(written))) => {
                     m.joined_at.get_or_insert(started);
                     m.last_read = Some(started);
@@ -480,6 +540,7 @@ pub fn spawn(
             let wait = m
                 .next_wake(Instant::now(), renew_due, pending)
                 .saturating_duration_since(Instant::now());
+            read = true;
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}
@@ -491,12 +552,28 @@ pub fn spawn(
                         }
                     }
                 }
+                event = watched.next(), if watching => match event {
+                    Some(Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease))) => {
+                        read = m.note_watched(&lease, Instant::now());
+                    }
+                    // A deletion changes nothing until a read (see `observe`); an error is
+                    // retried by the watcher's backoff.
+                    Some(Ok(_)) => read = false,
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "watching the replica Leases failed; reading them every round");
+                        read = false;
+                    }
+                    None => {
+                        watching = false;
+                        read = false;
+                    }
+                },
             }
         }
         tx.send_replace(Ownership::none(m.opts.identity.clone()));
         // Released first (no holder): the others drop us from the live set when they see
-        // it, at their next round (each round follows the last by a retry period plus its
-        // own time); deleted two retry periods later. A Lease that merely disappears counts
+        // it (their watch shows it at once; else at their next read, within a retry
+        // period); deleted two retry periods later. A Lease that merely disappears counts
         // as live until it expires (it may have been deleted under a running replica), so
         // the release is what hands our spokes over at once.
         let leave = async {
@@ -569,6 +646,84 @@ mod tests {
         assert_eq!(replica_identity(&lease(&lease_name(b), Some(""))), None);
     }
 
+    /// A watched renewal only restarts a known peer's lease duration; whatever could change
+    /// the live set or the barrier (a replica not known, a release, a forgery, a new view or
+    /// weight) waits for a read, so a stale or forged event cannot make a peer look gone or
+    /// ready.
+    #[tokio::test]
+    async fn a_watched_lease_restarts_a_known_peers_duration_and_nothing_else() {
+        let (_sim, _hub, client) = hub().await;
+        let mut m = Membership {
+            api: Api::namespaced(client, "kleym"),
+            name: lease_name("a"),
+            opts: opts("a"),
+            peers: BTreeMap::new(),
+            last_ok: None,
+            joined_at: None,
+            last_read: None,
+            published: None,
+            view_since: None,
+            metrics: ShardMetrics::default(),
+        };
+        let seen_at = Instant::now();
+        m.peers.insert(
+            lease_name("b"),
+            Seen {
+                record: "7".into(),
+                identity: "b".into(),
+                weight: DEFAULT_WEIGHT,
+                view: Some("v1".into()),
+                changed_at: seen_at,
+            },
+        );
+        let lease = |name: &str, holder: Option<&str>, record: &str, view: &str, weight: u32| {
+            let mut annotations =
+                BTreeMap::from([(WEIGHT_ANNOTATION.to_string(), weight.to_string())]);
+            annotations.insert(VIEW_ANNOTATION.into(), view.into());
+            Lease {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    resource_version: Some(record.into()),
+                    annotations: Some(annotations),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: holder.map(str::to_string),
+                    ..LeaseSpec::default()
+                }),
+            }
+        };
+        let b = lease_name("b");
+        let later = seen_at + Duration::from_secs(3);
+
+        // The same record again (a relist): nothing changes.
+        assert!(!m.note_watched(&lease(&b, Some("b"), "7", "v1", DEFAULT_WEIGHT), later));
+        assert_eq!(m.peers[&b].changed_at, seen_at);
+        // A renewal: b's lease duration restarts now, no read needed.
+        assert!(!m.note_watched(&lease(&b, Some("b"), "8", "v1", DEFAULT_WEIGHT), later));
+        assert_eq!(m.peers[&b].changed_at, later);
+        assert_eq!(m.peers[&b].record, "8");
+
+        let again = later + Duration::from_secs(1);
+        // A new view: read first; the barrier never trusts the event's annotation.
+        assert!(m.note_watched(&lease(&b, Some("b"), "9", "v2", DEFAULT_WEIGHT), again));
+        assert_eq!(m.peers[&b].view.as_deref(), Some("v1"));
+        // A new weight: read first, the view is unchanged.
+        assert!(m.note_watched(&lease(&b, Some("b"), "10", "v1", 50), again));
+        assert_eq!(m.peers[&b].weight, DEFAULT_WEIGHT);
+        // Released (no holder), or claimed by another replica: read; b stays as it was.
+        assert!(m.note_watched(&lease(&b, None, "11", "v1", DEFAULT_WEIGHT), again));
+        assert!(m.note_watched(&lease(&b, Some("c"), "12", "v1", DEFAULT_WEIGHT), again));
+        assert_eq!(m.peers[&b].identity, "b");
+        // A replica not known yet: read (joins change the live set only through reads).
+        let c = lease_name("c");
+        assert!(m.note_watched(&lease(&c, Some("c"), "1", "v1", DEFAULT_WEIGHT), again));
+        assert!(!m.peers.contains_key(&c));
+        // Our own Lease: nothing.
+        assert!(!m.note_watched(&lease(&lease_name("a"), Some("a"), "5", "v9", 1), again));
+        assert!(!m.peers.contains_key(&lease_name("a")));
+    }
+
     fn opts(identity: &str) -> MembershipOptions {
         MembershipOptions {
             namespace: "kleym".into(),
@@ -626,14 +781,6 @@ mod tests {
                 }
             }
         });
-    }
-
-    fn view_of(lease: &Lease) -> Option<String> {
-        lease
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(VIEW_ANNOTATION).cloned())
     }
 
     fn alone(o: &Ownership) -> bool {
@@ -796,12 +943,13 @@ mod tests {
         a.task.await.unwrap();
     }
 
-    /// A replica killed without a word (its Lease stays) is gone for the others exactly
-    /// a lease duration after they last saw its record change, and the survivors' joint
-    /// view passes its barrier within a few barrier polls, not rounds of the retry period:
-    /// until then no spoke of the dead replica converges anything.
+    /// A replica killed without a word (its Lease stays) is gone for the others a lease
+    /// duration after its last renewal (the watch shows them each renewal as it is
+    /// written), and the survivors' joint view passes its barrier within a few barrier
+    /// polls, not rounds of the retry period: until then no spoke of the dead replica
+    /// converges anything.
     #[tokio::test(start_paused = true)]
-    async fn survivors_take_over_a_lease_duration_after_the_last_renewal_they_saw() {
+    async fn survivors_take_over_a_lease_duration_after_the_last_renewal() {
         let (_sim, hub, client) = hub().await;
         let mut handles = Vec::new();
         for id in ["a", "b", "c"] {
@@ -849,9 +997,10 @@ mod tests {
         }
         let took = Instant::now().duration_since(last_renewal);
         let o = opts("a");
-        // A survivor sees the last renewal within a retry period (its next read), counts
-        // the lease duration from there, and the barrier needs a read or two more.
-        let bound = o.retry_period + o.lease_duration + 2 * BARRIER_POLL;
+        // The survivors see the last renewal as it is written (the watch), count the lease
+        // duration from there, and see each other's announcement of the new view at once.
+        // Seen only at their next read, up to a retry period later, it took up to 17.4 s.
+        let bound = o.lease_duration + 2 * BARRIER_POLL;
         assert!(
             took <= bound,
             "the survivors' view was ready {took:?} after c's last renewal (bound {bound:?})"
