@@ -190,6 +190,10 @@ struct Loop {
     tasks: JoinSet<()>,
     /// The tasks of `tasks` not joined yet, by task id.
     live: HashMap<Id, Live>,
+    /// How many of `live` each spoke has: releasing a spoke that runs nothing (every
+    /// spoke another replica owns, at each view change and each event of its profile)
+    /// then costs no scan of `live`.
+    live_per_spoke: HashMap<String, usize>,
     seq: u64,
     leading: bool,
     /// Which spokes this replica may run ([`Ownership::All`] in leader mode).
@@ -233,6 +237,7 @@ impl Loop {
             listed: false,
             tasks: JoinSet::new(),
             live: HashMap::new(),
+            live_per_spoke: HashMap::new(),
             seq: 0,
             leading,
         }
@@ -376,27 +381,29 @@ impl Loop {
     /// same CA as `spec` (when `name` has no member id either): likely the same cluster,
     /// listed by two profiles that do not say so.
     fn same_server(&self, name: &str, spec: &SpokeSpec) -> Option<String> {
-        let unlabelled = |n: &str| {
-            self.slots
-                .get(n)
-                .and_then(|s| s.profile.as_ref())
+        let unlabelled = |s: &Slot| {
+            s.profile
+                .as_ref()
                 .is_none_or(|cp| cp.inventory_member_id().is_none())
         };
-        if !unlabelled(name) {
+        if !self.slots.get(name).is_none_or(|s| unlabelled(s)) {
             return None;
         }
         let (server, ca) = (
             &spec.access.cluster.server,
             &spec.access.cluster.certificate_authority_pem,
         );
+        // Runs for every engagement over every slot: the cheap test that rules out almost
+        // every slot (another server) comes first, and the slot at hand is read, not
+        // looked up again (a lookup per slot made engaging a fleet quadratic in lookups).
         self.slots
             .iter()
-            .filter(|(n, _)| n.as_str() != name && unlabelled(n))
-            .find(|(_, s)| {
+            .find(|(n, s)| {
                 s.running().is_some_and(|r| {
                     r.spec.access.cluster.server == *server
                         && r.spec.access.cluster.certificate_authority_pem == *ca
-                })
+                }) && n.as_str() != name
+                    && unlabelled(s)
             })
             .map(|(n, _)| n.clone())
     }
@@ -511,8 +518,10 @@ impl Loop {
             Action::Release { reason } => {
                 // At once, like a deposed leader: the next owner may start as soon as
                 // this replica announces the view, which waits for these tasks to end.
-                for t in self.live.values().filter(|t| t.name == name) {
-                    t.halt.cancel();
+                if self.live_per_spoke.contains_key(name) {
+                    for t in self.live.values().filter(|t| t.name == name) {
+                        t.halt.cancel();
+                    }
                 }
                 let held = self.slots.get(name).is_some_and(|s| s.held());
                 self.stop_running(name);
@@ -738,6 +747,7 @@ impl Loop {
         self.seq += 1;
         let seq = self.seq;
         let abort = self.tasks.spawn(task);
+        *self.live_per_spoke.entry(name.to_string()).or_default() += 1;
         self.live.insert(
             abort.id(),
             Live {
@@ -765,6 +775,12 @@ impl Loop {
         let Some(t) = self.live.remove(&id) else {
             return;
         };
+        if let Some(n) = self.live_per_spoke.get_mut(&t.name) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.live_per_spoke.remove(&t.name);
+            }
+        }
         if panicked {
             tracing::error!(spoke = %t.name, removal = t.removal, "spoke task panicked");
         }
@@ -1531,6 +1547,7 @@ mod tests {
         // release the profile the next leader relies on).
         join_all(&mut lp).await;
         assert!(lp.live.is_empty());
+        assert!(lp.live_per_spoke.is_empty(), "{:?}", lp.live_per_spoke);
         assert_eq!(hub.requests(), []);
         assert_eq!(
             lp.shared.state.get("fleet/c1").unwrap().phase,
@@ -1744,6 +1761,7 @@ mod tests {
         );
         // Nothing ran again.
         assert!(lp.live.is_empty());
+        assert!(lp.live_per_spoke.is_empty(), "{:?}", lp.live_per_spoke);
         assert_eq!(hub.patches(), 1);
     }
 
@@ -1773,6 +1791,7 @@ mod tests {
         });
         join_all(&mut lp).await;
         assert!(lp.live.is_empty());
+        assert!(lp.live_per_spoke.is_empty(), "{:?}", lp.live_per_spoke);
         // Only the tail is left (its `done` here is no task's), for a next task to wait for.
         let slot = &lp.slots["fleet/c1"];
         assert!(slot.unused() && matches!(slot.task, Task::Idle) && slot.known.is_none());
