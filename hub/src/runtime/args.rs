@@ -194,7 +194,8 @@ pub struct HubArgs {
     #[command(flatten)]
     pub limits: crate::flags::ResponseLimitFlags,
 
-    /// Spokes doing their initial cache sync at once, fleet-wide. Connecting (credential
+    /// Spokes doing their initial cache sync at once on this replica (the leader's whole
+    /// fleet, or a sharded replica's share: each replica has its own). Connecting (credential
     /// plugin, client) and the preflight requests are not limited by it, so a blackholed or
     /// failing spoke never holds a slot; a spoke whose initial lists fail gives its slot
     /// back at the first failure.
