@@ -561,6 +561,12 @@ pub async fn run(
     progress(&format!("converged after {converge:.1?}"));
     hubs.sample();
     let usage_at_converge = hubs.per_replica();
+    // Printed now too: a run stopped before the kill still has them.
+    progress(&format!(
+        "replicas at converge: CPU {:.2} s user+sys in all, peak RSS {} MiB at most",
+        usage_at_converge.iter().map(|u| u.2).sum::<f64>(),
+        usage_at_converge.iter().map(|u| u.1).max().unwrap_or(0)
+    ));
 
     // Who serves which spoke, from the spokes' own logs.
     let owners = serving(&fleet);
