@@ -166,6 +166,22 @@ pub fn replica_identity(lease: &Lease) -> Option<String> {
 }
 
 impl Membership {
+    /// A replica's membership before its first round: no peer seen, nothing written.
+    fn new(client: kube::Client, opts: MembershipOptions, metrics: ShardMetrics) -> Self {
+        Membership {
+            api: Api::namespaced(client, &opts.namespace),
+            name: lease_name(&opts.identity),
+            opts,
+            peers: BTreeMap::new(),
+            last_ok: None,
+            joined_at: None,
+            last_read: None,
+            published: None,
+            view_since: None,
+            metrics,
+        }
+    }
+
     fn desired(&self, existing: Option<Lease>, view: Option<&str>) -> Lease {
         let mut lease = existing.unwrap_or_else(|| Lease {
             metadata: ObjectMeta {
@@ -452,18 +468,7 @@ pub fn spawn(
 ) -> ShardHandle {
     let (tx, rx) = watch::channel(Ownership::none(opts.identity.clone()));
     let (released_tx, mut released) = watch::channel(None::<String>);
-    let mut m = Membership {
-        api: Api::namespaced(client, &opts.namespace),
-        name: lease_name(&opts.identity),
-        opts,
-        peers: BTreeMap::new(),
-        last_ok: None,
-        joined_at: None,
-        last_read: None,
-        published: None,
-        view_since: None,
-        metrics,
-    };
+    let mut m = Membership::new(client, opts, metrics);
     let task = on.spawn(async move {
         // Between reads, the watch delivers the peers' renewals as they are written (see
         // `note_watched`); the reads stay the source of the live set and of the views, and
@@ -653,18 +658,7 @@ mod tests {
     #[tokio::test]
     async fn a_watched_lease_restarts_a_known_peers_duration_and_nothing_else() {
         let (_sim, _hub, client) = hub().await;
-        let mut m = Membership {
-            api: Api::namespaced(client, "kleym"),
-            name: lease_name("a"),
-            opts: opts("a"),
-            peers: BTreeMap::new(),
-            last_ok: None,
-            joined_at: None,
-            last_read: None,
-            published: None,
-            view_since: None,
-            metrics: ShardMetrics::default(),
-        };
+        let mut m = Membership::new(client, opts("a"), ShardMetrics::default());
         let seen_at = Instant::now();
         m.peers.insert(
             lease_name("b"),
