@@ -70,6 +70,10 @@ pub struct FailoverOptions {
     pub shard_mode: ShardMode,
     /// More flags for every replica.
     pub hub_args: Vec<String>,
+    /// Sharded mode: replica `i`'s `--shard-weight` (empty: every replica's default). Uneven
+    /// weights load one replica while the others hold a sliver, which separates what a
+    /// replica costs by itself from the cost of its share of the spokes.
+    pub weights: Vec<u32>,
     /// The replicas' `--lease-duration-seconds` (also the double-write window).
     pub lease_seconds: u64,
     /// Hub `--concurrency`.
@@ -101,6 +105,7 @@ impl FailoverOptions {
             replicas,
             shard_mode: ShardMode::Leader,
             hub_args: Vec::new(),
+            weights: Vec::new(),
             lease_seconds: 15,
             concurrency: 32,
             spoke_concurrency: 4,
@@ -528,9 +533,18 @@ pub async fn run(
         flags.extend(["--shard-mode".into(), "sharded".into()]);
     }
     flags.extend(o.hub_args.iter().cloned());
-    let instances: Vec<String> = (0..o.replicas).map(|i| format!("hub-{i}")).collect();
+    let instances: Vec<(String, Vec<String>)> = (0..o.replicas)
+        .map(|i| {
+            let own = o
+                .weights
+                .get(i)
+                .map(|w| vec!["--shard-weight".to_string(), w.to_string()])
+                .unwrap_or_default();
+            (format!("hub-{i}"), own)
+        })
+        .collect();
     let started = Instant::now();
-    let mut hubs = Replicas::start_named(
+    let mut hubs = Replicas::start_named_with_flags(
         &o.kleym,
         &fleet.f.hub_kubeconfig(),
         flags,

@@ -352,6 +352,111 @@ fn failover_kills_the_leader_and_its_spokes_converge_on_the_survivor() {
     assert!(s.num("hub_peak_rss_mib_max") > 0.0, "{ctx}");
 }
 
+/// `--replica-weights` gives each sharded replica its own `--shard-weight`: at `100,1` the
+/// first replica serves nearly every spoke. The share is read from the spokes' own request
+/// logs (who last reached each spoke), not from the hub; with weights 100 and 1 the chance
+/// that hub-1 wins a given spoke is 1/101, so hub-1 serving 4 of 16 spokes or more (what
+/// the assertion refuses) is as good as impossible, while equal weights give it about half.
+#[test]
+fn failover_gives_each_replica_its_own_weight() {
+    let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
+    let kleym = kleym.to_str().expect("a UTF-8 path");
+    let stdout = bench_stdout(&[
+        "--scenario",
+        "failover",
+        "--shard-mode",
+        "sharded",
+        "--replica-weights",
+        "100,1",
+        "--spokes",
+        "16",
+        "--bindings",
+        "1",
+        "--replicas",
+        "2",
+        "--lease-duration-seconds",
+        "2",
+        "--duration-seconds",
+        "1",
+        "--timeout-seconds",
+        "120",
+        "--kleym-bin",
+        kleym,
+    ]);
+    let s = Summary::parse(&stdout);
+    let ctx = format!("in:\n{stdout}");
+    assert!(stdout.contains("sharded mode, weights 100,1,"), "{ctx}");
+    let share: HashMap<&str, f64> = s
+        .str("share_before")
+        .split(',')
+        .filter_map(|kv| kv.split_once(':'))
+        .map(|(k, v)| (k, v.parse().expect("a percentage")))
+        .collect();
+    let (heavy, light) = (share["hub-0"], share["hub-1"]);
+    assert!(
+        heavy > 75.0 && light < 25.0,
+        "hub-0 {heavy} %, hub-1 {light} %: {ctx}"
+    );
+    // The replica serving the most spokes is the one killed.
+    assert_eq!(s.str("victim"), "hub-0", "{ctx}");
+    assert_eq!(s.num("double_writes"), 0.0, "{ctx}");
+}
+
+/// `--replica-weights` is refused, naming the flag, where it would mean nothing: in leader
+/// mode, with a count other than one per replica, outside the failover scenario, and a
+/// weight the hub would refuse.
+#[test]
+fn replica_weights_are_refused_where_they_mean_nothing() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--scenario", "failover", "--replica-weights", "2,1,1"],
+            "needs --shard-mode sharded",
+        ),
+        (
+            &[
+                "--scenario",
+                "failover",
+                "--shard-mode",
+                "sharded",
+                "--replicas",
+                "3",
+                "--replica-weights",
+                "2,1",
+            ],
+            "2 weights for 3 replicas",
+        ),
+        (
+            &["--scenario", "chaos", "--replica-weights", "1,1"],
+            "failover only",
+        ),
+        (
+            &[
+                "--scenario",
+                "failover",
+                "--shard-mode",
+                "sharded",
+                "--replica-weights",
+                "0,1,1",
+            ],
+            "--replica-weights",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_fleet-bench"))
+            .args(args)
+            .args(["--kleym-bin", env!("CARGO_BIN_EXE_fleet-bench")])
+            .output()
+            .expect("fleet-bench runs");
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{args:?} was accepted:\n{all}");
+        assert!(all.contains(says), "{args:?} did not say {says:?}:\n{all}");
+    }
+}
+
 /// The bench allocates with jemalloc, as the `kleym` binary does: asked through
 /// `_RJEM_MALLOC_CONF`, jemalloc prints its statistics at exit, which the platform's malloc
 /// never does. Its figures (how fast a fleet converges while kubesim shares the cores)

@@ -284,6 +284,12 @@ struct Args {
     /// `--hub-arg=--shard-weight=20`).
     #[arg(long = "hub-arg", value_name = "FLAG", allow_hyphen_values = true)]
     hub_args: Vec<String>,
+    /// failover with --shard-mode sharded: each replica's --shard-weight, in order, one per
+    /// replica (e.g. `100,1,1`: hub-0 serves ~98 % of the spokes, the others a sliver, so
+    /// their CPU at converge is what a replica costs by itself on this fleet).
+    #[arg(long, value_name = "W,W,...", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    replica_weights: Vec<u32>,
 }
 
 /// `--shard-mode` of the failover scenario.
@@ -305,6 +311,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if !args.replica_weights.is_empty() && args.scenario != Scenario::Failover {
+        anyhow::bail!("--replica-weights is a flag of --scenario failover only");
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -1294,6 +1303,21 @@ async fn run_failover(args: Args) -> anyhow::Result<()> {
         BenchShardMode::Sharded => ShardMode::Sharded,
     };
     o.hub_args = args.hub_args.clone();
+    if !args.replica_weights.is_empty() {
+        if o.shard_mode != ShardMode::Sharded {
+            anyhow::bail!(
+                "--replica-weights needs --shard-mode sharded (leader mode has no weights)"
+            );
+        }
+        if args.replica_weights.len() != o.replicas {
+            anyhow::bail!(
+                "--replica-weights: {} weights for {} replicas (give one per replica)",
+                args.replica_weights.len(),
+                o.replicas
+            );
+        }
+        o.weights = args.replica_weights.clone();
+    }
     o.lease_seconds = args.lease_duration_seconds;
     o.concurrency = args.concurrency;
     o.spoke_concurrency = args.spoke_concurrency;
@@ -1302,8 +1326,14 @@ async fn run_failover(args: Args) -> anyhow::Result<()> {
     if let Some(d) = args.duration_seconds {
         o.trickle_for = Duration::from_secs(d);
     }
+    let weights = if o.weights.is_empty() {
+        String::new()
+    } else {
+        let w: Vec<String> = o.weights.iter().map(u32::to_string).collect();
+        format!(", weights {}", w.join(","))
+    };
     println!(
-        "fleet-bench: {} spokes x {} bindings, scenario failover ({} replicas, {} mode, lease {} s)",
+        "fleet-bench: {} spokes x {} bindings, scenario failover ({} replicas, {} mode{weights}, lease {} s)",
         o.spokes,
         o.bindings,
         o.replicas,

@@ -31,6 +31,8 @@ struct Replica {
     instance: String,
     /// Its kubeconfig of the hub cluster (its own credential in sharded chaos).
     kubeconfig: PathBuf,
+    /// Flags of this replica alone, after the common ones (e.g. its `--shard-weight`).
+    own_flags: Vec<String>,
     process: Option<HubProcess>,
     starts: usize,
     /// CPU seconds of the processes that already ended (their last reading).
@@ -154,11 +156,25 @@ impl Replicas {
         hub_store: Arc<Cluster>,
         instances: Vec<String>,
     ) -> Result<Self, HubProcessError> {
+        let each = instances.into_iter().map(|i| (i, Vec::new())).collect();
+        Self::start_named_with_flags(kleym, kubeconfig, flags, dir, hub_store, each)
+    }
+
+    /// As [`Replicas::start_named`], each instance with flags of its own after `flags`
+    /// (e.g. a `--shard-weight` per replica).
+    pub fn start_named_with_flags(
+        kleym: &Path,
+        kubeconfig: &Path,
+        flags: Vec<String>,
+        dir: &Path,
+        hub_store: Arc<Cluster>,
+        instances: Vec<(String, Vec<String>)>,
+    ) -> Result<Self, HubProcessError> {
         let each = instances
             .into_iter()
-            .map(|i| (i, kubeconfig.to_path_buf()))
+            .map(|(i, own)| (i, kubeconfig.to_path_buf(), own))
             .collect();
-        Self::start_each(kleym, flags, dir, hub_store, each, &[])
+        Self::start_with(kleym, flags, dir, hub_store, each, &[])
     }
 
     /// One replica per `(instance, hub kubeconfig)` of `each` with `flags` (plus
@@ -172,15 +188,28 @@ impl Replicas {
         each: Vec<(String, PathBuf)>,
         deferred: &[usize],
     ) -> Result<Self, HubProcessError> {
+        let each = each.into_iter().map(|(i, k)| (i, k, Vec::new())).collect();
+        Self::start_with(kleym, flags, dir, hub_store, each, deferred)
+    }
+
+    fn start_with(
+        kleym: &Path,
+        flags: Vec<String>,
+        dir: &Path,
+        hub_store: Arc<Cluster>,
+        each: Vec<(String, PathBuf, Vec<String>)>,
+        deferred: &[usize],
+    ) -> Result<Self, HubProcessError> {
         let mut r = Self {
             kleym: kleym.to_path_buf(),
             flags,
             dir: dir.to_path_buf(),
             replicas: each
                 .into_iter()
-                .map(|(instance, kubeconfig)| Replica {
+                .map(|(instance, kubeconfig, own_flags)| Replica {
                     instance,
                     kubeconfig,
+                    own_flags,
                     process: None,
                     starts: 0,
                     cpu_done: 0.0,
@@ -222,6 +251,7 @@ impl Replicas {
             "--namespace".to_string(),
             HUB_NS.to_string(),
         ]);
+        flags.extend(rep.own_flags.iter().cloned());
         rep.process = Some(HubProcess::spawn(
             &self.kleym,
             &rep.kubeconfig,
