@@ -214,8 +214,8 @@ where
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_report_from_published_observations_equals_the_local_one() {
+/// A hub cluster with kleym's CRDs and the hub namespace; its client.
+async fn hub_cluster() -> (Kubesim, kube::Client) {
     let sim = Kubesim::start(&["hub"], KubesimOptions::default())
         .await
         .expect("kubesim starts");
@@ -237,7 +237,12 @@ async fn the_report_from_published_observations_equals_the_local_one() {
         )
         .await
         .unwrap();
+    (sim, client)
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_from_published_observations_equals_the_local_one() {
+    let (_sim, client) = hub_cluster().await;
     let state = FleetState::new();
     state.set_leader(true);
     plant(&state);
@@ -411,6 +416,101 @@ async fn the_report_from_published_observations_equals_the_local_one() {
     })
     .await;
     assert_eq!(body(published.clusters_json()), body(local.clusters_json()));
+
+    shutdown.cancel();
+    status_loop.await.unwrap();
+}
+
+/// A spoke this replica published is written again at most once per `min_interval`,
+/// however often its content changes (during a cold start it changes every pass, and each
+/// write reaches every replica's watch), while a spoke not published yet is written at
+/// once. Passes go through the spokes in name order, so `fleet/zulu` (new) is written in
+/// the same pass as `fleet/south` (changed) and after it: zulu on the server with south
+/// still old shows south held back; south new afterwards shows it was only held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_spoke_is_republished_at_most_once_per_interval() {
+    let (_sim, client) = hub_cluster().await;
+    let state = FleetState::new();
+    state.set_leader(true);
+    plant(&state);
+    let shutdown = CancellationToken::new();
+    let cache =
+        ObservationCache::watch(client.clone(), HUB_NS, Limits::default(), shutdown.clone());
+    let min_interval = Duration::from_secs(3);
+    let status_loop = tokio::spawn(run_status_loop(
+        client.clone(),
+        state.clone(),
+        StatusLoopOptions {
+            min_rebuild: Duration::from_millis(50),
+            tick: Duration::from_millis(200),
+            observations: ObservationOptions {
+                inputs: ReportInputs::Published,
+                publish: true,
+                namespace: HUB_NS.into(),
+                min_interval,
+                cache: Some(cache.clone()),
+                ..ObservationOptions::default()
+            },
+            ..StatusLoopOptions::default()
+        },
+        shutdown.clone(),
+    ));
+    let observations = Api::<ClusterIdentityObservation>::namespaced(client.clone(), HUB_NS);
+    poll("every spoke published", || {
+        let cache = cache.clone();
+        async move {
+            let n = cache.published().values().filter(|r| r.is_ok()).count();
+            if n == 6 {
+                Ok(())
+            } else {
+                Err(format!("{n} of 6"))
+            }
+        }
+    })
+    .await;
+    let first = observations.get("fleet.south").await.unwrap();
+    assert_eq!(
+        first.spec.spoke_version.as_deref(),
+        Some("v1.33.1"),
+        "{first:?}"
+    );
+
+    state.update("fleet/south", |s| s.version = Some("v1.34.0".into()));
+    state.update("fleet/zulu", |s| {
+        s.phase = Phase::Engaged;
+        s.trust_domain = Some(TD.into());
+    });
+    poll("the new spoke published", || {
+        let observations = observations.clone();
+        async move {
+            match observations.get_opt("fleet.zulu").await {
+                Ok(Some(_)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    let held = observations.get("fleet.south").await.unwrap();
+    assert_eq!(
+        held.metadata.resource_version, first.metadata.resource_version,
+        "south was rewritten within {min_interval:?} of its first write: {held:?}"
+    );
+    let rewritten = poll("the changed spoke published after the interval", || {
+        let observations = observations.clone();
+        async move {
+            let o = observations
+                .get("fleet.south")
+                .await
+                .map_err(|e| e.to_string())?;
+            if o.spec.spoke_version.as_deref() == Some("v1.34.0") {
+                Ok(o)
+            } else {
+                Err(format!("{:?}", o.spec.spoke_version))
+            }
+        }
+    })
+    .await;
+    assert_ne!(rewritten.spec.digest, first.spec.digest);
 
     shutdown.cancel();
     status_loop.await.unwrap();

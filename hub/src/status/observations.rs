@@ -58,6 +58,11 @@ pub struct ObservationOptions {
     /// After writing a spoke, trust the write this long while the watch catches up; after
     /// it, content the watch shows different (edited behind the hub's back) is rewritten.
     pub confirm_window: Duration,
+    /// A spoke this replica already published is written again at most once per this
+    /// interval (its `ClusterIdentityStatus` has the same bound): during a cold start a
+    /// spoke's content changes every pass, and every write reaches every replica's watch.
+    /// A spoke not yet published by this process is written at once.
+    pub min_interval: Duration,
     /// The watch cache to read (and to compare writes with); started by the status loop
     /// when `None`.
     pub cache: Option<ObservationCache>,
@@ -72,6 +77,7 @@ impl Default for ObservationOptions {
             limits: Limits::default(),
             sync_refresh: Duration::from_secs(300),
             confirm_window: Duration::from_secs(30),
+            min_interval: Duration::from_secs(10),
             cache: None,
         }
     }
@@ -294,6 +300,8 @@ pub struct PublishStats {
     pub unchanged: usize,
     /// Requests that failed (retried on the next pass).
     pub failed: usize,
+    /// Spokes whose change waits for [`ObservationOptions::min_interval`].
+    pub deferred: usize,
     /// Whether the pass stopped because the write fence said no.
     pub fenced: bool,
 }
@@ -314,6 +322,8 @@ pub struct ObservationPublisher {
     options: ObservationOptions,
     fence: Option<WriteFence>,
     written: HashMap<String, Written>,
+    /// When the earliest write held back by `min_interval` is due.
+    next_due: Option<Instant>,
 }
 
 impl ObservationPublisher {
@@ -325,7 +335,14 @@ impl ObservationPublisher {
             options,
             fence: None,
             written: HashMap::new(),
+            next_due: None,
         }
+    }
+
+    /// When a write held back by [`ObservationOptions::min_interval`] falls due (the status
+    /// loop runs a pass then).
+    pub fn next_due(&self) -> Option<Instant> {
+        self.next_due
     }
 
     /// Writes only while `fence` says yes, asked before every request.
@@ -357,6 +374,7 @@ impl ObservationPublisher {
         let on_server = self.cache.by_cluster();
         self.cache.forget_decodes_but(&on_server);
         let now = Instant::now();
+        self.next_due = None;
         for spoke in spokes {
             let specs = encode(spoke, &self.options.limits);
             let Some(first) = specs.first() else { continue };
@@ -397,6 +415,18 @@ impl ObservationPublisher {
                 }
                 stats.unchanged += 1;
                 continue;
+            }
+            // Content this process wrote moments ago changed: the change waits for the
+            // interval. (Our own content gone from the server is repaired at once.)
+            if let Some(w) = self.written.get(&cluster)
+                && (w.digest != digest || w.parts != parts)
+            {
+                let due = w.at + self.options.min_interval;
+                if now < due {
+                    self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
+                    stats.deferred += 1;
+                    continue;
+                }
             }
             // Later parts first, part 0 (which names the digest readers assemble) last.
             for spec in specs.iter().rev() {

@@ -140,10 +140,17 @@ pub async fn run_status_loop(
             .await;
         }
         options.metrics.pass(leading);
-        // Wait for a change (but not less than min_rebuild), a due deferred write, or the tick.
+        // Wait for a change (but not less than min_rebuild), a due deferred write (status or
+        // observation), or the tick.
         let earliest = started + options.min_rebuild;
-        let deadline = writer
-            .next_due()
+        let due = match (
+            writer.next_due(),
+            publisher.as_ref().and_then(|p| p.next_due()),
+        ) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let deadline = due
             .map_or(started + options.tick, |t| t.min(started + options.tick))
             .max(earliest);
         tokio::select! {
