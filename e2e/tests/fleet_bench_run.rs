@@ -286,23 +286,14 @@ fn chaos_keeps_its_seed_and_report_with_the_logs() {
     std::fs::remove_dir_all(&kept).unwrap();
 }
 
-/// `--scenario failover` on a tiny fleet (3 spokes × 2 bindings, 2 replicas, a 2 s Lease):
-/// the fleet converges, the Lease holder is killed, the binding created on one of its spokes
-/// at that moment converges on the survivor, and the figures hang together: every spoke was
-/// the leader's before the kill (leader mode, read from the spokes' request logs by user
-/// agent) and the survivor's after it, the survivor reached the victim's spokes after the
-/// kill, and no double write was seen.
-#[test]
-fn failover_kills_the_leader_and_its_spokes_converge_on_the_survivor() {
+/// `--scenario failover` with 2 replicas, a 2 s Lease, a 1 s trickle after the kill and the
+/// debug `kleym`, plus `args`; its output.
+fn small_failover(args: &[&str]) -> String {
     let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
     let kleym = kleym.to_str().expect("a UTF-8 path");
-    let stdout = bench_stdout(&[
+    let mut all = vec![
         "--scenario",
         "failover",
-        "--spokes",
-        "3",
-        "--bindings",
-        "2",
         "--replicas",
         "2",
         "--lease-duration-seconds",
@@ -313,7 +304,20 @@ fn failover_kills_the_leader_and_its_spokes_converge_on_the_survivor() {
         "120",
         "--kleym-bin",
         kleym,
-    ]);
+    ];
+    all.extend_from_slice(args);
+    bench_stdout(&all)
+}
+
+/// `--scenario failover` on a tiny fleet (3 spokes × 2 bindings, 2 replicas, a 2 s Lease):
+/// the fleet converges, the Lease holder is killed, the binding created on one of its spokes
+/// at that moment converges on the survivor, and the figures hang together: every spoke was
+/// the leader's before the kill (leader mode, read from the spokes' request logs by user
+/// agent) and the survivor's after it, the survivor reached the victim's spokes after the
+/// kill, and no double write was seen.
+#[test]
+fn failover_kills_the_leader_and_its_spokes_converge_on_the_survivor() {
+    let stdout = small_failover(&["--spokes", "3", "--bindings", "2"]);
     let s = Summary::parse(&stdout);
     let ctx = format!("in:\n{stdout}");
     assert_eq!(s.str("scenario"), "failover", "{ctx}");
@@ -359,11 +363,7 @@ fn failover_kills_the_leader_and_its_spokes_converge_on_the_survivor() {
 /// the assertion refuses) is as good as impossible, while equal weights give it about half.
 #[test]
 fn failover_gives_each_replica_its_own_weight() {
-    let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
-    let kleym = kleym.to_str().expect("a UTF-8 path");
-    let stdout = bench_stdout(&[
-        "--scenario",
-        "failover",
+    let stdout = small_failover(&[
         "--shard-mode",
         "sharded",
         "--replica-weights",
@@ -372,16 +372,6 @@ fn failover_gives_each_replica_its_own_weight() {
         "16",
         "--bindings",
         "1",
-        "--replicas",
-        "2",
-        "--lease-duration-seconds",
-        "2",
-        "--duration-seconds",
-        "1",
-        "--timeout-seconds",
-        "120",
-        "--kleym-bin",
-        kleym,
     ]);
     let s = Summary::parse(&stdout);
     let ctx = format!("in:\n{stdout}");

@@ -240,6 +240,23 @@ async fn hub_cluster() -> (Kubesim, kube::Client) {
     (sim, client)
 }
 
+/// A status loop that passes every 50 ms (at least every 200 ms), publishes the spokes and
+/// builds the report from `cache`.
+fn loop_options(cache: &ObservationCache) -> StatusLoopOptions {
+    StatusLoopOptions {
+        min_rebuild: Duration::from_millis(50),
+        tick: Duration::from_millis(200),
+        observations: ObservationOptions {
+            inputs: ReportInputs::Published,
+            publish: true,
+            namespace: HUB_NS.into(),
+            cache: Some(cache.clone()),
+            ..ObservationOptions::default()
+        },
+        ..StatusLoopOptions::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_report_from_published_observations_equals_the_local_one() {
     let (_sim, client) = hub_cluster().await;
@@ -249,26 +266,16 @@ async fn the_report_from_published_observations_equals_the_local_one() {
     let shutdown = CancellationToken::new();
     let cache =
         ObservationCache::watch(client.clone(), HUB_NS, Limits::default(), shutdown.clone());
+    let mut options = loop_options(&cache);
+    options.writer = WriterOptions {
+        min_interval: Duration::from_millis(50),
+        sync_refresh: Duration::from_secs(300),
+    };
+    options.observations.confirm_window = Duration::from_millis(200);
     let status_loop = tokio::spawn(run_status_loop(
         client.clone(),
         state.clone(),
-        StatusLoopOptions {
-            writer: WriterOptions {
-                min_interval: Duration::from_millis(50),
-                sync_refresh: Duration::from_secs(300),
-            },
-            min_rebuild: Duration::from_millis(50),
-            tick: Duration::from_millis(200),
-            observations: ObservationOptions {
-                inputs: ReportInputs::Published,
-                publish: true,
-                namespace: HUB_NS.into(),
-                confirm_window: Duration::from_millis(200),
-                cache: Some(cache.clone()),
-                ..ObservationOptions::default()
-            },
-            ..StatusLoopOptions::default()
-        },
+        options,
         shutdown.clone(),
     ));
     let local = FleetHubView::new(
@@ -437,22 +444,12 @@ async fn a_changed_spoke_is_republished_at_most_once_per_interval() {
     let cache =
         ObservationCache::watch(client.clone(), HUB_NS, Limits::default(), shutdown.clone());
     let min_interval = Duration::from_secs(3);
+    let mut options = loop_options(&cache);
+    options.observations.min_interval = min_interval;
     let status_loop = tokio::spawn(run_status_loop(
         client.clone(),
         state.clone(),
-        StatusLoopOptions {
-            min_rebuild: Duration::from_millis(50),
-            tick: Duration::from_millis(200),
-            observations: ObservationOptions {
-                inputs: ReportInputs::Published,
-                publish: true,
-                namespace: HUB_NS.into(),
-                min_interval,
-                cache: Some(cache.clone()),
-                ..ObservationOptions::default()
-            },
-            ..StatusLoopOptions::default()
-        },
+        options,
         shutdown.clone(),
     ));
     let observations = Api::<ClusterIdentityObservation>::namespaced(client.clone(), HUB_NS);
