@@ -240,6 +240,18 @@ async fn hub_cluster() -> (Kubesim, kube::Client) {
     (sim, client)
 }
 
+/// The planted fleet state (leading), a shutdown token, and the observation cache of the
+/// hub namespace.
+fn planted_fleet(client: &kube::Client) -> (FleetState, CancellationToken, ObservationCache) {
+    let state = FleetState::new();
+    state.set_leader(true);
+    plant(&state);
+    let shutdown = CancellationToken::new();
+    let cache =
+        ObservationCache::watch(client.clone(), HUB_NS, Limits::default(), shutdown.clone());
+    (state, shutdown, cache)
+}
+
 /// A status loop that passes every 50 ms (at least every 200 ms), publishes the spokes and
 /// builds the report from `cache`.
 fn loop_options(cache: &ObservationCache) -> StatusLoopOptions {
@@ -260,12 +272,7 @@ fn loop_options(cache: &ObservationCache) -> StatusLoopOptions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_report_from_published_observations_equals_the_local_one() {
     let (_sim, client) = hub_cluster().await;
-    let state = FleetState::new();
-    state.set_leader(true);
-    plant(&state);
-    let shutdown = CancellationToken::new();
-    let cache =
-        ObservationCache::watch(client.clone(), HUB_NS, Limits::default(), shutdown.clone());
+    let (state, shutdown, cache) = planted_fleet(&client);
     let mut options = loop_options(&cache);
     options.writer = WriterOptions {
         min_interval: Duration::from_millis(50),
@@ -437,12 +444,7 @@ async fn the_report_from_published_observations_equals_the_local_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_spoke_is_republished_at_most_once_per_interval() {
     let (_sim, client) = hub_cluster().await;
-    let state = FleetState::new();
-    state.set_leader(true);
-    plant(&state);
-    let shutdown = CancellationToken::new();
-    let cache =
-        ObservationCache::watch(client.clone(), HUB_NS, Limits::default(), shutdown.clone());
+    let (state, shutdown, cache) = planted_fleet(&client);
     let min_interval = Duration::from_secs(3);
     let mut options = loop_options(&cache);
     options.observations.min_interval = min_interval;
