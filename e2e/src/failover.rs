@@ -6,7 +6,9 @@
 //!    `--shard-mode sharded` when asked, plus any `--hub-arg`) converge them.
 //! 2. Who serves which spoke is read from each spoke's own request log: the replica named in
 //!    the `User-Agent` of its latest request ([`crate::fixtures::writers`]), not from what
-//!    the hub says. That gives each replica's share of the spokes.
+//!    the hub says. That gives each replica's share of the spokes. Then the wait for the
+//!    hub's status objects to describe the whole fleet ([`crate::fixtures::hub_status`]):
+//!    the replicas' CPU at that moment is the cold start's, status writes included.
 //! 3. A baseline trickle (new bindings on random spokes, one every `trickle_interval`)
 //!    measures the usual latency.
 //! 4. The victim is killed with SIGKILL: in leader mode the Lease holder, in sharded mode
@@ -33,6 +35,7 @@ use crate::fixtures::convergence::{self, Names};
 use crate::fixtures::counting::{CountingAuthenticator, counting_token};
 use crate::fixtures::env;
 use crate::fixtures::harness::FleetHarness;
+use crate::fixtures::hub_status;
 use crate::fixtures::plugins::static_token_plugin;
 use crate::fixtures::profiles::{access_provider, apply_profile, status};
 use crate::fixtures::trickle::{self, Step};
@@ -182,6 +185,12 @@ pub struct FailoverReport {
     /// The same, read when the fleet had converged (before the kill: what a replica needs
     /// for its share, and the CPU of the cold start).
     pub usage_at_converge: Vec<(String, u64, f64)>,
+    /// Replicas start → the hub's status objects describe the converged fleet (see
+    /// [`crate::fixtures::hub_status`]).
+    pub status_complete: Duration,
+    /// Per replica, read at that moment: the cold start's CPU including its status
+    /// writes, which a replica may still owe when the last binding converges.
+    pub usage_at_status: Vec<(String, u64, f64)>,
 }
 
 /// The value at quantile `p` of sorted `v` (zero when empty).
@@ -264,6 +273,12 @@ impl FailoverReport {
             s,
             " converge_peak_rss_mib_max={peak} converge_cpu_s_total={cpu:.2}"
         );
+        let cpu: f64 = self.usage_at_status.iter().map(|u| u.2).sum();
+        let _ = write!(
+            s,
+            " status_complete_s={:.3} status_cpu_s_total={cpu:.2}",
+            self.status_complete.as_secs_f64()
+        );
         s
     }
 }
@@ -333,6 +348,17 @@ impl fmt::Display for FailoverReport {
             writeln!(
                 f,
                 "replica {name} at converge: peak RSS {rss} MiB, CPU {cpu:.2} s user+sys"
+            )?;
+        }
+        writeln!(
+            f,
+            "hub status objects complete (report and every ClusterIdentityStatus) after {:.1?}",
+            self.status_complete
+        )?;
+        for (name, rss, cpu) in &self.usage_at_status {
+            writeln!(
+                f,
+                "replica {name} at status complete: peak RSS {rss} MiB, CPU {cpu:.2} s user+sys"
             )?;
         }
         for (name, rss, cpu) in &self.usage {
@@ -439,6 +465,24 @@ async fn while_running<F: std::future::Future>(
                 hubs.sample();
             }
         }
+    }
+}
+
+/// Polls the hub's store until its status objects describe `spokes` with `bindings` ready
+/// bindings each; `None` then, or what was still missing at `limit`.
+async fn wait_for_status(
+    hub: &Cluster,
+    spokes: &[String],
+    bindings: usize,
+    limit: Duration,
+) -> Option<String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let gap = hub_status::status_gap(hub, spokes, bindings)?;
+        if Instant::now() >= deadline {
+            return Some(gap);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
@@ -588,6 +632,29 @@ pub async fn run(
     progress(&format!(
         "spokes per replica: {}",
         fmt_share(&share_before, o.spokes)
+    ));
+
+    // The cold start's remaining work: the status objects of the whole fleet.
+    let hub_store = fleet.f.hub.store();
+    let gap = while_running(
+        &mut hubs,
+        wait_for_status(&hub_store, &fleet.names, o.bindings, o.limit),
+    )
+    .await?;
+    if let Some(gap) = gap {
+        hubs.stop().await;
+        return Err(FailoverError::NotConverged(format!(
+            "the hub's status objects did not describe the converged fleet within {:?}: {gap}",
+            o.limit
+        )));
+    }
+    let status_complete = started.elapsed();
+    hubs.sample();
+    let usage_at_status = hubs.per_replica();
+    progress(&format!(
+        "hub status complete after {status_complete:.1?}; replicas then: CPU {:.2} s user+sys in all, peak RSS {} MiB at most",
+        usage_at_status.iter().map(|u| u.2).sum::<f64>(),
+        usage_at_status.iter().map(|u| u.1).max().unwrap_or(0)
     ));
 
     // The new bindings' objectives, before any of them is created.
@@ -743,6 +810,8 @@ pub async fn run(
         double_write_examples: examples,
         usage: hubs.per_replica(),
         usage_at_converge,
+        status_complete,
+        usage_at_status,
     };
     hubs.stop().await;
     Ok(report)
@@ -800,6 +869,8 @@ mod tests {
             double_write_examples: vec![],
             usage: vec![("hub-0".into(), 50, 1.0), ("hub-1".into(), 40, 0.5)],
             usage_at_converge: vec![("hub-0".into(), 30, 0.25), ("hub-1".into(), 20, 0.5)],
+            status_complete: Duration::from_millis(4250),
+            usage_at_status: vec![("hub-0".into(), 35, 0.5), ("hub-1".into(), 25, 0.75)],
         };
         assert!(r.complete());
         let s = r.summary();
@@ -817,6 +888,8 @@ mod tests {
             "hub_cpu_s_total=1.50",
             "converge_peak_rss_mib_max=30",
             "converge_cpu_s_total=0.75",
+            "status_complete_s=4.250",
+            "status_cpu_s_total=1.25",
         ] {
             assert!(s.contains(kv), "{kv} missing in {s}");
         }

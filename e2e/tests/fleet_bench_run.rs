@@ -354,6 +354,13 @@ fn failover_kills_the_leader_and_its_spokes_converge_on_the_survivor() {
     );
     assert_eq!(s.num("double_writes"), 0.0, "{ctx}");
     assert!(s.num("hub_peak_rss_mib_max") > 0.0, "{ctx}");
+    // The hub's status objects describe the fleet no sooner than it converged, and the
+    // replicas' CPU by then includes the cold start's.
+    assert!(s.num("status_complete_s") >= s.num("converge_s"), "{ctx}");
+    assert!(
+        s.num("status_cpu_s_total") >= s.num("converge_cpu_s_total"),
+        "{ctx}"
+    );
 }
 
 /// `--replica-weights` gives each sharded replica its own `--shard-weight`: at `100,1` the
