@@ -50,6 +50,9 @@ async fn start_cluster(with_spire: bool) -> (Kubesim, ClusterHandle, Client) {
 struct Operator {
     token: CancellationToken,
     metrics: Arc<SpokeMetrics>,
+    /// Where `metrics` are registered: their labelled families (failure reasons) are only
+    /// kept there.
+    registry: prometheus_client::registry::Registry,
     spoke_ctx: Arc<kleym_spoke::reconciler::context::Context>,
     task: tokio::task::JoinHandle<Result<(), kleym_spoke::reconciler::Error>>,
 }
@@ -65,7 +68,8 @@ impl Operator {
         config.svid_policy = Arc::new(svid);
         config.discovery_interval = Duration::from_millis(200);
         config.error_backoff = Duration::from_millis(100);
-        let metrics = Arc::new(SpokeMetrics::default());
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = Arc::new(SpokeMetrics::register(&mut registry));
         let spoke = Spoke::new(client, config, metrics.clone()).unwrap();
         let spoke_ctx = spoke.context();
         let token = CancellationToken::new();
@@ -73,9 +77,20 @@ impl Operator {
         Operator {
             token,
             metrics,
+            registry,
             spoke_ctx,
             task,
         }
+    }
+
+    /// The reconcile failures by reason, as `/metrics` shows them (for assertion messages).
+    fn failure_reasons(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).unwrap();
+        out.lines()
+            .filter(|l| l.starts_with("kleym_spoke_reconcile_failures_total{"))
+            .collect::<Vec<_>>()
+            .join("; ")
     }
 
     async fn stop(self) {
@@ -880,7 +895,12 @@ async fn the_policy_takes_the_operators_svid_settings_as_parameters() {
     assert_eq!(written["spec"]["ttl"], "36h");
     assert_eq!(written["spec"]["federatesWith"], json!(["partner.example"]));
     op.settle().await;
-    assert_eq!(op.metrics.failures_total(), 0, "no write was denied");
+    assert_eq!(
+        op.metrics.failures_total(),
+        0,
+        "no write was denied: {}",
+        op.failure_reasons()
+    );
     op.stop().await;
 
     let as_kleym: Api<DynamicObject> =
@@ -1140,7 +1160,8 @@ async fn works_with_exactly_the_shipped_cluster_role() {
     assert_eq!(
         op.metrics.failures_total(),
         0,
-        "no reconcile failed with the shipped ClusterRole"
+        "no reconcile failed with the shipped ClusterRole: {}",
+        op.failure_reasons()
     );
     op.stop().await;
 }
@@ -1172,6 +1193,9 @@ async fn without_patch_on_clusterspiffeids_the_binding_says_so() {
         (op.metrics.failures_total() > 0).then_some(())
     })
     .await;
+    // Counted under its reason, as `/metrics` shows it.
+    let reasons = op.failure_reasons();
+    assert!(reasons.contains("reason=\"Forbidden\""), "{reasons}");
     op.stop().await;
 }
 

@@ -84,7 +84,10 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 --lease-duration-seconds, --shard-mode passed on as sharded, --hub-arg for
                 anything else) converge the fleet (cold start); who serves each spoke is read
                 from the spoke's own request log (the replica named in the User-Agent of its
-                latest request). A baseline trickle, then SIGKILL of one replica (leader mode: the
+                latest request). Then it waits until the hub's status objects describe the
+                fleet (the report and every ClusterIdentityStatus count every binding ready)
+                and prints the replicas' CPU then too: the cold start's, status writes
+                included. A baseline trickle, then SIGKILL of one replica (leader mode: the
                 Lease holder; sharded: the replica serving the most spokes); at once one new
                 binding on each of up to 10 of its spokes (creation -> ClusterSPIFFEID: the
                 time to converge across the hand-over) and, for --duration-seconds (default
@@ -94,7 +97,8 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 and the double writes in the spokes' logs: a replica writing to a spoke again
                 within the Lease duration of its own last write after another replica wrote
                 there. Prints a `summary: scenario=failover ...` line; exits non-zero unless
-                every binding created after the kill converged and no double write was seen.
+                the hub's status described the fleet, every binding created after the kill
+                converged and no double write was seen.
 
 Converged: a binding is converged when its status has Ready=True for its current generation
 (the condition's observedGeneration equals metadata.generation) AND its ClusterSPIFFEID exists
