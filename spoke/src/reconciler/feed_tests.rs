@@ -496,3 +496,38 @@ fn the_list_that_completes_the_sync_wakes_the_waiters_at_once() {
         mirror.abort();
     });
 }
+
+/// Discovery publishes the served set before it starts each watch: a served API whose
+/// watch has not started yet holds the sync back, or a binding list completing in between
+/// would let reconciles run and fail on that cache ("not synced yet").
+#[test]
+fn a_served_api_whose_watch_has_not_started_holds_the_sync() {
+    use super::api_availability::{ApiKind, ServedApis};
+    use k8s_openapi::api::core::v1::Namespace;
+
+    runtime().block_on(async {
+        let ctx = context();
+        *ctx.state.served.write().unwrap() =
+            ServedApis::from_kinds([ApiKind::Bindings, ApiKind::ClusterSpiffeIds]);
+        ctx.state.caches.namespaces.activate();
+        for event in [Event::Init, Event::InitDone] {
+            ingest::<Namespace>(
+                &ctx,
+                &ctx.state.caches.namespaces,
+                watches::on_namespace,
+                event,
+            );
+        }
+        list_bindings(&ctx, &[("a", 1)], "Pending");
+        assert!(
+            !ctx.state.all_synced(),
+            "the ClusterSPIFFEID watch has not started: not synced"
+        );
+        let csids = &ctx.state.caches.cluster_spiffe_ids;
+        csids.activate();
+        assert!(!ctx.state.all_synced(), "started, not listed: not synced");
+        csids.apply(Event::Init);
+        csids.apply(Event::InitDone);
+        assert!(ctx.state.all_synced());
+    });
+}

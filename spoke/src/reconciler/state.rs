@@ -85,7 +85,7 @@ impl SpokeState {
             .clone()
     }
 
-    /// Every active cache has completed its first list.
+    /// Every cache of a served API, and every active one, has completed its first list.
     pub fn all_synced(&self) -> bool {
         let c = &self.caches;
         let served = self.served();
@@ -96,7 +96,10 @@ impl SpokeState {
             && c.namespaces.is_ready()
             && ApiKind::ALL.into_iter().all(|kind| {
                 let cache = c.of_kind(kind);
-                !cache.is_active() || cache.is_ready()
+                // Served counts, not only active: discovery publishes the served set and
+                // then starts one watch after another, and a binding list completing in
+                // between must not let reconciles run before the other caches exist.
+                !(served.serves(kind) || cache.is_active()) || cache.is_ready()
             })
     }
 
