@@ -566,6 +566,7 @@ mod tests {
     use super::*;
     use crate::chaos::churn::{Applied, Change, apply_store};
     use crate::fixtures::env;
+    use crate::fixtures::hub_status::put_status_object;
     use kleym_hub::report::{
         BindingSnapshot, Caps, FullReport, Health, SpokeObservation, bound_report, cluster_status,
         shared,
@@ -746,42 +747,6 @@ mod tests {
         assert_eq!(check(&hand_back).total(), 0);
     }
 
-    /// Writes `status` to the hub object `name` of `plural` (created first when absent).
-    fn put_status(
-        hub: &Cluster,
-        plural: &str,
-        ns: Option<&str>,
-        name: &str,
-        kind: &str,
-        spec: Value,
-        status: Value,
-    ) {
-        let res = hub.resolve("kleym.io", "v1alpha1", plural).unwrap();
-        let opts = kubesim_store::WriteOptions {
-            field_manager: "kleym".into(),
-            ..Default::default()
-        };
-        let mut meta = json!({"name": name});
-        if let Some(ns) = ns {
-            meta["namespace"] = json!(ns);
-        }
-        let obj = json!({"apiVersion": "kleym.io/v1alpha1", "kind": kind, "metadata": meta, "spec": spec});
-        if hub.get(&res, ns, name).is_err() {
-            hub.create(&res, ns, obj.clone(), &opts).unwrap();
-        }
-        let mut obj = obj;
-        obj["status"] = status;
-        hub.update(
-            &res,
-            ns,
-            name,
-            obj,
-            kubesim_store::Subresource::Status,
-            &opts,
-        )
-        .unwrap();
-    }
-
     /// The report objects are compared with the report oracle's reading of the final
     /// bindings: the hub's own report of them passes, and one changed entry of a list is one
     /// violation.
@@ -824,7 +789,7 @@ mod tests {
             &caps,
         );
         let put_cis = |cis: &ClusterIdentityStatusStatus| {
-            put_status(
+            put_status_object(
                 &hub,
                 "clusteridentitystatuses",
                 Some(PROFILE_NS),
@@ -833,9 +798,10 @@ mod tests {
                 json!({"clusterProfile": "spoke"}),
                 serde_json::to_value(cis).unwrap(),
             )
+            .unwrap()
         };
         let put_fir = |fir: &FleetIdentityReportStatus| {
-            put_status(
+            put_status_object(
                 &hub,
                 "fleetidentityreports",
                 None,
@@ -844,6 +810,7 @@ mod tests {
                 json!({}),
                 serde_json::to_value(fir).unwrap(),
             )
+            .unwrap()
         };
         put_cis(&cis);
         put_fir(&fir);
