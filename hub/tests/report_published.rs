@@ -515,6 +515,100 @@ async fn a_changed_spoke_is_republished_at_most_once_per_interval() {
     status_loop.await.unwrap();
 }
 
+/// A publish pass encodes (serialises and hashes) only the spokes that moved since the pass
+/// before; the others keep the digest computed then, and are still compared with the
+/// server: an object deleted behind the hub's back is rewritten without its spoke moving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_pass_encodes_only_the_spokes_that_moved() {
+    use kleym_hub::report::published::local_spokes;
+    use kleym_hub::status::observations::ObservationPublisher;
+    let (_sim, client) = hub_cluster().await;
+    let (state, shutdown, cache) = planted_fleet(&client);
+    let mut options = loop_options(&cache).observations;
+    options.min_interval = Duration::ZERO;
+    options.confirm_window = Duration::ZERO;
+    let mut publisher = ObservationPublisher::new(client.clone(), cache.clone(), options);
+    poll("the observation watch synced", || {
+        let cache = cache.clone();
+        async move {
+            if cache.synced() {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        }
+    })
+    .await;
+    let spokes = local_spokes(&state);
+    let n = spokes.len();
+    let first = publisher.publish(&spokes, &|_| true).await;
+    assert_eq!((first.encoded, first.failed), (n, 0), "{first:?}");
+    assert!(first.written >= n, "{first:?}");
+    poll("every spoke on the server, read back whole", || {
+        let cache = cache.clone();
+        async move {
+            let ok = cache.published().values().filter(|r| r.is_ok()).count();
+            if ok == n {
+                Ok(())
+            } else {
+                Err(format!("{ok} of {n}"))
+            }
+        }
+    })
+    .await;
+
+    let again = publisher.publish(&local_spokes(&state), &|_| true).await;
+    assert_eq!(
+        (again.encoded, again.unchanged, again.written),
+        (0, n, 0),
+        "{again:?}"
+    );
+
+    state.update("fleet/east", |s| s.version = Some("v1.34.0".into()));
+    let moved = publisher.publish(&local_spokes(&state), &|_| true).await;
+    assert_eq!((moved.encoded, moved.written), (1, 1), "{moved:?}");
+    let observations = Api::<ClusterIdentityObservation>::namespaced(client.clone(), HUB_NS);
+    let east = observations.get("fleet.east").await.unwrap();
+    assert_eq!(east.spec.spoke_version.as_deref(), Some("v1.34.0"));
+
+    // Deleted behind the hub's back: rewritten from the kept digest's spoke, encoded again
+    // only to be written.
+    observations
+        .delete("fleet.down", &Default::default())
+        .await
+        .unwrap();
+    poll("the deletion seen by the watch", || {
+        let cache = cache.clone();
+        async move {
+            if cache.published().contains_key("fleet/down") {
+                Err("still there".to_string())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+    let repaired = publisher.publish(&local_spokes(&state), &|_| true).await;
+    assert_eq!((repaired.encoded, repaired.written), (0, 1), "{repaired:?}");
+    let want = local_spokes(&state)
+        .into_iter()
+        .find(|s| s.observation.cluster == "fleet/down")
+        .unwrap();
+    poll("the rewritten spoke read back as it is", || {
+        let cache = cache.clone();
+        let want = want.clone();
+        async move {
+            match cache.published().get("fleet/down") {
+                Some(Ok(got)) if *got == want => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+
+    shutdown.cancel();
+}
+
 /// A spoke of `bindings` bindings as fleet-bench makes them (one objective each, the
 /// spoke's own ClusterSPIFFEID names in the ready messages).
 fn bench_spoke(i: usize, bindings: usize) -> kleym_hub::report::published::PublishedSpoke {

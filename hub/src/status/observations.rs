@@ -302,6 +302,9 @@ pub struct PublishStats {
     pub failed: usize,
     /// Spokes whose change waits for [`ObservationOptions::min_interval`].
     pub deferred: usize,
+    /// Spokes encoded to learn their digest: those whose content moved since the pass
+    /// before (the others reuse the digest computed then).
+    pub encoded: usize,
     /// Whether the pass stopped because the write fence said no.
     pub fenced: bool,
 }
@@ -315,6 +318,15 @@ struct Written {
     at: Instant,
 }
 
+/// A spoke's digest, kept with the content it was computed from.
+#[derive(Debug, Clone)]
+struct Encoding {
+    spoke: PublishedSpoke,
+    digest: String,
+    parts: u32,
+    last_sync: Option<i64>,
+}
+
 /// Writes the observations of the spokes this replica engages (see the module docs).
 pub struct ObservationPublisher {
     api: Api<ClusterIdentityObservation>,
@@ -322,6 +334,11 @@ pub struct ObservationPublisher {
     options: ObservationOptions,
     fence: Option<WriteFence>,
     written: HashMap<String, Written>,
+    /// The last encoding of each spoke: a pass encodes (serialises and hashes) only the
+    /// spokes that moved since the one before. Most spokes of a large fleet are unchanged
+    /// in most passes, and encoding each of them on each pass was most of a pass's cost.
+    /// Comparing is cheap: an unchanged spoke shares its bindings with the fleet state.
+    encodings: HashMap<String, Encoding>,
     /// When the earliest write held back by `min_interval` is due.
     next_due: Option<Instant>,
 }
@@ -335,6 +352,7 @@ impl ObservationPublisher {
             options,
             fence: None,
             written: HashMap::new(),
+            encodings: HashMap::new(),
             next_due: None,
         }
     }
@@ -376,12 +394,33 @@ impl ObservationPublisher {
         let now = Instant::now();
         self.next_due = None;
         for spoke in spokes {
-            let specs = encode(spoke, &self.options.limits);
-            let Some(first) = specs.first() else { continue };
-            let cluster = first.cluster.clone();
-            let digest = first.digest.clone();
-            let parts = first.parts;
-            let last_sync = first.last_sync.as_ref().map(|t| t.0.as_second());
+            let cluster = spoke.observation.cluster.clone();
+            let mut specs = None;
+            if self
+                .encodings
+                .get(&cluster)
+                .is_none_or(|e| e.spoke != *spoke)
+            {
+                let fresh = encode(spoke, &self.options.limits);
+                let Some(first) = fresh.first() else { continue };
+                stats.encoded += 1;
+                self.encodings.insert(
+                    cluster.clone(),
+                    Encoding {
+                        spoke: spoke.clone(),
+                        digest: first.digest.clone(),
+                        parts: first.parts,
+                        last_sync: first.last_sync.as_ref().map(|t| t.0.as_second()),
+                    },
+                );
+                specs = Some(fresh);
+            }
+            let Some(encoding) = self.encodings.get(&cluster) else {
+                continue;
+            };
+            let digest = encoding.digest.clone();
+            let parts = encoding.parts;
+            let last_sync = encoding.last_sync;
             let server: &[Arc<ClusterIdentityObservation>] =
                 on_server.get(&cluster).map_or(&[], Vec::as_slice);
             let sync_stale = |w: &Written| match (w.last_sync, last_sync) {
@@ -428,6 +467,9 @@ impl ObservationPublisher {
                     continue;
                 }
             }
+            // Written (rarely: new content, a retry, a repair): encoded again if this pass
+            // reused the digest.
+            let specs = specs.unwrap_or_else(|| encode(spoke, &self.options.limits));
             // Later parts first, part 0 (which names the digest readers assemble) last.
             for spec in specs.iter().rev() {
                 if !self.may_write() {
@@ -493,6 +535,7 @@ impl ObservationPublisher {
             .map(|s| s.observation.cluster.as_str())
             .collect();
         self.written.retain(|c, _| current.contains(c.as_str()));
+        self.encodings.retain(|c, _| current.contains(c.as_str()));
         for (cluster, objects) in on_server {
             if current.contains(cluster.as_str()) || !in_scope(&cluster) {
                 continue;

@@ -87,6 +87,7 @@ pub async fn run_status_loop(
         writer.with_fence(std::sync::Arc::new(move || leader.is_leader()))
     };
     let mut uids = ProfileUids::default();
+    let mut submitted = Submitted::default();
     let observed = &options.observations;
     let cache = (observed.publish || observed.inputs == ReportInputs::Published).then(|| {
         observed.cache.clone().unwrap_or_else(|| {
@@ -121,6 +122,7 @@ pub async fn run_status_loop(
         if started.duration_since(last_resync) >= options.resync {
             writer.resync();
             uids.clear();
+            submitted.clear();
             last_resync = started;
         }
         let leading = state.is_leader();
@@ -133,8 +135,11 @@ pub async fn run_status_loop(
                 &client,
                 &state,
                 &options,
-                &mut writer,
-                &mut uids,
+                Written {
+                    writer: &mut writer,
+                    uids: &mut uids,
+                    submitted: &mut submitted,
+                },
                 observations,
             )
             .await;
@@ -248,15 +253,59 @@ impl ProfileUids {
     }
 }
 
+/// The observation each spoke's status was last built from and submitted: a pass builds
+/// and submits a status only when its spoke moved since. At thousands of spokes most are
+/// unchanged in most passes, and building and comparing every status on every pass was a
+/// large part of a pass's cost. Comparing is cheap: an unchanged spoke shares its bindings
+/// with the fleet state.
+#[derive(Debug, Default)]
+struct Submitted(HashMap<String, SpokeObservation>);
+
+impl Submitted {
+    /// Whether `spoke`'s status need not be built again: the same observation was
+    /// submitted, and the writer still tracks it (it keeps the submission until written or
+    /// found unchanged; a status it dropped or forgot is submitted again).
+    fn is_current(&self, spoke: &SpokeObservation, tracked: bool) -> bool {
+        tracked && self.0.get(&spoke.cluster) == Some(spoke)
+    }
+
+    /// `spoke`'s status was submitted.
+    fn record(&mut self, spoke: &SpokeObservation) {
+        self.0.insert(spoke.cluster.clone(), spoke.clone());
+    }
+
+    /// Keep only the spokes named in `current`.
+    fn retain(&mut self, current: &HashSet<&str>) {
+        self.0.retain(|c, _| current.contains(c.as_str()));
+    }
+
+    /// Build every status again on the next pass (after a resync: the writer compares
+    /// with the server again only what is submitted).
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// What the status loop keeps from pass to pass.
+struct Written<'a> {
+    writer: &'a mut StatusWriter,
+    uids: &'a mut ProfileUids,
+    submitted: &'a mut Submitted,
+}
+
 /// One rebuild and flush.
 async fn sync_once(
     client: &kube::Client,
     state: &FleetState,
     options: &StatusLoopOptions,
-    writer: &mut StatusWriter,
-    uids: &mut ProfileUids,
+    written: Written<'_>,
     observations: Observations<'_>,
 ) {
+    let Written {
+        writer,
+        uids,
+        submitted,
+    } = written;
     let now = chrono::Utc::now();
     let sharded = state.is_sharded();
     let leading = state.is_leader();
@@ -328,6 +377,7 @@ async fn sync_once(
             writer.forget_cluster(&tracked.namespace, &tracked.name);
         }
     }
+    submitted.retain(&current);
     for spoke in &spokes {
         let Some((namespace, name)) = spoke.cluster.split_once('/') else {
             continue;
@@ -336,14 +386,16 @@ async fn sync_once(
         let Some(uid) = uids.uids.get(&spoke.cluster).cloned() else {
             continue;
         };
-        writer.submit_cluster(
-            StatusOwnerRef {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                uid,
-            },
-            cluster_status(spoke, now, Some(&options.caps)),
-        );
+        let owner = StatusOwnerRef {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid,
+        };
+        if submitted.is_current(spoke, writer.tracks(&owner)) {
+            continue;
+        }
+        writer.submit_cluster(owner, cluster_status(spoke, now, Some(&options.caps)));
+        submitted.record(spoke);
     }
     if writes_report {
         let full = FullReport::build(&report_input, now);
@@ -358,5 +410,57 @@ async fn sync_once(
     }
     if stats.written > 0 || stats.failed > 0 {
         tracing::debug!(?stats, "status flush");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::BindingSnapshot;
+    use crate::report::shared;
+
+    fn spoke(name: &str, version: &str) -> SpokeObservation {
+        SpokeObservation {
+            cluster: name.to_string(),
+            spoke_version: Some(version.to_string()),
+            bindings: shared([BindingSnapshot {
+                namespace: "llm".into(),
+                name: "b".into(),
+                ready: true,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_status_is_built_again_only_when_its_spoke_moved_or_the_writer_let_go() {
+        let mut submitted = Submitted::default();
+        let east = spoke("fleet/east", "v1.33.1");
+        assert!(!submitted.is_current(&east, true), "never submitted");
+        submitted.record(&east);
+        assert!(submitted.is_current(&east, true));
+        // Equal content in other allocations (a copy, not the same bindings) is unchanged.
+        assert!(submitted.is_current(&spoke("fleet/east", "v1.33.1"), true));
+        assert!(!submitted.is_current(&spoke("fleet/east", "v1.34.0"), true));
+        let mut unready = east.clone();
+        unready.bindings = shared([BindingSnapshot {
+            namespace: "llm".into(),
+            name: "b".into(),
+            ready: false,
+            ..Default::default()
+        }]);
+        assert!(!submitted.is_current(&unready, true), "a binding moved");
+        assert!(
+            !submitted.is_current(&east, false),
+            "the writer dropped or forgot it"
+        );
+
+        submitted.record(&spoke("fleet/west", "v1.33.1"));
+        submitted.retain(&HashSet::from(["fleet/west"]));
+        assert!(!submitted.is_current(&east, true), "no longer listed");
+        assert!(submitted.is_current(&spoke("fleet/west", "v1.33.1"), true));
+        submitted.clear();
+        assert!(!submitted.is_current(&spoke("fleet/west", "v1.33.1"), true));
     }
 }

@@ -252,6 +252,14 @@ impl StatusWriter {
         self.report.written = None;
     }
 
+    /// Whether `profile`'s status is tracked: submitted since it was last forgotten, and
+    /// not dropped as another replica's. A tracked status keeps what was submitted until it
+    /// is written or found unchanged, and is rewritten after a [`Self::resync`] only if
+    /// submitted again.
+    pub fn tracks(&self, profile: &StatusOwnerRef) -> bool {
+        self.clusters.contains_key(profile)
+    }
+
     /// Profiles currently tracked.
     pub fn tracked_clusters(&self) -> Vec<StatusOwnerRef> {
         self.clusters.keys().cloned().collect()
