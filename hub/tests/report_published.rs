@@ -609,6 +609,76 @@ async fn a_publish_pass_encodes_only_the_spokes_that_moved() {
     shutdown.cancel();
 }
 
+/// A spoke still being engaged moves again within seconds: its first write waits until it
+/// is past its engagement, or for the interval since the publisher first saw it. Every
+/// other spoke not published yet is written at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spoke_still_being_engaged_is_first_written_once_it_settles() {
+    use kleym_hub::report::published::local_spokes;
+    use kleym_hub::status::observations::ObservationPublisher;
+    let (_sim, client) = hub_cluster().await;
+    let (state, shutdown, cache) = planted_fleet(&client);
+    for (name, phase) in [
+        ("fleet/new-a", Phase::Connecting),
+        ("fleet/new-b", Phase::Syncing),
+    ] {
+        state.update(name, |s| {
+            s.phase = phase;
+            s.trust_domain = Some(TD.into());
+        });
+    }
+    let min_interval = Duration::from_secs(2);
+    let mut options = loop_options(&cache).observations;
+    options.min_interval = min_interval;
+    let mut publisher = ObservationPublisher::new(client.clone(), cache.clone(), options);
+    poll("the observation watch synced", || {
+        let cache = cache.clone();
+        async move {
+            if cache.synced() {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        }
+    })
+    .await;
+    let observations = Api::<ClusterIdentityObservation>::namespaced(client.clone(), HUB_NS);
+    let on_server = |name: &'static str| {
+        let observations = observations.clone();
+        async move { observations.get_opt(name).await.unwrap() }
+    };
+    let started = std::time::Instant::now();
+    let spokes = local_spokes(&state);
+    let first = publisher.publish(&spokes, &|_| true).await;
+    assert_eq!(first.deferred, 2, "{first:?}");
+    assert_eq!(first.written, spokes.len() - 2, "{first:?}");
+    assert!(on_server("fleet.new-a").await.is_none());
+    assert!(on_server("fleet.new-b").await.is_none());
+    let due = publisher.next_due().expect("the held spokes fall due");
+    assert!(
+        due <= started + min_interval + Duration::from_millis(500) && due > started,
+        "due {:?} after the first pass",
+        due - started
+    );
+
+    // Engaged: written at once.
+    state.update("fleet/new-a", |s| s.phase = Phase::Engaged);
+    let settled = publisher.publish(&local_spokes(&state), &|_| true).await;
+    assert_eq!((settled.written, settled.deferred), (1, 1), "{settled:?}");
+    let a = on_server("fleet.new-a").await.expect("new-a written");
+    assert_eq!(a.spec.phase.as_deref(), Some("Engaged"));
+    assert!(on_server("fleet.new-b").await.is_none());
+
+    // Still syncing after the interval: written as it is.
+    tokio::time::sleep_until((started + min_interval).into()).await;
+    let late = publisher.publish(&local_spokes(&state), &|_| true).await;
+    assert_eq!((late.written, late.deferred), (1, 0), "{late:?}");
+    let b = on_server("fleet.new-b").await.expect("new-b written");
+    assert_eq!(b.spec.phase.as_deref(), Some("Syncing"));
+
+    shutdown.cancel();
+}
+
 /// A spoke of `bindings` bindings as fleet-bench makes them (one objective each, the
 /// spoke's own ClusterSPIFFEID names in the ready messages).
 fn bench_spoke(i: usize, bindings: usize) -> kleym_hub::report::published::PublishedSpoke {

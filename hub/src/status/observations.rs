@@ -61,7 +61,8 @@ pub struct ObservationOptions {
     /// A spoke this replica already published is written again at most once per this
     /// interval (its `ClusterIdentityStatus` has the same bound): during a cold start a
     /// spoke's content changes every pass, and every write reaches every replica's watch.
-    /// A spoke not yet published by this process is written at once.
+    /// A spoke not yet published by this process is written at once, unless it is still
+    /// being engaged: then at the latest this interval after the process first saw it.
     pub min_interval: Duration,
     /// The watch cache to read (and to compare writes with); started by the status loop
     /// when `None`.
@@ -289,6 +290,20 @@ fn decode_once<'m>(
     }
 }
 
+/// Whether a spoke in `phase` (a [`crate::fleet::Phase`] name) is still being engaged:
+/// its published state would move again within seconds.
+fn engaging(phase: &str) -> bool {
+    use crate::fleet::Phase;
+    [
+        Phase::Pending,
+        Phase::Queued,
+        Phase::Connecting,
+        Phase::Syncing,
+    ]
+    .iter()
+    .any(|p| p.as_str() == phase)
+}
+
 /// What one publish pass did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PublishStats {
@@ -339,6 +354,9 @@ pub struct ObservationPublisher {
     /// in most passes, and encoding each of them on each pass was most of a pass's cost.
     /// Comparing is cheap: an unchanged spoke shares its bindings with the fleet state.
     encodings: HashMap<String, Encoding>,
+    /// When this process first saw each spoke it has not written yet while the spoke was
+    /// still being engaged (the first write of such a spoke is held back; see `publish`).
+    first_seen: HashMap<String, Instant>,
     /// When the earliest write held back by `min_interval` is due.
     next_due: Option<Instant>,
 }
@@ -353,6 +371,7 @@ impl ObservationPublisher {
             fence: None,
             written: HashMap::new(),
             encodings: HashMap::new(),
+            first_seen: HashMap::new(),
             next_due: None,
         }
     }
@@ -455,6 +474,19 @@ impl ObservationPublisher {
                 stats.unchanged += 1;
                 continue;
             }
+            // A spoke this process has not written, still being engaged: its state moves
+            // within seconds (Pending, Queued, Connecting, Syncing, then Engaged), and each
+            // write reaches every replica's watch. Its first write waits for the spoke to
+            // get past its engagement, or for the interval since this process first saw it.
+            if !self.written.contains_key(&cluster) && engaging(&spoke.phase) {
+                let due = *self.first_seen.entry(cluster.clone()).or_insert(now)
+                    + self.options.min_interval;
+                if now < due {
+                    self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
+                    stats.deferred += 1;
+                    continue;
+                }
+            }
             // Content this process wrote moments ago changed: the change waits for the
             // interval. (Our own content gone from the server is repaired at once.)
             if let Some(w) = self.written.get(&cluster)
@@ -536,6 +568,7 @@ impl ObservationPublisher {
             .collect();
         self.written.retain(|c, _| current.contains(c.as_str()));
         self.encodings.retain(|c, _| current.contains(c.as_str()));
+        self.first_seen.retain(|c, _| current.contains(c.as_str()));
         for (cluster, objects) in on_server {
             if current.contains(cluster.as_str()) || !in_scope(&cluster) {
                 continue;
