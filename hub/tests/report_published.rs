@@ -448,6 +448,8 @@ async fn a_changed_spoke_is_republished_at_most_once_per_interval() {
     let min_interval = Duration::from_secs(3);
     let mut options = loop_options(&cache);
     options.observations.min_interval = min_interval;
+    // New spokes written at once (they are not being engaged).
+    options.observations.settle = Duration::ZERO;
     let status_loop = tokio::spawn(run_status_loop(
         client.clone(),
         state.clone(),
@@ -527,6 +529,7 @@ async fn a_publish_pass_encodes_only_the_spokes_that_moved() {
     let mut options = loop_options(&cache).observations;
     options.min_interval = Duration::ZERO;
     options.confirm_window = Duration::ZERO;
+    options.settle = Duration::ZERO;
     let mut publisher = ObservationPublisher::new(client.clone(), cache.clone(), options);
     poll("the observation watch synced", || {
         let cache = cache.clone();
@@ -609,11 +612,12 @@ async fn a_publish_pass_encodes_only_the_spokes_that_moved() {
     shutdown.cancel();
 }
 
-/// A spoke still being engaged moves again within seconds: its first write waits until it
-/// is past its engagement, or for the interval since the publisher first saw it. Every
-/// other spoke not published yet is written at once.
+/// A spoke not published yet is first written once it has settled: no longer being
+/// engaged, and unchanged across a pass; at the latest `first_write_within` after the
+/// publisher first saw it. Through a cold start a spoke's state moves for seconds, and each
+/// write reaches every replica's watch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spoke_still_being_engaged_is_first_written_once_it_settles() {
+async fn a_spoke_not_published_yet_is_first_written_once_it_settles() {
     use kleym_hub::report::published::local_spokes;
     use kleym_hub::status::observations::ObservationPublisher;
     let (_sim, client) = hub_cluster().await;
@@ -627,9 +631,11 @@ async fn a_spoke_still_being_engaged_is_first_written_once_it_settles() {
             s.trust_domain = Some(TD.into());
         });
     }
-    let min_interval = Duration::from_secs(2);
+    let settle = Duration::from_secs(1);
+    let within = Duration::from_secs(4);
     let mut options = loop_options(&cache).observations;
-    options.min_interval = min_interval;
+    options.settle = settle;
+    options.first_write_within = within;
     let mut publisher = ObservationPublisher::new(client.clone(), cache.clone(), options);
     poll("the observation watch synced", || {
         let cache = cache.clone();
@@ -649,28 +655,34 @@ async fn a_spoke_still_being_engaged_is_first_written_once_it_settles() {
     };
     let started = std::time::Instant::now();
     let spokes = local_spokes(&state);
+    let n = spokes.len();
     let first = publisher.publish(&spokes, &|_| true).await;
-    assert_eq!(first.deferred, 2, "{first:?}");
-    assert_eq!(first.written, spokes.len() - 2, "{first:?}");
-    assert!(on_server("fleet.new-a").await.is_none());
-    assert!(on_server("fleet.new-b").await.is_none());
+    assert_eq!((first.written, first.deferred), (0, n), "{first:?}");
     let due = publisher.next_due().expect("the held spokes fall due");
     assert!(
-        due <= started + min_interval + Duration::from_millis(500) && due > started,
+        due > started && due <= started + settle + Duration::from_millis(500),
         "due {:?} after the first pass",
         due - started
     );
 
-    // Engaged: written at once.
+    // Settled: the planted spokes. Not yet: new-a, just engaged; new-b, still syncing.
+    tokio::time::sleep_until((started + settle).into()).await;
     state.update("fleet/new-a", |s| s.phase = Phase::Engaged);
-    let settled = publisher.publish(&local_spokes(&state), &|_| true).await;
-    assert_eq!((settled.written, settled.deferred), (1, 1), "{settled:?}");
+    let second = publisher.publish(&local_spokes(&state), &|_| true).await;
+    assert_eq!((second.written, second.deferred), (n - 2, 2), "{second:?}");
+    assert!(on_server("fleet.new-a").await.is_none());
+
+    tokio::time::sleep(settle).await;
+    // Its reconciler went idle again: `lastSync` alone does not hold a spoke back.
+    state.update("fleet/new-a", |s| s.last_sync = Some(Utc::now()));
+    let third = publisher.publish(&local_spokes(&state), &|_| true).await;
+    assert_eq!((third.written, third.deferred), (1, 1), "{third:?}");
     let a = on_server("fleet.new-a").await.expect("new-a written");
     assert_eq!(a.spec.phase.as_deref(), Some("Engaged"));
     assert!(on_server("fleet.new-b").await.is_none());
 
-    // Still syncing after the interval: written as it is.
-    tokio::time::sleep_until((started + min_interval).into()).await;
+    // Still syncing at the latest time: written as it is.
+    tokio::time::sleep_until((started + within).into()).await;
     let late = publisher.publish(&local_spokes(&state), &|_| true).await;
     assert_eq!((late.written, late.deferred), (1, 0), "{late:?}");
     let b = on_server("fleet.new-b").await.expect("new-b written");

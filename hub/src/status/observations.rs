@@ -61,9 +61,17 @@ pub struct ObservationOptions {
     /// A spoke this replica already published is written again at most once per this
     /// interval (its `ClusterIdentityStatus` has the same bound): during a cold start a
     /// spoke's content changes every pass, and every write reaches every replica's watch.
-    /// A spoke not yet published by this process is written at once, unless it is still
-    /// being engaged: then at the latest this interval after the process first saw it.
+    /// A spoke not yet published by this process is not bound by it (see `settle`).
     pub min_interval: Duration,
+    /// A spoke not yet published by this process is first written once it has settled: no
+    /// longer being engaged (Pending, Queued, Connecting, Syncing), and its content unchanged
+    /// for this long (in practice: across one pass). Through a cold start a spoke's state
+    /// moves for seconds; written at once, it was written mid-way, then held back by
+    /// `min_interval` from its final state. Zero: at once, once engaged.
+    pub settle: Duration,
+    /// A spoke not yet published by this process is written at the latest this long after
+    /// the process first saw it, settled or not.
+    pub first_write_within: Duration,
     /// The watch cache to read (and to compare writes with); started by the status loop
     /// when `None`.
     pub cache: Option<ObservationCache>,
@@ -79,6 +87,8 @@ impl Default for ObservationOptions {
             sync_refresh: Duration::from_secs(300),
             confirm_window: Duration::from_secs(30),
             min_interval: Duration::from_secs(10),
+            settle: Duration::from_secs(1),
+            first_write_within: Duration::from_secs(30),
             cache: None,
         }
     }
@@ -304,6 +314,13 @@ fn engaging(phase: &str) -> bool {
     .any(|p| p.as_str() == phase)
 }
 
+/// Whether `a` and `b` differ at most in their `lastSync`.
+fn same_but_last_sync(a: &PublishedSpoke, b: &PublishedSpoke) -> bool {
+    let mut b = b.clone();
+    b.observation.last_sync = a.observation.last_sync;
+    *a == b
+}
+
 /// What one publish pass did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PublishStats {
@@ -337,6 +354,8 @@ struct Written {
 #[derive(Debug, Clone)]
 struct Encoding {
     spoke: PublishedSpoke,
+    /// When this content was first encoded (what `settle` counts from).
+    since: Instant,
     digest: String,
     parts: u32,
     last_sync: Option<i64>,
@@ -354,8 +373,8 @@ pub struct ObservationPublisher {
     /// in most passes, and encoding each of them on each pass was most of a pass's cost.
     /// Comparing is cheap: an unchanged spoke shares its bindings with the fleet state.
     encodings: HashMap<String, Encoding>,
-    /// When this process first saw each spoke it has not written yet while the spoke was
-    /// still being engaged (the first write of such a spoke is held back; see `publish`).
+    /// When this process first saw each spoke it had not written yet (its first write is
+    /// held back until it settles, at most `first_write_within` from then).
     first_seen: HashMap<String, Instant>,
     /// When the earliest write held back by `min_interval` is due.
     next_due: Option<Instant>,
@@ -423,10 +442,17 @@ impl ObservationPublisher {
                 let fresh = encode(spoke, &self.options.limits);
                 let Some(first) = fresh.first() else { continue };
                 stats.encoded += 1;
+                // `lastSync` alone moves whenever the spoke's reconciler goes idle again;
+                // like a write of a published spoke, settling does not wait for it.
+                let since = match self.encodings.get(&cluster) {
+                    Some(e) if same_but_last_sync(&e.spoke, spoke) => e.since,
+                    _ => now,
+                };
                 self.encodings.insert(
                     cluster.clone(),
                     Encoding {
                         spoke: spoke.clone(),
+                        since,
                         digest: first.digest.clone(),
                         parts: first.parts,
                         last_sync: first.last_sync.as_ref().map(|t| t.0.as_second()),
@@ -437,6 +463,7 @@ impl ObservationPublisher {
             let Some(encoding) = self.encodings.get(&cluster) else {
                 continue;
             };
+            let since = encoding.since;
             let digest = encoding.digest.clone();
             let parts = encoding.parts;
             let last_sync = encoding.last_sync;
@@ -474,13 +501,17 @@ impl ObservationPublisher {
                 stats.unchanged += 1;
                 continue;
             }
-            // A spoke this process has not written, still being engaged: its state moves
-            // within seconds (Pending, Queued, Connecting, Syncing, then Engaged), and each
-            // write reaches every replica's watch. Its first write waits for the spoke to
-            // get past its engagement, or for the interval since this process first saw it.
-            if !self.written.contains_key(&cluster) && engaging(&spoke.phase) {
-                let due = *self.first_seen.entry(cluster.clone()).or_insert(now)
-                    + self.options.min_interval;
+            // A spoke this process has not written yet: first written once it settled (see
+            // `ObservationOptions::settle`), since each write reaches every replica's watch
+            // and a later change would wait for `min_interval`.
+            if !self.written.contains_key(&cluster) {
+                let latest = *self.first_seen.entry(cluster.clone()).or_insert(now)
+                    + self.options.first_write_within;
+                let due = if engaging(&spoke.phase) {
+                    latest
+                } else {
+                    (since + self.options.settle).min(latest)
+                };
                 if now < due {
                     self.next_due = Some(self.next_due.map_or(due, |d| d.min(due)));
                     stats.deferred += 1;
