@@ -517,6 +517,22 @@ async fn a_changed_spoke_is_republished_at_most_once_per_interval() {
     status_loop.await.unwrap();
 }
 
+/// Waits for `cache`'s first list (a publisher compares with it, and publishes nothing
+/// before).
+async fn watch_synced(cache: &ObservationCache) {
+    poll("the observation watch synced", || {
+        let synced = cache.synced();
+        async move {
+            if synced {
+                Ok(())
+            } else {
+                Err("not yet".to_string())
+            }
+        }
+    })
+    .await;
+}
+
 /// A publish pass encodes (serialises and hashes) only the spokes that moved since the pass
 /// before; the others keep the digest computed then, and are still compared with the
 /// server: an object deleted behind the hub's back is rewritten without its spoke moving.
@@ -531,17 +547,7 @@ async fn a_publish_pass_encodes_only_the_spokes_that_moved() {
     options.confirm_window = Duration::ZERO;
     options.settle = Duration::ZERO;
     let mut publisher = ObservationPublisher::new(client.clone(), cache.clone(), options);
-    poll("the observation watch synced", || {
-        let cache = cache.clone();
-        async move {
-            if cache.synced() {
-                Ok(())
-            } else {
-                Err("not yet".to_string())
-            }
-        }
-    })
-    .await;
+    watch_synced(&cache).await;
     let spokes = local_spokes(&state);
     let n = spokes.len();
     let first = publisher.publish(&spokes, &|_| true).await;
@@ -637,17 +643,7 @@ async fn a_spoke_not_published_yet_is_first_written_once_it_settles() {
     options.settle = settle;
     options.first_write_within = within;
     let mut publisher = ObservationPublisher::new(client.clone(), cache.clone(), options);
-    poll("the observation watch synced", || {
-        let cache = cache.clone();
-        async move {
-            if cache.synced() {
-                Ok(())
-            } else {
-                Err("not yet".to_string())
-            }
-        }
-    })
-    .await;
+    watch_synced(&cache).await;
     let observations = Api::<ClusterIdentityObservation>::namespaced(client.clone(), HUB_NS);
     let on_server = |name: &'static str| {
         let observations = observations.clone();
