@@ -3,7 +3,7 @@
 //! the binary accepts, and the Grafana dashboard queries only metrics the hub exports. The
 //! rendered chart is checked through the real helm in `deploy_helm.rs`.
 
-mod deploy_support;
+use crate::deploy_support;
 
 use std::collections::BTreeSet;
 

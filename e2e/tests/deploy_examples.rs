@@ -3,7 +3,7 @@
 //! the hub loads it, and the one binding of the hub's identity in a spoke is the one `kleym
 //! trust-config` prints, granting exactly `deploy/spoke/`'s ClusterRole.
 
-mod deploy_support;
+use crate::deploy_support;
 
 use std::path::{Path, PathBuf};
 

@@ -11,7 +11,7 @@
 //! helm is located as every tool is (`test_tools`: PATH first, then the project's tool cache
 //! that `scripts/ensure-tools` fills); without it the tests fail, they never skip.
 
-mod deploy_support;
+use crate::deploy_support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -4,7 +4,7 @@
 //! clusterrole-aggregation controller does). Nobody gets the status subresource, another
 //! namespace, or ClusterSPIFFEIDs; and without the roles, `edit` grants nothing on bindings.
 
-mod deploy_support;
+use crate::deploy_support;
 
 use deploy_support::{documents, repo_root};
 use kleym_e2e::fixtures::all_crds;

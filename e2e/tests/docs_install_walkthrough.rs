@@ -23,7 +23,7 @@
 //! environment compiled into a ClusterSPIFFEID in the spoke, the spoke `Ready` in its
 //! `ClusterIdentityStatus`, and the `FleetIdentityReport` counting it.
 
-mod deploy_support;
+use crate::deploy_support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 //! `/usr/bin/time -v` when it exists (wall time and peak memory), else timed here.
 //!
 //! Run (`KLEYM_BIN` names the binary to time, default the `kleym` beside the test's build):
-//! `cargo build --release -p kleym-hub --bin kleym && KLEYM_BIN=$PWD/target/release/kleym cargo test -p kleym-e2e --test explain_bench -- --ignored --nocapture`
+//! `cargo build --release -p kleym-hub --bin kleym && KLEYM_BIN=$PWD/target/release/kleym cargo test -p kleym-e2e --test e2e explain_bench:: -- --ignored --nocapture`
 //! Set `KLEYM_BENCH_BINDINGS` / `KLEYM_BENCH_PODS` to change the sizes.
 
 use std::sync::Arc;

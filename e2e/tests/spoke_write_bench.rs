@@ -1,6 +1,6 @@
 //! Benchmarks (not timed tests) of the spoke reconciler's write path against kubesim, with
 //! kleym's CRDs and fleet fixtures: run with
-//! `cargo test -p kleym-e2e --release --test spoke_write_bench -- --ignored --nocapture`.
+//! `cargo test -p kleym-e2e --release --test e2e spoke_write_bench:: -- --ignored --nocapture`.
 //! They print figures; they assert only correctness (counts), never durations. kubesim's own
 //! benchmarks are in `e2e/kubesim/server/tests/kubesim_bench.rs`.
 
