@@ -699,8 +699,13 @@ pub async fn run(o: &ChaosOptions, progress: &dyn Fn(&str)) -> Result<ChaosRepor
 
     // Settled: every invariant holds and nothing was written for STILL (then the time to
     // settle is that of the last write; fields no invariant compares, such as messages and
-    // warnings, may still be converging while the invariants already hold).
-    const STILL: Duration = Duration::from_secs(5);
+    // warnings, may still be converging while the invariants already hold). STILL outlasts
+    // the hub's longest designed hold on a write (10 s: a spoke's status or published
+    // observation that changes again soon after a write waits that long), so that a held
+    // write counts as settling, not as a write in the quiet window. The published
+    // observations are invisible to the invariants in leader mode, where the report is
+    // built from the leader's own state.
+    const STILL: Duration = Duration::from_secs(12);
     let mut settle = None;
     let mut last = Violations::default();
     let mut writes_then = w.writes();
