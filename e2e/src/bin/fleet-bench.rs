@@ -268,6 +268,8 @@ struct Args {
     #[arg(long, default_value_t = 300)]
     settle_seconds: u64,
     /// chaos: the quiet window after settling, in seconds (no write may happen in it).
+    /// Settled: every invariant holds and nothing was written for 12 s, longer than the hub
+    /// holds back a spoke's status or observation that changed again soon after a write.
     #[arg(long, default_value_t = 30)]
     quiet_seconds: u64,
     /// chaos: the replicas' `--removal-policy` (default `orphan`, the hub's own default).
