@@ -60,31 +60,9 @@ mod spoke_write_bench;
 /// declared above: this fails naming every file (or folder with a `mod.rs`) that is not.
 #[test]
 fn every_test_file_is_declared_in_e2e_rs() {
-    use std::collections::BTreeSet;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let root = std::fs::read_to_string(dir.join("e2e.rs")).expect("e2e/tests/e2e.rs reads");
-    let declared: BTreeSet<String> = root
-        .lines()
-        .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
-        .map(str::to_owned)
-        .collect();
-    let mut files = BTreeSet::new();
-    for entry in std::fs::read_dir(&dir).expect("e2e/tests/ lists").flatten() {
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(stem) = name.strip_suffix(".rs") {
-            if stem != "e2e" {
-                files.insert(stem.to_owned());
-            }
-        } else if path.join("mod.rs").is_file() {
-            files.insert(name);
-        }
-    }
-    assert!(
-        files.len() > 40,
-        "e2e/tests/ holds the test files: {files:?}"
-    );
-    let missing: Vec<_> = files.difference(&declared).collect();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let missing = kleym_test_support::test_targets::undeclared_test_files(dir, "e2e")
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(
         missing.is_empty(),
         "e2e/tests/ holds modules that e2e/tests/e2e.rs does not declare, so they never run: \

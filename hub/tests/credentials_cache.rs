@@ -4,10 +4,8 @@
 //! the 401 arrives during a background refresh), credentials without expiry kept, expired
 //! plugin output refused, runs that die without a result or whose cache is dropped cleaned up.
 
-#[path = "fixtures/http401.rs"]
-mod http401;
-#[path = "fixtures/support.rs"]
-mod support;
+use crate::http401;
+use crate::support;
 
 use std::path::Path;
 use std::sync::Arc;

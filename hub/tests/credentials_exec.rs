@@ -1,7 +1,6 @@
 //! The exec runtime against test plugin scripts.
 
-#[path = "fixtures/support.rs"]
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,10 +4,8 @@
 //! excerpt, and errors carry no stderr text at all; provider env values never show in
 //! `Debug` output.
 
-#[path = "fixtures/http401.rs"]
-mod http401;
-#[path = "fixtures/support.rs"]
-mod support;
+use crate::http401;
+use crate::support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -1,8 +1,7 @@
 //! The bundled plugins (`kleym credential secret-reader|token-request`) run through the hub's
 //! own exec runtime, against a hub API server (kubesim).
 
-#[path = "fixtures/hub_sim.rs"]
-mod hub_sim;
+use crate::hub_sim;
 
 use std::time::Duration;
 

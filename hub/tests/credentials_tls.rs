@@ -3,12 +3,9 @@
 //! rebuilding the client, and a 401 for the certificate a client still sends does not reject
 //! the cache's newer one.
 
-#[path = "fixtures/connect_proxy.rs"]
-mod connect_proxy;
-#[path = "fixtures/support.rs"]
-mod support;
-#[path = "fixtures/tls_spoke.rs"]
-mod tls_spoke;
+use crate::connect_proxy;
+use crate::support;
+use crate::tls_spoke;
 
 use std::sync::Arc;
 use std::time::Duration;

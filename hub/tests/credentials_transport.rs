@@ -3,8 +3,7 @@
 //! without relisting; a connection that stops answering is noticed by the HTTP/2 PING and
 //! replaced; a rotated client certificate opens a new connection and the old one drains.
 
-#[path = "fixtures/support.rs"]
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

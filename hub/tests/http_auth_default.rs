@@ -5,8 +5,7 @@
 //! error naming the flag, instead of serving an API that refuses everyone or, as before, one
 //! that lets everyone in.
 
-#[path = "fixtures/hub_sim.rs"]
-mod hub_sim;
+use crate::hub_sim;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

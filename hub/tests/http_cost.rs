@@ -3,7 +3,7 @@
 //! memory (no network, no spoke). Prints time per request and body size; asserts nothing
 //! about time (the machine may be shared).
 //!
-//! `cargo test -p kleym-hub --release --test http_cost -- --ignored --nocapture`
+//! `cargo test -p kleym-hub --release --test hub http_cost:: -- --ignored --nocapture`
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

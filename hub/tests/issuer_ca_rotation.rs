@@ -12,8 +12,7 @@
 //!   a spoke given the bundle accepts SVIDs of both CAs throughout, while a spoke that never
 //!   got the new bundle refuses the new CA's SVIDs.
 
-#[path = "fixtures/hub_sim.rs"]
-mod hub_sim;
+use crate::hub_sim;
 
 use std::path::Path;
 

@@ -4,8 +4,7 @@
 //! the Secret became unreadable; and `kleym issuer rotate` refuses, before writing anything,
 //! a flag combination that would leave the hub unable to read the Secret.
 
-#[path = "fixtures/hub_sim.rs"]
-mod hub_sim;
+use crate::hub_sim;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -4,10 +4,8 @@
 //! rotation before its period) nor drop one (no key leaves the Secret before its retirement
 //! time).
 
-#[path = "fixtures/https_get.rs"]
-mod https_get;
-#[path = "fixtures/hub_sim.rs"]
-mod hub_sim;
+use crate::https_get;
+use crate::hub_sim;
 use https_get::https_get;
 
 use std::collections::BTreeMap;

@@ -4,10 +4,8 @@
 //! through the hub's exec runtime, mints a JWT-SVID that the spoke it names accepts as the
 //! mapped user and that another spoke refuses.
 
-#[path = "fixtures/https_get.rs"]
-mod https_get;
-#[path = "fixtures/hub_sim.rs"]
-mod hub_sim;
+use crate::https_get;
+use crate::hub_sim;
 use https_get::https_get;
 
 use kleym_test_support::authn::whoami;

@@ -751,7 +751,7 @@ fn bench_objects(
 
 /// Figures for docs/benchmarks.md: bytes per spoke, and one report pass from published
 /// observations at 5000 spokes × 4 bindings. Run with
-/// `cargo test -p kleym-hub --release --test report_published -- --ignored --nocapture`.
+/// `cargo test -p kleym-hub --release --test hub report_published:: -- --ignored --nocapture`.
 #[test]
 #[ignore = "prints figures; run in release"]
 fn published_observation_figures() {
