@@ -60,12 +60,8 @@ mod spoke_write_bench;
 /// declared above: this fails naming every file (or folder with a `mod.rs`) that is not.
 #[test]
 fn every_test_file_is_declared_in_e2e_rs() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let missing = kleym_test_support::test_targets::undeclared_test_files(dir, "e2e")
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        missing.is_empty(),
-        "e2e/tests/ holds modules that e2e/tests/e2e.rs does not declare, so they never run: \
-         {missing:?}; add `mod <name>;` for each"
+    kleym_test_support::test_targets::assert_every_test_file_declared(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        "e2e",
     );
 }

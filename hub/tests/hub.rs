@@ -55,12 +55,8 @@ mod spoke_flags;
 /// declared above or in `Cargo.toml`: this fails naming every file that is neither.
 #[test]
 fn every_test_file_is_declared() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let missing = kleym_test_support::test_targets::undeclared_test_files(dir, "hub")
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        missing.is_empty(),
-        "hub/tests/ holds files that neither hub/tests/hub.rs nor hub/Cargo.toml declares, \
-         so they never run: {missing:?}; add `mod <name>;` to hub.rs for each"
+    kleym_test_support::test_targets::assert_every_test_file_declared(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
+        "hub",
     );
 }

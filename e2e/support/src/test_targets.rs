@@ -46,6 +46,21 @@ pub fn undeclared_test_files(crate_dir: &Path, root: &str) -> Result<Vec<String>
     Ok(files.difference(&declared).cloned().collect())
 }
 
+/// Panics naming every file of [`undeclared_test_files`], or its error: for the one test of
+/// each crate whose root test file declares the others (with autotests off, a file that is
+/// not declared is never compiled, so its tests would silently never run).
+pub fn assert_every_test_file_declared(crate_dir: &Path, root: &str) {
+    match undeclared_test_files(crate_dir, root) {
+        Ok(missing) if missing.is_empty() => {}
+        Ok(missing) => panic!(
+            "{}/tests/ holds files that neither tests/{root}.rs nor Cargo.toml declares, so they \
+             never run: {missing:?}; add `mod <name>;` to {root}.rs for each",
+            crate_dir.display()
+        ),
+        Err(e) => panic!("{e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +98,18 @@ mod tests {
         std::fs::write(tests.join("all.rs"), "mod a;\nmod b;\nmod nested;\n").unwrap();
         assert!(undeclared_test_files(dir.path(), "all").unwrap().is_empty());
         assert!(undeclared_test_files(dir.path(), "missing").is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "never run: [\"b\"]")]
+    fn the_assertion_names_what_is_not_declared() {
+        let dir = tempfile::tempdir().unwrap();
+        let tests = dir.path().join("tests");
+        std::fs::create_dir_all(&tests).unwrap();
+        std::fs::write(tests.join("all.rs"), "mod a;\n").unwrap();
+        std::fs::write(tests.join("a.rs"), "").unwrap();
+        std::fs::write(tests.join("b.rs"), "").unwrap();
+        std::fs::write(dir.path().join("Cargo.toml"), "").unwrap();
+        assert_every_test_file_declared(dir.path(), "all");
     }
 }
