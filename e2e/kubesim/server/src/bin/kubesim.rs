@@ -42,6 +42,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     for (cluster, path) in &args.client_ca {
         client_cas.insert(cluster.clone(), read(path)?);
     }
+    // What each cluster starts with is what its reload compares against: read again when the
+    // reload task first ran, a file changed right after `ready` would count as the start.
+    let started_with = authentication_configs.clone();
     let options = KubesimOptions {
         crds,
         client_certs: !args.no_client_certs,
@@ -55,7 +58,8 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .map_err(|e| format!("--authentication-config/--client-ca or start-up: {e}"))?;
     for (cluster, path) in &args.authentication_config {
         if let Some(handle) = sim.cluster(cluster) {
-            tokio::spawn(reload_on_change(handle, path.clone()));
+            let first = started_with.get(cluster).cloned();
+            tokio::spawn(reload_on_change(handle, path.clone(), first));
         }
     }
     sim.write_state_dir(&args.state_dir)?;
@@ -69,10 +73,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Re-reads an `--authentication-config` file when its content changes, as kube-apiserver
-/// does; an invalid new version keeps the previous configuration and is logged.
-async fn reload_on_change(handle: kubesim::ClusterHandle, path: std::path::PathBuf) {
-    let mut last = std::fs::read_to_string(&path).ok();
+/// Re-reads an `--authentication-config` file when its content differs from `last` (what the
+/// cluster runs with), as kube-apiserver does; an invalid new version keeps the previous
+/// configuration and is logged.
+async fn reload_on_change(
+    handle: kubesim::ClusterHandle,
+    path: std::path::PathBuf,
+    mut last: Option<String>,
+) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tick.tick().await;
