@@ -60,7 +60,7 @@ mod spoke_write_bench;
 /// declared above: this fails naming every file (or folder with a `mod.rs`) that is not.
 #[test]
 fn every_test_file_is_declared_in_e2e_rs() {
-    kleym_test_support::test_targets::assert_every_test_file_declared(
+    test_tools::test_targets::assert_every_test_file_declared(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
         "e2e",
     );

@@ -55,7 +55,7 @@ mod spoke_flags;
 /// declared above or in `Cargo.toml`: this fails naming every file that is neither.
 #[test]
 fn every_test_file_is_declared() {
-    kleym_test_support::test_targets::assert_every_test_file_declared(
+    test_tools::test_targets::assert_every_test_file_declared(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")),
         "hub",
     );

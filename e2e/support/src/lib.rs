@@ -1,9 +1,8 @@
 //! Test helpers for one kubesim cluster, shared by `kleym-spoke`'s tests (`spoke/tests/`) and
 //! `kleym-e2e`: polling, creating objects and manifests, reading repository manifests and a
 //! binding's conditions ([`single`]), who a cluster says a token belongs to ([`authn`]), a generated inference environment written straight into
-//! a cluster's store ([`env`]), a request-recording authenticator ([`recording`]), the
-//! vendored CRDs parsed ([`upstream_crds`], [`all_crds`]), and which files of a crate's
-//! `tests/` are never compiled ([`test_targets`]).
+//! a cluster's store ([`env`]), a request-recording authenticator ([`recording`]) and the
+//! vendored CRDs parsed ([`upstream_crds`], [`all_crds`]).
 //!
 //! It depends on kubesim and `kleym-api` only, never on `kleym-spoke` or `kleym-hub` (which
 //! dev-depend on it).
@@ -12,7 +11,6 @@ pub mod authn;
 pub mod env;
 pub mod recording;
 pub mod single;
-pub mod test_targets;
 
 use kubesim::parse_crds;
 use serde_json::Value;

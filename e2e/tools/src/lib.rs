@@ -7,6 +7,10 @@
 //!
 //! When neither has it, [`find`] returns an error naming the command that installs it; tests
 //! fail with that message (they never skip).
+//!
+//! [`test_targets`] finds the files of a crate's `tests/` that would never be compiled.
+
+pub mod test_targets;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

@@ -1,5 +1,5 @@
 //! Benchmarks (not timed tests): run with
-//! `cargo test -p kubesim --release --test kubesim_bench -- --ignored --nocapture`.
+//! `cargo test -p kubesim --release --test server kubesim_bench:: -- --ignored --nocapture`.
 //! The spoke write-path benchmarks (kleym CRDs) are in `e2e/tests/spoke_write_bench.rs`.
 //! They print figures; they assert only correctness (counts), never durations.
 
