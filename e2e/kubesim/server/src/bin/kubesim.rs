@@ -42,8 +42,9 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     for (cluster, path) in &args.client_ca {
         client_cas.insert(cluster.clone(), read(path)?);
     }
-    // What each cluster starts with is what its reload compares against: read again when the
-    // reload task first ran, a file changed right after `ready` would count as the start.
+    // Each reload task compares the file with what its cluster started with. Reading the file
+    // again when the task first runs would take a file changed right after `ready` for the
+    // start, and never apply it.
     let started_with = authentication_configs.clone();
     let options = KubesimOptions {
         crds,
