@@ -372,14 +372,14 @@ impl fmt::Display for FailoverReport {
 }
 
 /// The fleet: spokes with their environment, profiles, the plugin's provider file.
-struct Fleet {
-    f: FleetHarness,
-    names: Vec<String>,
-    stores: Vec<Arc<Cluster>>,
-    provider_file: PathBuf,
+pub(crate) struct Fleet {
+    pub(crate) f: FleetHarness,
+    pub(crate) names: Vec<String>,
+    pub(crate) stores: Vec<Arc<Cluster>>,
+    pub(crate) provider_file: PathBuf,
 }
 
-async fn setup(o: &FailoverOptions) -> Result<Fleet, FailoverError> {
+pub(crate) async fn setup(o: &FailoverOptions) -> Result<Fleet, FailoverError> {
     let err = |e: String| FailoverError::Setup(e);
     let names: Vec<String> = (0..o.spokes).map(|i| format!("spoke-{i:04}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
@@ -435,6 +435,51 @@ async fn setup(o: &FailoverOptions) -> Result<Fleet, FailoverError> {
         stores,
         provider_file,
     })
+}
+
+/// The flags every replica gets (each adds its `--instance`, `--namespace` and own flags).
+pub(crate) fn replica_flags(o: &FailoverOptions, fleet: &Fleet) -> Vec<String> {
+    let mut flags: Vec<String> = vec![
+        "--clusterprofile-provider-file".into(),
+        fleet.provider_file.display().to_string(),
+        "--trust-domain".into(),
+        "bench.example".into(),
+        "--lease-duration-seconds".into(),
+        o.lease_seconds.to_string(),
+        "--concurrency".into(),
+        o.concurrency.to_string(),
+        "--spoke-concurrency".into(),
+        o.spoke_concurrency.to_string(),
+        "--log-level".into(),
+        o.log_level.clone(),
+    ];
+    if o.shard_mode == ShardMode::Sharded {
+        flags.extend(["--shard-mode".into(), "sharded".into()]);
+    }
+    flags.extend(o.hub_args.iter().cloned());
+    flags
+}
+
+/// Replica `i`'s `--instance` (`hub-<i>`).
+pub(crate) fn instance_name(i: usize) -> String {
+    format!("hub-{i}")
+}
+
+/// The replicas `range` of `o`: each `--instance` with its own flags (its `--shard-weight`).
+pub(crate) fn replica_instances(
+    o: &FailoverOptions,
+    range: std::ops::Range<usize>,
+) -> Vec<(String, Vec<String>)> {
+    range
+        .map(|i| {
+            let own = o
+                .weights
+                .get(i)
+                .map(|w| vec!["--shard-weight".to_string(), w.to_string()])
+                .unwrap_or_default();
+            (instance_name(i), own)
+        })
+        .collect()
 }
 
 /// Whether the simulated spokes must share one port: a socket each, plus a connection each
@@ -509,7 +554,7 @@ fn spread(counters: &mut Counters, spokes: &[usize], count: usize) -> Vec<Step> 
 }
 
 /// The replica serving each spoke: the one named in its latest request.
-fn serving(fleet: &Fleet) -> Vec<Option<String>> {
+pub(crate) fn serving(fleet: &Fleet) -> Vec<Option<String>> {
     fleet
         .names
         .iter()
@@ -559,34 +604,8 @@ pub async fn run(
             convergence::watch_spoke(s, names.clone(), o.limit).map_err(FailoverError::Setup)?,
         );
     }
-    let mut flags: Vec<String> = vec![
-        "--clusterprofile-provider-file".into(),
-        fleet.provider_file.display().to_string(),
-        "--trust-domain".into(),
-        "bench.example".into(),
-        "--lease-duration-seconds".into(),
-        o.lease_seconds.to_string(),
-        "--concurrency".into(),
-        o.concurrency.to_string(),
-        "--spoke-concurrency".into(),
-        o.spoke_concurrency.to_string(),
-        "--log-level".into(),
-        o.log_level.clone(),
-    ];
-    if o.shard_mode == ShardMode::Sharded {
-        flags.extend(["--shard-mode".into(), "sharded".into()]);
-    }
-    flags.extend(o.hub_args.iter().cloned());
-    let instances: Vec<(String, Vec<String>)> = (0..o.replicas)
-        .map(|i| {
-            let own = o
-                .weights
-                .get(i)
-                .map(|w| vec!["--shard-weight".to_string(), w.to_string()])
-                .unwrap_or_default();
-            (format!("hub-{i}"), own)
-        })
-        .collect();
+    let flags = replica_flags(o, &fleet);
+    let instances = replica_instances(o, 0..o.replicas);
     let started = Instant::now();
     let mut hubs = Replicas::start_named_with_flags(
         &o.kleym,

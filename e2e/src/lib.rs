@@ -6,6 +6,7 @@ pub mod demo;
 pub mod failover;
 pub mod fixtures;
 pub mod report_oracle;
+pub mod share_alone;
 
 /// Single-cluster helpers (polling, creating objects and manifests, conditions), from
 /// `kleym-test-support`, which `kleym-spoke`'s tests share.

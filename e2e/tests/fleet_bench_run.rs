@@ -438,20 +438,7 @@ fn replica_weights_are_refused_where_they_mean_nothing() {
             "--replica-weights",
         ),
     ];
-    for (args, says) in cases {
-        let out = Command::new(env!("CARGO_BIN_EXE_fleet-bench"))
-            .args(args)
-            .args(["--kleym-bin", env!("CARGO_BIN_EXE_fleet-bench")])
-            .output()
-            .expect("fleet-bench runs");
-        let all = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(!out.status.success(), "{args:?} was accepted:\n{all}");
-        assert!(all.contains(says), "{args:?} did not say {says:?}:\n{all}");
-    }
+    assert_refused(&cases);
 }
 
 /// The bench allocates with jemalloc, as the `kleym` binary does: asked through
@@ -473,4 +460,103 @@ fn the_bench_allocates_with_jemalloc() {
         "fleet-bench did not print jemalloc's statistics, so jemalloc is not its allocator; \
          stderr: {stderr}"
     );
+}
+
+/// `--running-replicas 1` of 3 sharded replicas on 30 spokes: the running replica counts
+/// the two replica Leases the bench holds for the others (it owns a share, not the fleet;
+/// owning all 30 by chance has odds of 3^-30), converges that share, and the bench found
+/// from the spokes' own request logs that the spokes it reached are the ones that converged
+/// (it exits non-zero otherwise). The figures hang together.
+#[test]
+fn running_replicas_converge_their_share_beside_the_stand_ins() {
+    let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
+    let kleym = kleym.to_str().expect("a UTF-8 path");
+    let stdout = bench_stdout(&[
+        "--scenario",
+        "failover",
+        "--shard-mode",
+        "sharded",
+        "--replicas",
+        "3",
+        "--running-replicas",
+        "1",
+        "--spokes",
+        "30",
+        "--bindings",
+        "1",
+        "--timeout-seconds",
+        "120",
+        "--kleym-bin",
+        kleym,
+    ]);
+    let s = Summary::parse(&stdout);
+    let ctx = &stdout;
+    assert_eq!(s.str("scenario"), "failover-share-alone", "{ctx}");
+    assert_eq!(s.num("replicas"), 3.0, "{ctx}");
+    assert_eq!(s.num("running"), 1.0, "{ctx}");
+    let owned = s.num("owned");
+    assert!((1.0..30.0).contains(&owned), "owned {owned}: {ctx}");
+    let pct = s.num("share_pct");
+    assert!(
+        (pct - 100.0 * owned / 30.0).abs() < 0.06,
+        "share {pct} % for {owned} of 30: {ctx}"
+    );
+    assert!(s.num("converge_s") > 0.0, "{ctx}");
+    let cpu = s.num("converge_cpu_s_total");
+    let estimate = s.num("fleet_cpu_s_estimate");
+    assert!(
+        (estimate - cpu * 30.0 / owned).abs() < 0.02,
+        "estimate {estimate} from {cpu} s on {owned} spokes: {ctx}"
+    );
+    assert!(stdout.contains("replica hub-0 at converge"), "{ctx}");
+    assert!(!stdout.contains("replica hub-1"), "only hub-0 runs: {ctx}");
+}
+
+/// `--running-replicas` is refused, naming the flag, where it would mean nothing: in leader
+/// mode, with as many running as there are replicas, and outside the failover scenario.
+#[test]
+fn running_replicas_are_refused_where_they_mean_nothing() {
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--scenario", "failover", "--running-replicas", "1"],
+            "--running-replicas needs --shard-mode sharded",
+        ),
+        (
+            &[
+                "--scenario",
+                "failover",
+                "--shard-mode",
+                "sharded",
+                "--replicas",
+                "2",
+                "--running-replicas",
+                "2",
+            ],
+            "must be below --replicas (2)",
+        ),
+        (
+            &["--scenario", "trickle", "--running-replicas", "1"],
+            "--running-replicas is a flag of --scenario failover only",
+        ),
+    ];
+    assert_refused(&cases);
+}
+
+/// Each `(args, says)`: fleet-bench refuses `args` (a non-zero exit before any work) with a
+/// message containing `says`.
+fn assert_refused(cases: &[(&[&str], &str)]) {
+    for (args, says) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_fleet-bench"))
+            .args(*args)
+            .args(["--kleym-bin", env!("CARGO_BIN_EXE_fleet-bench")])
+            .output()
+            .expect("fleet-bench runs");
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{args:?} was accepted:\n{all}");
+        assert!(all.contains(says), "{args:?} did not say {says:?}:\n{all}");
+    }
 }

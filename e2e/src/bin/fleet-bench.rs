@@ -99,6 +99,14 @@ bindings per spoke (all valid and distinct) are created according to --scenario:
                 there. Prints a `summary: scenario=failover ...` line; exits non-zero unless
                 the hub's status described the fleet, every binding created after the kill
                 converged and no double write was seen.
+                With --shard-mode sharded --running-replicas K, only the first K replicas
+                run and the bench holds the other replicas' Leases: the K own the share
+                they would among all R with no other replica on these cores (a replica on
+                a machine of its own). It ends once their share converged and prints
+                their CPU, peak RSS and the fleet's CPU at that cost per spoke (a
+                `summary: scenario=failover-share-alone ...` line); it exits non-zero
+                unless the spokes they reached (from the spokes' logs) are exactly the
+                spokes that converged.
 
 Converged: a binding is converged when its status has Ready=True for its current generation
 (the condition's observedGeneration equals metadata.generation) AND its ClusterSPIFFEID exists
@@ -296,6 +304,14 @@ struct Args {
     #[arg(long, value_name = "W,W,...", value_delimiter = ',',
           value_parser = clap::value_parser!(u32).range(1..=100))]
     replica_weights: Vec<u32>,
+    /// failover with --shard-mode sharded: run only the first K of the --replicas replicas;
+    /// the bench holds the others' replica Leases (renewed, showing the running replicas'
+    /// view), so the K replicas own the share they would own among all of them with no
+    /// other replica on these cores: what a replica costs on a machine of its own. Ends once
+    /// their share converged (no status wait, kill or trickle); prints their CPU and the
+    /// fleet's CPU at that cost per spoke.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=15))]
+    running_replicas: Option<u16>,
 }
 
 /// `--shard-mode` of the failover scenario.
@@ -319,6 +335,9 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     if !args.replica_weights.is_empty() && args.scenario != Scenario::Failover {
         anyhow::bail!("--replica-weights is a flag of --scenario failover only");
+    }
+    if args.running_replicas.is_some() && args.scenario != Scenario::Failover {
+        anyhow::bail!("--running-replicas is a flag of --scenario failover only");
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
@@ -1324,6 +1343,19 @@ async fn run_failover(args: Args) -> anyhow::Result<()> {
         }
         o.weights = args.replica_weights.clone();
     }
+    if let Some(k) = args.running_replicas {
+        if o.shard_mode != ShardMode::Sharded {
+            anyhow::bail!(
+                "--running-replicas needs --shard-mode sharded (in leader mode one replica runs every spoke)"
+            );
+        }
+        if usize::from(k) >= o.replicas {
+            anyhow::bail!(
+                "--running-replicas {k}: must be below --replicas ({}), which counts the replicas the bench stands in for too",
+                o.replicas
+            );
+        }
+    }
     o.lease_seconds = args.lease_duration_seconds;
     o.concurrency = args.concurrency;
     o.spoke_concurrency = args.spoke_concurrency;
@@ -1331,6 +1363,9 @@ async fn run_failover(args: Args) -> anyhow::Result<()> {
     o.limit = Duration::from_secs(args.timeout_seconds);
     if let Some(d) = args.duration_seconds {
         o.trickle_for = Duration::from_secs(d);
+    }
+    if let Some(k) = args.running_replicas {
+        return run_share_alone(&o, usize::from(k), &dir, args.keep_dir).await;
     }
     let weights = if o.weights.is_empty() {
         String::new()
@@ -1373,4 +1408,33 @@ async fn run_failover(args: Args) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     Ok(())
+}
+
+/// `--scenario failover --running-replicas K`: see `kleym_e2e::share_alone`.
+async fn run_share_alone(
+    o: &kleym_e2e::failover::FailoverOptions,
+    running: usize,
+    dir: &std::path::Path,
+    keep_dir: bool,
+) -> anyhow::Result<()> {
+    println!(
+        "fleet-bench: {} spokes x {} bindings, scenario failover, {running} of {} sharded replicas running (the bench holds the others' Leases), lease {} s",
+        o.spokes, o.bindings, o.replicas, o.lease_seconds
+    );
+    match kleym_e2e::share_alone::run(o, running, &|line| println!("{line}")).await {
+        Ok(report) => {
+            print!("{report}");
+            println!("{}", report.summary());
+            if keep_dir {
+                println!("kept {}", dir.display());
+            } else {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            eprintln!("replicas' logs kept in {}", dir.display());
+            Err(e.into())
+        }
+    }
 }

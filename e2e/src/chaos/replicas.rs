@@ -302,6 +302,11 @@ impl Replicas {
         })
     }
 
+    /// The text of replica `i`'s `/metrics` (`None` while it is down or does not answer).
+    pub async fn metrics(&self, i: usize) -> Option<String> {
+        self.replicas.get(i)?.process.as_ref()?.metrics().await
+    }
+
     /// Replica `i`'s `--instance`.
     pub fn instance(&self, i: usize) -> &str {
         &self.replicas[i].instance
