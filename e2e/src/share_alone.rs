@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 
-use crate::chaos::replicas::Replicas;
+use crate::chaos::replicas::{Replicas, lease_holder};
 use crate::failover::{
     FailoverError, FailoverOptions, ShardMode, instance_name, replica_flags, replica_instances,
     serving, setup,
@@ -44,6 +44,9 @@ pub struct ShareReport {
     pub replicas: usize,
     /// Replicas that ran.
     pub running: usize,
+    /// Who held the leader Lease at converge, read from the hub cluster: `running` (a
+    /// running replica), `stand-in` or `none`.
+    pub leader: &'static str,
     /// Spokes the running replicas owned (their gauges, summed).
     pub owned: usize,
     /// Replicas start → the last owned spoke converged.
@@ -69,11 +72,12 @@ impl ShareReport {
     /// The one-line `summary:` of the run.
     pub fn summary(&self) -> String {
         format!(
-            "summary: scenario=failover-share-alone spokes={} bindings_per_spoke={} replicas={} running={} owned={} share_pct={:.1} converge_s={:.3} converge_cpu_s_total={:.2} converge_peak_rss_mib_max={} fleet_cpu_s_estimate={:.2}",
+            "summary: scenario=failover-share-alone spokes={} bindings_per_spoke={} replicas={} running={} leader={} owned={} share_pct={:.1} converge_s={:.3} converge_cpu_s_total={:.2} converge_peak_rss_mib_max={} fleet_cpu_s_estimate={:.2}",
             self.spokes,
             self.bindings,
             self.replicas,
             self.running,
+            self.leader,
             self.owned,
             100.0 * self.owned as f64 / self.spokes.max(1) as f64,
             self.converge.as_secs_f64(),
@@ -88,9 +92,10 @@ impl fmt::Display for ShareReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "{} of {} replicas ran (the bench held the others' Leases); they owned {} of {} spokes ({:.1} %)",
+            "{} of {} replicas ran (the bench held the others' Leases; the leader Lease held by: {}); they owned {} of {} spokes ({:.1} %)",
             self.running,
             self.replicas,
+            self.leader,
             self.owned,
             self.spokes,
             100.0 * self.owned as f64 / self.spokes.max(1) as f64
@@ -138,11 +143,16 @@ async fn owned(hubs: &Replicas, spokes: usize, replicas: usize) -> Option<usize>
     (total > 0).then_some(total)
 }
 
+/// The replicas' leader Lease (`kleym hub --lease-name`'s default).
+const LEADER_LEASE: &str = "kleym-hub";
+
 /// Runs the share-alone measurement (see the module). `running` must be below
-/// `o.replicas`, in sharded mode.
+/// `o.replicas`, in sharded mode. With `stand_in_leads` a stand-in holds the leader Lease:
+/// no running replica writes the fleet report, as two of three do not.
 pub async fn run(
     o: &FailoverOptions,
     running: usize,
+    stand_in_leads: bool,
     progress: &dyn Fn(&str),
 ) -> Result<ShareReport, FailoverError> {
     if o.shard_mode != ShardMode::Sharded || running == 0 || running >= o.replicas {
@@ -178,6 +188,7 @@ pub async fn run(
         HUB_NS,
         stand_ins,
         Duration::from_secs(o.lease_seconds),
+        stand_in_leads.then(|| LEADER_LEASE.to_string()),
     )
     .await
     .map_err(|e| FailoverError::Setup(format!("writing the stand-in replica Leases: {e}")))?;
@@ -235,6 +246,11 @@ pub async fn run(
     };
     hubs.sample();
     let usage = hubs.per_replica();
+    let leader = match lease_holder(&fleet.f.hub.store()) {
+        None => "none",
+        Some(h) if hubs.index_of(&h).is_some() => "running",
+        Some(_) => "stand-in",
+    };
     held.stop().await;
     let owned = match outcome {
         Ok(n) => n,
@@ -274,6 +290,7 @@ pub async fn run(
         bindings: o.bindings,
         replicas: o.replicas,
         running,
+        leader,
         owned,
         converge: last.map_or(Duration::ZERO, |t| t.saturating_duration_since(started)),
         usage,

@@ -469,31 +469,14 @@ fn the_bench_allocates_with_jemalloc() {
 /// (it exits non-zero otherwise). The figures hang together.
 #[test]
 fn running_replicas_converge_their_share_beside_the_stand_ins() {
-    let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
-    let kleym = kleym.to_str().expect("a UTF-8 path");
-    let stdout = bench_stdout(&[
-        "--scenario",
-        "failover",
-        "--shard-mode",
-        "sharded",
-        "--replicas",
-        "3",
-        "--running-replicas",
-        "1",
-        "--spokes",
-        "30",
-        "--bindings",
-        "1",
-        "--timeout-seconds",
-        "120",
-        "--kleym-bin",
-        kleym,
-    ]);
+    let stdout = share_alone(&[]);
     let s = Summary::parse(&stdout);
     let ctx = &stdout;
     assert_eq!(s.str("scenario"), "failover-share-alone", "{ctx}");
     assert_eq!(s.num("replicas"), 3.0, "{ctx}");
     assert_eq!(s.num("running"), 1.0, "{ctx}");
+    // Read from the leader Lease in the hub cluster: the running replica leads.
+    assert_eq!(s.str("leader"), "running", "{ctx}");
     let owned = s.num("owned");
     assert!((1.0..30.0).contains(&owned), "owned {owned}: {ctx}");
     let pct = s.num("share_pct");
@@ -512,11 +495,49 @@ fn running_replicas_converge_their_share_beside_the_stand_ins() {
     assert!(!stdout.contains("replica hub-1"), "only hub-0 runs: {ctx}");
 }
 
+/// With `--stand-in-leads` the bench holds the leader Lease too: at converge the Lease in
+/// the hub cluster names a stand-in, and the running replica still converged its share.
+#[test]
+fn a_stand_in_can_hold_the_leader_lease() {
+    let stdout = share_alone(&["--stand-in-leads"]);
+    let s = Summary::parse(&stdout);
+    assert_eq!(s.str("leader"), "stand-in", "{stdout}");
+    assert!((1.0..30.0).contains(&s.num("owned")), "{stdout}");
+}
+
+/// `--scenario failover --shard-mode sharded --replicas 3 --running-replicas 1` on 30
+/// spokes × 1 binding with the debug `kleym`, plus `args`; its output.
+fn share_alone(args: &[&str]) -> String {
+    let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
+    let kleym = kleym.to_str().expect("a UTF-8 path");
+    let mut all = vec![
+        "--scenario",
+        "failover",
+        "--shard-mode",
+        "sharded",
+        "--replicas",
+        "3",
+        "--running-replicas",
+        "1",
+        "--spokes",
+        "30",
+        "--bindings",
+        "1",
+        "--timeout-seconds",
+        "120",
+        "--kleym-bin",
+        kleym,
+    ];
+    all.extend_from_slice(args);
+    bench_stdout(&all)
+}
+
 /// `--running-replicas` is refused, naming the flag, where it would mean nothing: in leader
-/// mode, with as many running as there are replicas, and outside the failover scenario.
+/// mode, with as many running as there are replicas, and outside the failover scenario; so
+/// is `--stand-in-leads` without it.
 #[test]
 fn running_replicas_are_refused_where_they_mean_nothing() {
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (
             &["--scenario", "failover", "--running-replicas", "1"],
             "--running-replicas needs --shard-mode sharded",
@@ -537,6 +558,10 @@ fn running_replicas_are_refused_where_they_mean_nothing() {
         (
             &["--scenario", "trickle", "--running-replicas", "1"],
             "--running-replicas is a flag of --scenario failover only",
+        ),
+        (
+            &["--scenario", "failover", "--stand-in-leads"],
+            "--stand-in-leads needs --running-replicas",
         ),
     ];
     assert_refused(&cases);

@@ -312,6 +312,11 @@ struct Args {
     /// fleet's CPU at that cost per spoke.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=15))]
     running_replicas: Option<u16>,
+    /// failover with --running-replicas: the bench also holds the leader Lease, so no
+    /// running replica leads (none builds and writes the fleet report, as all but one of
+    /// the replicas do not).
+    #[arg(long)]
+    stand_in_leads: bool,
 }
 
 /// `--shard-mode` of the failover scenario.
@@ -338,6 +343,9 @@ fn main() -> anyhow::Result<()> {
     }
     if args.running_replicas.is_some() && args.scenario != Scenario::Failover {
         anyhow::bail!("--running-replicas is a flag of --scenario failover only");
+    }
+    if args.stand_in_leads && args.running_replicas.is_none() {
+        anyhow::bail!("--stand-in-leads needs --running-replicas");
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
@@ -1365,7 +1373,7 @@ async fn run_failover(args: Args) -> anyhow::Result<()> {
         o.trickle_for = Duration::from_secs(d);
     }
     if let Some(k) = args.running_replicas {
-        return run_share_alone(&o, usize::from(k), &dir, args.keep_dir).await;
+        return run_share_alone(&o, usize::from(k), args.stand_in_leads, &dir, args.keep_dir).await;
     }
     let weights = if o.weights.is_empty() {
         String::new()
@@ -1414,6 +1422,7 @@ async fn run_failover(args: Args) -> anyhow::Result<()> {
 async fn run_share_alone(
     o: &kleym_e2e::failover::FailoverOptions,
     running: usize,
+    stand_in_leads: bool,
     dir: &std::path::Path,
     keep_dir: bool,
 ) -> anyhow::Result<()> {
@@ -1421,7 +1430,8 @@ async fn run_share_alone(
         "fleet-bench: {} spokes x {} bindings, scenario failover, {running} of {} sharded replicas running (the bench holds the others' Leases), lease {} s",
         o.spokes, o.bindings, o.replicas, o.lease_seconds
     );
-    match kleym_e2e::share_alone::run(o, running, &|line| println!("{line}")).await {
+    match kleym_e2e::share_alone::run(o, running, stand_in_leads, &|line| println!("{line}")).await
+    {
         Ok(report) => {
             print!("{report}");
             println!("{}", report.summary());
