@@ -289,22 +289,27 @@ fn chaos_keeps_its_seed_and_report_with_the_logs() {
 /// `--scenario failover` with 2 replicas, a 2 s Lease, a 1 s trickle after the kill and the
 /// debug `kleym`, plus `args`; its output.
 fn small_failover(args: &[&str]) -> String {
+    bench_with_debug_kleym(
+        &[
+            "--scenario",
+            "failover",
+            "--replicas",
+            "2",
+            "--lease-duration-seconds",
+            "2",
+            "--duration-seconds",
+            "1",
+        ],
+        args,
+    )
+}
+
+/// `fleet-bench` with `fixed`, a 120 s limit, the debug `kleym` and then `args`; its output.
+fn bench_with_debug_kleym(fixed: &[&str], args: &[&str]) -> String {
     let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
     let kleym = kleym.to_str().expect("a UTF-8 path");
-    let mut all = vec![
-        "--scenario",
-        "failover",
-        "--replicas",
-        "2",
-        "--lease-duration-seconds",
-        "2",
-        "--duration-seconds",
-        "1",
-        "--timeout-seconds",
-        "120",
-        "--kleym-bin",
-        kleym,
-    ];
+    let mut all = fixed.to_vec();
+    all.extend_from_slice(&["--timeout-seconds", "120", "--kleym-bin", kleym]);
     all.extend_from_slice(args);
     bench_stdout(&all)
 }
@@ -508,28 +513,23 @@ fn a_stand_in_can_hold_the_leader_lease() {
 /// `--scenario failover --shard-mode sharded --replicas 3 --running-replicas 1` on 30
 /// spokes × 1 binding with the debug `kleym`, plus `args`; its output.
 fn share_alone(args: &[&str]) -> String {
-    let kleym = kleym_binary().expect("the kleym binary (cargo build -p kleym-hub --bin kleym)");
-    let kleym = kleym.to_str().expect("a UTF-8 path");
-    let mut all = vec![
-        "--scenario",
-        "failover",
-        "--shard-mode",
-        "sharded",
-        "--replicas",
-        "3",
-        "--running-replicas",
-        "1",
-        "--spokes",
-        "30",
-        "--bindings",
-        "1",
-        "--timeout-seconds",
-        "120",
-        "--kleym-bin",
-        kleym,
-    ];
-    all.extend_from_slice(args);
-    bench_stdout(&all)
+    bench_with_debug_kleym(
+        &[
+            "--scenario",
+            "failover",
+            "--shard-mode",
+            "sharded",
+            "--replicas",
+            "3",
+            "--running-replicas",
+            "1",
+            "--spokes",
+            "30",
+            "--bindings",
+            "1",
+        ],
+        args,
+    )
 }
 
 /// `--running-replicas` is refused, naming the flag, where it would mean nothing: in leader
