@@ -684,3 +684,72 @@ async fn a_missing_admission_policy_is_a_warning_that_clears_without_a_restart()
     );
     hub.stop().await.unwrap();
 }
+
+/// The status loop takes each status's owner, the profile's UID, from what the inventory
+/// watch saw: once every spoke's `ClusterIdentityStatus` names its profile's UID as its
+/// owner, the hub cluster's request log holds two requests for the collection of profiles,
+/// the inventory's list and its watch, and no third (a list of every profile for their
+/// UIDs, which each replica made before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statuses_name_their_profiles_uid_without_listing_the_profiles_again() {
+    const SPOKES: [&str; 2] = ["east", "west"];
+    let dir = tempfile::tempdir().unwrap();
+    let f = FleetHarness::start(&SPOKES, dir.path()).await.unwrap();
+    let ok = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
+    for spoke in SPOKES {
+        register_admin_token_spoke(
+            &f.hub_client,
+            spoke,
+            &f.spoke(spoke),
+            "ok",
+            TOKEN,
+            BINDINGS,
+            0..BINDINGS,
+        )
+        .await
+        .unwrap();
+    }
+    let profiles: Api<kleym_api::external::clusterprofile::ClusterProfile> =
+        Api::namespaced(f.hub_client.clone(), PROFILE_NS);
+    let mut uids = BTreeMap::new();
+    for spoke in SPOKES {
+        let p = profiles.get(spoke).await.unwrap();
+        uids.insert(spoke, p.metadata.uid.clone().unwrap());
+    }
+    let requests = f.hub.requests();
+    requests.clear();
+    let (hub, _app) = start(&f, &[("ok", ok.display().to_string())], &[]).await;
+    let api: Api<ClusterIdentityStatus> = Api::namespaced(f.hub_client.clone(), PROFILE_NS);
+    for spoke in SPOKES {
+        let api = api.clone();
+        let want = uids[spoke].clone();
+        wait_for(
+            &format!("{spoke}: a status owned by its profile"),
+            LIMIT,
+            || {
+                let api = api.clone();
+                let want = want.clone();
+                async move {
+                    let o = api.get_opt(spoke).await.ok()??;
+                    let owner = o.metadata.owner_references?.first()?.uid.clone();
+                    (owner == want).then_some(())
+                }
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let collection = "/apis/multicluster.x-k8s.io/v1alpha1/clusterprofiles";
+    let asked: Vec<String> = requests
+        .entries()
+        .iter()
+        .filter(|r| r.path == collection)
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(
+        asked.len(),
+        2,
+        "the inventory's list and watch, nothing else: {asked:?}"
+    );
+    hub.stop().await.unwrap();
+}

@@ -491,7 +491,10 @@ async fn a_profile_recreated_under_its_name_gets_its_status_back_before_the_resy
     let first = create_profile(&client, "east").await;
     let state = FleetState::new();
     state.set_leader(true);
-    state.update(&format!("{NS}/east"), |s| s.version = Some("v1".into()));
+    state.update(&format!("{NS}/east"), |s| {
+        s.phase = kleym_hub::fleet::Phase::Engaged;
+        s.version = Some("v1".into());
+    });
     let stop = CancellationToken::new();
     let status_loop = tokio::spawn(run_status_loop(
         client.clone(),
@@ -545,6 +548,114 @@ async fn a_profile_recreated_under_its_name_gets_its_status_back_before_the_resy
     // The spoke is engaged again: its content changes.
     state.update(&format!("{NS}/east"), |s| s.version = Some("v2".into()));
     owned_by(second.uid.clone()).await;
+    stop.cancel();
+    status_loop.await.unwrap();
+}
+
+/// A spoke's first status waits until the spoke is engaged and its observation has
+/// settled: written mid-way, it would hold back the status that says the spoke is ready for
+/// the writer's interval. `east`, engaged after a second and changed again just after, gets
+/// one write, with its final content; `west`, still syncing, is written as it is once
+/// `within` has passed, and not before; so is the report, which waits while any spoke is
+/// being engaged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spokes_first_status_waits_until_it_is_engaged_and_settled() {
+    use kleym_hub::fleet::{FleetState, Phase};
+    use kleym_hub::status::{FirstWriteOptions, StatusLoopOptions, run_status_loop};
+    use kleym_spoke::reconciler::CancellationToken;
+
+    let (_sim, hub, client) = start().await;
+    for name in ["east", "west"] {
+        create_profile(&client, name).await;
+    }
+    let state = FleetState::new();
+    state.set_leader(true);
+    for (name, phase) in [("east", Phase::Connecting), ("west", Phase::Syncing)] {
+        state.update(&format!("{NS}/{name}"), |s| {
+            s.phase = phase;
+            s.version = Some("v-engaging".into());
+        });
+    }
+    let first_write = FirstWriteOptions {
+        settle: Duration::from_secs(3),
+        within: Duration::from_secs(8),
+    };
+    let stop = CancellationToken::new();
+    let started = Instant::now();
+    let status_loop = tokio::spawn(run_status_loop(
+        client.clone(),
+        state.clone(),
+        StatusLoopOptions {
+            writer: WriterOptions {
+                min_interval: Duration::from_secs(60),
+                sync_refresh: Duration::from_secs(300),
+            },
+            min_rebuild: Duration::from_millis(50),
+            tick: Duration::from_millis(200),
+            first_write,
+            ..StatusLoopOptions::default()
+        },
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(written_statuses(&hub), 0, "a status written while engaging");
+    let east = format!("{NS}/east");
+    state.update(&east, |s| {
+        s.phase = Phase::Engaged;
+        s.version = Some("v-engaged".into());
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    state.update(&east, |s| s.version = Some("v-settled".into()));
+    let version = |o: &ClusterIdentityStatus| {
+        o.status
+            .as_ref()
+            .and_then(|s| serde_json::to_value(s).ok())
+            .and_then(|v| v.get("spokeVersion").cloned())
+    };
+    let written = |name: &'static str, limit: Duration| {
+        let client = client.clone();
+        async move {
+            let deadline = Instant::now() + limit;
+            loop {
+                if let Some(o) = cis(&client, name).await.filter(|o| o.status.is_some()) {
+                    return o;
+                }
+                assert!(Instant::now() < deadline, "{name}: no status");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let east = written("east", Duration::from_secs(30)).await;
+    assert_eq!(version(&east), Some(json!("v-settled")), "{east:?}");
+    assert!(
+        cis(&client, "west").await.is_none(),
+        "west written while syncing, {:?} after the start",
+        started.elapsed()
+    );
+    let report = || async {
+        Api::<FleetIdentityReport>::all(client.clone())
+            .get_opt(FLEET_REPORT_NAME)
+            .await
+            .unwrap()
+    };
+    assert!(
+        report().await.is_none(),
+        "the report written while west is syncing"
+    );
+    let west = written("west", Duration::from_secs(30)).await;
+    assert!(
+        started.elapsed() >= first_write.within,
+        "west written {:?} after the start",
+        started.elapsed()
+    );
+    assert_eq!(version(&west), Some(json!("v-engaging")), "{west:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while report().await.is_none() {
+        assert!(Instant::now() < deadline, "no report after the bound");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let east_now = cis(&client, "east").await.unwrap();
+    assert_eq!(rv(&east_now), rv(&east), "east written twice");
     stop.cancel();
     status_loop.await.unwrap();
 }

@@ -184,6 +184,10 @@ struct Inner {
     /// API's explain routes read the spoke with. Kept apart from [`SpokeState`], which is
     /// published and compared.
     reach: DashMap<String, SpokeClientHandle>,
+    /// The UID of every listed profile, by spoke name, as the inventory watch last saw it:
+    /// what the status loop puts in each status's owner reference, so that it need not
+    /// list every profile of the fleet again for them.
+    profile_uids: DashMap<String, String>,
 }
 
 /// A spoke's client and its running reconciler, as [`FleetState`] keeps them
@@ -233,6 +237,7 @@ impl FleetState {
                 ),
                 removals: Family::default(),
                 reach: DashMap::new(),
+                profile_uids: DashMap::new(),
             }),
         }
     }
@@ -418,6 +423,28 @@ impl FleetState {
         }
     }
 
+    /// Records the UID of the listed profile of spoke `name` (the inventory's view of it).
+    pub fn note_profile_uid(&self, name: &str, uid: &str) {
+        self.inner
+            .profile_uids
+            .insert(name.to_string(), uid.to_string());
+    }
+
+    /// Forgets the UID of spoke `name`'s profile (it left the inventory).
+    pub fn forget_profile_uid(&self, name: &str) {
+        self.inner.profile_uids.remove(name);
+    }
+
+    /// Keeps the profile UIDs of the spokes `listed` alone (after a full list).
+    pub fn retain_profile_uids(&self, listed: impl Fn(&str) -> bool) {
+        self.inner.profile_uids.retain(|name, _| listed(name));
+    }
+
+    /// The UID of spoke `name`'s profile as the inventory last saw it.
+    pub fn profile_uid(&self, name: &str) -> Option<String> {
+        self.inner.profile_uids.get(name).map(|u| u.value().clone())
+    }
+
     /// Forgets a spoke (profile deleted and removal done).
     pub fn remove(&self, name: &str) {
         if self.inner.spokes.remove(name).is_some() {
@@ -446,6 +473,24 @@ impl Drop for ReachGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The profile UIDs follow the inventory: recorded, replaced by a recreated profile's,
+    /// forgotten when the profile leaves, and cut to the listed ones after a full list.
+    #[test]
+    fn profile_uids_follow_the_inventory() {
+        let state = FleetState::new();
+        assert_eq!(state.profile_uid("fleet/a"), None);
+        state.note_profile_uid("fleet/a", "uid-1");
+        state.note_profile_uid("fleet/b", "uid-2");
+        state.note_profile_uid("fleet/a", "uid-3");
+        assert_eq!(state.profile_uid("fleet/a").as_deref(), Some("uid-3"));
+        state.forget_profile_uid("fleet/a");
+        assert_eq!(state.profile_uid("fleet/a"), None);
+        state.note_profile_uid("fleet/c", "uid-4");
+        state.retain_profile_uids(|name| name == "fleet/c");
+        assert_eq!(state.profile_uid("fleet/b"), None);
+        assert_eq!(state.profile_uid("fleet/c").as_deref(), Some("uid-4"));
+    }
 
     /// The spokes a replica answers for are exactly those `may_report` allows, sorted.
     #[test]

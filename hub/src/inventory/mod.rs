@@ -24,4 +24,4 @@ pub use decide::{
 pub use selector::validate_label_selector;
 pub use synced::InventorySynced;
 pub use version::{InventoryVersion, VersionPolicy};
-pub use watch::{InventoryEvent, InventoryFilter, WatchOptions, watch};
+pub use watch::{InventoryEvent, InventoryFilter, WatchOptions, spoke_name, watch};

@@ -19,7 +19,7 @@ use crate::fleet::{
     FleetMetrics, FleetOptions, FleetState, ShardLink, SpokeMetricsCollector, Supervisor,
 };
 use crate::http::ApiMetrics;
-use crate::inventory::{InventoryEvent, InventorySynced, InventoryVersion, watch};
+use crate::inventory::{InventoryEvent, InventorySynced, InventoryVersion, spoke_name, watch};
 use crate::leader;
 use crate::shard::ShardMetrics;
 use crate::status::{
@@ -234,10 +234,22 @@ pub fn start_hub_with(
         ))
     });
     let synced = inventory_synced.clone();
+    let uids = state.clone();
     let events =
         watch(client, &args.watch_options(), inventory_version.clone()).inspect(move |ev| {
-            if matches!(ev, InventoryEvent::Resynced(_)) {
-                synced.mark_synced();
+            // Before the supervisor sees the event: a spoke is in the state only once its
+            // profile's UID is known, so the status loop never lists profiles for it.
+            match ev {
+                InventoryEvent::Upsert(cp) => {
+                    if let Some(uid) = cp.metadata.uid.as_deref() {
+                        uids.note_profile_uid(&spoke_name(cp), uid);
+                    }
+                }
+                InventoryEvent::Deleted(name) => uids.forget_profile_uid(name),
+                InventoryEvent::Resynced(listed) => {
+                    uids.retain_profile_uids(|name| listed.contains(name));
+                    synced.mark_synced();
+                }
             }
         });
     tokio::spawn(fleet_metrics.follow(state.clone(), Duration::from_millis(500)));

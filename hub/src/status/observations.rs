@@ -302,7 +302,7 @@ fn decode_once<'m>(
 
 /// Whether a spoke in `phase` (a [`crate::fleet::Phase`] name) is still being engaged:
 /// its published state would move again within seconds.
-fn engaging(phase: &str) -> bool {
+pub(super) fn engaging(phase: &str) -> bool {
     use crate::fleet::Phase;
     [
         Phase::Pending,

@@ -13,15 +13,19 @@ use kleym_api::external::clusterprofile::{ClusterProfileVersion, VersionedCluste
 use kleym_spoke::reconciler::CancellationToken;
 use kube::api::Api;
 
+use super::compare::report_changed;
+use super::first_write::{self, FirstWriteOptions, Progress};
 use super::metrics::StatusMetrics;
 use super::observations::{
-    ObservationCache, ObservationOptions, ObservationPublisher, ReportInputs, report_spokes,
+    ObservationCache, ObservationOptions, ObservationPublisher, ReportInputs, engaging,
+    report_spokes,
 };
 use super::writer::{StatusOwnerRef, StatusWriter, WriterOptions};
 use crate::fleet::state::FleetState;
 use crate::inventory::InventoryVersion;
 use crate::report::published::{PublishedSpoke, local_spokes};
 use crate::report::{Caps, FullReport, SpokeObservation, bound_report, cluster_status};
+use kleym_api::hub_status::FleetIdentityReportStatus;
 
 /// Tuning of [`run_status_loop`].
 #[derive(Debug, Clone)]
@@ -46,6 +50,9 @@ pub struct StatusLoopOptions {
     pub metrics: StatusMetrics,
     /// Publishing this replica's spokes, and the report's input.
     pub observations: ObservationOptions,
+    /// When each status object is first written: the status of a spoke being engaged, and
+    /// the report while any spoke is, wait until they settle (see [`super::first_write`]).
+    pub first_write: FirstWriteOptions,
 }
 
 impl Default for StatusLoopOptions {
@@ -59,6 +66,7 @@ impl Default for StatusLoopOptions {
             profile_version: InventoryVersion::default(),
             metrics: StatusMetrics::default(),
             observations: ObservationOptions::default(),
+            first_write: FirstWriteOptions::default(),
         }
     }
 }
@@ -88,6 +96,7 @@ pub async fn run_status_loop(
     };
     let mut uids = ProfileUids::default();
     let mut submitted = Submitted::default();
+    let mut first = FirstWrites::default();
     let observed = &options.observations;
     let cache = (observed.publish || observed.inputs == ReportInputs::Published).then(|| {
         observed.cache.clone().unwrap_or_else(|| {
@@ -139,6 +148,7 @@ pub async fn run_status_loop(
                     writer: &mut writer,
                     uids: &mut uids,
                     submitted: &mut submitted,
+                    first: &mut first,
                 },
                 observations,
             )
@@ -148,13 +158,15 @@ pub async fn run_status_loop(
         // Wait for a change (but not less than min_rebuild), a due deferred write (status or
         // observation), or the tick.
         let earliest = started + options.min_rebuild;
-        let due = match (
+        let due = [
             writer.next_due(),
             publisher.as_ref().and_then(|p| p.next_due()),
-        ) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+            first.statuses.next_due(),
+            first.report.next_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let deadline = due
             .map_or(started + options.tick, |t| t.min(started + options.tick))
             .max(earliest);
@@ -200,8 +212,11 @@ struct Observations<'a> {
 /// At most one ClusterProfile list per this interval while some profile's UID is unknown.
 const RELIST_MIN: Duration = Duration::from_secs(10);
 
-/// ClusterProfile UIDs by spoke name (`<namespace>/<name>`), from a list of the profiles
-/// (the hub's RBAC allows `list`/`watch` on them, not `get`).
+/// ClusterProfile UIDs by spoke name (`<namespace>/<name>`): the inventory's, which the
+/// fleet state keeps as the watch sees them; for a spoke the inventory has not shown (a
+/// state filled by something else than the supervisor), from a list of the profiles (the
+/// hub's RBAC allows `list`/`watch` on them, not `get`). Listing every profile of the fleet
+/// on each replica was most of what a replica repeats for the whole fleet in sharded mode.
 #[derive(Debug, Default)]
 struct ProfileUids {
     uids: HashMap<String, String>,
@@ -209,21 +224,31 @@ struct ProfileUids {
 }
 
 impl ProfileUids {
-    /// Forget everything (the next lookup lists again).
+    /// Forget every listed UID (the next lookup the inventory cannot answer lists again).
     fn clear(&mut self) {
         self.uids.clear();
         self.last_list = None;
     }
 
-    /// Make sure `names` are known if they exist, listing the profiles at most once per
-    /// [`RELIST_MIN`].
+    /// The UID of `name`'s profile: the inventory's, else the last list's.
+    fn uid(&self, state: &FleetState, name: &str) -> Option<String> {
+        state
+            .profile_uid(name)
+            .or_else(|| self.uids.get(name).cloned())
+    }
+
+    /// Make sure `names` are known if they exist, listing the profiles (at most once per
+    /// [`RELIST_MIN`]) only when the inventory does not know one.
     async fn refresh_for(
         &mut self,
         client: &kube::Client,
         version: ClusterProfileVersion,
+        state: &FleetState,
         names: &[&str],
     ) {
-        let missing = names.iter().any(|n| !self.uids.contains_key(*n));
+        let missing = names
+            .iter()
+            .any(|n| state.profile_uid(n).is_none() && !self.uids.contains_key(*n));
         let now = Instant::now();
         if !missing
             || self
@@ -286,11 +311,32 @@ impl Submitted {
     }
 }
 
+/// Where `spoke` stands, for its status's first write.
+fn progress(spoke: &PublishedSpoke) -> Progress {
+    if spoke.failures > 0 {
+        Progress::Failed
+    } else if engaging(&spoke.phase) {
+        Progress::Engaging
+    } else {
+        Progress::Settling
+    }
+}
+
 /// What the status loop keeps from pass to pass.
 struct Written<'a> {
     writer: &'a mut StatusWriter,
     uids: &'a mut ProfileUids,
     submitted: &'a mut Submitted,
+    first: &'a mut FirstWrites,
+}
+
+/// The first writes held back (see [`super::first_write`]): each spoke's status, keyed by
+/// spoke, with its observation (`lastSync` aside: a reconciler going idle again is no
+/// change); the report, with its content.
+#[derive(Default)]
+struct FirstWrites {
+    statuses: first_write::FirstWrites<SpokeObservation>,
+    report: first_write::FirstWrites<FleetIdentityReportStatus>,
 }
 
 /// One rebuild and flush.
@@ -305,6 +351,7 @@ async fn sync_once(
         writer,
         uids,
         submitted,
+        first,
     } = written;
     let now = chrono::Utc::now();
     let sharded = state.is_sharded();
@@ -357,33 +404,45 @@ async fn sync_once(
             tracing::debug!(?stats, "observations published");
         }
     }
-    let report_input: Vec<SpokeObservation> = if writes_report {
-        report_spokes(options.observations.inputs, observations.cache, listed)
-            .into_iter()
-            .map(|s| s.observation)
-            .collect()
+    let (report_input, report_engaging) = if writes_report {
+        let inputs = report_spokes(options.observations.inputs, observations.cache, listed);
+        // The report waits while any spoke is on its way; failing spokes do not hold it
+        // (the report shows them the same way on every retry).
+        let engaging = inputs.iter().any(|s| progress(s) == Progress::Engaging);
+        (
+            inputs.into_iter().map(|s| s.observation).collect(),
+            engaging,
+        )
     } else {
-        Vec::new()
+        (Vec::new(), false)
     };
-    let spokes: Vec<SpokeObservation> = local.into_iter().map(|s| s.observation).collect();
+    let (progress_now, spokes): (Vec<Progress>, Vec<SpokeObservation>) = local
+        .into_iter()
+        .map(|s| (progress(&s), s.observation))
+        .unzip();
     let names: Vec<&str> = spokes.iter().map(|s| s.cluster.as_str()).collect();
-    uids.refresh_for(client, options.profile_version.for_writes(), &names)
+    uids.refresh_for(client, options.profile_version.for_writes(), state, &names)
         .await;
     // A set: one lookup per tracked profile (a list made each pass quadratic in spokes).
     let current: HashSet<&str> = names.iter().copied().collect();
     for tracked in writer.tracked_clusters() {
         let name = format!("{}/{}", tracked.namespace, tracked.name);
-        if !current.contains(name.as_str()) || uids.uids.get(&name) != Some(&tracked.uid) {
+        if !current.contains(name.as_str())
+            || uids.uid(state, &name).as_deref() != Some(tracked.uid.as_str())
+        {
             writer.forget_cluster(&tracked.namespace, &tracked.name);
         }
     }
     submitted.retain(&current);
-    for spoke in &spokes {
+    first.statuses.begin_pass(|c| current.contains(c));
+    first.report.begin_pass(|_| writes_report);
+    let started = Instant::now();
+    for (spoke, progress) in spokes.iter().zip(progress_now) {
         let Some((namespace, name)) = spoke.cluster.split_once('/') else {
             continue;
         };
         // No UID: the profile is gone (its status goes with it) or not listed yet.
-        let Some(uid) = uids.uids.get(&spoke.cluster).cloned() else {
+        let Some(uid) = uids.uid(state, &spoke.cluster) else {
             continue;
         };
         let owner = StatusOwnerRef {
@@ -391,7 +450,18 @@ async fn sync_once(
             name: name.to_string(),
             uid,
         };
-        if submitted.is_current(spoke, writer.tracks(&owner)) {
+        let held = first.statuses.holds(
+            &spoke.cluster,
+            || SpokeObservation {
+                last_sync: None,
+                ..spoke.clone()
+            },
+            |a, b| a == b,
+            progress,
+            started,
+            options.first_write,
+        );
+        if held || submitted.is_current(spoke, writer.tracks(&owner)) {
             continue;
         }
         writer.submit_cluster(owner, cluster_status(spoke, now, Some(&options.caps)));
@@ -399,13 +469,29 @@ async fn sync_once(
     }
     if writes_report {
         let full = FullReport::build(&report_input, now);
-        writer.submit_report(bound_report(&full.summary, &options.caps));
+        let report = bound_report(&full.summary, &options.caps);
+        let held = first.report.holds(
+            "report",
+            || report.clone(),
+            |a, b| !report_changed(a, b),
+            if report_engaging {
+                Progress::Engaging
+            } else {
+                Progress::Settling
+            },
+            started,
+            options.first_write,
+        );
+        if !held {
+            writer.submit_report(report);
+        }
     }
     let stats = writer.flush(Instant::now()).await;
     if stats.gone > 0 {
         // A status object vanished: its profile may have been recreated under the same
-        // name (the garbage collector then removed the status with the old profile), so
-        // the UIDs are listed again on the next pass instead of at the next resync.
+        // name (the garbage collector then removed the status with the old profile). The
+        // inventory shows the new UID as it comes; listed UIDs are listed again on the
+        // next pass instead of at the next resync.
         uids.clear();
     }
     if stats.written > 0 || stats.failed > 0 {
