@@ -281,6 +281,30 @@ fn check(what: &str, reason: &str, samples: &[Sample]) -> (i64, usize) {
     (highest, during_retry)
 }
 
+/// A fleet of `spokes`, each registered with `BINDINGS` bindings and the provider `ok`
+/// (a plugin printing `TOKEN`, whose path is returned).
+async fn healthy_fleet(
+    spokes: &[&str],
+    dir: &std::path::Path,
+) -> (FleetHarness, std::path::PathBuf) {
+    let f = FleetHarness::start(spokes, dir).await.unwrap();
+    let ok = static_token_plugin(dir, "ok.sh", TOKEN, None).unwrap();
+    for spoke in spokes {
+        register_admin_token_spoke(
+            &f.hub_client,
+            spoke,
+            &f.spoke(spoke),
+            "ok",
+            TOKEN,
+            BINDINGS,
+            0..BINDINGS,
+        )
+        .await
+        .unwrap();
+    }
+    (f, ok)
+}
+
 const FAILING: &[&str] = &["plugin-fails", "plugin-hangs", "rejected", "blackholed"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -582,23 +606,7 @@ async fn a_missing_admission_policy_is_a_warning_that_clears_without_a_restart()
     use kleym_spoke::compiler::output::cluster_spiffe_id_name;
 
     let dir = tempfile::tempdir().unwrap();
-    let f = FleetHarness::start(&["bare", "guarded"], dir.path())
-        .await
-        .unwrap();
-    let ok = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
-    for spoke in ["bare", "guarded"] {
-        register_admin_token_spoke(
-            &f.hub_client,
-            spoke,
-            &f.spoke(spoke),
-            "ok",
-            TOKEN,
-            BINDINGS,
-            0..BINDINGS,
-        )
-        .await
-        .unwrap();
-    }
+    let (f, ok) = healthy_fleet(&["bare", "guarded"], dir.path()).await;
     f.without_admission_policy("bare").unwrap();
 
     let samples: PolicySamples = Arc::default();
@@ -694,21 +702,7 @@ async fn a_missing_admission_policy_is_a_warning_that_clears_without_a_restart()
 async fn statuses_name_their_profiles_uid_without_listing_the_profiles_again() {
     const SPOKES: [&str; 2] = ["east", "west"];
     let dir = tempfile::tempdir().unwrap();
-    let f = FleetHarness::start(&SPOKES, dir.path()).await.unwrap();
-    let ok = static_token_plugin(dir.path(), "ok.sh", TOKEN, None).unwrap();
-    for spoke in SPOKES {
-        register_admin_token_spoke(
-            &f.hub_client,
-            spoke,
-            &f.spoke(spoke),
-            "ok",
-            TOKEN,
-            BINDINGS,
-            0..BINDINGS,
-        )
-        .await
-        .unwrap();
-    }
+    let (f, ok) = healthy_fleet(&SPOKES, dir.path()).await;
     let profiles: Api<kleym_api::external::clusterprofile::ClusterProfile> =
         Api::namespaced(f.hub_client.clone(), PROFILE_NS);
     let mut uids = BTreeMap::new();

@@ -215,8 +215,9 @@ const RELIST_MIN: Duration = Duration::from_secs(10);
 /// ClusterProfile UIDs by spoke name (`<namespace>/<name>`): the inventory's, which the
 /// fleet state keeps as the watch sees them; for a spoke the inventory has not shown (a
 /// state filled by something else than the supervisor), from a list of the profiles (the
-/// hub's RBAC allows `list`/`watch` on them, not `get`). Listing every profile of the fleet
-/// on each replica was most of what a replica repeats for the whole fleet in sharded mode.
+/// hub's RBAC allows `list`/`watch` on them, not `get`). The inventory first, so that no
+/// replica lists every profile of the fleet a second time: in sharded mode each one would,
+/// whatever its share.
 #[derive(Debug, Default)]
 struct ProfileUids {
     uids: HashMap<String, String>,
