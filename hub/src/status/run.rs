@@ -96,7 +96,7 @@ pub async fn run_status_loop(
     };
     let mut uids = ProfileUids::default();
     let mut submitted = Submitted::default();
-    let mut first = FirstWrites::default();
+    let mut first = HeldBack::default();
     let observed = &options.observations;
     let cache = (observed.publish || observed.inputs == ReportInputs::Published).then(|| {
         observed.cache.clone().unwrap_or_else(|| {
@@ -328,14 +328,14 @@ struct Written<'a> {
     writer: &'a mut StatusWriter,
     uids: &'a mut ProfileUids,
     submitted: &'a mut Submitted,
-    first: &'a mut FirstWrites,
+    first: &'a mut HeldBack,
 }
 
 /// The first writes held back (see [`super::first_write`]): each spoke's status, keyed by
 /// spoke, with its observation (`lastSync` aside: a reconciler going idle again is no
 /// change); the report, with its content.
 #[derive(Default)]
-struct FirstWrites {
+struct HeldBack {
     statuses: first_write::FirstWrites<SpokeObservation>,
     report: first_write::FirstWrites<FleetIdentityReportStatus>,
 }
